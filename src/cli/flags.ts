@@ -1,0 +1,151 @@
+// The flags of `twill run` (flannel's names and meanings) in one table. Each
+// flag can also come from TWILL_<FLAG_NAME>; the command line wins over the
+// environment, which wins over the default. Values are parsed strictly here,
+// and a bad one is a FLAG_INVALID error naming the flag and the value.
+import { Option, type Command } from 'commander';
+import { TwillError } from '../errors.ts';
+import { LOG_LEVELS, type LogLevel } from '../log.ts';
+import { isIpv4 } from '../net/ipv4.ts';
+
+type Kind = 'string' | 'list' | 'repeat' | 'bool' | 'int';
+
+interface FlagSpec {
+  readonly name: string;
+  readonly kind: Kind;
+  readonly arg?: string;
+  readonly help: string;
+  readonly default?: string;
+}
+
+export const RUN_FLAGS: readonly FlagSpec[] = [
+  { name: 'etcd-endpoints', kind: 'list', arg: 'urls', help: 'comma-separated etcd endpoints', default: 'http://127.0.0.1:2379' },
+  { name: 'etcd-prefix', kind: 'string', arg: 'path', help: 'etcd key prefix of the network config and leases', default: '/coreos.com/network' },
+  { name: 'etcd-cafile', kind: 'string', arg: 'file', help: 'CA certificate for etcd TLS' },
+  { name: 'etcd-certfile', kind: 'string', arg: 'file', help: 'client certificate for etcd TLS' },
+  { name: 'etcd-keyfile', kind: 'string', arg: 'file', help: 'client key for etcd TLS' },
+  { name: 'etcd-username', kind: 'string', arg: 'name', help: 'etcd user name' },
+  { name: 'etcd-password', kind: 'string', arg: 'password', help: 'etcd password' },
+  { name: 'iface', kind: 'repeat', arg: 'name|ip', help: 'interface (name or address) for the underlay; repeatable, first found wins' },
+  { name: 'iface-regex', kind: 'repeat', arg: 'regex', help: 'regex over interface addresses, then names; repeatable' },
+  { name: 'public-ip', kind: 'string', arg: 'ip', help: 'IPv4 address peers reach this node at (default: the interface address)' },
+  { name: 'subnet-file', kind: 'string', arg: 'path', help: 'where to write subnet.env', default: '/run/twill/subnet.env' },
+  { name: 'subnet-lease-renew-margin', kind: 'int', arg: 'minutes', help: 'renew the lease this many minutes before it expires', default: '60' },
+  { name: 'ip-masq', kind: 'bool', help: 'masquerade traffic leaving the pod network (FLANNEL_IPMASQ)' },
+  { name: 'iptables-resync', kind: 'int', arg: 'seconds', help: 'period of the full masquerade-rule check', default: '5' },
+  { name: 'healthz-ip', kind: 'string', arg: 'ip', help: 'address of the health endpoint', default: '0.0.0.0' },
+  { name: 'healthz-port', kind: 'int', arg: 'port', help: 'port of the health endpoint (0: disabled)', default: '0' },
+  { name: 'node-name', kind: 'string', arg: 'name', help: 'this node\'s name (default: $NODE_NAME, then the host name)' },
+  { name: 'log-level', kind: 'string', arg: 'level', help: `one of ${LOG_LEVELS.join(', ')}`, default: 'info' },
+  { name: 'kube-subnet-mgr', kind: 'bool', help: 'take the subnet from the Kubernetes API instead of etcd' },
+  { name: 'kubeconfig-file', kind: 'string', arg: 'file', help: 'kubeconfig for --kube-subnet-mgr (default: in-cluster config)' },
+  { name: 'kube-api-url', kind: 'string', arg: 'url', help: 'Kubernetes API server URL for --kube-subnet-mgr' },
+  { name: 'kube-annotation-prefix', kind: 'string', arg: 'prefix', help: 'prefix of the node annotations', default: 'flannel.alpha.coreos.com' },
+  { name: 'net-config-path', kind: 'string', arg: 'file', help: 'net-conf.json for --kube-subnet-mgr', default: '/etc/kube-flannel/net-conf.json' },
+];
+
+export interface RunFlags {
+  readonly etcdEndpoints: string[];
+  readonly etcdPrefix: string;
+  readonly etcdCafile: string | undefined;
+  readonly etcdCertfile: string | undefined;
+  readonly etcdKeyfile: string | undefined;
+  readonly etcdUsername: string | undefined;
+  readonly etcdPassword: string | undefined;
+  readonly iface: string[];
+  readonly ifaceRegex: string[];
+  readonly publicIp: string | undefined;
+  readonly subnetFile: string;
+  readonly subnetLeaseRenewMargin: number;
+  readonly ipMasq: boolean;
+  readonly iptablesResync: number;
+  readonly healthzIp: string;
+  readonly healthzPort: number;
+  readonly nodeName: string | undefined;
+  readonly logLevel: LogLevel;
+  readonly kubeSubnetMgr: boolean;
+  readonly kubeconfigFile: string | undefined;
+  readonly kubeApiUrl: string | undefined;
+  readonly kubeAnnotationPrefix: string;
+  readonly netConfigPath: string;
+}
+
+export function envName(flag: string): string {
+  return `TWILL_${flag.toUpperCase().replace(/-/g, '_')}`;
+}
+
+function camel(flag: string): string {
+  return flag.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
+function bad(flag: string, value: string, why: string): never {
+  throw new TwillError('FLAG_INVALID', `--${flag} ${JSON.stringify(value)}: ${why}`);
+}
+
+/** Declares the flags on a commander command (values are parsed by `resolveRunFlags`). */
+export function addRunFlags(cmd: Command): Command {
+  for (const f of RUN_FLAGS) {
+    const syntax = f.kind === 'bool' ? `--${f.name}` : `--${f.name} <${f.arg ?? 'value'}>`;
+    const envNote = f.kind === 'repeat' ? `${envName(f.name)}, comma-separated` : envName(f.name);
+    const opt = new Option(syntax, `${f.help} (env: ${envNote})`);
+    if (f.kind === 'repeat') opt.argParser((v: string, prev: string[] | undefined) => [...(prev ?? []), v]);
+    if (f.default !== undefined) opt.default(f.default);
+    cmd.addOption(opt);
+  }
+  return cmd;
+}
+
+function parseValue(f: FlagSpec, raw: unknown, fromEnv: boolean): unknown {
+  const text = Array.isArray(raw) ? raw.join(',') : String(raw);
+  switch (f.kind) {
+    case 'bool':
+      if (typeof raw === 'boolean') return raw;
+      if (/^(1|t|true|yes)$/i.test(text)) return true;
+      if (/^(0|f|false|no|)$/i.test(text)) return false;
+      return bad(f.name, text, 'is not true or false');
+    case 'int':
+      if (!/^\d+$/.test(text)) return bad(f.name, text, 'is not a non-negative integer');
+      return Number(text);
+    case 'list':
+      return text.split(',').map((s) => s.trim()).filter((s) => s !== '');
+    case 'repeat':
+      return fromEnv ? text.split(',').map((s) => s.trim()).filter((s) => s !== '') : raw;
+    case 'string':
+      return text;
+  }
+}
+
+/** Merges command line, environment and defaults into checked RunFlags. */
+export function resolveRunFlags(cmd: Command, env: NodeJS.ProcessEnv): RunFlags {
+  const values = cmd.opts<Record<string, unknown>>();
+  const out: Record<string, unknown> = {};
+  for (const f of RUN_FLAGS) {
+    const key = camel(f.name);
+    const fromCli = cmd.getOptionValueSource(key) === 'cli';
+    const envValue = env[envName(f.name)];
+    if (!fromCli && envValue !== undefined) out[key] = parseValue(f, envValue, true);
+    else if (values[key] !== undefined) out[key] = parseValue(f, values[key], false);
+    else out[key] = f.kind === 'bool' ? false : f.kind === 'repeat' ? [] : undefined;
+  }
+  return checkFlags(out as unknown as RunFlags);
+}
+
+function checkFlags(flags: RunFlags): RunFlags {
+  if (!LOG_LEVELS.includes(flags.logLevel)) bad('log-level', flags.logLevel, `must be one of ${LOG_LEVELS.join(', ')}`);
+  if (flags.publicIp !== undefined && !isIpv4(flags.publicIp)) bad('public-ip', flags.publicIp, 'is not an IPv4 address');
+  if (!isIpv4(flags.healthzIp)) bad('healthz-ip', flags.healthzIp, 'is not an IPv4 address');
+  if (flags.healthzPort > 65535) bad('healthz-port', String(flags.healthzPort), 'is not a port number');
+  if (flags.iptablesResync < 1) bad('iptables-resync', String(flags.iptablesResync), 'must be at least 1 second');
+  for (const e of flags.etcdEndpoints) {
+    if (!/^https?:\/\/[^/\s]+\/?$/.test(e)) bad('etcd-endpoints', e, 'each endpoint must look like http://host:port or https://host:port');
+  }
+  if (flags.etcdEndpoints.length === 0) bad('etcd-endpoints', '', 'needs at least one endpoint');
+  if (!flags.etcdPrefix.startsWith('/')) bad('etcd-prefix', flags.etcdPrefix, 'must start with /');
+  for (const r of flags.ifaceRegex) {
+    try {
+      new RegExp(r);
+    } catch (err) {
+      bad('iface-regex', r, `is not a regular expression (${(err as Error).message})`);
+    }
+  }
+  return flags;
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env node
+// The `twill` command: the only place that reads process.env and
+// process.argv and installs signal handlers. It builds the dependencies as a
+// plain object and hands them to the daemon.
+import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { dirname, join } from 'node:path';
+import { Command } from 'commander';
+import { runDaemon } from '../daemon.ts';
+import { describeError, TwillError } from '../errors.ts';
+import { run } from '../exec/runner.ts';
+import { EtcdKv } from '../lease/etcd-kv.ts';
+import { KvLeaseStore } from '../lease/kv-store.ts';
+import { createLogger } from '../log.ts';
+import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
+
+/** Exit codes: 0 clean stop, 1 runtime failure, 2 bad flags or config. */
+const EXIT_USAGE = 2;
+const USAGE_CODES = new Set(['FLAG_INVALID', 'CONFIG_INVALID', 'CONFIG_MISSING', 'CONFIG_UNSUPPORTED', 'IFACE_NOT_FOUND']);
+
+function packageVersion(): string {
+  for (let dir = import.meta.dirname; dir !== dirname(dir); dir = dirname(dir)) {
+    try {
+      const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name?: string; version?: string };
+      if (pkg.name === 'twill') return pkg.version ?? 'unknown';
+    } catch {
+      // keep walking up
+    }
+  }
+  return 'unknown';
+}
+
+async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<number> {
+  const nodeName = flags.nodeName ?? env.NODE_NAME ?? hostname();
+  const logger = createLogger({ level: flags.logLevel, node: nodeName });
+  if (flags.kubeSubnetMgr) {
+    logger.fatal('--kube-subnet-mgr: the Kubernetes lease store is not part of this version yet; use --etcd-endpoints');
+    return EXIT_USAGE;
+  }
+  const kv = await EtcdKv.connect({
+    endpoints: flags.etcdEndpoints,
+    caFile: flags.etcdCafile,
+    certFile: flags.etcdCertfile,
+    keyFile: flags.etcdKeyfile,
+    username: flags.etcdUsername,
+    password: flags.etcdPassword,
+  });
+  const store = new KvLeaseStore({ kv, prefix: flags.etcdPrefix });
+  const root = new AbortController();
+  const stop = (sig: string): void => {
+    if (root.signal.aborted) process.exit(1);
+    logger.info({ signal: sig }, 'shutting down; the lease is kept for the next start');
+    root.abort();
+  };
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+  logger.info({ version: packageVersion(), store: store.description }, 'twill starting');
+  try {
+    await runDaemon(
+      { store, runner: run, logger },
+      {
+        nodeName,
+        iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp },
+        subnetFile: flags.subnetFile,
+        renewMarginMs: flags.subnetLeaseRenewMargin * 60_000,
+        ipMasq: flags.ipMasq,
+      },
+      root.signal,
+    );
+    return 0;
+  } catch (err) {
+    const code = err instanceof TwillError ? err.code : undefined;
+    logger.fatal({ code }, describeError(err));
+    return code !== undefined && USAGE_CODES.has(code) ? EXIT_USAGE : 1;
+  } finally {
+    await store.close();
+  }
+}
+
+async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
+  let exitCode = 0;
+  const program = new Command('twill')
+    .description('twill: a per-node overlay network daemon for Kubernetes, in the spirit of flannel')
+    .version(packageVersion(), '--version', 'print the version')
+    .showHelpAfterError();
+  const runCmd = program.command('run').description('lease this node\'s pod subnet, track peers, write subnet.env');
+  addRunFlags(runCmd).action(async () => {
+    exitCode = await runCommand(resolveRunFlags(runCmd, env), env);
+  });
+  try {
+    await program.parseAsync(argv);
+  } catch (err) {
+    process.stderr.write(`twill: ${describeError(err)}\n`);
+    return EXIT_USAGE;
+  }
+  return exitCode;
+}
+
+process.exit(await main(process.argv, process.env));

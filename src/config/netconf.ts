@@ -1,0 +1,144 @@
+// net-conf.json: flannel's network configuration, parsed and validated with
+// flannel's rules (keys case-insensitive, SubnetLen/SubnetMin/SubnetMax
+// defaults), except that the default backend is vxlan rather than flannel's
+// accidental udp. Pure: text in, NetConfig or a CONFIG_* error out.
+import { TwillError } from '../errors.ts';
+import { blockSize, formatCidr, formatIpv4, lastAddress, parseCidr, parseIpv4, type Cidr } from '../net/ipv4.ts';
+import { CiObject } from './json-object.ts';
+
+export interface VxlanBackend {
+  readonly type: 'vxlan';
+  readonly vni: number;
+  readonly port: number;
+  /** underlay MTU to derive the device MTU from; undefined = the interface's */
+  readonly mtu: number | undefined;
+  readonly directRouting: boolean;
+  readonly gbp: boolean;
+  readonly learning: boolean;
+}
+
+export interface HostGwBackend {
+  readonly type: 'host-gw';
+}
+
+export type BackendConfig = VxlanBackend | HostGwBackend;
+export type BackendType = BackendConfig['type'];
+export const BACKEND_TYPES: readonly BackendType[] = ['vxlan', 'host-gw'];
+
+export interface NetConfig {
+  readonly network: Cidr;
+  readonly subnetLen: number;
+  /** base addresses of the first and last subnet that may be leased */
+  readonly subnetMin: number;
+  readonly subnetMax: number;
+  readonly backend: BackendConfig;
+  /** keys that were present but that twill does not know (for a warning) */
+  readonly unknownKeys: readonly string[];
+}
+
+export const DEFAULT_VNI = 1;
+export const DEFAULT_VXLAN_PORT = 8472;
+
+const WHERE = 'net-conf.json';
+
+function invalid(message: string): never {
+  throw new TwillError('CONFIG_INVALID', `${WHERE}: ${message}`);
+}
+
+function unsupported(message: string): never {
+  throw new TwillError('CONFIG_UNSUPPORTED', `${WHERE}: ${message}`);
+}
+
+/** Parses the text of net-conf.json. Throws CONFIG_INVALID / CONFIG_UNSUPPORTED. */
+export function parseNetConfig(text: string): NetConfig {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    invalid(`not valid JSON (${(err as Error).message})`);
+  }
+  const obj = CiObject.from(WHERE, raw, 'CONFIG_INVALID');
+  checkAddressFamilies(obj);
+  const network = parseNetwork(obj);
+  const subnetLen = parseSubnetLen(obj, network);
+  const subnetMin = parseBound(obj, { name: 'SubnetMin', network, subnetLen, fallback: network.base + blockSize(subnetLen) });
+  const subnetMax = parseBound(obj, {
+    name: 'SubnetMax',
+    network,
+    subnetLen,
+    fallback: lastAddress(network) + 1 - blockSize(subnetLen),
+  });
+  if (subnetMin > subnetMax) {
+    invalid(`"SubnetMin" ${formatIpv4(subnetMin)} is above "SubnetMax" ${formatIpv4(subnetMax)}`);
+  }
+  const backendObj = obj.get('Backend');
+  const backend = parseBackend(backendObj === undefined ? undefined : CiObject.from(`${WHERE}: "Backend"`, backendObj, 'CONFIG_INVALID'));
+  return { network, subnetLen, subnetMin, subnetMax, backend: backend.config, unknownKeys: [...obj.unknownKeys(), ...backend.unknown] };
+}
+
+function checkAddressFamilies(obj: CiObject): void {
+  if (obj.bool('EnableIPv6') === true) unsupported('"EnableIPv6" is true, but IPv6 is not supported by twill yet; remove it');
+  if (obj.has('IPv6Network')) {
+    unsupported(`"IPv6Network" is ${JSON.stringify(obj.get('IPv6Network'))}, but IPv6 is not supported by twill yet; remove it`);
+  }
+  if (obj.bool('EnableIPv4') === false) unsupported('"EnableIPv4" is false, but twill supports only IPv4 networks');
+}
+
+function parseNetwork(obj: CiObject): Cidr {
+  const text = obj.string('Network');
+  if (text === undefined) invalid('"Network" is required (an IPv4 CIDR such as "10.244.0.0/16")');
+  const network = parseCidr(text, { strict: false });
+  if (!network) invalid(`"Network" must be an IPv4 CIDR such as "10.244.0.0/16", got ${JSON.stringify(text)}`);
+  if (formatCidr(network) !== text) {
+    invalid(`"Network" ${JSON.stringify(text)} has host bits set; did you mean "${formatCidr(network)}"?`);
+  }
+  if (network.prefix > 28) invalid(`"Network" ${text} is too small: it must be /28 or larger`);
+  return network;
+}
+
+function parseSubnetLen(obj: CiObject, network: Cidr): number {
+  const len = obj.int('SubnetLen', { min: 0, max: 32 });
+  if (len === undefined) return network.prefix <= 22 ? 24 : network.prefix + 2;
+  if (len > 30) invalid(`"SubnetLen" is ${len}; it must be 30 or less`);
+  if (len < network.prefix + 2) {
+    invalid(`"SubnetLen" is ${len}; with "Network" ${formatCidr(network)} it must be at least ${network.prefix + 2} (room for four subnets)`);
+  }
+  return len;
+}
+
+function parseBound(obj: CiObject, o: { name: string; network: Cidr; subnetLen: number; fallback: number }): number {
+  const text = obj.string(o.name);
+  if (text === undefined) return o.fallback;
+  const addr = parseIpv4(text);
+  if (addr === undefined) invalid(`"${o.name}" must be an IPv4 address such as "10.244.1.0", got ${JSON.stringify(text)}`);
+  if (addr < o.network.base || addr > lastAddress(o.network)) {
+    invalid(`"${o.name}" ${text} is not inside "Network" ${formatCidr(o.network)}`);
+  }
+  if ((addr - o.network.base) % blockSize(o.subnetLen) !== 0) {
+    invalid(`"${o.name}" ${text} is not the start of a /${o.subnetLen} subnet ("SubnetLen")`);
+  }
+  return addr;
+}
+
+function parseBackend(obj: CiObject | undefined): { config: BackendConfig; unknown: string[] } {
+  const type = obj?.string('Type') ?? 'vxlan';
+  if (type === 'host-gw') return { config: { type: 'host-gw' }, unknown: obj?.unknownKeys() ?? [] };
+  if (type !== 'vxlan') {
+    unsupported(`"Backend"."Type" ${JSON.stringify(type)} is not supported; use "vxlan" or "host-gw"`);
+  }
+  const config: VxlanBackend = {
+    type: 'vxlan',
+    vni: obj?.int('VNI', { min: 0, max: 16_777_215 }) ?? DEFAULT_VNI,
+    port: obj?.int('Port', { min: 1, max: 65_535 }) ?? DEFAULT_VXLAN_PORT,
+    mtu: obj?.int('MTU', { min: 118, max: 65_535 }),
+    directRouting: obj?.bool('DirectRouting') ?? false,
+    gbp: obj?.bool('GBP') ?? false,
+    learning: obj?.bool('Learning') ?? false,
+  };
+  return { config, unknown: (obj?.unknownKeys() ?? []).map((k) => `Backend.${k}`) };
+}
+
+/** The net-conf.json text that describes `cfg` (what `twill` writes back). */
+export function netConfigSummary(cfg: NetConfig): string {
+  return `Network=${formatCidr(cfg.network)} SubnetLen=${cfg.subnetLen} SubnetMin=${formatIpv4(cfg.subnetMin)} SubnetMax=${formatIpv4(cfg.subnetMax)} Backend=${cfg.backend.type}`;
+}

@@ -1,0 +1,127 @@
+// `twill run`, the daemon: read the network config, pick the interface,
+// acquire our lease, write subnet.env, then keep the lease and track peers
+// until the signal aborts. It never revokes the lease on shutdown, so a
+// restart finds its subnet again. Dependencies come in as a plain object.
+import { createHash } from 'node:crypto';
+import type { NetConfig } from './config/netconf.ts';
+import { describeError, hasCode, TwillError } from './errors.ts';
+import type { Runner } from './exec/runner.ts';
+import { LeaseKeeper } from './lease/keeper.ts';
+import { PeerTracker } from './lease/tracker.ts';
+import type { Lease, LeaseAttrs, LeaseStore } from './lease/types.ts';
+import type { Logger } from './log.ts';
+import { discoverInterface, linkMac, type IfaceChoice, type IfaceRequest } from './net/iface.ts';
+import { formatCidr } from './net/ipv4.ts';
+import { readSubnetEnv, writeSubnetEnv } from './subnetenv.ts';
+import { Backoff, childController, sleep } from './util/abort.ts';
+
+export interface DaemonDeps {
+  readonly store: LeaseStore;
+  readonly runner: Runner;
+  readonly logger: Logger;
+}
+
+export interface DaemonOptions {
+  readonly nodeName: string;
+  readonly iface: IfaceRequest;
+  readonly subnetFile: string;
+  readonly renewMarginMs: number;
+  readonly ipMasq: boolean;
+  /** observes the daemon's state, for tests and (later) health and status */
+  readonly onState?: (state: DaemonState) => void;
+}
+
+export interface DaemonState {
+  readonly lease: Lease;
+  readonly peers: readonly Lease[];
+}
+
+/** The vxlan device name for a VNI (kernel objects carry twill's names). */
+export function vxlanDeviceName(vni: number): string {
+  return `twill.${vni}`;
+}
+
+/** A stable, locally administered unicast MAC derived from the node name and VNI. */
+export function derivedVtepMac(nodeName: string, vni: number): string {
+  const bytes = createHash('sha256').update(`twill:${nodeName}:${vni}`).digest().subarray(0, 6);
+  bytes[0] = ((bytes[0] ?? 0) & 0xfe) | 0x02;
+  return [...bytes].map((b) => b.toString(16).padStart(2, '0')).join(':');
+}
+
+/** Retries `fn` while the store is unreachable, logging each failure. */
+async function whileUnavailable<T>(deps: DaemonDeps, what: string, fn: () => Promise<T>, signal: AbortSignal): Promise<T> {
+  const backoff = new Backoff(500, 10_000);
+  for (;;) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (!hasCode(err, 'STORE_UNAVAILABLE') || signal.aborted) throw err;
+      const retryInMs = backoff.next();
+      deps.logger.warn({ err: describeError(err), retryInMs }, `${what}: lease store unreachable; retrying`);
+      await sleep(retryInMs, signal);
+    }
+  }
+}
+
+async function leaseAttrs(deps: DaemonDeps, o: { config: NetConfig; choice: IfaceChoice; nodeName: string }, signal: AbortSignal): Promise<LeaseAttrs> {
+  const backend = o.config.backend;
+  if (backend.type === 'host-gw') {
+    return { publicIp: o.choice.publicIp, publicIpv6: null, backendType: 'host-gw', backendData: null };
+  }
+  // Peers' FDB entries name our VtepMAC: keep an existing device's MAC, else a stable derived one.
+  const existing = await linkMac(deps.runner, vxlanDeviceName(backend.vni), signal);
+  const vtepMac = existing ?? derivedVtepMac(o.nodeName, backend.vni);
+  return { publicIp: o.choice.publicIp, publicIpv6: null, backendType: 'vxlan', backendData: { vni: backend.vni, vtepMac } };
+}
+
+async function previousSubnet(deps: DaemonDeps, path: string): Promise<ReturnType<typeof readSubnetEnv>> {
+  try {
+    return await readSubnetEnv(path);
+  } catch (err) {
+    deps.logger.warn({ err: describeError(err), path }, 'ignoring unreadable subnet.env');
+    return undefined;
+  }
+}
+
+function subnetMtu(config: NetConfig, choice: IfaceChoice): number {
+  return config.backend.type === 'vxlan' ? (config.backend.mtu ?? choice.iface.mtu) - 50 : choice.iface.mtu;
+}
+
+export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: AbortSignal): Promise<void> {
+  const { store, logger } = deps;
+  const config = await whileUnavailable(deps, 'reading network config', () => store.getNetworkConfig(signal), signal);
+  if (config.unknownKeys.length > 0) logger.warn({ keys: config.unknownKeys }, 'net-conf.json has keys twill does not know; they are ignored');
+  const choice = await discoverInterface(deps.runner, opts.iface, signal);
+  logger.info({ iface: choice.iface.name, ifaceIp: choice.ifaceIp, publicIp: choice.publicIp, mtu: choice.iface.mtu }, 'using interface');
+  const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
+  const previous = await previousSubnet(deps, opts.subnetFile);
+  const prevSubnet = previous && formatCidr(previous.network) === formatCidr(config.network) ? previous.subnet : undefined;
+  const first = await whileUnavailable(deps, 'acquiring lease', () => store.acquireLease({ config, attrs, previous: prevSubnet }, signal), signal);
+  const env = { network: config.network, subnet: first.subnet, mtu: subnetMtu(config, choice), ipMasq: opts.ipMasq };
+  await writeSubnetEnv(opts.subnetFile, env);
+  logger.info({ key: first.key, subnet: formatCidr(first.subnet), expiresAt: new Date(first.expiresAt).toISOString(), subnetFile: opts.subnetFile }, 'lease acquired');
+
+  const keeper = new LeaseKeeper({ store, lease: first, renewMarginMs: opts.renewMarginMs, logger });
+  const publish = (): void => opts.onState?.({ lease: keeper.current(), peers: tracker.list() });
+  const tracker = new PeerTracker({
+    context: { config, self: first.subnet },
+    selfKey: first.key,
+    selfPublicIp: attrs.publicIp,
+    logger,
+    onSelfLost: (why) => keeper.notifyLost(why),
+    onPeersChanged: publish,
+  });
+  publish();
+  await runTogether(signal, [
+    (s) => store.watchLeases({ signal: s, onEvent: (ev) => tracker.handle(ev) }),
+    (s) => keeper.run(s),
+  ]);
+}
+
+/** Runs loops until `signal` aborts; the first loop to fail stops the others and its error is thrown. */
+async function runTogether(signal: AbortSignal, loops: ((s: AbortSignal) => Promise<void>)[]): Promise<void> {
+  const ctl = childController(signal);
+  const results = await Promise.allSettled(loops.map((loop) => loop(ctl.signal).finally(() => ctl.abort())));
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason instanceof Error ? failed.reason : new TwillError('STORE_UNAVAILABLE', String(failed.reason));
+}

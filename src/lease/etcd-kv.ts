@@ -1,0 +1,236 @@
+// The Kv primitives on etcd v3 through the etcd3 client. Writes are single
+// transactions (create-if-absent, compare-mod-revision-and-put) bound to a
+// freshly granted etcd lease, so a renewal never depends on a keepalive
+// stream surviving an etcd restart. The watch detects a wiped store (the
+// revision or cluster id going backwards on reconnect) and compaction, and
+// hands both back to the caller to re-list.
+import { readFile } from 'node:fs/promises';
+import { Etcd3, type IKeyValue, type IOptions, type IResponseHeader, type Watcher } from 'etcd3';
+import { ExponentialBackoff, noop, type IBackoff } from 'cockatiel';
+import { TwillError, describeError } from '../errors.ts';
+import type { Kv, KvChange, KvEntry, KvListing, KvWatchOptions, KvWritten, WatchEnd } from './kv.ts';
+
+export interface EtcdOptions {
+  readonly endpoints: readonly string[];
+  readonly caFile?: string | undefined;
+  readonly certFile?: string | undefined;
+  readonly keyFile?: string | undefined;
+  readonly username?: string | undefined;
+  readonly password?: string | undefined;
+  /** deadline of each unary call, ms (default 5 s) */
+  readonly callTimeoutMs?: number;
+}
+
+const enc = (s: string): Buffer => Buffer.from(s, 'utf8');
+
+function prefixEnd(prefix: string): Buffer {
+  const end = enc(prefix);
+  end[end.length - 1] = (end[end.length - 1] ?? 0) + 1;
+  return end;
+}
+
+function toEntry(kv: IKeyValue): KvEntry {
+  return { key: kv.key.toString('utf8'), value: kv.value.toString('utf8'), modRevision: kv.mod_revision };
+}
+
+/** Wraps an etcd client failure into STORE_UNAVAILABLE with the operation named. */
+function unavailable(what: string, err: unknown): TwillError {
+  return new TwillError('STORE_UNAVAILABLE', `etcd ${what}: ${describeError(err)}`, { cause: err });
+}
+
+/**
+ * etcd3 declares watchBackoff as an IBackoff but calls it as cockatiel's
+ * backoff factory (its own default is `new ExponentialBackoff()`).
+ */
+function watchBackoff(): IBackoff<unknown> {
+  return new ExponentialBackoff({ initialDelay: 200, maxDelay: 2_000 }) as unknown as IBackoff<unknown>;
+}
+
+async function buildClientOptions(opts: EtcdOptions): Promise<IOptions> {
+  const tls = opts.caFile || opts.certFile || opts.keyFile;
+  const callTimeoutMs = opts.callTimeoutMs ?? 5_000;
+  return {
+    hosts: [...opts.endpoints],
+    dialTimeout: callTimeoutMs,
+    credentials: tls
+      ? {
+          rootCertificate: opts.caFile ? await readFile(opts.caFile) : Buffer.alloc(0),
+          ...(opts.certFile ? { certChain: await readFile(opts.certFile) } : {}),
+          ...(opts.keyFile ? { privateKey: await readFile(opts.keyFile) } : {}),
+        }
+      : undefined,
+    auth: opts.username ? { username: opts.username, password: opts.password ?? '' } : undefined,
+    defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + callTimeoutMs }),
+    // twill retries with its own backoff; the client's circuit breaker would
+    // fail calls fast for seconds after etcd comes back.
+    faultHandling: { host: () => noop, global: noop, watchBackoff: watchBackoff() },
+    grpcOptions: {
+      'grpc.initial_reconnect_backoff_ms': 200,
+      'grpc.max_reconnect_backoff_ms': 2_000,
+      'grpc.keepalive_time_ms': 10_000,
+      'grpc.keepalive_timeout_ms': 5_000,
+    },
+  };
+}
+
+export class EtcdKv implements Kv {
+  readonly description: string;
+  private readonly client: Etcd3;
+
+  private constructor(client: Etcd3, endpoints: readonly string[]) {
+    this.client = client;
+    this.description = `etcd ${endpoints.join(',')}`;
+  }
+
+  static async connect(opts: EtcdOptions): Promise<EtcdKv> {
+    return new EtcdKv(new Etcd3(await buildClientOptions(opts)), opts.endpoints);
+  }
+
+  async get(key: string): Promise<KvEntry | undefined> {
+    try {
+      const res = await this.client.kv.range({ key: enc(key) });
+      const kv = res.kvs[0];
+      return kv ? toEntry(kv) : undefined;
+    } catch (err) {
+      throw unavailable(`get ${key}`, err);
+    }
+  }
+
+  async list(prefix: string): Promise<KvListing> {
+    try {
+      const res = await this.client.kv.range({ key: enc(prefix), range_end: prefixEnd(prefix) });
+      return { entries: res.kvs.map(toEntry), revision: BigInt(res.header.revision) };
+    } catch (err) {
+      throw unavailable(`list ${prefix}`, err);
+    }
+  }
+
+  private async grant(ttlSeconds: number): Promise<{ id: string; expiresAt: number }> {
+    const res = await this.client.leaseClient.leaseGrant({ TTL: ttlSeconds, ID: 0 });
+    return { id: String(res.ID), expiresAt: Date.now() + Number(res.TTL) * 1000 };
+  }
+
+  private async revoke(id: string): Promise<void> {
+    await this.client.leaseClient.leaseRevoke({ ID: id }).catch(() => undefined);
+  }
+
+  /** Puts `key` if it is absent (no modRevision) or at `modRevision`, bound to a new TTL lease; revokes it on failure. */
+  private async guardedPut(o: { key: string; value: string; ttl: number; modRevision: string | undefined; what: string }): Promise<KvWritten | undefined> {
+    let granted: { id: string; expiresAt: number } | undefined;
+    try {
+      granted = await this.grant(o.ttl);
+      const compare = o.modRevision === undefined ? { target: 'Create' as const, create_revision: 0 } : { target: 'Mod' as const, mod_revision: o.modRevision };
+      const res = await this.client.kv.txn({
+        compare: [{ key: enc(o.key), result: 'Equal', ...compare }],
+        success: [{ request_put: { key: enc(o.key), value: enc(o.value), lease: granted.id } }],
+      });
+      if (!res.succeeded) {
+        await this.revoke(granted.id);
+        return undefined;
+      }
+      return { entry: { key: o.key, value: o.value, modRevision: res.header.revision }, expiresAt: granted.expiresAt };
+    } catch (err) {
+      if (granted) await this.revoke(granted.id);
+      throw unavailable(`${o.what} ${o.key}`, err);
+    }
+  }
+
+  async create(key: string, value: string, ttlSeconds: number): Promise<KvWritten | undefined> {
+    return this.guardedPut({ key, value, ttl: ttlSeconds, modRevision: undefined, what: 'create' });
+  }
+
+  async replace(key: string, value: string, expected: string, ttlSeconds: number): Promise<KvWritten | undefined> {
+    const before = await this.client.kv.range({ key: enc(key) }).catch((err: unknown) => {
+      throw unavailable(`get ${key}`, err);
+    });
+    const written = await this.guardedPut({ key, value, ttl: ttlSeconds, modRevision: expected, what: 'replace' });
+    // The old etcd lease now holds no key of ours; drop it rather than let it linger for a day.
+    const oldLease = before.kvs[0]?.lease;
+    if (written && oldLease && oldLease !== '0') await this.revoke(oldLease);
+    return written;
+  }
+
+  async deleteIf(key: string, expected: string): Promise<boolean> {
+    try {
+      const res = await this.client.kv.txn({
+        compare: [{ key: enc(key), result: 'Equal', target: 'Mod', mod_revision: expected }],
+        success: [{ request_delete_range: { key: enc(key) } }],
+      });
+      return res.succeeded;
+    } catch (err) {
+      throw unavailable(`delete ${key}`, err);
+    }
+  }
+
+  async watch(prefix: string, opts: KvWatchOptions): Promise<WatchEnd> {
+    const session = new WatchSession(opts);
+    let watcher: Watcher | undefined;
+    try {
+      watcher = await Promise.race([
+        this.client.watch().prefix(prefix).startRevision(String(opts.fromRevision)).create(),
+        session.ended.then(() => undefined),
+      ]);
+      if (watcher) session.attach(watcher);
+    } catch (err) {
+      session.finish({ reason: 'failed', detail: `etcd watch ${prefix}: ${describeError(err)}` });
+    }
+    const end = await session.ended;
+    await watcher?.cancel().catch(() => undefined);
+    return end;
+  }
+
+  async close(): Promise<void> {
+    this.client.close();
+  }
+}
+
+/** Tracks one etcd watch stream: revisions seen, reconnects, and how it ended. */
+class WatchSession {
+  readonly ended: Promise<WatchEnd>;
+  private resolve!: (end: WatchEnd) => void;
+  private highest: bigint;
+  private clusterId: string | undefined;
+  private readonly opts: KvWatchOptions;
+
+  constructor(opts: KvWatchOptions) {
+    this.opts = opts;
+    this.highest = opts.fromRevision - 1n;
+    this.ended = new Promise((r) => (this.resolve = r));
+    if (opts.signal.aborted) this.finish({ reason: 'aborted' });
+    opts.signal.addEventListener('abort', () => this.finish({ reason: 'aborted' }), { once: true });
+  }
+
+  finish(end: WatchEnd): void {
+    this.resolve(end);
+  }
+
+  attach(w: Watcher): void {
+    w.on('connected', (res: { header: IResponseHeader }) => this.onHeader(res.header, true));
+    w.on('disconnected', (err: Error) => this.opts.onConnectivity(false, `etcd watch disconnected: ${err.message}`));
+    w.on('error', (err: Error) => {
+      const compacted = /compact/i.test(err.message);
+      this.finish({ reason: compacted ? 'compacted' : 'failed', detail: `etcd watch: ${err.message}` });
+    });
+    w.on('data', (res: { header: IResponseHeader; events: { type: string; kv: IKeyValue }[] }) => {
+      this.onHeader(res.header, false);
+      const changes: KvChange[] = res.events.map((ev) =>
+        ev.type === 'Delete' ? { type: 'delete', key: ev.kv.key.toString('utf8') } : { type: 'put', entry: toEntry(ev.kv) },
+      );
+      if (changes.length > 0) this.opts.onChanges(changes);
+    });
+    // The first 'connected' may have fired before we listened: we are connected now.
+    this.opts.onConnectivity(true, 'etcd watch connected');
+  }
+
+  private onHeader(header: IResponseHeader, reconnect: boolean): void {
+    const revision = BigInt(header.revision);
+    const clusterChanged = this.clusterId !== undefined && header.cluster_id !== this.clusterId;
+    if (reconnect && (revision < this.highest || clusterChanged)) {
+      this.finish({ reason: 'wiped', detail: `etcd revision went back from ${this.highest} to ${revision}${clusterChanged ? ' (new cluster id)' : ''}` });
+      return;
+    }
+    this.clusterId = header.cluster_id;
+    if (revision > this.highest) this.highest = revision;
+    if (reconnect) this.opts.onConnectivity(true, 'etcd watch reconnected');
+  }
+}

@@ -1,0 +1,88 @@
+// Keeps our lease: renews it `renewMargin` before it expires, and reclaims the
+// same subnet in place as soon as it is reported lost (deleted, expired, store
+// wiped). Transient store failures are retried with backoff; a subnet that
+// another node now holds ends the loop with LEASE_TAKEN, which is fatal.
+import { TwillError, describeError, hasCode } from '../errors.ts';
+import type { Logger } from '../log.ts';
+import { Backoff, sleep, childController } from '../util/abort.ts';
+import type { Lease, LeaseStore } from './types.ts';
+
+export interface KeeperOptions {
+  readonly store: LeaseStore;
+  readonly lease: Lease;
+  readonly renewMarginMs: number;
+  readonly logger: Logger;
+  /** called with every new version of our lease */
+  readonly onLease?: (lease: Lease) => void;
+}
+
+/** When to renew: `margin` before expiry, but never in a busy loop. */
+export function renewDelay(lease: Lease, marginMs: number, now: number): number {
+  const remaining = lease.expiresAt - now;
+  const early = remaining - marginMs;
+  return early > 1000 ? early : Math.max(500, Math.floor(remaining / 2));
+}
+
+export class LeaseKeeper {
+  private lease: Lease;
+  private lostReason: string | undefined;
+  private wake: AbortController | undefined;
+  private readonly opts: KeeperOptions;
+
+  constructor(opts: KeeperOptions) {
+    this.opts = opts;
+    this.lease = opts.lease;
+  }
+
+  current(): Lease {
+    return this.lease;
+  }
+
+  /** Our record is gone or not ours: reclaim now. */
+  notifyLost(reason: string): void {
+    if (this.lostReason === undefined) this.opts.logger.warn({ reason }, 'own lease lost; reclaiming it');
+    this.lostReason ??= reason;
+    this.wake?.abort();
+  }
+
+  async run(signal: AbortSignal): Promise<void> {
+    const backoff = new Backoff(200, 5_000);
+    let retryIn: number | undefined;
+    while (!signal.aborted) {
+      if (this.lostReason === undefined) {
+        this.wake = childController(signal);
+        await sleep(retryIn ?? renewDelay(this.lease, this.opts.renewMarginMs, Date.now()), this.wake.signal);
+        if (signal.aborted) return;
+      }
+      try {
+        await this.step(signal);
+        backoff.reset();
+        retryIn = undefined;
+      } catch (err) {
+        if (signal.aborted) return;
+        if (hasCode(err, 'LEASE_TAKEN')) throw err;
+        if (hasCode(err, 'LEASE_LOST')) {
+          this.notifyLost(err.message);
+          continue;
+        }
+        retryIn = backoff.next();
+        this.opts.logger.warn({ err: describeError(err), retryInMs: retryIn }, this.lostReason ? 'reclaim failed; retrying' : 'renewal failed; retrying');
+        if (this.lostReason !== undefined) await sleep(retryIn, signal);
+      }
+    }
+  }
+
+  private async step(signal: AbortSignal): Promise<void> {
+    const lost = this.lostReason;
+    const next = lost === undefined ? await this.opts.store.renewLease(this.lease, signal) : await this.opts.store.reclaimLease(this.lease, signal);
+    if (next.key !== this.lease.key) throw new TwillError('LEASE_TAKEN', `store returned lease ${next.key} instead of ${this.lease.key}`);
+    this.lease = next;
+    if (lost !== undefined) {
+      this.lostReason = undefined;
+      this.opts.logger.info({ key: next.key, reason: lost }, 'own lease reclaimed');
+    } else {
+      this.opts.logger.debug({ key: next.key, expiresAt: new Date(next.expiresAt).toISOString() }, 'lease renewed');
+    }
+    this.opts.onLease?.(next);
+  }
+}

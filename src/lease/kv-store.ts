@@ -1,0 +1,204 @@
+// The LeaseStore on top of etcd-shaped Kv primitives, in flannel's layout:
+// <prefix>/config holds net-conf.json, <prefix>/subnets/<a.b.c.d>-<len> holds
+// one lease each, bound to a TTL (24 h) and created only if absent. This file
+// owns the acquisition order, renewal, reclaim, and the list+watch loop that
+// re-lists whenever changes may have been missed.
+import { parseNetConfig, type NetConfig } from '../config/netconf.ts';
+import { TwillError, describeError, hasCode } from '../errors.ts';
+import { formatCidr, overlaps, sameCidr, type Cidr } from '../net/ipv4.ts';
+import { Backoff, childController, sleep } from '../util/abort.ts';
+import { fitsConfig, pickFreeSubnet } from './allocate.ts';
+import { decodeLeaseValue, encodeLeaseValue, parseSubnetKey, subnetKey } from './codec.ts';
+import type { Kv, KvEntry } from './kv.ts';
+import type { AcquireRequest, Lease, LeaseAttrs, LeaseEvent, LeaseRecord, LeaseStore } from './types.ts';
+
+export const DEFAULT_ETCD_PREFIX = '/coreos.com/network';
+export const DEFAULT_LEASE_TTL_SECONDS = 24 * 60 * 60;
+const MAX_ACQUIRE_ATTEMPTS = 64;
+
+export interface KvLeaseStoreOptions {
+  readonly kv: Kv;
+  /** key prefix, default /coreos.com/network */
+  readonly prefix?: string;
+  /** TTL of each lease; a test knob, 24 h in production */
+  readonly ttlSeconds?: number;
+  /** re-list this often even when the watch is healthy (default 5 min) */
+  readonly relistIntervalMs?: number;
+  readonly random?: () => number;
+}
+
+export class KvLeaseStore implements LeaseStore {
+  readonly description: string;
+  private readonly kv: Kv;
+  private readonly prefix: string;
+  private readonly ttl: number;
+  private readonly relistMs: number;
+  private readonly random: () => number;
+
+  constructor(opts: KvLeaseStoreOptions) {
+    this.kv = opts.kv;
+    this.prefix = (opts.prefix ?? DEFAULT_ETCD_PREFIX).replace(/\/+$/, '');
+    this.ttl = opts.ttlSeconds ?? DEFAULT_LEASE_TTL_SECONDS;
+    this.relistMs = opts.relistIntervalMs ?? 5 * 60_000;
+    this.random = opts.random ?? Math.random;
+    this.description = `${this.kv.description} prefix ${this.prefix}`;
+  }
+
+  private get subnetsPrefix(): string {
+    return `${this.prefix}/subnets/`;
+  }
+
+  private fullKey(key: string): string {
+    return this.subnetsPrefix + key;
+  }
+
+  async getNetworkConfig(signal: AbortSignal): Promise<NetConfig> {
+    const key = `${this.prefix}/config`;
+    const entry = await this.kv.get(key, signal);
+    if (!entry) {
+      throw new TwillError('CONFIG_MISSING', `${this.kv.description}: no network config at ${key}; write net-conf.json there, e.g. etcdctl put ${key} '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}'`);
+    }
+    try {
+      return parseNetConfig(entry.value);
+    } catch (err) {
+      if (err instanceof TwillError) throw new TwillError(err.code, `${key}: ${err.message}`, { cause: err });
+      throw err;
+    }
+  }
+
+  /** Decodes one stored entry into a lease or the reason it is not one. */
+  decode(entry: KvEntry): LeaseRecord {
+    const key = entry.key.slice(this.subnetsPrefix.length);
+    try {
+      const subnet = parseSubnetKey(key);
+      const attrs = decodeLeaseValue(entry.value);
+      return { key, ok: true, lease: { key, subnet, attrs, expiresAt: 0, version: entry.modRevision } };
+    } catch (err) {
+      return { key, ok: false, reason: describeError(err) };
+    }
+  }
+
+  private toLease(subnet: Cidr, attrs: LeaseAttrs, written: { entry: KvEntry; expiresAt: number }): Lease {
+    return { key: subnetKey(subnet), subnet, attrs, expiresAt: written.expiresAt, version: written.entry.modRevision };
+  }
+
+  async acquireLease(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
+    for (let attempt = 0; attempt < MAX_ACQUIRE_ATTEMPTS && !signal.aborted; attempt++) {
+      const lease = await this.tryAcquire(req, signal);
+      if (lease) return lease;
+      await sleep(Math.round(this.random() * 50), signal);
+    }
+    throw new TwillError('LEASE_TAKEN', `${this.description}: could not acquire a subnet after ${MAX_ACQUIRE_ATTEMPTS} attempts; other nodes kept taking the chosen subnets`);
+  }
+
+  /** One pass of the acquisition order; undefined when a race was lost and the caller should retry. */
+  private async tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<Lease | undefined> {
+    const { config, attrs } = req;
+    const listing = await this.kv.list(this.subnetsPrefix, signal);
+    const records = listing.entries.map((e) => ({ entry: e, record: this.decode(e) }));
+    for (const { entry, record } of records) {
+      if (!record.ok || record.lease.attrs.publicIp !== attrs.publicIp) continue;
+      if (!fitsConfig(config, record.lease.subnet)) {
+        // Ours, but from an older config: give the subnet back.
+        await this.kv.deleteIf(entry.key, entry.modRevision, signal);
+        continue;
+      }
+      const written = await this.kv.replace(entry.key, encodeLeaseValue(attrs), entry.modRevision, this.ttl, signal);
+      return written ? this.toLease(record.lease.subnet, attrs, written) : undefined;
+    }
+    const taken = records.flatMap(({ record }) => (record.ok ? [record.lease.subnet] : takenByKey(record.key)));
+    const prev = req.previous;
+    if (prev && fitsConfig(config, prev) && !taken.some((t) => overlaps(t, prev))) {
+      const written = await this.kv.create(this.fullKey(subnetKey(prev)), encodeLeaseValue(attrs), this.ttl, signal);
+      if (written) return this.toLease(prev, attrs, written);
+    }
+    const pick = pickFreeSubnet(config, taken, this.random);
+    if (!pick) {
+      throw new TwillError('SUBNETS_EXHAUSTED', `out of subnets: all /${config.subnetLen} subnets of ${formatCidr(config.network)} between SubnetMin and SubnetMax are leased (${taken.length} leases)`);
+    }
+    const written = await this.kv.create(this.fullKey(subnetKey(pick)), encodeLeaseValue(attrs), this.ttl, signal);
+    return written ? this.toLease(pick, attrs, written) : undefined;
+  }
+
+  async renewLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
+    const key = this.fullKey(lease.key);
+    const written = await this.kv.replace(key, encodeLeaseValue(lease.attrs), lease.version, this.ttl, signal);
+    if (written) return this.toLease(lease.subnet, lease.attrs, written);
+    const current = await this.kv.get(key, signal);
+    if (!current) throw new TwillError('LEASE_LOST', `lease ${key} is gone from ${this.kv.description}`);
+    return this.adopt(lease, current, signal);
+  }
+
+  async reclaimLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
+    const key = this.fullKey(lease.key);
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const written = await this.kv.create(key, encodeLeaseValue(lease.attrs), this.ttl, signal);
+      if (written) return this.toLease(lease.subnet, lease.attrs, written);
+      const current = await this.kv.get(key, signal);
+      if (current) return this.adopt(lease, current, signal);
+    }
+    throw new TwillError('STORE_UNAVAILABLE', `lease ${key} kept appearing and vanishing while reclaiming it`);
+  }
+
+  /** The key exists: it is ours again if it carries our PublicIP, else another node took it. */
+  private async adopt(lease: Lease, current: KvEntry, signal: AbortSignal): Promise<Lease> {
+    const record = this.decode(current);
+    if (!record.ok || record.lease.attrs.publicIp !== lease.attrs.publicIp || !sameCidr(record.lease.subnet, lease.subnet)) {
+      const holder = record.ok ? `node ${record.lease.attrs.publicIp}` : `an unreadable record (${record.reason})`;
+      throw new TwillError('LEASE_TAKEN', `subnet ${formatCidr(lease.subnet)} is now held by ${holder}; twill will not take it over`);
+    }
+    const written = await this.kv.replace(current.key, encodeLeaseValue(lease.attrs), current.modRevision, this.ttl, signal);
+    if (written) return this.toLease(lease.subnet, lease.attrs, written);
+    throw new TwillError('LEASE_LOST', `lease ${current.key} changed while renewing it`);
+  }
+
+  async watchLeases(opts: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void }): Promise<void> {
+    const { signal, onEvent } = opts;
+    const backoff = new Backoff(200, 5_000);
+    let reason = 'initial list';
+    while (!signal.aborted) {
+      let listing;
+      try {
+        listing = await this.kv.list(this.subnetsPrefix, signal);
+      } catch (err) {
+        if (!hasCode(err, 'STORE_UNAVAILABLE')) throw err;
+        onEvent({ type: 'connectivity', connected: false, detail: err.message });
+        await sleep(backoff.next(), signal);
+        continue;
+      }
+      onEvent({ type: 'connectivity', connected: true, detail: `listed ${listing.entries.length} leases` });
+      onEvent({ type: 'snapshot', records: listing.entries.map((e) => this.decode(e)), reason });
+      const round = childController(signal);
+      const timer = setTimeout(() => round.abort(), this.relistMs);
+      const end = await this.kv.watch(this.subnetsPrefix, {
+        fromRevision: listing.revision + 1n,
+        signal: round.signal,
+        onChanges: (changes) => {
+          backoff.reset();
+          for (const c of changes) {
+            if (c.type === 'put') onEvent({ type: 'put', record: this.decode(c.entry) });
+            else onEvent({ type: 'delete', key: c.key.slice(this.subnetsPrefix.length) });
+          }
+        },
+        onConnectivity: (connected, detail) => onEvent({ type: 'connectivity', connected, detail }),
+      });
+      clearTimeout(timer);
+      round.abort();
+      reason = end.reason === 'aborted' ? 'periodic re-list' : `${end.reason}: ${end.detail}`;
+      if (end.reason === 'failed') await sleep(backoff.next(), signal);
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.kv.close();
+  }
+}
+
+/** A record whose value is bad still occupies its key, if the key names a subnet. */
+function takenByKey(key: string): Cidr[] {
+  try {
+    return [parseSubnetKey(key)];
+  } catch {
+    return [];
+  }
+}

@@ -1,0 +1,52 @@
+// The etcd-shaped primitives the lease store is built on: a revisioned
+// key-value store with TTL-bound conditional writes and a resumable watch.
+// Two implementations: etcd (etcd-kv.ts) and memory (memory-kv.ts); both
+// pass the same LeaseStore contract suite through kv-store.ts.
+
+export interface KvEntry {
+  readonly key: string;
+  readonly value: string;
+  /** revision of the last write to this key (the compare-and-swap version) */
+  readonly modRevision: string;
+}
+
+export interface KvListing {
+  readonly entries: readonly KvEntry[];
+  readonly revision: bigint;
+}
+
+export interface KvWritten {
+  readonly entry: KvEntry;
+  /** epoch milliseconds when the TTL runs out */
+  readonly expiresAt: number;
+}
+
+export type KvChange = { readonly type: 'put'; readonly entry: KvEntry } | { readonly type: 'delete'; readonly key: string };
+
+/** Why a watch ended: the caller re-lists for everything but 'aborted'. */
+export type WatchEnd =
+  | { readonly reason: 'aborted' }
+  | { readonly reason: 'compacted' | 'wiped' | 'failed'; readonly detail: string };
+
+export interface KvWatchOptions {
+  /** first revision to report (the listing's revision + 1) */
+  readonly fromRevision: bigint;
+  readonly signal: AbortSignal;
+  readonly onChanges: (changes: readonly KvChange[]) => void;
+  readonly onConnectivity: (connected: boolean, detail: string) => void;
+}
+
+export interface Kv {
+  readonly description: string;
+  get(key: string, signal: AbortSignal): Promise<KvEntry | undefined>;
+  list(prefix: string, signal: AbortSignal): Promise<KvListing>;
+  /** Writes `key` bound to a fresh TTL only if it is absent; undefined when it exists. */
+  create(key: string, value: string, ttlSeconds: number, signal: AbortSignal): Promise<KvWritten | undefined>;
+  /** Rewrites `key` with a fresh TTL only if its modRevision is `expected`; undefined otherwise. */
+  replace(key: string, value: string, expected: string, ttlSeconds: number, signal: AbortSignal): Promise<KvWritten | undefined>;
+  /** Deletes `key` only if its modRevision is `expected`. */
+  deleteIf(key: string, expected: string, signal: AbortSignal): Promise<boolean>;
+  /** Streams changes under `prefix` until the signal aborts or the stream cannot go on. */
+  watch(prefix: string, opts: KvWatchOptions): Promise<WatchEnd>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,124 @@
+// Tracks the peer set from lease events: validates every record against our
+// config and subnet, logs joins, changes and leaves once each, logs a bad
+// record once per reason, and tells the keeper when our own record is gone
+// or no longer ours. Level-triggered: a snapshot replaces the whole set.
+import type { Logger } from '../log.ts';
+import { formatCidr } from '../net/ipv4.ts';
+import { describeLease, encodeLeaseValue } from './codec.ts';
+import { peerProblem, type PeerContext } from './validate.ts';
+import type { Lease, LeaseEvent, LeaseRecord } from './types.ts';
+
+export interface TrackerOptions {
+  readonly context: PeerContext;
+  /** our lease key; its record is watched for loss rather than treated as a peer */
+  readonly selfKey: string;
+  readonly selfPublicIp: string;
+  readonly logger: Logger;
+  /** our record vanished or is no longer ours */
+  readonly onSelfLost: (why: string) => void;
+  /** the peer set changed (called after each event that changed it) */
+  readonly onPeersChanged?: (peers: readonly Lease[]) => void;
+}
+
+export class PeerTracker {
+  private readonly peers = new Map<string, Lease>();
+  private readonly invalid = new Map<string, string>();
+  private connected: boolean | undefined;
+  private readonly opts: TrackerOptions;
+
+  constructor(opts: TrackerOptions) {
+    this.opts = opts;
+  }
+
+  list(): Lease[] {
+    return [...this.peers.values()];
+  }
+
+  /** Records skipped as invalid, by key, with the reason. */
+  skipped(): ReadonlyMap<string, string> {
+    return this.invalid;
+  }
+
+  handle(ev: LeaseEvent): void {
+    switch (ev.type) {
+      case 'snapshot':
+        this.snapshot(ev.records, ev.reason);
+        break;
+      case 'put':
+        if (this.put(ev.record)) this.changed();
+        break;
+      case 'delete':
+        if (ev.key === this.opts.selfKey) this.opts.onSelfLost(`our lease ${ev.key} was deleted`);
+        this.invalid.delete(ev.key);
+        if (this.leave(ev.key)) this.changed();
+        break;
+      case 'connectivity':
+        this.connectivity(ev.connected, ev.detail);
+        break;
+    }
+  }
+
+  private snapshot(records: readonly LeaseRecord[], reason: string): void {
+    this.opts.logger.debug({ reason, records: records.length }, 'lease snapshot');
+    let changed = false;
+    const keys = new Set(records.map((r) => r.key));
+    for (const key of [...this.peers.keys()]) if (!keys.has(key)) changed = this.leave(key) || changed;
+    for (const key of [...this.invalid.keys()]) if (!keys.has(key)) this.invalid.delete(key);
+    for (const r of records) changed = this.put(r) || changed;
+    if (!keys.has(this.opts.selfKey)) this.opts.onSelfLost(`our lease ${this.opts.selfKey} is missing after ${reason}`);
+    if (changed) this.changed();
+  }
+
+  /** Applies one record; true when the peer set changed. */
+  private put(r: LeaseRecord): boolean {
+    if (r.key === this.opts.selfKey) {
+      this.checkSelf(r);
+      return false;
+    }
+    const problem = r.ok ? peerProblem(r.lease, this.opts.context) : r.reason;
+    if (problem !== undefined) {
+      if (this.invalid.get(r.key) !== problem) {
+        this.opts.logger.warn({ key: r.key, reason: problem }, 'skipping invalid peer lease');
+        this.invalid.set(r.key, problem);
+      }
+      return this.leave(r.key);
+    }
+    if (!r.ok) return false;
+    this.invalid.delete(r.key);
+    const before = this.peers.get(r.key);
+    this.peers.set(r.key, r.lease);
+    if (!before) {
+      this.opts.logger.info({ key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) }, 'peer joined');
+      return true;
+    }
+    if (encodeLeaseValue(before.attrs) === encodeLeaseValue(r.lease.attrs)) return false;
+    this.opts.logger.info({ key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) }, 'peer changed');
+    return true;
+  }
+
+  private checkSelf(r: LeaseRecord): void {
+    if (!r.ok) this.opts.onSelfLost(`our lease ${r.key} now holds an invalid record (${r.reason})`);
+    else if (r.lease.attrs.publicIp !== this.opts.selfPublicIp) {
+      this.opts.onSelfLost(`our lease ${r.key} now names PublicIP ${r.lease.attrs.publicIp}`);
+    }
+  }
+
+  private leave(key: string): boolean {
+    const lease = this.peers.get(key);
+    if (!lease) return false;
+    this.peers.delete(key);
+    this.opts.logger.info({ key, subnet: formatCidr(lease.subnet) }, 'peer left');
+    return true;
+  }
+
+  private changed(): void {
+    this.opts.onPeersChanged?.(this.list());
+  }
+
+  private connectivity(connected: boolean, detail: string): void {
+    if (connected === this.connected) return;
+    this.connected = connected;
+    if (connected) this.opts.logger.info({ detail }, 'lease store connected');
+    else this.opts.logger.warn({ detail }, 'lease store unreachable; keeping the last known peers');
+  }
+}

@@ -1,0 +1,70 @@
+// The lease data model and the LeaseStore contract that the etcd store (and
+// later the Kubernetes store) implement. A lease is one node's subnet plus the
+// attributes peers need to reach it.
+import type { BackendType, NetConfig } from '../config/netconf.ts';
+import type { Cidr } from '../net/ipv4.ts';
+
+export interface VxlanLeaseData {
+  readonly vni: number;
+  /** lower-case colon-separated unicast MAC of the node's vxlan device */
+  readonly vtepMac: string;
+}
+
+export interface LeaseAttrs {
+  readonly publicIp: string;
+  readonly publicIpv6: string | null;
+  readonly backendType: BackendType;
+  /** vxlan: VNI + VtepMAC; host-gw: null */
+  readonly backendData: VxlanLeaseData | null;
+}
+
+export interface Lease {
+  /** the store's key for this lease, e.g. "10.244.3.0-24" */
+  readonly key: string;
+  readonly subnet: Cidr;
+  readonly attrs: LeaseAttrs;
+  /** epoch milliseconds when the store drops the lease unless renewed */
+  readonly expiresAt: number;
+  /** the store's opaque version of the record, for compare-and-swap */
+  readonly version: string;
+}
+
+/** One record as read from the store: a decoded lease or why it is not one. */
+export type LeaseRecord =
+  | { readonly key: string; readonly ok: true; readonly lease: Lease }
+  | { readonly key: string; readonly ok: false; readonly reason: string };
+
+export type LeaseEvent =
+  /** the complete set of records (after a list or re-list) */
+  | { readonly type: 'snapshot'; readonly records: readonly LeaseRecord[]; readonly reason: string }
+  | { readonly type: 'put'; readonly record: LeaseRecord }
+  | { readonly type: 'delete'; readonly key: string }
+  /** the store connection went down or came back */
+  | { readonly type: 'connectivity'; readonly connected: boolean; readonly detail: string };
+
+export interface AcquireRequest {
+  readonly config: NetConfig;
+  readonly attrs: LeaseAttrs;
+  /** the subnet we held before (from subnet.env), tried before a random one */
+  readonly previous: Cidr | undefined;
+}
+
+export interface LeaseStore {
+  /** A description of where leases live, for logs ("etcd http://…/coreos.com/network"). */
+  readonly description: string;
+  /** The network configuration; CONFIG_MISSING / CONFIG_INVALID when absent or bad. */
+  getNetworkConfig(signal: AbortSignal): Promise<NetConfig>;
+  /** Our lease, in the order: existing lease for our IP, previous subnet, random free subnet. */
+  acquireLease(req: AcquireRequest, signal: AbortSignal): Promise<Lease>;
+  /** Extends the lease; LEASE_LOST when the store no longer holds it for us. */
+  renewLease(lease: Lease, signal: AbortSignal): Promise<Lease>;
+  /** Takes the same subnet back after the record vanished; LEASE_TAKEN if another node holds it. */
+  reclaimLease(lease: Lease, signal: AbortSignal): Promise<Lease>;
+  /**
+   * Lists every lease record, then reports changes until `signal` aborts.
+   * Whenever changes may have been missed (compaction, a watch that cannot
+   * resume, a store that was wiped) it re-lists and reports a new snapshot.
+   */
+  watchLeases(opts: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void }): Promise<void>;
+  close(): Promise<void>;
+}

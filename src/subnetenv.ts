@@ -1,0 +1,82 @@
+// subnet.env: the file the CNI plugin reads to learn the node's subnet, in
+// flannel's format (FLANNEL_NETWORK, FLANNEL_SUBNET, FLANNEL_MTU,
+// FLANNEL_IPMASQ, in that order). Written atomically: temp file, fsync,
+// rename, so a reader never sees half a file.
+import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { TwillError } from './errors.ts';
+import { formatCidr, formatIpv4, firstHost, parseCidr, type Cidr } from './net/ipv4.ts';
+
+export interface SubnetEnv {
+  readonly network: Cidr;
+  readonly subnet: Cidr;
+  readonly mtu: number;
+  readonly ipMasq: boolean;
+}
+
+export function renderSubnetEnv(env: SubnetEnv): string {
+  return [
+    `FLANNEL_NETWORK=${formatCidr(env.network)}`,
+    `FLANNEL_SUBNET=${formatIpv4(firstHost(env.subnet))}/${env.subnet.prefix}`,
+    `FLANNEL_MTU=${env.mtu}`,
+    `FLANNEL_IPMASQ=${env.ipMasq}`,
+    '',
+  ].join('\n');
+}
+
+function bad(path: string, message: string): never {
+  throw new TwillError('SUBNET_ENV_INVALID', `${path}: ${message}`);
+}
+
+/** Parses subnet.env text; `path` only names the file in errors. */
+export function parseSubnetEnv(text: string, path: string): SubnetEnv {
+  const vars = new Map<string, string>();
+  for (const line of text.split('\n')) {
+    const trimmed = line.trim();
+    if (trimmed === '' || trimmed.startsWith('#')) continue;
+    const eq = trimmed.indexOf('=');
+    if (eq <= 0) bad(path, `line ${JSON.stringify(line)} is not KEY=VALUE`);
+    vars.set(trimmed.slice(0, eq), trimmed.slice(eq + 1));
+  }
+  const need = (key: string): string => vars.get(key) ?? bad(path, `${key} is missing`);
+  const network = parseCidr(need('FLANNEL_NETWORK'), { strict: true });
+  if (!network) bad(path, `FLANNEL_NETWORK ${JSON.stringify(vars.get('FLANNEL_NETWORK'))} is not a network CIDR`);
+  const subnet = parseCidr(need('FLANNEL_SUBNET'), { strict: false });
+  if (!subnet) bad(path, `FLANNEL_SUBNET ${JSON.stringify(vars.get('FLANNEL_SUBNET'))} is not a CIDR`);
+  const mtu = Number(need('FLANNEL_MTU'));
+  if (!Number.isInteger(mtu) || mtu < 68 || mtu > 65535) bad(path, `FLANNEL_MTU ${JSON.stringify(vars.get('FLANNEL_MTU'))} is not an MTU`);
+  const masq = need('FLANNEL_IPMASQ');
+  if (masq !== 'true' && masq !== 'false') bad(path, `FLANNEL_IPMASQ ${JSON.stringify(masq)} is not true or false`);
+  return { network, subnet, mtu, ipMasq: masq === 'true' };
+}
+
+/** Reads subnet.env; undefined when the file does not exist. */
+export async function readSubnetEnv(path: string): Promise<SubnetEnv | undefined> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  return parseSubnetEnv(text, path);
+}
+
+/** Writes subnet.env atomically, creating its directory when needed. */
+export async function writeSubnetEnv(path: string, env: SubnetEnv): Promise<void> {
+  await mkdir(dirname(path), { recursive: true });
+  const tmp = join(dirname(path), `.${process.pid}.${Date.now()}.subnet.env.tmp`);
+  try {
+    const fh = await open(tmp, 'w', 0o644);
+    try {
+      await fh.writeFile(renderSubnetEnv(env));
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(tmp, path);
+  } catch (err) {
+    await rm(tmp, { force: true });
+    throw err;
+  }
+}
