@@ -43,7 +43,8 @@ export function parseSubnetEnv(text: string, path: string): SubnetEnv {
   if (!network) bad(path, `FLANNEL_NETWORK ${JSON.stringify(vars.get('FLANNEL_NETWORK'))} is not a network CIDR`);
   const subnet = parseCidr(need('FLANNEL_SUBNET'), { strict: false });
   if (!subnet) bad(path, `FLANNEL_SUBNET ${JSON.stringify(vars.get('FLANNEL_SUBNET'))} is not a CIDR`);
-  const mtu = Number(need('FLANNEL_MTU'));
+  const mtuText = need('FLANNEL_MTU');
+  const mtu = /^\d{2,5}$/.test(mtuText) ? Number(mtuText) : NaN;
   if (!Number.isInteger(mtu) || mtu < 68 || mtu > 65535) bad(path, `FLANNEL_MTU ${JSON.stringify(vars.get('FLANNEL_MTU'))} is not an MTU`);
   const masq = need('FLANNEL_IPMASQ');
   if (masq !== 'true' && masq !== 'false') bad(path, `FLANNEL_IPMASQ ${JSON.stringify(masq)} is not true or false`);

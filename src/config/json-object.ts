@@ -43,6 +43,7 @@ export class CiObject {
 
   has(name: string): boolean {
     const hit = this.entries.get(name.toLowerCase());
+    this.seen.add(name.toLowerCase());
     return hit !== undefined && hit.value !== null;
   }
 

@@ -122,7 +122,7 @@ function parseBound(obj: CiObject, o: { name: string; network: Cidr; subnetLen: 
 
 function parseBackend(obj: CiObject | undefined): { config: BackendConfig; unknown: string[] } {
   const type = obj?.string('Type') ?? 'vxlan';
-  if (type === 'host-gw') return { config: { type: 'host-gw' }, unknown: obj?.unknownKeys() ?? [] };
+  if (type === 'host-gw') return { config: { type: 'host-gw' }, unknown: (obj?.unknownKeys() ?? []).map((k) => `Backend.${k}`) };
   if (type !== 'vxlan') {
     unsupported(`"Backend"."Type" ${JSON.stringify(type)} is not supported; use "vxlan" or "host-gw"`);
   }

@@ -166,16 +166,19 @@ export class EtcdKv implements Kv {
     const session = new WatchSession(opts);
     let watcher: Watcher | undefined;
     try {
-      watcher = await Promise.race([
-        this.client.watch().prefix(prefix).startRevision(String(opts.fromRevision)).create(),
-        session.ended.then(() => undefined),
-      ]);
-      if (watcher) session.attach(watcher);
+      // watcher() returns at once, so no event (a compaction error on the
+      // very first attach included) can fire before our listeners exist.
+      watcher = this.client.watch().prefix(prefix).startRevision(String(opts.fromRevision)).watcher();
+      session.attach(watcher);
     } catch (err) {
       session.finish({ reason: 'failed', detail: `etcd watch ${prefix}: ${describeError(err)}` });
     }
     const end = await session.ended;
-    await watcher?.cancel().catch(() => undefined);
+    // A watch etcd cancelled itself (compaction) never answers a cancel: only
+    // cancel live ones, and never wait long for it.
+    if (watcher && end.reason === 'aborted') {
+      await Promise.race([watcher.cancel().catch(() => undefined), new Promise((r) => setTimeout(r, 1000).unref())]);
+    }
     return end;
   }
 
@@ -205,32 +208,35 @@ class WatchSession {
   }
 
   attach(w: Watcher): void {
-    w.on('connected', (res: { header: IResponseHeader }) => this.onHeader(res.header, true));
+    w.on('connected', (res: { header: IResponseHeader }) => {
+      this.onHeader(res.header);
+      this.opts.onConnectivity(true, 'etcd watch connected');
+    });
     w.on('disconnected', (err: Error) => this.opts.onConnectivity(false, `etcd watch disconnected: ${err.message}`));
     w.on('error', (err: Error) => {
-      const compacted = /compact/i.test(err.message);
-      this.finish({ reason: compacted ? 'compacted' : 'failed', detail: `etcd watch: ${err.message}` });
+      // etcd cancels a watch whose start revision was compacted away; the
+      // cancel reason is often empty, so any server-side cancel means "re-list".
+      const compacted = /compact|canceled/i.test(err.message);
+      this.finish({ reason: compacted ? 'compacted' : 'failed', detail: `etcd watch: ${err.message || 'cancelled by etcd'}` });
     });
     w.on('data', (res: { header: IResponseHeader; events: { type: string; kv: IKeyValue }[] }) => {
-      this.onHeader(res.header, false);
+      this.onHeader(res.header);
       const changes: KvChange[] = res.events.map((ev) =>
         ev.type === 'Delete' ? { type: 'delete', key: ev.kv.key.toString('utf8') } : { type: 'put', entry: toEntry(ev.kv) },
       );
       if (changes.length > 0) this.opts.onChanges(changes);
     });
-    // The first 'connected' may have fired before we listened: we are connected now.
-    this.opts.onConnectivity(true, 'etcd watch connected');
   }
 
-  private onHeader(header: IResponseHeader, reconnect: boolean): void {
+  /** Every response header: a revision below one already seen means etcd lost its data. */
+  private onHeader(header: IResponseHeader): void {
     const revision = BigInt(header.revision);
     const clusterChanged = this.clusterId !== undefined && header.cluster_id !== this.clusterId;
-    if (reconnect && (revision < this.highest || clusterChanged)) {
+    if (revision < this.highest || clusterChanged) {
       this.finish({ reason: 'wiped', detail: `etcd revision went back from ${this.highest} to ${revision}${clusterChanged ? ' (new cluster id)' : ''}` });
       return;
     }
     this.clusterId = header.cluster_id;
     if (revision > this.highest) this.highest = revision;
-    if (reconnect) this.opts.onConnectivity(true, 'etcd watch reconnected');
   }
 }

@@ -41,8 +41,8 @@ export function parseCidr(text: string, opts: { strict: boolean }): Cidr | undef
   const addr = parseIpv4(m[1] ?? '');
   const prefix = Number(m[2]);
   if (addr === undefined || prefix > 32 || String(prefix) !== m[2]) return undefined;
-  const block = new Netmask(formatIpv4(addr), prefix);
-  const base = ip2long(block.base) >>> 0;
+  // netmask reads a /0 mask as "no mask" (/32), so the default route is spelled out.
+  const base = prefix === 0 ? 0 : ip2long(new Netmask(`${formatIpv4(addr)}/${prefix}`).base) >>> 0;
   if (opts.strict && base !== addr) return undefined;
   return { base, prefix };
 }

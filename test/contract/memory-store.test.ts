@@ -1,0 +1,62 @@
+// The LeaseStore contract on the in-memory Kv, plus the memory store's own
+// compaction and wipe controls.
+import { afterAll, describe, expect, it } from 'vitest';
+import { parseNetConfig } from '../../src/config/netconf.ts';
+import { KvLeaseStore } from '../../src/lease/kv-store.ts';
+import type { Kv } from '../../src/lease/kv.ts';
+import { MemoryKv } from '../../src/lease/memory-kv.ts';
+import type { LeaseEvent } from '../../src/lease/types.ts';
+import { waitFor } from '../helpers/ports.ts';
+import { leaseStoreContract, vxlanAttrs } from './lease-store.ts';
+
+const kv = new MemoryKv();
+afterAll(() => kv.close());
+
+leaseStoreContract('memory', () => ({
+  newStore: async (o) => new KvLeaseStore({ kv: shared(kv), ...o }),
+  putRaw: async (k, v) => kv.putRaw(k, v),
+  deleteRaw: async (k) => kv.deleteRaw(k),
+  getRaw: async (k) => (await kv.get(k))?.value,
+}));
+
+/** Stores share one MemoryKv; closing a store must not close it for the others. */
+function shared(inner: MemoryKv): Kv {
+  return {
+    description: inner.description,
+    get: (key) => inner.get(key),
+    list: (prefix) => inner.list(prefix),
+    create: (key, value, ttl) => inner.create(key, value, ttl),
+    replace: (key, value, expected, ttl) => inner.replace(key, value, expected, ttl),
+    deleteIf: (key, expected) => inner.deleteIf(key, expected),
+    watch: (prefix, opts) => inner.watch(prefix, opts),
+    close: async () => undefined,
+  };
+}
+
+describe('memory store: re-list on compaction and wipe', () => {
+  it('re-lists with a snapshot after a wipe and after falling behind a compaction', async () => {
+    const own = new MemoryKv();
+    const store = new KvLeaseStore({ kv: own, prefix: '/p' });
+    own.putRaw('/p/config', '{"Network":"10.10.0.0/16"}');
+    const config = parseNetConfig('{"Network":"10.10.0.0/16"}');
+    await store.acquireLease({ config, attrs: vxlanAttrs(1), previous: undefined }, new AbortController().signal);
+    const events: LeaseEvent[] = [];
+    const ctl = new AbortController();
+    const watching = store.watchLeases({ signal: ctl.signal, onEvent: (e) => events.push(e) });
+    const snapshots = (): string[] => events.flatMap((e) => (e.type === 'snapshot' ? [e.reason] : []));
+    await waitFor(() => snapshots().length === 1, { timeoutMs: 2000, what: 'first snapshot' });
+    own.wipe();
+    await waitFor(() => snapshots().length === 2, { timeoutMs: 2000, what: 'snapshot after wipe' });
+    expect(snapshots()[1]).toMatch(/^wiped/);
+    const last = events.filter((e) => e.type === 'snapshot').at(-1);
+    expect(last?.records).toEqual([]);
+    ctl.abort();
+    await watching;
+    own.putRaw('/p/subnets/10.10.9.0-24', '{}');
+    own.compact();
+    expect(await own.watch('/p/', { fromRevision: 1n, signal: ctl.signal, onChanges: () => {}, onConnectivity: () => {} })).toMatchObject({ reason: 'aborted' });
+    const fresh = new AbortController();
+    expect(await own.watch('/p/', { fromRevision: 1n, signal: fresh.signal, onChanges: () => {}, onConnectivity: () => {} })).toMatchObject({ reason: 'compacted' });
+    await own.close();
+  });
+});

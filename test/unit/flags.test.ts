@@ -1,0 +1,181 @@
+// Unit tests of `twill run` flags: defaults, command line, TWILL_* environment
+// fallback (the command line wins), and FLAG_INVALID errors naming the flag.
+import { Command } from 'commander';
+import { describe, expect, it } from 'vitest';
+import { addRunFlags, envName, resolveRunFlags, type RunFlags } from '../../src/cli/flags.ts';
+import { TwillError } from '../../src/errors.ts';
+
+function resolve(argv: string[], env: NodeJS.ProcessEnv = {}): RunFlags {
+  const cmd = addRunFlags(new Command('run'));
+  cmd.exitOverride();
+  cmd.configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
+  cmd.parse(argv, { from: 'user' });
+  return resolveRunFlags(cmd, env);
+}
+
+function failure(argv: string[], env: NodeJS.ProcessEnv = {}): TwillError {
+  try {
+    resolve(argv, env);
+  } catch (err) {
+    if (err instanceof TwillError) return err;
+    throw err;
+  }
+  throw new Error(`expected an error for ${JSON.stringify(argv)} ${JSON.stringify(env)}`);
+}
+
+describe('resolveRunFlags: defaults', () => {
+  it('gives flannel\'s defaults with no flags and no environment', () => {
+    expect(resolve([])).toStrictEqual({
+      etcdEndpoints: ['http://127.0.0.1:2379'],
+      etcdPrefix: '/coreos.com/network',
+      etcdCafile: undefined,
+      etcdCertfile: undefined,
+      etcdKeyfile: undefined,
+      etcdUsername: undefined,
+      etcdPassword: undefined,
+      iface: [],
+      ifaceRegex: [],
+      publicIp: undefined,
+      subnetFile: '/run/twill/subnet.env',
+      subnetLeaseRenewMargin: 60,
+      ipMasq: false,
+      iptablesResync: 5,
+      healthzIp: '0.0.0.0',
+      healthzPort: 0,
+      nodeName: undefined,
+      logLevel: 'info',
+      kubeSubnetMgr: false,
+      kubeconfigFile: undefined,
+      kubeApiUrl: undefined,
+      kubeAnnotationPrefix: 'flannel.alpha.coreos.com',
+      netConfigPath: '/etc/kube-flannel/net-conf.json',
+    });
+  });
+
+  it('ignores environment variables that are not its own', () => {
+    expect(resolve([], { ETCD_ENDPOINTS: 'http://a:1', FLANNELD_IFACE: 'eth1' }).etcdEndpoints).toStrictEqual(['http://127.0.0.1:2379']);
+  });
+});
+
+describe('resolveRunFlags: command line', () => {
+  it('splits a comma list of endpoints', () => {
+    const flags = resolve(['--etcd-endpoints', 'http://10.0.0.1:2379,https://10.0.0.2:2379']);
+    expect(flags.etcdEndpoints).toStrictEqual(['http://10.0.0.1:2379', 'https://10.0.0.2:2379']);
+  });
+
+  it('repeats --iface and --iface-regex in order', () => {
+    const flags = resolve(['--iface', 'eth1', '--iface', '192.0.2.2', '--iface-regex', '^10\\.', '--iface-regex', 'en.*']);
+    expect(flags.iface).toStrictEqual(['eth1', '192.0.2.2']);
+    expect(flags.ifaceRegex).toStrictEqual(['^10\\.', 'en.*']);
+  });
+
+  it('parses ints, booleans and strings', () => {
+    const flags = resolve([
+      '--ip-masq',
+      '--kube-subnet-mgr',
+      '--healthz-port', '8471',
+      '--iptables-resync', '30',
+      '--subnet-lease-renew-margin', '120',
+      '--public-ip', '203.0.113.7',
+      '--log-level', 'debug',
+      '--etcd-prefix', '/twill/network',
+      '--node-name', 'node-a',
+    ]);
+    expect(flags).toMatchObject({
+      ipMasq: true,
+      kubeSubnetMgr: true,
+      healthzPort: 8471,
+      iptablesResync: 30,
+      subnetLeaseRenewMargin: 120,
+      publicIp: '203.0.113.7',
+      logLevel: 'debug',
+      etcdPrefix: '/twill/network',
+      nodeName: 'node-a',
+    });
+  });
+});
+
+describe('resolveRunFlags: environment', () => {
+  it('reads TWILL_ETCD_ENDPOINTS as a comma list', () => {
+    const flags = resolve([], { TWILL_ETCD_ENDPOINTS: 'http://a:2379, http://b:2379' });
+    expect(flags.etcdEndpoints).toStrictEqual(['http://a:2379', 'http://b:2379']);
+  });
+
+  it('reads TWILL_IFACE as a comma list', () => {
+    expect(resolve([], { TWILL_IFACE: 'eth1,192.0.2.2' }).iface).toStrictEqual(['eth1', '192.0.2.2']);
+  });
+
+  it.each([
+    ['false', false],
+    ['true', true],
+    ['1', true],
+    ['0', false],
+  ])('TWILL_IP_MASQ=%s gives %s', (value, expected) => {
+    expect(resolve([], { TWILL_IP_MASQ: value }).ipMasq).toBe(expected);
+  });
+
+  it('reads ints and strings', () => {
+    const flags = resolve([], { TWILL_HEALTHZ_PORT: '8471', TWILL_SUBNET_FILE: '/tmp/x.env', TWILL_PUBLIC_IP: '198.51.100.4' });
+    expect(flags).toMatchObject({ healthzPort: 8471, subnetFile: '/tmp/x.env', publicIp: '198.51.100.4' });
+  });
+
+  it('lets the command line win over the environment', () => {
+    const flags = resolve(['--etcd-endpoints', 'http://cli:2379', '--iface', 'eth2', '--healthz-port', '1'], {
+      TWILL_ETCD_ENDPOINTS: 'http://env:2379',
+      TWILL_IFACE: 'eth1',
+      TWILL_HEALTHZ_PORT: '2',
+    });
+    expect(flags.etcdEndpoints).toStrictEqual(['http://cli:2379']);
+    expect(flags.iface).toStrictEqual(['eth2']);
+    expect(flags.healthzPort).toBe(1);
+  });
+
+  it('lets --ip-masq win over TWILL_IP_MASQ=false', () => {
+    expect(resolve(['--ip-masq'], { TWILL_IP_MASQ: 'false' }).ipMasq).toBe(true);
+  });
+});
+
+describe('resolveRunFlags: bad values', () => {
+  it.each([
+    ['--healthz-port abc', ['--healthz-port', 'abc'], {}, '--healthz-port', 'abc'],
+    ['--healthz-port -1', ['--healthz-port=-1'], {}, '--healthz-port', '-1'],
+    ['--healthz-port 65536', ['--healthz-port', '65536'], {}, '--healthz-port', '65536'],
+    ['--iptables-resync 0', ['--iptables-resync', '0'], {}, '--iptables-resync', '0'],
+    ['--subnet-lease-renew-margin 1.5', ['--subnet-lease-renew-margin', '1.5'], {}, '--subnet-lease-renew-margin', '1.5'],
+    ['--public-ip 1.2.3', ['--public-ip', '1.2.3'], {}, '--public-ip', '1.2.3'],
+    ['--healthz-ip localhost', ['--healthz-ip', 'localhost'], {}, '--healthz-ip', 'localhost'],
+    ['--log-level loud', ['--log-level', 'loud'], {}, '--log-level', 'loud'],
+    ['TWILL_IP_MASQ=maybe', [], { TWILL_IP_MASQ: 'maybe' }, '--ip-masq', 'maybe'],
+    ['TWILL_HEALTHZ_PORT=http', [], { TWILL_HEALTHZ_PORT: 'http' }, '--healthz-port', 'http'],
+    ['--etcd-endpoints ftp://x', ['--etcd-endpoints', 'ftp://x'], {}, '--etcd-endpoints', 'ftp://x'],
+    ['--etcd-endpoints without scheme', ['--etcd-endpoints', 'http://a:2379,10.0.0.2:2379'], {}, '--etcd-endpoints', '10.0.0.2:2379'],
+    ['--etcd-endpoints with a path', ['--etcd-endpoints', 'http://a:2379/v3'], {}, '--etcd-endpoints', 'http://a:2379/v3'],
+    ['TWILL_ETCD_ENDPOINTS empty', [], { TWILL_ETCD_ENDPOINTS: ' , ' }, '--etcd-endpoints', 'at least one'],
+    ['--etcd-prefix relative', ['--etcd-prefix', 'coreos.com/network'], {}, '--etcd-prefix', 'coreos.com/network'],
+    ['--iface-regex (', ['--iface-regex', '('], {}, '--iface-regex', '('],
+  ])('%s', (_name, argv: string[], env: NodeJS.ProcessEnv, flag, value) => {
+    const err = failure(argv, env);
+    expect(err.code).toBe('FLAG_INVALID');
+    expect(err.message).toContain(flag);
+    expect(err.message).toContain(value);
+  });
+
+  it('names the flag first, then the value in quotes', () => {
+    expect(failure(['--log-level', 'loud']).message).toMatch(/^--log-level "loud": /);
+  });
+
+  it('refuses an unknown option through commander', () => {
+    expect(() => resolve(['--no-such-flag'])).toThrow(/no-such-flag/);
+  });
+});
+
+describe('envName', () => {
+  it.each([
+    ['etcd-endpoints', 'TWILL_ETCD_ENDPOINTS'],
+    ['ip-masq', 'TWILL_IP_MASQ'],
+    ['subnet-lease-renew-margin', 'TWILL_SUBNET_LEASE_RENEW_MARGIN'],
+    ['iface', 'TWILL_IFACE'],
+  ])('%s is %s', (flag, name) => {
+    expect(envName(flag)).toBe(name);
+  });
+});

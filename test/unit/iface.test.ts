@@ -1,0 +1,177 @@
+// Unit tests of underlay interface selection over realistic `ip -json`
+// output: --iface, --iface-regex, the default route, and --public-ip.
+import { describe, expect, it } from 'vitest';
+import { TwillError } from '../../src/errors.ts';
+import { defaultRouteDevice, parseIpAddr, selectInterface, type IfaceChoice, type IfaceInfo, type IfaceRequest } from '../../src/net/iface.ts';
+
+// `ip -json -4 addr show` on a host with loopback, two NICs, a NIC without an
+// IPv4 address and a bridge (one line per link, as iproute2 prints it).
+const IP_ADDR = JSON.parse(`[
+{"ifindex":1,"ifname":"lo","flags":["LOOPBACK","UP","LOWER_UP"],"mtu":65536,"qdisc":"noqueue","operstate":"UNKNOWN","group":"default","txqlen":1000,"link_type":"loopback","address":"00:00:00:00:00:00","broadcast":"00:00:00:00:00:00","addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8,"scope":"host","label":"lo","valid_life_time":4294967295,"preferred_life_time":4294967295}]},
+{"ifindex":2,"ifname":"eth0","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"],"mtu":1500,"qdisc":"fq_codel","operstate":"UP","group":"default","txqlen":1000,"link_type":"ether","address":"02:fc:00:00:00:01","broadcast":"ff:ff:ff:ff:ff:ff","addr_info":[{"family":"inet","local":"192.0.2.2","prefixlen":24,"broadcast":"192.0.2.255","scope":"global","dynamic":true,"label":"eth0","valid_life_time":86000,"preferred_life_time":86000}]},
+{"ifindex":3,"ifname":"eth1","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"],"mtu":9000,"address":"02:fc:00:00:00:02","addr_info":[{"family":"inet","local":"10.10.0.5","prefixlen":16,"scope":"global","label":"eth1"},{"family":"inet","local":"10.10.0.6","prefixlen":16,"scope":"global","secondary":true,"label":"eth1"}]},
+{"ifindex":4,"ifname":"eth2","flags":["BROADCAST","MULTICAST"],"mtu":1500,"address":"02:fc:00:00:00:03","addr_info":[]},
+{"ifindex":5,"ifname":"br-lan","flags":["BROADCAST","MULTICAST","UP"],"mtu":1400,"address":"02:fc:00:00:00:04","addr_info":[{"family":"inet","local":"172.16.9.1","prefixlen":24,"scope":"global","label":"br-lan"}]}
+]`) as unknown;
+
+const ROUTE_DEFAULT = JSON.parse(
+  '[{"dst":"default","gateway":"192.0.2.1","dev":"eth0","protocol":"dhcp","prefsrc":"192.0.2.2","metric":100,"flags":[]}]',
+) as unknown;
+
+const LINKS = parseIpAddr(IP_ADDR);
+const NONE: IfaceRequest = { iface: [], ifaceRegex: [], publicIp: undefined };
+
+function summary(c: IfaceChoice): [string, string, string] {
+  return [c.iface.name, c.ifaceIp, c.publicIp];
+}
+
+function failure(links: readonly IfaceInfo[], dev: string | undefined, req: IfaceRequest): TwillError {
+  try {
+    selectInterface(links, dev, req);
+  } catch (err) {
+    if (err instanceof TwillError) return err;
+    throw err;
+  }
+  throw new Error(`expected IFACE_NOT_FOUND for ${JSON.stringify(req)}`);
+}
+
+describe('parseIpAddr', () => {
+  it('reads name, MTU, MAC and IPv4 addresses in kernel order', () => {
+    expect(LINKS).toStrictEqual([
+      { name: 'lo', mtu: 65536, mac: '00:00:00:00:00:00', addrs: ['127.0.0.1'] },
+      { name: 'eth0', mtu: 1500, mac: '02:fc:00:00:00:01', addrs: ['192.0.2.2'] },
+      { name: 'eth1', mtu: 9000, mac: '02:fc:00:00:00:02', addrs: ['10.10.0.5', '10.10.0.6'] },
+      { name: 'eth2', mtu: 1500, mac: '02:fc:00:00:00:03', addrs: [] },
+      { name: 'br-lan', mtu: 1400, mac: '02:fc:00:00:00:04', addrs: ['172.16.9.1'] },
+    ]);
+  });
+
+  it('keeps only inet addresses', () => {
+    const json: unknown = [
+      {
+        ifname: 'eth0',
+        mtu: 1500,
+        address: '02:fc:00:00:00:01',
+        addr_info: [
+          { family: 'inet6', local: '2001:db8::2', prefixlen: 64 },
+          { family: 'inet', local: '192.0.2.2', prefixlen: 24 },
+        ],
+      },
+    ];
+    expect(parseIpAddr(json)).toStrictEqual([{ name: 'eth0', mtu: 1500, mac: '02:fc:00:00:00:01', addrs: ['192.0.2.2'] }]);
+  });
+
+  it('gives no interfaces for output that is not an array', () => {
+    expect(parseIpAddr({ ifname: 'eth0' })).toStrictEqual([]);
+    expect(parseIpAddr(null)).toStrictEqual([]);
+  });
+});
+
+describe('defaultRouteDevice', () => {
+  it('finds the device of the default route', () => {
+    expect(defaultRouteDevice(ROUTE_DEFAULT)).toBe('eth0');
+  });
+
+  it('takes the first of several default routes', () => {
+    const json: unknown = [
+      { dst: 'default', gateway: '10.10.0.1', dev: 'eth1', metric: 50, flags: [] },
+      { dst: 'default', gateway: '192.0.2.1', dev: 'eth0', metric: 100, flags: [] },
+    ];
+    expect(defaultRouteDevice(json)).toBe('eth1');
+  });
+
+  it('is undefined without a default route', () => {
+    expect(defaultRouteDevice([])).toBeUndefined();
+    expect(defaultRouteDevice([{ dst: '10.10.0.0/16', dev: 'eth1', protocol: 'kernel', scope: 'link', prefsrc: '10.10.0.5', flags: [] }])).toBeUndefined();
+    expect(defaultRouteDevice('not json')).toBeUndefined();
+  });
+});
+
+describe('selectInterface', () => {
+  const dev = defaultRouteDevice(ROUTE_DEFAULT);
+
+  it('uses the default route device without flags', () => {
+    expect(summary(selectInterface(LINKS, dev, NONE))).toStrictEqual(['eth0', '192.0.2.2', '192.0.2.2']);
+  });
+
+  it('selects --iface by name, using its first address', () => {
+    expect(summary(selectInterface(LINKS, dev, { ...NONE, iface: ['eth1'] }))).toStrictEqual(['eth1', '10.10.0.5', '10.10.0.5']);
+  });
+
+  it('selects --iface by address, using that address', () => {
+    expect(summary(selectInterface(LINKS, dev, { ...NONE, iface: ['10.10.0.6'] }))).toStrictEqual(['eth1', '10.10.0.6', '10.10.0.6']);
+  });
+
+  it('takes the first --iface that is found', () => {
+    const choice = selectInterface(LINKS, dev, { ...NONE, iface: ['eth9', 'eth2', '203.0.113.1', 'br-lan', 'eth1'] });
+    expect(summary(choice)).toStrictEqual(['br-lan', '172.16.9.1', '172.16.9.1']);
+  });
+
+  it('refuses when no --iface is found, naming the values', () => {
+    const err = failure(LINKS, dev, { ...NONE, iface: ['eth9', 'eth2'] });
+    expect(err.code).toBe('IFACE_NOT_FOUND');
+    expect(err.message).toContain('--iface');
+    expect(err.message).toContain('eth9');
+    expect(err.message).toContain('eth2');
+  });
+
+  it('does not fall back to the default route when --iface is not found', () => {
+    expect(failure(LINKS, dev, { ...NONE, iface: ['203.0.113.1'] }).message).toContain('203.0.113.1');
+  });
+
+  it('matches --iface-regex against addresses before names', () => {
+    // "1" matches the name "eth1" but first the address 127.0.0.1 of lo
+    expect(summary(selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['1'] }))).toStrictEqual(['lo', '127.0.0.1', '127.0.0.1']);
+    // "^eth1$" matches no address, so it matches the name
+    expect(summary(selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['^eth1$'] }))).toStrictEqual(['eth1', '10.10.0.5', '10.10.0.5']);
+    // an address match on a later link beats a name match on an earlier one
+    expect(summary(selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['^(eth0|172\\.16\\..*)$'] }))).toStrictEqual([
+      'br-lan',
+      '172.16.9.1',
+      '172.16.9.1',
+    ]);
+  });
+
+  it('uses the matching address of an interface, not its first', () => {
+    expect(summary(selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['\\.6$'] }))).toStrictEqual(['eth1', '10.10.0.6', '10.10.0.6']);
+  });
+
+  it('tries each --iface-regex in order', () => {
+    const choice = selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['^wlan', '^br-'] });
+    expect(summary(choice)).toStrictEqual(['br-lan', '172.16.9.1', '172.16.9.1']);
+  });
+
+  it('skips a name match without an address', () => {
+    const err = failure(LINKS, dev, { ...NONE, ifaceRegex: ['^eth2$'] });
+    expect(err.code).toBe('IFACE_NOT_FOUND');
+    expect(err.message).toContain('--iface-regex');
+    expect(err.message).toContain('^eth2$');
+  });
+
+  it('refuses without a default route, pointing at --iface', () => {
+    const err = failure(LINKS, undefined, NONE);
+    expect(err.code).toBe('IFACE_NOT_FOUND');
+    expect(err.message).toContain('default route');
+    expect(err.message).toContain('--iface');
+  });
+
+  it('refuses a default route device without an IPv4 address', () => {
+    const err = failure(LINKS, 'eth2', NONE);
+    expect(err.code).toBe('IFACE_NOT_FOUND');
+    expect(err.message).toContain('eth2');
+  });
+
+  it('refuses a default route device that is not listed', () => {
+    const err = failure(LINKS, 'wg0', NONE);
+    expect(err.code).toBe('IFACE_NOT_FOUND');
+    expect(err.message).toContain('wg0');
+  });
+
+  it('lets --public-ip override publicIp but not ifaceIp', () => {
+    const byDefault = selectInterface(LINKS, dev, { ...NONE, publicIp: '203.0.113.7' });
+    expect(summary(byDefault)).toStrictEqual(['eth0', '192.0.2.2', '203.0.113.7']);
+    const byName = selectInterface(LINKS, dev, { iface: ['eth1'], ifaceRegex: [], publicIp: '203.0.113.7' });
+    expect(summary(byName)).toStrictEqual(['eth1', '10.10.0.5', '203.0.113.7']);
+    expect(byName.iface.mtu).toBe(9000);
+  });
+});

@@ -1,0 +1,142 @@
+// Unit tests of subnet.env: flannel's exact text, strict parsing, and the
+// atomic write in a temporary directory.
+import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { TwillError } from '../../src/errors.ts';
+import { parseCidr, type Cidr } from '../../src/net/ipv4.ts';
+import { parseSubnetEnv, readSubnetEnv, renderSubnetEnv, writeSubnetEnv, type SubnetEnv } from '../../src/subnetenv.ts';
+
+function cidr(text: string): Cidr {
+  const c = parseCidr(text, { strict: true });
+  if (!c) throw new Error(`test setup: ${text} is not a network CIDR`);
+  return c;
+}
+
+const ENV: SubnetEnv = { network: cidr('10.244.0.0/16'), subnet: cidr('10.244.3.0/24'), mtu: 1450, ipMasq: true };
+const TEXT = 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n';
+
+function failure(text: string): TwillError {
+  try {
+    parseSubnetEnv(text, '/run/twill/subnet.env');
+  } catch (err) {
+    if (err instanceof TwillError) return err;
+    throw err;
+  }
+  throw new Error(`expected an error, but ${JSON.stringify(text)} was accepted`);
+}
+
+describe('renderSubnetEnv', () => {
+  it('writes flannel\'s variables in flannel\'s order', () => {
+    expect(renderSubnetEnv(ENV)).toBe(TEXT);
+  });
+
+  it('writes the first host of a small subnet and ipMasq false', () => {
+    const env: SubnetEnv = { network: cidr('10.1.0.0/28'), subnet: cidr('10.1.0.8/30'), mtu: 1500, ipMasq: false };
+    expect(renderSubnetEnv(env)).toBe('FLANNEL_NETWORK=10.1.0.0/28\nFLANNEL_SUBNET=10.1.0.9/30\nFLANNEL_MTU=1500\nFLANNEL_IPMASQ=false\n');
+  });
+});
+
+describe('parseSubnetEnv', () => {
+  it('parses the rendered text back', () => {
+    expect(parseSubnetEnv(TEXT, 'subnet.env')).toStrictEqual(ENV);
+  });
+
+  it('round-trips ipMasq false', () => {
+    const env: SubnetEnv = { ...ENV, ipMasq: false, mtu: 9000 };
+    expect(parseSubnetEnv(renderSubnetEnv(env), 'subnet.env')).toStrictEqual(env);
+  });
+
+  it('skips blank lines, comments and surrounding whitespace, in any order', () => {
+    const text = '# written by flannel\n\nFLANNEL_IPMASQ=true\n  FLANNEL_MTU=1450  \nFLANNEL_SUBNET=10.244.3.1/24\r\nFLANNEL_NETWORK=10.244.0.0/16';
+    expect(parseSubnetEnv(text, 'subnet.env')).toStrictEqual(ENV);
+  });
+
+  const without = (name: string): string => TEXT.split('\n').filter((l) => !l.startsWith(name)).join('\n');
+  const replace = (name: string, value: string): string => TEXT.replace(new RegExp(`${name}=[^\\n]*`), `${name}=${value}`);
+
+  it.each([
+    ['FLANNEL_NETWORK missing', without('FLANNEL_NETWORK'), ['FLANNEL_NETWORK', 'missing']],
+    ['FLANNEL_SUBNET missing', without('FLANNEL_SUBNET'), ['FLANNEL_SUBNET', 'missing']],
+    ['FLANNEL_MTU missing', without('FLANNEL_MTU'), ['FLANNEL_MTU', 'missing']],
+    ['FLANNEL_IPMASQ missing', without('FLANNEL_IPMASQ'), ['FLANNEL_IPMASQ', 'missing']],
+    ['FLANNEL_NETWORK with host bits', replace('FLANNEL_NETWORK', '10.244.3.1/16'), ['FLANNEL_NETWORK', '10.244.3.1/16']],
+    ['FLANNEL_NETWORK not a CIDR', replace('FLANNEL_NETWORK', '10.244.0.0'), ['FLANNEL_NETWORK', '10.244.0.0']],
+    ['FLANNEL_SUBNET not a CIDR', replace('FLANNEL_SUBNET', '10.244.3.1'), ['FLANNEL_SUBNET', '10.244.3.1']],
+    ['FLANNEL_SUBNET garbage', replace('FLANNEL_SUBNET', 'banana'), ['FLANNEL_SUBNET', 'banana']],
+    ['FLANNEL_MTU not a number', replace('FLANNEL_MTU', 'big'), ['FLANNEL_MTU', 'big']],
+    ['FLANNEL_MTU too small', replace('FLANNEL_MTU', '67'), ['FLANNEL_MTU', '67']],
+    ['FLANNEL_MTU too large', replace('FLANNEL_MTU', '65536'), ['FLANNEL_MTU', '65536']],
+    ['FLANNEL_MTU a fraction', replace('FLANNEL_MTU', '1450.5'), ['FLANNEL_MTU', '1450.5']],
+    ['FLANNEL_MTU empty', replace('FLANNEL_MTU', ''), ['FLANNEL_MTU']],
+    ['FLANNEL_IPMASQ yes', replace('FLANNEL_IPMASQ', 'yes'), ['FLANNEL_IPMASQ', 'yes']],
+    ['FLANNEL_IPMASQ True', replace('FLANNEL_IPMASQ', 'True'), ['FLANNEL_IPMASQ', 'True']],
+    ['a line without =', `${TEXT}garbage\n`, ['garbage', 'KEY=VALUE']],
+    ['a line starting with =', `${TEXT}=1\n`, ['=1', 'KEY=VALUE']],
+  ])('%s', (_name, text, parts) => {
+    const err = failure(text);
+    expect(err.code).toBe('SUBNET_ENV_INVALID');
+    expect(err.message).toMatch(/^\/run\/twill\/subnet\.env: /);
+    for (const part of parts) expect(err.message).toContain(part);
+  });
+});
+
+describe('writeSubnetEnv and readSubnetEnv', () => {
+  let dir = '';
+
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'twill-subnetenv-'));
+  });
+
+  afterEach(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('writes the exact text, creating missing directories', async () => {
+    const path = join(dir, 'run', 'twill', 'subnet.env');
+    await writeSubnetEnv(path, ENV);
+    expect(await readFile(path, 'utf8')).toBe(TEXT);
+    expect(await readSubnetEnv(path)).toStrictEqual(ENV);
+  });
+
+  it('leaves no temporary file next to the file', async () => {
+    const path = join(dir, 'subnet.env');
+    await writeSubnetEnv(path, ENV);
+    await writeSubnetEnv(path, { ...ENV, mtu: 1400 });
+    expect(await readdir(dir)).toStrictEqual(['subnet.env']);
+  });
+
+  it('replaces an existing file', async () => {
+    const path = join(dir, 'subnet.env');
+    await writeFile(path, 'FLANNEL_NETWORK=10.0.0.0/8\n');
+    const env: SubnetEnv = { ...ENV, subnet: cidr('10.244.200.0/24'), ipMasq: false };
+    await writeSubnetEnv(path, env);
+    expect(await readSubnetEnv(path)).toStrictEqual(env);
+  });
+
+  it('reads a missing file as undefined', async () => {
+    expect(await readSubnetEnv(join(dir, 'subnet.env'))).toBeUndefined();
+    expect(await readSubnetEnv(join(dir, 'no', 'such', 'subnet.env'))).toBeUndefined();
+  });
+
+  it('refuses a malformed file, naming the path', async () => {
+    const path = join(dir, 'subnet.env');
+    await writeFile(path, TEXT.replace('FLANNEL_MTU=1450', 'FLANNEL_MTU=x'));
+    const err: unknown = await readSubnetEnv(path).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(TwillError);
+    expect((err as TwillError).code).toBe('SUBNET_ENV_INVALID');
+    expect((err as TwillError).message).toContain(path);
+    expect((err as TwillError).message).toContain('FLANNEL_MTU');
+  });
+
+  it('fails when the directory cannot be created, leaving nothing behind', async () => {
+    const blocker = join(dir, 'file');
+    await writeFile(blocker, '');
+    await expect(writeSubnetEnv(join(blocker, 'subnet.env'), ENV)).rejects.toMatchObject({ code: 'EEXIST' });
+    expect(await readdir(dir)).toStrictEqual(['file']);
+  });
+});
