@@ -1,0 +1,145 @@
+// The daemon's loops (acquire, track peers, renew, reclaim) in-process
+// against a real etcd: peers learned and dropped, hostile leases skipped and
+// logged once, our key reclaimed within 2 s, every subnet kept when etcd is
+// wiped, and a short TTL kept alive by renewal.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Etcd3 } from 'etcd3';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { runDaemon, type DaemonState } from '../../src/daemon.ts';
+import { run } from '../../src/exec/runner.ts';
+import { EtcdKv } from '../../src/lease/etcd-kv.ts';
+import { KvLeaseStore } from '../../src/lease/kv-store.ts';
+import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
+import { captureLog, type CapturedLog } from '../helpers/log.ts';
+import { waitFor } from '../helpers/ports.ts';
+
+const NETCONF = '{"Network":"10.40.0.0/16","Backend":{"Type":"vxlan"}}';
+let etcd: EtcdServer;
+let admin: Etcd3;
+let dir: string;
+const running: { stop: () => Promise<void> }[] = [];
+
+interface Node {
+  state: () => DaemonState | undefined;
+  log: CapturedLog;
+  stop: () => Promise<void>;
+  done: Promise<void>;
+}
+
+async function startNode(o: { n: number; prefix: string; ttlSeconds?: number }): Promise<Node> {
+  const kv = await EtcdKv.connect({ endpoints: [etcd.endpoint] });
+  const store = new KvLeaseStore({ kv, prefix: o.prefix, ...(o.ttlSeconds ? { ttlSeconds: o.ttlSeconds } : {}) });
+  const log = captureLog();
+  let last: DaemonState | undefined;
+  const ctl = new AbortController();
+  const done = runDaemon(
+    { store, runner: run, logger: log.logger },
+    {
+      nodeName: `node-${o.n}`,
+      iface: { iface: ['lo'], ifaceRegex: [], publicIp: `192.0.2.${o.n}` },
+      subnetFile: join(dir, `${o.prefix.slice(1)}-${o.n}.env`),
+      renewMarginMs: 3_600_000,
+      ipMasq: false,
+      onState: (s) => (last = s),
+    },
+    ctl.signal,
+  );
+  const node = {
+    state: () => last,
+    log,
+    done,
+    stop: async () => {
+      ctl.abort();
+      await done.catch(() => undefined);
+      await store.close();
+    },
+  };
+  running.push(node);
+  await waitFor(() => last !== undefined, { timeoutMs: 10_000, what: `node ${o.n} lease` });
+  return node;
+}
+
+const peerKeys = (node: Node): string[] => (node.state()?.peers ?? []).map((p) => p.key).sort();
+const ownKey = (node: Node): string => node.state()?.lease.key ?? '';
+
+beforeAll(async () => {
+  etcd = await startEtcd();
+  admin = new Etcd3({ hosts: etcd.endpoint });
+  dir = await mkdtemp(join(tmpdir(), 'twill-daemon-'));
+});
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((n) => n.stop()));
+});
+afterAll(async () => {
+  admin?.close();
+  await etcd?.destroy();
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('daemon against a real etcd', () => {
+  it('learns peers, skips hostile leases (logged once), and drops a removed node', async () => {
+    await admin.put('/peers/config').value(NETCONF);
+    const a = await startNode({ n: 1, prefix: '/peers' });
+    const b = await startNode({ n: 2, prefix: '/peers' });
+    await waitFor(() => peerKeys(a).length === 1 && peerKeys(b).length === 1, { timeoutMs: 5000, what: 'peers' });
+    expect(peerKeys(a)).toEqual([ownKey(b)]);
+    const hostile: [string, string][] = [
+      ['10.40.200.0-24', 'garbage{'],
+      ['10.99.0.0-24', '{"PublicIP":"192.0.2.9","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:00:09"}}'],
+      ['0.0.0.0-0', '{"PublicIP":"192.0.2.9","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:00:09"}}'],
+      ['10.40.201.0-24', '{"PublicIP":"192.0.2.9","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"01:00:5e:00:00:01"}}'],
+    ];
+    for (const [key, value] of hostile) {
+      await admin.put(`/peers/subnets/${key}`).value(value);
+      await admin.put(`/peers/subnets/${key}`).value(value); // twice: still logged once
+    }
+    const skipped = (): string[] => a.log.lines.filter((l) => l.msg === 'skipping invalid peer lease').map((l) => String(l.key));
+    await waitFor(() => skipped().length >= 4, { timeoutMs: 5000, what: 'hostile leases logged' });
+    expect(skipped().sort()).toEqual(['0.0.0.0-0', '10.40.200.0-24', '10.40.201.0-24', '10.99.0.0-24']);
+    expect(peerKeys(a)).toEqual([ownKey(b)]);
+
+    const bKey = ownKey(b);
+    await b.stop();
+    await admin.delete().key(`/peers/subnets/${bKey}`);
+    const gone = await waitFor(() => peerKeys(a).length === 0, { timeoutMs: 5000, what: 'peer removed' });
+    expect(gone).toBeLessThan(1000);
+  });
+
+  it('takes its own deleted key back within 2 seconds', async () => {
+    await admin.put('/own/config').value(NETCONF);
+    const a = await startNode({ n: 3, prefix: '/own' });
+    const key = `/own/subnets/${ownKey(a)}`;
+    await admin.delete().key(key);
+    const ms = await waitFor(async () => (await admin.get(key).string()) !== null, { timeoutMs: 2000, what: 'reclaim' });
+    expect(ms).toBeLessThan(2000);
+    expect(ownKey(a)).toBe(key.split('/').at(-1));
+  });
+
+  it('keeps every subnet when etcd is wiped and only the config is put back', async () => {
+    await admin.put('/wipe/config').value(NETCONF);
+    const nodes = [await startNode({ n: 4, prefix: '/wipe' }), await startNode({ n: 5, prefix: '/wipe' }), await startNode({ n: 6, prefix: '/wipe' })];
+    const before = nodes.map(ownKey);
+    await waitFor(() => nodes.every((n) => peerKeys(n).length === 2), { timeoutMs: 5000, what: 'full mesh' });
+    await etcd.stop({ wipe: true });
+    await etcd.start();
+    await admin.put('/wipe/config').value(NETCONF);
+    const ms = await waitFor(async () => Object.keys(await admin.getAll().prefix('/wipe/subnets/').strings()).length === 3, { timeoutMs: 10_000, what: 'leases back' });
+    expect(Object.keys(await admin.getAll().prefix('/wipe/subnets/').strings()).map((k) => k.split('/').at(-1)).sort()).toEqual([...before].sort());
+    await waitFor(() => nodes.every((n) => peerKeys(n).length === 2), { timeoutMs: 5000, what: 'peers re-learned' });
+    expect(nodes.map(ownKey)).toEqual(before);
+    expect(ms).toBeLessThan(5000);
+  });
+
+  it('renews a short TTL so the lease outlives it', async () => {
+    await admin.put('/ttl/config').value(NETCONF);
+    const a = await startNode({ n: 7, prefix: '/ttl', ttlSeconds: 2 });
+    const key = `/ttl/subnets/${ownKey(a)}`;
+    for (let i = 0; i < 12; i++) {
+      await new Promise((r) => setTimeout(r, 500));
+      expect(await admin.get(key).string()).not.toBeNull();
+    }
+    expect(a.log.lines.some((l) => l.msg === 'own lease lost; reclaiming it')).toBe(false);
+  });
+});

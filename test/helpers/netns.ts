@@ -1,0 +1,92 @@
+// Network namespaces for tests: every name carries the creating process's
+// pid (twt<pid>-<name>), so a later run can sweep namespaces whose creator
+// died. Tests touch only the namespaces made here, and `destroy` kills their
+// processes and deletes them even when the test failed.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { openSync, closeSync } from 'node:fs';
+import { run } from '../../src/exec/runner.ts';
+
+const PREFIX = 'twt';
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function deleteNetns(name: string): Promise<void> {
+  const pids = await run('ip', ['netns', 'pids', name]).then((r) => r.stdout.split('\n').filter(Boolean), () => []);
+  for (const pid of pids) {
+    try {
+      process.kill(Number(pid), 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  await run('ip', ['netns', 'del', name]).catch(() => undefined);
+}
+
+/** Removes namespaces left by test runs whose process no longer exists. */
+export async function sweepStaleNetns(): Promise<void> {
+  const { stdout } = await run('ip', ['netns', 'list']);
+  for (const line of stdout.split('\n')) {
+    const name = line.split(' ')[0] ?? '';
+    const m = new RegExp(`^${PREFIX}(\\d+)-`).exec(name);
+    if (m && !alive(Number(m[1]))) await deleteNetns(name);
+  }
+}
+
+export class NetnsLab {
+  private readonly names: string[] = [];
+  private readonly children: ChildProcess[] = [];
+
+  /** The full name of one of this lab's namespaces. */
+  ns(short: string): string {
+    return `${PREFIX}${process.pid}-${short}`;
+  }
+
+  async add(short: string): Promise<string> {
+    const name = this.ns(short);
+    await run('ip', ['netns', 'add', name]);
+    this.names.push(name);
+    await run('ip', ['-n', name, 'link', 'set', 'lo', 'up']);
+    return name;
+  }
+
+  /** A veth pair between two of our namespaces, each end addressed and up. */
+  async link(a: { ns: string; dev: string; cidr: string }, b: { ns: string; dev: string; cidr: string }): Promise<void> {
+    await run('ip', ['-n', a.ns, 'link', 'add', a.dev, 'type', 'veth', 'peer', 'name', b.dev, 'netns', b.ns]);
+    for (const end of [a, b]) {
+      await run('ip', ['-n', end.ns, 'addr', 'add', end.cidr, 'dev', end.dev]);
+      await run('ip', ['-n', end.ns, 'link', 'set', end.dev, 'up']);
+    }
+  }
+
+  async exec(ns: string, file: string, args: readonly string[]): Promise<string> {
+    return (await run('ip', ['netns', 'exec', ns, file, ...args])).stdout;
+  }
+
+  /** Starts a long-running process inside `ns`, its stdout+stderr appended to `logFile`. */
+  spawn(ns: string, argv: readonly string[], logFile: string): ChildProcess {
+    const fd = openSync(logFile, 'a');
+    const child = spawn('ip', ['netns', 'exec', ns, ...argv], { stdio: ['ignore', fd, fd] });
+    closeSync(fd);
+    this.children.push(child);
+    return child;
+  }
+
+  async destroy(): Promise<void> {
+    for (const c of this.children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    for (const name of this.names.reverse()) await deleteNetns(name);
+  }
+}
+
+/** Resolves with the exit code (or signal) of a child process. */
+export function exited(child: ChildProcess): Promise<number | string> {
+  if (child.exitCode !== null) return Promise.resolve(child.exitCode);
+  if (child.signalCode !== null) return Promise.resolve(child.signalCode);
+  return new Promise((resolve) => child.once('exit', (code, sig) => resolve(code ?? sig ?? -1)));
+}

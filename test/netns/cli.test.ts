@@ -1,0 +1,91 @@
+// `twill run` as a new user runs it: a real process inside a network
+// namespace, against a real etcd in another namespace on the same link.
+// Lease and subnet.env within 5 s; same subnet after SIGKILL + restart; the
+// key back within 2 s after `etcdctl del`; clean exit on SIGTERM without
+// revoking; clear start-up errors for a missing or bad config.
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
+import { NetnsLab, exited, sweepStaleNetns } from '../helpers/netns.ts';
+import { waitFor } from '../helpers/ports.ts';
+
+const MAIN = resolve(import.meta.dirname, '../../src/cli/main.ts');
+const lab = new NetnsLab();
+let etcd: EtcdServer;
+let dir: string;
+let etcdNs: string;
+let nodeNs: string;
+
+async function etcdctl(...args: string[]): Promise<string> {
+  return lab.exec(etcdNs, 'etcdctl', ['--endpoints', etcd.endpoint, ...args]);
+}
+
+async function subnetKeys(prefix = '/coreos.com/network'): Promise<string[]> {
+  return (await etcdctl('get', '--prefix', '--keys-only', `${prefix}/subnets/`)).split('\n').filter(Boolean);
+}
+
+function startTwill(extra: string[], log = 'twill.log'): ReturnType<NetnsLab['spawn']> {
+  const argv = [process.execPath, MAIN, 'run', '--etcd-endpoints', etcd.endpoint, '--subnet-file', join(dir, 'subnet.env'), '--node-name', 'n1', ...extra];
+  return lab.spawn(nodeNs, argv, join(dir, log));
+}
+
+beforeAll(async () => {
+  await sweepStaleNetns();
+  dir = await mkdtemp(join(tmpdir(), 'twill-cli-'));
+  etcdNs = await lab.add('etcd');
+  nodeNs = await lab.add('n1');
+  await lab.link({ ns: etcdNs, dev: 'eth0', cidr: '10.123.0.1/24' }, { ns: nodeNs, dev: 'eth0', cidr: '10.123.0.2/24' });
+  await lab.exec(nodeNs, 'ip', ['route', 'add', 'default', 'via', '10.123.0.1']);
+  etcd = await startEtcd({ netns: etcdNs, host: '10.123.0.1', clientPort: 2379 });
+  await etcdctl('put', '/coreos.com/network/config', '{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}');
+});
+
+afterAll(async () => {
+  await etcd?.destroy();
+  await lab.destroy();
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('twill run in a network namespace', () => {
+  it('leases, keeps the subnet over SIGKILL, reclaims a deleted key, and stops cleanly', async () => {
+    let twill = startTwill(['--iface', 'eth0']);
+    const took = await waitFor(async () => (await subnetKeys()).length === 1, { timeoutMs: 5000, what: 'lease in etcd' });
+    const [key] = await subnetKeys();
+    expect(key).toMatch(/^\/coreos\.com\/network\/subnets\/10\.244\.\d+\.0-24$/);
+    expect((await etcdctl('get', '--print-value-only', key as string)).trim()).toBe('{"PublicIP":"10.123.0.2","PublicIPv6":null,"BackendType":"host-gw"}');
+    const third = (key as string).split('/').at(-1)?.split('.')[2];
+    await waitFor(async () => (await readFile(join(dir, 'subnet.env'), 'utf8').catch(() => '')) !== '', { timeoutMs: 5000 - took, what: 'subnet.env' });
+    expect(await readFile(join(dir, 'subnet.env'), 'utf8')).toBe(
+      `FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.${third}.1/24\nFLANNEL_MTU=1500\nFLANNEL_IPMASQ=false\n`,
+    );
+
+    twill.kill('SIGKILL');
+    await exited(twill);
+    twill = startTwill([], 'twill-2.log'); // no --iface: the default route's interface
+    await waitFor(async () => (await readFile(join(dir, 'twill-2.log'), 'utf8')).includes('lease acquired'), { timeoutMs: 5000, what: 'restart' });
+    expect(await subnetKeys()).toEqual([key]);
+
+    await etcdctl('del', key as string);
+    const back = await waitFor(async () => (await subnetKeys()).includes(key as string), { timeoutMs: 2000, what: 'key reclaimed' });
+    expect(back).toBeLessThan(2000);
+
+    twill.kill('SIGTERM');
+    expect(await exited(twill)).toBe(0);
+    expect(await subnetKeys()).toEqual([key]);
+    const log = await readFile(join(dir, 'twill-2.log'), 'utf8');
+    expect(log).toContain('own lease reclaimed');
+    expect(log).toContain('shutting down; the lease is kept');
+  });
+
+  it('stops with exit code 2 and an actionable message when the config is missing or bad', async () => {
+    const missing = startTwill(['--etcd-prefix', '/nothing-here'], 'missing.log');
+    expect(await exited(missing)).toBe(2);
+    expect(await readFile(join(dir, 'missing.log'), 'utf8')).toContain('no network config at /nothing-here/config; write net-conf.json there');
+    await etcdctl('put', '/bad/config', '{"Network":"10.244.0.0/16","SubnetLen":31}');
+    const bad = startTwill(['--etcd-prefix', '/bad'], 'bad.log');
+    expect(await exited(bad)).toBe(2);
+    expect(await readFile(join(dir, 'bad.log'), 'utf8')).toContain('/bad/config: net-conf.json: \\"SubnetLen\\" is 31; it must be 30 or less');
+  });
+});
