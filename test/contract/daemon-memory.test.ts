@@ -1,0 +1,72 @@
+// The daemon's lease keeping on the in-memory store: when another node holds
+// our subnet after our key vanished, runDaemon fails with LEASE_TAKEN (the
+// CLI turns that into exit code 1); while the store is down the peer set is
+// kept and renewal is retried.
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runDaemon, type DaemonState } from '../../src/daemon.ts';
+import { run } from '../../src/exec/runner.ts';
+import { encodeLeaseValue } from '../../src/lease/codec.ts';
+import { KvLeaseStore } from '../../src/lease/kv-store.ts';
+import { MemoryKv } from '../../src/lease/memory-kv.ts';
+import { captureLog } from '../helpers/log.ts';
+import { waitFor } from '../helpers/ports.ts';
+import { vxlanAttrs } from './lease-store.ts';
+
+let dir: string;
+beforeAll(async () => (dir = await mkdtemp(join(tmpdir(), 'twill-mem-'))));
+afterAll(() => rm(dir, { recursive: true, force: true }));
+
+function start(kv: MemoryKv, ttlSeconds?: number) {
+  const log = captureLog();
+  let state: DaemonState | undefined;
+  const ctl = new AbortController();
+  const store = new KvLeaseStore({ kv, prefix: '/n', ...(ttlSeconds ? { ttlSeconds } : {}) });
+  const done = runDaemon(
+    { store, runner: run, logger: log.logger },
+    {
+      nodeName: 'm1',
+      iface: { iface: ['lo'], ifaceRegex: [], publicIp: '192.0.2.1' },
+      subnetFile: join(dir, 'subnet.env'),
+      renewMarginMs: 3_600_000,
+      ipMasq: true,
+      onState: (s) => (state = s),
+    },
+    ctl.signal,
+  );
+  return { log, done, stop: () => ctl.abort(), state: () => state };
+}
+
+describe('daemon on the memory store', () => {
+  it('fails with LEASE_TAKEN when another node took our subnet', async () => {
+    const kv = new MemoryKv();
+    kv.putRaw('/n/config', '{"Network":"10.50.0.0/16"}');
+    const d = start(kv);
+    await waitFor(() => d.state() !== undefined, { timeoutMs: 5000, what: 'lease' });
+    expect(await readFile(join(dir, 'subnet.env'), 'utf8')).toContain('FLANNEL_IPMASQ=true');
+    const key = `/n/subnets/${d.state()?.lease.key}`;
+    kv.deleteRaw(key); // the delete event and the foreign put race, as in real life
+    kv.putRaw(key, encodeLeaseValue(vxlanAttrs(77)));
+    await expect(d.done).rejects.toMatchObject({ code: 'LEASE_TAKEN', message: expect.stringContaining('held by node 192.0.2.77') });
+    await kv.close();
+  });
+
+  it('keeps its peers while the store is down and renews once it is back', async () => {
+    const kv = new MemoryKv();
+    kv.putRaw('/n/config', '{"Network":"10.50.0.0/16"}');
+    kv.putRaw('/n/subnets/10.50.9.0-24', encodeLeaseValue(vxlanAttrs(9)));
+    const d = start(kv, 4); // renewal at half-life (2 s), well before expiry
+    await waitFor(() => d.state()?.peers.length === 1, { timeoutMs: 5000, what: 'peer' });
+    kv.setDown(true);
+    await waitFor(() => d.log.lines.some((l) => l.msg === 'renewal failed; retrying'), { timeoutMs: 5000, what: 'failed renewal' });
+    expect(d.state()?.peers.map((p) => p.key)).toEqual(['10.50.9.0-24']);
+    kv.setDown(false);
+    const renewedAfter = d.log.lines.length;
+    await waitFor(() => d.log.lines.slice(renewedAfter).some((l) => l.msg === 'lease renewed'), { timeoutMs: 5000, what: 'renewal after outage' });
+    d.stop();
+    await d.done;
+    await kv.close();
+  });
+});
