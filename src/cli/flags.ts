@@ -134,6 +134,9 @@ function checkFlags(flags: RunFlags): RunFlags {
   if (flags.publicIp !== undefined && !isIpv4(flags.publicIp)) bad('public-ip', flags.publicIp, 'is not an IPv4 address');
   if (!isIpv4(flags.healthzIp)) bad('healthz-ip', flags.healthzIp, 'is not an IPv4 address');
   if (flags.healthzPort > 65535) bad('healthz-port', String(flags.healthzPort), 'is not a port number');
+  if (flags.subnetLeaseRenewMargin < 1 || flags.subnetLeaseRenewMargin > 1439) {
+    bad('subnet-lease-renew-margin', String(flags.subnetLeaseRenewMargin), 'must be from 1 to 1439 minutes (the lease lasts 24 h)');
+  }
   if (flags.iptablesResync < 1) bad('iptables-resync', String(flags.iptablesResync), 'must be at least 1 second');
   for (const e of flags.etcdEndpoints) {
     if (!/^https?:\/\/[^/\s]+\/?$/.test(e)) bad('etcd-endpoints', e, 'each endpoint must look like http://host:port or https://host:port');

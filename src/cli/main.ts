@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, join } from 'node:path';
-import { Command } from 'commander';
+import { Command, CommanderError } from 'commander';
 import { runDaemon } from '../daemon.ts';
 import { describeError, TwillError } from '../errors.ts';
 import { run } from '../exec/runner.ts';
@@ -69,6 +69,7 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
     );
     return 0;
   } catch (err) {
+    if (root.signal.aborted) return 0; // stopped while still starting: not a failure
     const code = err instanceof TwillError ? err.code : undefined;
     logger.fatal({ code }, describeError(err));
     return code !== undefined && USAGE_CODES.has(code) ? EXIT_USAGE : 1;
@@ -82,7 +83,8 @@ async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
   const program = new Command('twill')
     .description('twill: a per-node overlay network daemon for Kubernetes, in the spirit of flannel')
     .version(packageVersion(), '--version', 'print the version')
-    .showHelpAfterError();
+    .showHelpAfterError()
+    .exitOverride();
   const runCmd = program.command('run').description('lease this node\'s pod subnet, track peers, write subnet.env');
   addRunFlags(runCmd).action(async () => {
     exitCode = await runCommand(resolveRunFlags(runCmd, env), env);
@@ -90,6 +92,8 @@ async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
   try {
     await program.parseAsync(argv);
   } catch (err) {
+    // commander has already printed its message (help, version, unknown flag)
+    if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : EXIT_USAGE;
     process.stderr.write(`twill: ${describeError(err)}\n`);
     return EXIT_USAGE;
   }

@@ -54,7 +54,8 @@ async function buildClientOptions(opts: EtcdOptions): Promise<IOptions> {
     dialTimeout: callTimeoutMs,
     credentials: tls
       ? {
-          rootCertificate: opts.caFile ? await readFile(opts.caFile) : Buffer.alloc(0),
+          // without --etcd-cafile, grpc-js falls back to the system roots (null, not an empty CA)
+          rootCertificate: opts.caFile ? await readFile(opts.caFile) : (null as unknown as Buffer),
           ...(opts.certFile ? { certChain: await readFile(opts.certFile) } : {}),
           ...(opts.keyFile ? { privateKey: await readFile(opts.keyFile) } : {}),
         }
@@ -130,7 +131,9 @@ export class EtcdKv implements Kv {
       }
       return { entry: { key: o.key, value: o.value, modRevision: res.header.revision }, expiresAt: granted.expiresAt };
     } catch (err) {
-      if (granted) await this.revoke(granted.id);
+      // The transaction may have committed with its reply lost: revoking the
+      // new lease could delete the key we just wrote. Let it expire instead;
+      // the caller's retry finds the key by our PublicIP and adopts it.
       throw unavailable(`${o.what} ${o.key}`, err);
     }
   }
@@ -144,9 +147,10 @@ export class EtcdKv implements Kv {
       throw unavailable(`get ${key}`, err);
     });
     const written = await this.guardedPut({ key, value, ttl: ttlSeconds, modRevision: expected, what: 'replace' });
-    // The old etcd lease now holds no key of ours; drop it rather than let it linger for a day.
-    const oldLease = before.kvs[0]?.lease;
-    if (written && oldLease && oldLease !== '0') await this.revoke(oldLease);
+    // The old etcd lease now holds no key of ours; drop it rather than let it
+    // linger for a day. Only when what we read is the version we replaced.
+    const old = before.kvs[0];
+    if (written && old && old.mod_revision === expected && old.lease !== '0') await this.revoke(old.lease);
     return written;
   }
 
@@ -175,10 +179,12 @@ export class EtcdKv implements Kv {
     }
     const end = await session.ended;
     // A watch etcd cancelled itself (compaction) never answers a cancel: only
-    // cancel live ones, and never wait long for it.
-    if (watcher && end.reason === 'aborted') {
+    // cancel live ones, and never wait long for it. The session ignores any
+    // event that still arrives, so a stale watcher cannot replay old changes.
+    if (watcher && end.reason !== 'compacted') {
       await Promise.race([watcher.cancel().catch(() => undefined), new Promise((r) => setTimeout(r, 1000).unref())]);
     }
+    watcher?.removeAllListeners();
     return end;
   }
 
@@ -194,6 +200,8 @@ class WatchSession {
   private highest: bigint;
   private clusterId: string | undefined;
   private readonly opts: KvWatchOptions;
+  private done = false;
+  private disconnected = false;
 
   constructor(opts: KvWatchOptions) {
     this.opts = opts;
@@ -204,15 +212,25 @@ class WatchSession {
   }
 
   finish(end: WatchEnd): void {
+    this.done = true;
     this.resolve(end);
   }
 
   attach(w: Watcher): void {
     w.on('connected', (res: { header: IResponseHeader }) => {
+      if (this.done) return;
       this.onHeader(res.header);
       this.opts.onConnectivity(true, 'etcd watch connected');
+      // After a broken stream anything may have happened (a wipe whose new
+      // revision already caught up, missed events): re-list rather than trust
+      // the resumed stream.
+      if (this.disconnected) this.finish({ reason: 'failed', detail: 'etcd watch reconnected' });
     });
-    w.on('disconnected', (err: Error) => this.opts.onConnectivity(false, `etcd watch disconnected: ${err.message}`));
+    w.on('disconnected', (err: Error) => {
+      if (this.done) return;
+      this.disconnected = true;
+      this.opts.onConnectivity(false, `etcd watch disconnected: ${err.message}`);
+    });
     w.on('error', (err: Error) => {
       // etcd cancels a watch whose start revision was compacted away; the
       // cancel reason is often empty, so any server-side cancel means "re-list".
@@ -220,11 +238,12 @@ class WatchSession {
       this.finish({ reason: compacted ? 'compacted' : 'failed', detail: `etcd watch: ${err.message || 'cancelled by etcd'}` });
     });
     w.on('data', (res: { header: IResponseHeader; events: { type: string; kv: IKeyValue }[] }) => {
+      if (this.done) return;
       this.onHeader(res.header);
       const changes: KvChange[] = res.events.map((ev) =>
         ev.type === 'Delete' ? { type: 'delete', key: ev.kv.key.toString('utf8') } : { type: 'put', entry: toEntry(ev.kv) },
       );
-      if (changes.length > 0) this.opts.onChanges(changes);
+      if (changes.length > 0 && !this.done) this.opts.onChanges(changes);
     });
   }
 

@@ -52,6 +52,7 @@ export class LeaseKeeper {
       if (this.lostReason === undefined) {
         this.wake = childController(signal);
         await sleep(retryIn ?? renewDelay(this.lease, this.opts.renewMarginMs, Date.now()), this.wake.signal);
+        this.wake.abort(); // detaches it from `signal`
         if (signal.aborted) return;
       }
       try {

@@ -106,7 +106,9 @@ export class KvLeaseStore implements LeaseStore {
       const written = await this.kv.replace(entry.key, encodeLeaseValue(attrs), entry.modRevision, this.ttl, signal);
       return written ? this.toLease(record.lease.subnet, attrs, written) : undefined;
     }
-    const taken = records.flatMap(({ record }) => (record.ok ? [record.lease.subnet] : takenByKey(record.key)));
+    // Only keys naming a subnet this config could hand out block it: a hostile
+    // "0.0.0.0-0" must not make every other subnet look taken.
+    const taken = records.flatMap(({ record }) => takenByKey(record.key)).filter((s) => fitsConfig(config, s));
     const prev = req.previous;
     if (prev && fitsConfig(config, prev) && !taken.some((t) => overlaps(t, prev))) {
       const written = await this.kv.create(this.fullKey(subnetKey(prev)), encodeLeaseValue(attrs), this.ttl, signal);

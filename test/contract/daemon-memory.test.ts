@@ -2,7 +2,7 @@
 // our subnet after our key vanished, runDaemon fails with LEASE_TAKEN (the
 // CLI turns that into exit code 1); while the store is down the peer set is
 // kept and renewal is retried.
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -40,6 +40,18 @@ function start(kv: MemoryKv, ttlSeconds?: number) {
 }
 
 describe('daemon on the memory store', () => {
+  it('takes the subnet recorded in subnet.env when nobody holds it', async () => {
+    const kv = new MemoryKv();
+    kv.putRaw('/n/config', '{"Network":"10.50.0.0/16"}');
+    await writeFile(join(dir, 'subnet.env'), 'FLANNEL_NETWORK=10.50.0.0/16\nFLANNEL_SUBNET=10.50.123.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n');
+    const d = start(kv);
+    await waitFor(() => d.state() !== undefined, { timeoutMs: 5000, what: 'lease' });
+    expect(d.state()?.lease.key).toBe('10.50.123.0-24');
+    d.stop();
+    await d.done;
+    await kv.close();
+  });
+
   it('fails with LEASE_TAKEN when another node took our subnet', async () => {
     const kv = new MemoryKv();
     kv.putRaw('/n/config', '{"Network":"10.50.0.0/16"}');

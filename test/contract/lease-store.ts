@@ -99,6 +99,15 @@ export function leaseStoreContract(name: string, harness: () => StoreHarness): v
       });
     });
 
+    it('does not let a hostile key block allocation', async () => {
+      const { prefix, config, open } = await setup('{"Network":"10.20.0.0/28","SubnetLen":30,"Backend":{"Type":"host-gw"}}');
+      await harness().putRaw(`${prefix}/subnets/0.0.0.0-0`, 'anything');
+      await harness().putRaw(`${prefix}/subnets/10.20.0.0-28`, 'anything');
+      const attrs: LeaseAttrs = { publicIp: '192.0.2.1', publicIpv6: null, backendType: 'host-gw', backendData: null };
+      const lease = await (await open()).acquireLease({ config, attrs, previous: undefined }, signal);
+      expect(['10.20.0.4/30', '10.20.0.8/30', '10.20.0.12/30']).toContain(formatCidr(lease.subnet));
+    });
+
     it('renews, reports a deleted lease as lost, reclaims it, and refuses to take another node\'s', async () => {
       const { prefix, config, open } = await setup();
       const store = await open();

@@ -63,6 +63,9 @@ export async function startEtcd(spec: EtcdSpec = {}): Promise<EtcdServer> {
     async start() {
       const [file, argv] = spec.netns ? ['ip', ['netns', 'exec', spec.netns, 'etcd', ...args]] : ['etcd', args];
       child = spawn(file, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
+      const orphanGuard = (): void => void child?.kill('SIGKILL');
+      process.once('exit', orphanGuard);
+      child.once('exit', () => process.removeListener('exit', orphanGuard));
       let stderr = '';
       child.stderr?.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
       await waitFor(() => healthy(endpoint, spec.netns), { timeoutMs: 20_000, what: `etcd at ${endpoint} (${stderr})` });

@@ -79,6 +79,18 @@ describe('twill run in a network namespace', () => {
     expect(log).toContain('shutting down; the lease is kept');
   });
 
+  it('exits 0 on --version and SIGTERM while still starting, 2 on an unknown flag', async () => {
+    const version = lab.spawn(nodeNs, [process.execPath, MAIN, '--version'], join(dir, 'version.log'));
+    expect(await exited(version)).toBe(0);
+    const bogus = lab.spawn(nodeNs, [process.execPath, MAIN, 'run', '--bogus'], join(dir, 'bogus.log'));
+    expect(await exited(bogus)).toBe(2);
+    expect(await readFile(join(dir, 'bogus.log'), 'utf8')).toContain("unknown option '--bogus'");
+    const unreachable = lab.spawn(nodeNs, [process.execPath, MAIN, 'run', '--etcd-endpoints', 'http://10.123.0.1:2390', '--subnet-file', join(dir, 'x.env')], join(dir, 'early.log'));
+    await waitFor(async () => (await readFile(join(dir, 'early.log'), 'utf8')).includes('lease store unreachable'), { timeoutMs: 10_000, what: 'retrying' });
+    unreachable.kill('SIGTERM');
+    expect(await exited(unreachable)).toBe(0);
+  });
+
   it('stops with exit code 2 and an actionable message when the config is missing or bad', async () => {
     const missing = startTwill(['--etcd-prefix', '/nothing-here'], 'missing.log');
     expect(await exited(missing)).toBe(2);

@@ -123,3 +123,20 @@ describe('fitsConfig', () => {
     expect(fitsConfig(RANGE, { base: cidr('10.244.12.0/24').base + 4, prefix: 24 })).toBe(false);
   });
 });
+
+describe('pickFreeSubnet on a huge range', () => {
+  const HUGE = parseNetConfig('{"Network":"10.0.0.0/8","SubnetLen":30}');
+
+  it('finds a free /30 in 10.0.0.0/8 without listing four million subnets', () => {
+    const first = pickFreeSubnet(HUGE, [], () => 0);
+    expect(first && formatCidr(first)).toBe('10.0.0.4/30');
+    const next = pickFreeSubnet(HUGE, first ? [first] : [], () => 0);
+    expect(next && formatCidr(next)).toBe('10.0.0.8/30');
+  });
+
+  it('skips subnets covered by a larger taken block', () => {
+    const taken = [parseCidr('10.0.0.0/24', { strict: true })].filter((c) => c !== undefined);
+    const pick = pickFreeSubnet(HUGE, taken, () => 0);
+    expect(pick && formatCidr(pick)).toBe('10.0.1.0/30');
+  });
+});
