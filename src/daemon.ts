@@ -11,8 +11,8 @@ import { PeerTracker } from './lease/tracker.ts';
 import type { Lease, LeaseAttrs, LeaseStore } from './lease/types.ts';
 import type { Logger } from './log.ts';
 import { discoverInterface, linkMac, type IfaceChoice, type IfaceRequest } from './net/iface.ts';
-import { formatCidr } from './net/ipv4.ts';
-import { readSubnetEnv, writeSubnetEnv } from './subnetenv.ts';
+import { formatCidr, sameCidr } from './net/ipv4.ts';
+import { readSubnetEnv, writeSubnetEnv, type SubnetEnv } from './subnetenv.ts';
 import { Backoff, childController, sleep } from './util/abort.ts';
 
 export interface DaemonDeps {
@@ -74,7 +74,7 @@ async function leaseAttrs(deps: DaemonDeps, o: { config: NetConfig; choice: Ifac
   return { publicIp: o.choice.publicIp, publicIpv6: null, backendType: 'vxlan', backendData: { vni: backend.vni, vtepMac } };
 }
 
-async function previousSubnet(deps: DaemonDeps, path: string): Promise<ReturnType<typeof readSubnetEnv>> {
+async function previousSubnet(deps: DaemonDeps, path: string): Promise<SubnetEnv | undefined> {
   try {
     return await readSubnetEnv(path);
   } catch (err) {
@@ -95,7 +95,7 @@ export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: A
   logger.info({ iface: choice.iface.name, ifaceIp: choice.ifaceIp, publicIp: choice.publicIp, mtu: choice.iface.mtu }, 'using interface');
   const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
   const previous = await previousSubnet(deps, opts.subnetFile);
-  const prevSubnet = previous && formatCidr(previous.network) === formatCidr(config.network) ? previous.subnet : undefined;
+  const prevSubnet = previous && sameCidr(previous.network, config.network) ? previous.subnet : undefined;
   const first = await whileUnavailable(deps, 'acquiring lease', () => store.acquireLease({ config, attrs, previous: prevSubnet }, signal), signal);
   const env = { network: config.network, subnet: first.subnet, mtu: subnetMtu(config, choice), ipMasq: opts.ipMasq };
   await writeSubnetEnv(opts.subnetFile, env);

@@ -94,6 +94,10 @@ export function addRunFlags(cmd: Command): Command {
   return cmd;
 }
 
+function commaList(text: string): string[] {
+  return text.split(',').map((s) => s.trim()).filter((s) => s !== '');
+}
+
 function parseValue(f: FlagSpec, raw: unknown, fromEnv: boolean): unknown {
   const text = Array.isArray(raw) ? raw.join(',') : String(raw);
   switch (f.kind) {
@@ -106,9 +110,9 @@ function parseValue(f: FlagSpec, raw: unknown, fromEnv: boolean): unknown {
       if (!/^\d+$/.test(text)) return bad(f.name, text, 'is not a non-negative integer');
       return Number(text);
     case 'list':
-      return text.split(',').map((s) => s.trim()).filter((s) => s !== '');
+      return commaList(text);
     case 'repeat':
-      return fromEnv ? text.split(',').map((s) => s.trim()).filter((s) => s !== '') : raw;
+      return fromEnv ? commaList(text) : raw;
     case 'string':
       return text;
   }

@@ -137,8 +137,3 @@ function parseBackend(obj: CiObject | undefined): { config: BackendConfig; unkno
   };
   return { config, unknown: (obj?.unknownKeys() ?? []).map((k) => `Backend.${k}`) };
 }
-
-/** The net-conf.json text that describes `cfg` (what `twill` writes back). */
-export function netConfigSummary(cfg: NetConfig): string {
-  return `Network=${formatCidr(cfg.network)} SubnetLen=${cfg.subnetLen} SubnetMin=${formatIpv4(cfg.subnetMin)} SubnetMax=${formatIpv4(cfg.subnetMax)} Backend=${cfg.backend.type}`;
-}

@@ -115,7 +115,11 @@ export class EtcdKv implements Kv {
     await this.client.leaseClient.leaseRevoke({ ID: id }).catch(() => undefined);
   }
 
-  /** Puts `key` if it is absent (no modRevision) or at `modRevision`, bound to a new TTL lease; revokes it on failure. */
+  /**
+   * Puts `key` if it is absent (no modRevision) or at `modRevision`, bound to
+   * a new TTL lease (revoked when the compare fails). On success the old
+   * record's etcd lease, which now holds nothing of ours, is revoked too.
+   */
   private async guardedPut(o: { key: string; value: string; ttl: number; modRevision: string | undefined; what: string }): Promise<KvWritten | undefined> {
     let granted: { id: string; expiresAt: number } | undefined;
     try {
@@ -123,12 +127,15 @@ export class EtcdKv implements Kv {
       const compare = o.modRevision === undefined ? { target: 'Create' as const, create_revision: 0 } : { target: 'Mod' as const, mod_revision: o.modRevision };
       const res = await this.client.kv.txn({
         compare: [{ key: enc(o.key), result: 'Equal', ...compare }],
-        success: [{ request_put: { key: enc(o.key), value: enc(o.value), lease: granted.id } }],
+        success: [{ request_put: { key: enc(o.key), value: enc(o.value), lease: granted.id, prev_kv: true } }],
       });
       if (!res.succeeded) {
         await this.revoke(granted.id);
         return undefined;
       }
+      // prev_kv is exactly the version the compare matched, read atomically with the put.
+      const oldLease = res.responses[0]?.response_put.prev_kv?.lease;
+      if (oldLease && oldLease !== '0') await this.revoke(oldLease);
       return { entry: { key: o.key, value: o.value, modRevision: res.header.revision }, expiresAt: granted.expiresAt };
     } catch (err) {
       // The transaction may have committed with its reply lost: revoking the
@@ -143,15 +150,7 @@ export class EtcdKv implements Kv {
   }
 
   async replace(key: string, value: string, expected: string, ttlSeconds: number): Promise<KvWritten | undefined> {
-    const before = await this.client.kv.range({ key: enc(key) }).catch((err: unknown) => {
-      throw unavailable(`get ${key}`, err);
-    });
-    const written = await this.guardedPut({ key, value, ttl: ttlSeconds, modRevision: expected, what: 'replace' });
-    // The old etcd lease now holds no key of ours; drop it rather than let it
-    // linger for a day. Only when what we read is the version we replaced.
-    const old = before.kvs[0];
-    if (written && old && old.mod_revision === expected && old.lease !== '0') await this.revoke(old.lease);
-    return written;
+    return this.guardedPut({ key, value, ttl: ttlSeconds, modRevision: expected, what: 'replace' });
   }
 
   async deleteIf(key: string, expected: string): Promise<boolean> {
@@ -224,19 +223,16 @@ class WatchSession {
       // After a broken stream anything may have happened (a wipe whose new
       // revision already caught up, missed events): re-list rather than trust
       // the resumed stream.
-      if (this.disconnected) this.finish({ reason: 'failed', detail: 'etcd watch reconnected' });
+      if (this.disconnected) this.finish({ reason: 'reconnected', detail: 'etcd watch reconnected' });
     });
     w.on('disconnected', (err: Error) => {
       if (this.done) return;
       this.disconnected = true;
       this.opts.onConnectivity(false, `etcd watch disconnected: ${err.message}`);
     });
-    w.on('error', (err: Error) => {
-      // etcd cancels a watch whose start revision was compacted away; the
-      // cancel reason is often empty, so any server-side cancel means "re-list".
-      const compacted = /compact|canceled/i.test(err.message);
-      this.finish({ reason: compacted ? 'compacted' : 'failed', detail: `etcd watch: ${err.message || 'cancelled by etcd'}` });
-    });
+    // etcd3 emits 'error' only when etcd cancelled the watch: in practice a
+    // start revision that was compacted away (the reason is often empty).
+    w.on('error', (err: Error) => this.finish({ reason: 'compacted', detail: `etcd watch: ${err.message || 'cancelled by etcd'}` }));
     w.on('data', (res: { header: IResponseHeader; events: { type: string; kv: IKeyValue }[] }) => {
       if (this.done) return;
       this.onHeader(res.header);

@@ -108,7 +108,7 @@ export class KvLeaseStore implements LeaseStore {
     }
     // Only keys naming a subnet this config could hand out block it: a hostile
     // "0.0.0.0-0" must not make every other subnet look taken.
-    const taken = records.flatMap(({ record }) => takenByKey(record.key)).filter((s) => fitsConfig(config, s));
+    const taken = records.flatMap(({ record }) => (record.ok ? [record.lease.subnet] : takenByKey(record.key))).filter((s) => fitsConfig(config, s));
     const prev = req.previous;
     if (prev && fitsConfig(config, prev) && !taken.some((t) => overlaps(t, prev))) {
       const written = await this.kv.create(this.fullKey(subnetKey(prev)), encodeLeaseValue(attrs), this.ttl, signal);
@@ -187,6 +187,7 @@ export class KvLeaseStore implements LeaseStore {
       clearTimeout(timer);
       round.abort();
       reason = end.reason === 'aborted' ? 'periodic re-list' : `${end.reason}: ${end.detail}`;
+      // only a watch that could not be set up waits; compaction, a wipe or a reconnect re-list at once
       if (end.reason === 'failed') await sleep(backoff.next(), signal);
     }
   }

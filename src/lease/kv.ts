@@ -23,10 +23,10 @@ export interface KvWritten {
 
 export type KvChange = { readonly type: 'put'; readonly entry: KvEntry } | { readonly type: 'delete'; readonly key: string };
 
-/** Why a watch ended: the caller re-lists for everything but 'aborted'. */
+/** Why a watch ended: the caller re-lists for everything but 'aborted', and backs off after 'failed'. */
 export type WatchEnd =
   | { readonly reason: 'aborted' }
-  | { readonly reason: 'compacted' | 'wiped' | 'failed'; readonly detail: string };
+  | { readonly reason: 'compacted' | 'wiped' | 'reconnected' | 'failed'; readonly detail: string };
 
 export interface KvWatchOptions {
   /** first revision to report (the listing's revision + 1) */

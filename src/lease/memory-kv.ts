@@ -8,7 +8,8 @@ import type { Kv, KvChange, KvEntry, KvListing, KvWatchOptions, KvWritten, Watch
 
 interface Stored {
   entry: KvEntry;
-  timer: NodeJS.Timeout;
+  /** expiry timer; none for keys written without a TTL */
+  timer: NodeJS.Timeout | undefined;
 }
 
 interface Watch {
@@ -139,8 +140,7 @@ export class MemoryKv implements Kv {
     this.revision += 1n;
     const entry = { key, value, modRevision: String(this.revision) };
     const expiresAt = ttlSeconds > 0 ? Date.now() + ttlSeconds * 1000 : Number.MAX_SAFE_INTEGER;
-    const timer = setTimeout(() => this.remove(key), ttlSeconds > 0 ? ttlSeconds * 1000 : 2 ** 31 - 1);
-    timer.unref();
+    const timer = ttlSeconds > 0 ? setTimeout(() => this.remove(key), ttlSeconds * 1000).unref() : undefined;
     this.data.set(key, { entry, timer });
     this.publish({ type: 'put', entry });
     return { entry, expiresAt };

@@ -1,8 +1,9 @@
 // IPv4 addresses and CIDR blocks as plain data (numbers), with strict parsing.
 // Leases come from other nodes, so parsing refuses anything but canonical
 // dotted quads: no octal, no short forms, no host bits in a network address.
-// netmask does the block arithmetic once the text has been checked.
-import { Netmask, ip2long, long2ip } from 'netmask';
+// netmask converts between text and numbers once the text has been checked;
+// blocks are plain arithmetic on those numbers.
+import { ip2long, long2ip } from 'netmask';
 
 export interface Cidr {
   /** network address as an unsigned 32-bit number */
@@ -41,8 +42,7 @@ export function parseCidr(text: string, opts: { strict: boolean }): Cidr | undef
   const addr = parseIpv4(m[1] ?? '');
   const prefix = Number(m[2]);
   if (addr === undefined || prefix > 32 || String(prefix) !== m[2]) return undefined;
-  // netmask reads a /0 mask as "no mask" (/32), so the default route is spelled out.
-  const base = prefix === 0 ? 0 : ip2long(new Netmask(`${formatIpv4(addr)}/${prefix}`).base) >>> 0;
+  const base = addr - (addr % blockSize(prefix));
   if (opts.strict && base !== addr) return undefined;
   return { base, prefix };
 }
