@@ -6,12 +6,10 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runDaemon, type DaemonState } from '../../src/daemon.ts';
-import { run } from '../../src/exec/runner.ts';
 import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import { MemoryKv } from '../../src/lease/memory-kv.ts';
-import { captureLog } from '../helpers/log.ts';
+import { startTestDaemon, type TestNode } from '../helpers/daemon.ts';
 import { waitFor } from '../helpers/ports.ts';
 import { vxlanAttrs } from './lease-store.ts';
 
@@ -19,24 +17,9 @@ let dir: string;
 beforeAll(async () => (dir = await mkdtemp(join(tmpdir(), 'twill-mem-'))));
 afterAll(() => rm(dir, { recursive: true, force: true }));
 
-function start(kv: MemoryKv, ttlSeconds?: number) {
-  const log = captureLog();
-  let state: DaemonState | undefined;
-  const ctl = new AbortController();
+function start(kv: MemoryKv, ttlSeconds?: number): TestNode {
   const store = new KvLeaseStore({ kv, prefix: '/n', ...(ttlSeconds ? { ttlSeconds } : {}) });
-  const done = runDaemon(
-    { store, runner: run, logger: log.logger },
-    {
-      nodeName: 'm1',
-      iface: { iface: ['lo'], ifaceRegex: [], publicIp: '192.0.2.1' },
-      subnetFile: join(dir, 'subnet.env'),
-      renewMarginMs: 3_600_000,
-      ipMasq: true,
-      onState: (s) => (state = s),
-    },
-    ctl.signal,
-  );
-  return { log, done, stop: () => ctl.abort(), state: () => state };
+  return startTestDaemon({ store, nodeName: 'm1', publicIp: '192.0.2.1', subnetFile: join(dir, 'subnet.env'), ipMasq: true });
 }
 
 describe('daemon on the memory store', () => {
@@ -47,8 +30,7 @@ describe('daemon on the memory store', () => {
     const d = start(kv);
     await waitFor(() => d.state() !== undefined, { timeoutMs: 5000, what: 'lease' });
     expect(d.state()?.lease.key).toBe('10.50.123.0-24');
-    d.stop();
-    await d.done;
+    await d.stop();
     await kv.close();
   });
 
@@ -77,8 +59,7 @@ describe('daemon on the memory store', () => {
     kv.setDown(false);
     const renewedAfter = d.log.lines.length;
     await waitFor(() => d.log.lines.slice(renewedAfter).some((l) => l.msg === 'lease renewed'), { timeoutMs: 5000, what: 'renewal after outage' });
-    d.stop();
-    await d.done;
+    await d.stop();
     await kv.close();
   });
 });

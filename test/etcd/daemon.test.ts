@@ -7,12 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Etcd3 } from 'etcd3';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { runDaemon, type DaemonState } from '../../src/daemon.ts';
-import { run } from '../../src/exec/runner.ts';
 import { EtcdKv } from '../../src/lease/etcd-kv.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
-import { captureLog, type CapturedLog } from '../helpers/log.ts';
+import { startTestDaemon, type TestNode } from '../helpers/daemon.ts';
 import { waitFor } from '../helpers/ports.ts';
 
 const NETCONF = '{"Network":"10.40.0.0/16","Backend":{"Type":"vxlan"}}';
@@ -21,48 +19,17 @@ let admin: Etcd3;
 let dir: string;
 const running: { stop: () => Promise<void> }[] = [];
 
-interface Node {
-  state: () => DaemonState | undefined;
-  log: CapturedLog;
-  stop: () => Promise<void>;
-  done: Promise<void>;
-}
-
-async function startNode(o: { n: number; prefix: string; ttlSeconds?: number }): Promise<Node> {
+async function startNode(o: { n: number; prefix: string; ttlSeconds?: number }): Promise<TestNode> {
   const kv = await EtcdKv.connect({ endpoints: [etcd.endpoint] });
   const store = new KvLeaseStore({ kv, prefix: o.prefix, ...(o.ttlSeconds ? { ttlSeconds: o.ttlSeconds } : {}) });
-  const log = captureLog();
-  let last: DaemonState | undefined;
-  const ctl = new AbortController();
-  const done = runDaemon(
-    { store, runner: run, logger: log.logger },
-    {
-      nodeName: `node-${o.n}`,
-      iface: { iface: ['lo'], ifaceRegex: [], publicIp: `192.0.2.${o.n}` },
-      subnetFile: join(dir, `${o.prefix.slice(1)}-${o.n}.env`),
-      renewMarginMs: 3_600_000,
-      ipMasq: false,
-      onState: (s) => (last = s),
-    },
-    ctl.signal,
-  );
-  const node = {
-    state: () => last,
-    log,
-    done,
-    stop: async () => {
-      ctl.abort();
-      await done.catch(() => undefined);
-      await store.close();
-    },
-  };
+  const node = startTestDaemon({ store, nodeName: `node-${o.n}`, publicIp: `192.0.2.${o.n}`, subnetFile: join(dir, `${o.prefix.slice(1)}-${o.n}.env`) });
   running.push(node);
-  await waitFor(() => last !== undefined, { timeoutMs: 10_000, what: `node ${o.n} lease` });
+  await waitFor(() => node.state() !== undefined, { timeoutMs: 10_000, what: `node ${o.n} lease` });
   return node;
 }
 
-const peerKeys = (node: Node): string[] => (node.state()?.peers ?? []).map((p) => p.key).sort();
-const ownKey = (node: Node): string => node.state()?.lease.key ?? '';
+const peerKeys = (node: TestNode): string[] => (node.state()?.peers ?? []).map((p) => p.key).sort();
+const ownKey = (node: TestNode): string => node.state()?.lease.key ?? '';
 
 beforeAll(async () => {
   etcd = await startEtcd();

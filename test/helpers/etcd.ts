@@ -2,11 +2,13 @@
 // network namespace, on free ports, with a temporary data directory that is
 // removed on stop. It can be stopped and started again on the same ports,
 // with its data (restart) or without (wipe).
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import type { ChildProcess } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { run } from '../../src/exec/runner.ts';
 import { freePort, waitFor } from './ports.ts';
+import { startProcess, stopProcess } from './process.ts';
 
 export interface EtcdServer {
   readonly endpoint: string;
@@ -28,7 +30,6 @@ export interface EtcdSpec {
 
 async function healthy(endpoint: string, netns: string | undefined): Promise<boolean> {
   if (netns) {
-    const { run } = await import('../../src/exec/runner.ts');
     return run('ip', ['netns', 'exec', netns, 'etcdctl', '--endpoints', endpoint, 'endpoint', 'health'], { timeoutMs: 3000 }).then(
       () => true,
       () => false,
@@ -61,24 +62,15 @@ export async function startEtcd(spec: EtcdSpec = {}): Promise<EtcdServer> {
     endpoint,
     dataDir,
     async start() {
-      const [file, argv] = spec.netns ? ['ip', ['netns', 'exec', spec.netns, 'etcd', ...args]] : ['etcd', args];
-      child = spawn(file, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
-      const orphanGuard = (): void => void child?.kill('SIGKILL');
-      process.once('exit', orphanGuard);
-      child.once('exit', () => process.removeListener('exit', orphanGuard));
-      let stderr = '';
-      child.stderr?.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
-      await waitFor(() => healthy(endpoint, spec.netns), { timeoutMs: 20_000, what: `etcd at ${endpoint} (${stderr})` });
+      const logFile = join(dataDir, 'etcd.log');
+      child = startProcess(['etcd', ...args], { logFile, netns: spec.netns });
+      await waitFor(() => healthy(endpoint, spec.netns), { timeoutMs: 20_000, what: `etcd at ${endpoint}` }).catch(async (err: Error) => {
+        throw new Error(`${err.message}; etcd log: ${(await readFile(logFile, 'utf8').catch(() => '')).slice(-2000)}`);
+      });
     },
     async stop(opts = {}) {
-      const c = child;
+      if (child) await stopProcess(child);
       child = undefined;
-      if (c && c.exitCode === null) {
-        const exited = new Promise((r) => c.once('exit', r));
-        c.kill('SIGTERM');
-        await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
-        if (c.exitCode === null) c.kill('SIGKILL');
-      }
       if (opts.wipe) await rm(join(dataDir, 'data'), { recursive: true, force: true });
     },
     async destroy() {

@@ -2,9 +2,9 @@
 // pid (twt<pid>-<name>), so a later run can sweep namespaces whose creator
 // died. Tests touch only the namespaces made here, and `destroy` kills their
 // processes and deletes them even when the test failed.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { openSync, closeSync } from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
 import { run } from '../../src/exec/runner.ts';
+import { startProcess } from './process.ts';
 
 const PREFIX = 'twt';
 
@@ -71,9 +71,7 @@ export class NetnsLab {
 
   /** Starts a long-running process inside `ns`, its stdout+stderr appended to `logFile`. */
   spawn(ns: string, argv: readonly string[], logFile: string): ChildProcess {
-    const fd = openSync(logFile, 'a');
-    const child = spawn('ip', ['netns', 'exec', ns, ...argv], { stdio: ['ignore', fd, fd] });
-    closeSync(fd);
+    const child = startProcess(argv, { logFile, netns: ns });
     this.children.push(child);
     return child;
   }
@@ -84,9 +82,3 @@ export class NetnsLab {
   }
 }
 
-/** Resolves with the exit code (or signal) of a child process. */
-export function exited(child: ChildProcess): Promise<number | string> {
-  if (child.exitCode !== null) return Promise.resolve(child.exitCode);
-  if (child.signalCode !== null) return Promise.resolve(child.signalCode);
-  return new Promise((resolve) => child.once('exit', (code, sig) => resolve(code ?? sig ?? -1)));
-}

@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
-import { NetnsLab, exited, sweepStaleNetns } from '../helpers/netns.ts';
+import { NetnsLab, sweepStaleNetns } from '../helpers/netns.ts';
+import { exited } from '../helpers/process.ts';
 import { waitFor } from '../helpers/ports.ts';
 
 const MAIN = resolve(import.meta.dirname, '../../src/cli/main.ts');
