@@ -1,11 +1,16 @@
 // `twill run`, the daemon: read the network config, pick the interface,
-// acquire our lease, write subnet.env, then keep the lease and track peers
-// until the signal aborts. It never revokes the lease on shutdown, so a
-// restart finds its subnet again. Dependencies come in as a plain object.
+// acquire our lease, write subnet.env, then keep the lease, track peers and
+// keep the kernel matching them until the signal aborts. Shutdown neither
+// revokes the lease nor touches the dataplane, so a restart finds its subnet
+// again and pods keep talking meanwhile. Dependencies come in as a plain object.
 import { createHash } from 'node:crypto';
 import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
-import type { Runner } from './exec/runner.ts';
+import type { LineWatcher, Runner } from './exec/runner.ts';
+import { desiredState, vxlanDeviceName } from './dataplane/backend.ts';
+import { runMonitors } from './dataplane/monitor.ts';
+import { detectIptables } from './dataplane/observe.ts';
+import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
 import { LeaseKeeper } from './lease/keeper.ts';
 import { PeerTracker } from './lease/tracker.ts';
 import type { Lease, LeaseAttrs, LeaseStore } from './lease/types.ts';
@@ -18,7 +23,12 @@ import { Backoff, childController, sleep } from './util/abort.ts';
 export interface DaemonDeps {
   readonly store: LeaseStore;
   readonly runner: Runner;
+  readonly watch: LineWatcher;
   readonly logger: Logger;
+  /** sets net.ipv4.ip_forward=1 when it is not (true when it had to) */
+  readonly ensureForwarding: () => Promise<boolean>;
+  /** why bridged traffic would bypass iptables, if it would */
+  readonly bridgeNetfilterProblem: () => Promise<string | undefined>;
 }
 
 export interface DaemonOptions {
@@ -27,6 +37,8 @@ export interface DaemonOptions {
   readonly subnetFile: string;
   readonly renewMarginMs: number;
   readonly ipMasq: boolean;
+  /** period of the safety-net dataplane pass */
+  readonly resyncMs: number;
   /** observes the daemon's state, for tests and (later) health and status */
   readonly onState?: (state: DaemonState) => void;
 }
@@ -34,11 +46,8 @@ export interface DaemonOptions {
 export interface DaemonState {
   readonly lease: Lease;
   readonly peers: readonly Lease[];
-}
-
-/** The vxlan device name for a VNI (kernel objects carry twill's names). */
-export function vxlanDeviceName(vni: number): string {
-  return `twill.${vni}`;
+  /** the last dataplane pass, once one ran */
+  readonly pass: PassReport | undefined;
 }
 
 /** A stable, locally administered unicast MAC derived from the node name and VNI. */
@@ -102,19 +111,35 @@ export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: A
   logger.info({ key: first.key, subnet: formatCidr(first.subnet), expiresAt: new Date(first.expiresAt).toISOString(), subnetFile: opts.subnetFile }, 'lease acquired');
 
   const keeper = new LeaseKeeper({ store, lease: first, renewMarginMs: opts.renewMarginMs, logger });
-  const publish = (): void => opts.onState?.({ lease: keeper.current(), peers: tracker.list() });
+  const publish = (): void => opts.onState?.({ lease: keeper.current(), peers: tracker.list(), pass: reconciler.lastPass() });
   const tracker = new PeerTracker({
     context: { config, self: first.subnet },
     selfKey: first.key,
     selfPublicIp: attrs.publicIp,
     logger,
     onSelfLost: (why) => keeper.notifyLost(why),
-    onPeersChanged: publish,
+    onPeersChanged: () => {
+      reconciler.trigger('leases', true);
+      publish();
+    },
+  });
+  const iptables = await detectIptables(deps.runner, signal);
+  const brProblem = await deps.bridgeNetfilterProblem();
+  if (brProblem !== undefined) logger.warn(brProblem);
+  const reconciler = new Reconciler({
+    runner: deps.runner,
+    logger,
+    desired: () => desiredState({ config, self: keeper.current(), peers: tracker.list(), choice, ipMasq: opts.ipMasq, randomFully: iptables.randomFully }),
+    ensureForwarding: deps.ensureForwarding,
+    resyncMs: opts.resyncMs,
+    onPass: publish,
   });
   publish();
   await runTogether(signal, [
     (s) => store.watchLeases({ signal: s, onEvent: (ev) => tracker.handle(ev) }),
     (s) => keeper.run(s),
+    (s) => reconciler.run(s),
+    (s) => runMonitors({ watch: deps.watch, logger, ctx: { underlay: choice.iface.name }, nft: iptables.nftables, onEvent: (src) => reconciler.trigger(src) }, s),
   ]);
 }
 

@@ -8,7 +8,8 @@ import { dirname, join } from 'node:path';
 import { Command, CommanderError } from 'commander';
 import { runDaemon } from '../daemon.ts';
 import { describeError, TwillError } from '../errors.ts';
-import { run } from '../exec/runner.ts';
+import { ensureIpForward, bridgeNetfilterProblem } from '../dataplane/sysctl.ts';
+import { run, watchLines } from '../exec/runner.ts';
 import { EtcdKv } from '../lease/etcd-kv.ts';
 import { KvLeaseStore } from '../lease/kv-store.ts';
 import { createLogger } from '../log.ts';
@@ -57,13 +58,14 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
   logger.info({ version: packageVersion(), store: store.description }, 'twill starting');
   try {
     await runDaemon(
-      { store, runner: run, logger },
+      { store, runner: run, watch: watchLines, logger, ensureForwarding: ensureIpForward, bridgeNetfilterProblem },
       {
         nodeName,
         iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp },
         subnetFile: flags.subnetFile,
         renewMarginMs: flags.subnetLeaseRenewMargin * 60_000,
         ipMasq: flags.ipMasq,
+        resyncMs: flags.iptablesResync * 1000,
       },
       root.signal,
     );
@@ -85,7 +87,7 @@ async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
     .version(packageVersion(), '--version', 'print the version')
     .showHelpAfterError()
     .exitOverride();
-  const runCmd = program.command('run').description('lease this node\'s pod subnet, track peers, write subnet.env');
+  const runCmd = program.command('run').description('lease this node\'s pod subnet, write subnet.env, track peers and program the dataplane');
   addRunFlags(runCmd).action(async () => {
     exitCode = await runCommand(resolveRunFlags(runCmd, env), env);
   });

@@ -61,3 +61,25 @@ export async function runJson(runner: Runner, file: string, args: readonly strin
   const text = stdout.trim();
   return text === '' ? [] : (JSON.parse(text) as unknown);
 }
+
+export interface WatchOptions {
+  readonly signal: AbortSignal;
+  /** called for every line the program prints on stdout */
+  readonly onLine: (line: string) => void;
+}
+
+/** Spawns a long-running program (`ip monitor`, `nft monitor`) and streams its stdout lines until it exits or `signal` aborts. */
+export type LineWatcher = (file: string, args: readonly string[], opts: WatchOptions) => Promise<void>;
+
+/** Resolves when the signal aborts; rejects with CommandError when the program exits on its own. */
+export const watchLines: LineWatcher = async (file, args, opts) => {
+  const child = execa(file, args, { cancelSignal: opts.signal, reject: false, encoding: 'utf8', lines: false, buffer: false, stdin: 'ignore', stderr: 'pipe' });
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => {
+    if (stderr.length < 4096) stderr += d.toString();
+  });
+  for await (const line of child.iterable({ from: 'stdout' })) opts.onLine(String(line));
+  const result = await child;
+  if (opts.signal.aborted) return;
+  throw new CommandError({ command: [file, ...args], exitCode: result.exitCode, stderr, reason: `exited (${result.exitCode ?? result.signal ?? 'unknown'})` });
+};

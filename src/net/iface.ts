@@ -11,6 +11,8 @@ export interface IfaceInfo {
   readonly mac: string;
   /** IPv4 addresses in the order the kernel lists them */
   readonly addrs: readonly string[];
+  /** the same addresses with their prefix length ("10.0.0.2/24"): the on-link networks */
+  readonly networks: readonly string[];
 }
 
 export interface IfaceChoice {
@@ -31,18 +33,22 @@ interface IpAddrJson {
   ifname?: string;
   mtu?: number;
   address?: string;
-  addr_info?: { family?: string; local?: string }[];
+  addr_info?: { family?: string; local?: string; prefixlen?: number }[];
 }
 
 /** Parses `ip -json addr show` output into interfaces. */
 export function parseIpAddr(json: unknown): IfaceInfo[] {
   if (!Array.isArray(json)) return [];
-  return (json as IpAddrJson[]).map((l) => ({
-    name: l.ifname ?? '',
-    mtu: l.mtu ?? 1500,
-    mac: l.address ?? '',
-    addrs: (l.addr_info ?? []).filter((a) => a.family === 'inet' && a.local).map((a) => a.local as string),
-  }));
+  return (json as IpAddrJson[]).map((l) => {
+    const inet = (l.addr_info ?? []).filter((a) => a.family === 'inet' && a.local);
+    return {
+      name: l.ifname ?? '',
+      mtu: l.mtu ?? 1500,
+      mac: l.address ?? '',
+      addrs: inet.map((a) => a.local as string),
+      networks: inet.map((a) => `${a.local as string}/${a.prefixlen ?? 32}`),
+    };
+  });
 }
 
 /** The device of the first IPv4 default route in `ip -json route show default` output. */

@@ -17,7 +17,7 @@ let dir: string;
 beforeAll(async () => (dir = await mkdtemp(join(tmpdir(), 'twill-mem-'))));
 afterAll(() => rm(dir, { recursive: true, force: true }));
 
-function start(kv: MemoryKv, ttlSeconds?: number): TestNode {
+function start(kv: MemoryKv, ttlSeconds?: number): Promise<TestNode> {
   const store = new KvLeaseStore({ kv, prefix: '/n', ...(ttlSeconds ? { ttlSeconds } : {}) });
   return startTestDaemon({ store, nodeName: 'm1', publicIp: '192.0.2.1', subnetFile: join(dir, 'subnet.env'), ipMasq: true });
 }
@@ -27,7 +27,7 @@ describe('daemon on the memory store', () => {
     const kv = new MemoryKv();
     kv.putRaw('/n/config', '{"Network":"10.50.0.0/16"}');
     await writeFile(join(dir, 'subnet.env'), 'FLANNEL_NETWORK=10.50.0.0/16\nFLANNEL_SUBNET=10.50.123.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n');
-    const d = start(kv);
+    const d = await start(kv);
     await waitFor(() => d.state() !== undefined, { timeoutMs: 5000, what: 'lease' });
     expect(d.state()?.lease.key).toBe('10.50.123.0-24');
     await d.stop();
@@ -37,7 +37,7 @@ describe('daemon on the memory store', () => {
   it('fails with LEASE_TAKEN when another node took our subnet', async () => {
     const kv = new MemoryKv();
     kv.putRaw('/n/config', '{"Network":"10.50.0.0/16"}');
-    const d = start(kv);
+    const d = await start(kv);
     await waitFor(() => d.state() !== undefined, { timeoutMs: 5000, what: 'lease' });
     expect(await readFile(join(dir, 'subnet.env'), 'utf8')).toContain('FLANNEL_IPMASQ=true');
     const key = `/n/subnets/${d.state()?.lease.key}`;
@@ -51,7 +51,7 @@ describe('daemon on the memory store', () => {
     const kv = new MemoryKv();
     kv.putRaw('/n/config', '{"Network":"10.50.0.0/16"}');
     kv.putRaw('/n/subnets/10.50.9.0-24', encodeLeaseValue(vxlanAttrs(9)));
-    const d = start(kv, 4); // renewal at half-life (2 s), well before expiry
+    const d = await start(kv, 4); // renewal at half-life (2 s), well before expiry
     await waitFor(() => d.state()?.peers.length === 1, { timeoutMs: 5000, what: 'peer' });
     kv.setDown(true);
     await waitFor(() => d.log.lines.some((l) => l.msg === 'renewal failed; retrying'), { timeoutMs: 5000, what: 'failed renewal' });

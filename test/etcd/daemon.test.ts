@@ -22,7 +22,7 @@ const running: { stop: () => Promise<void> }[] = [];
 async function startNode(o: { n: number; prefix: string; ttlSeconds?: number }): Promise<TestNode> {
   const kv = await EtcdKv.connect({ endpoints: [etcd.endpoint] });
   const store = new KvLeaseStore({ kv, prefix: o.prefix, ...(o.ttlSeconds ? { ttlSeconds: o.ttlSeconds } : {}) });
-  const node = startTestDaemon({ store, nodeName: `node-${o.n}`, publicIp: `192.0.2.${o.n}`, subnetFile: join(dir, `${o.prefix.slice(1)}-${o.n}.env`) });
+  const node = await startTestDaemon({ store, nodeName: `node-${o.n}`, publicIp: `192.0.2.${o.n}`, subnetFile: join(dir, `${o.prefix.slice(1)}-${o.n}.env`) });
   running.push(node);
   await waitFor(() => node.state() !== undefined, { timeoutMs: 10_000, what: `node ${o.n} lease` });
   return node;

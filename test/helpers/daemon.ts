@@ -1,30 +1,39 @@
-// runDaemon in-process for tests: one node with a captured log, its latest
-// state, and a stop that aborts it, waits for it and closes its store.
+// runDaemon in-process for tests: one node in a network namespace of its own
+// (its dataplane work runs there through nsenter, never on the host), with a
+// captured log, its latest state, and a stop that aborts it, waits for it,
+// closes its store and removes the namespace.
 import { runDaemon, type DaemonState } from '../../src/daemon.ts';
-import { run } from '../../src/exec/runner.ts';
 import type { LeaseStore } from '../../src/lease/types.ts';
 import { captureLog, type CapturedLog } from './log.ts';
+import { NetnsLab, nsForwarding, nsRunner, nsWatch } from './netns.ts';
 
 export interface TestNode {
   state: () => DaemonState | undefined;
   log: CapturedLog;
   done: Promise<void>;
   stop: () => Promise<void>;
+  /** the node's namespace */
+  ns: string;
 }
 
-/** Starts a daemon on `store` that uses loopback as its interface and `publicIp` as its address. */
-export function startTestDaemon(o: { store: LeaseStore; nodeName: string; publicIp: string; subnetFile: string; ipMasq?: boolean }): TestNode {
+let counter = 0;
+
+/** Starts a daemon on `store` in a fresh namespace, using loopback as its interface and `publicIp` as its address. */
+export async function startTestDaemon(o: { store: LeaseStore; nodeName: string; publicIp: string; subnetFile: string; ipMasq?: boolean }): Promise<TestNode> {
+  const lab = new NetnsLab();
+  const ns = await lab.add(`d${++counter}`);
   const log = captureLog();
   let last: DaemonState | undefined;
   const ctl = new AbortController();
   const done = runDaemon(
-    { store: o.store, runner: run, logger: log.logger },
+    { store: o.store, runner: nsRunner(ns), watch: nsWatch(ns), logger: log.logger, ensureForwarding: nsForwarding(ns), bridgeNetfilterProblem: async () => undefined },
     {
       nodeName: o.nodeName,
       iface: { iface: ['lo'], ifaceRegex: [], publicIp: o.publicIp },
       subnetFile: o.subnetFile,
       renewMarginMs: 3_600_000,
       ipMasq: o.ipMasq ?? false,
+      resyncMs: 5_000,
       onState: (s) => (last = s),
     },
     ctl.signal,
@@ -33,10 +42,12 @@ export function startTestDaemon(o: { store: LeaseStore; nodeName: string; public
     state: () => last,
     log,
     done,
+    ns,
     stop: async () => {
       ctl.abort();
       await done.catch(() => undefined);
       await o.store.close();
+      await lab.destroy();
     },
   };
 }

@@ -3,7 +3,7 @@
 // died. Tests touch only the namespaces made here, and `destroy` kills their
 // processes and deletes them even when the test failed.
 import type { ChildProcess } from 'node:child_process';
-import { run } from '../../src/exec/runner.ts';
+import { run, watchLines, type LineWatcher, type Runner } from '../../src/exec/runner.ts';
 import { startProcess } from './process.ts';
 
 const PREFIX = 'twt';
@@ -37,6 +37,26 @@ export async function sweepStaleNetns(): Promise<void> {
     const m = new RegExp(`^${PREFIX}(\\d+)-`).exec(name);
     if (m && !alive(Number(m[1]))) await deleteNetns(name);
   }
+}
+
+/** A runner whose commands run inside network namespace `ns` (nsenter --net, no mount namespace). */
+export function nsRunner(ns: string): Runner {
+  return (file, args, opts) => run('nsenter', [`--net=/run/netns/${ns}`, file, ...args], opts);
+}
+
+/** A line watcher (ip monitor, nft monitor) inside network namespace `ns`. */
+export function nsWatch(ns: string): LineWatcher {
+  return (file, args, opts) => watchLines('nsenter', [`--net=/run/netns/${ns}`, file, ...args], opts);
+}
+
+/** ip_forward kept at 1 inside `ns` (what the daemon does through /proc in its own namespace). */
+export function nsForwarding(ns: string): () => Promise<boolean> {
+  const runner = nsRunner(ns);
+  return async () => {
+    if ((await runner('sysctl', ['-n', 'net.ipv4.ip_forward'])).stdout.trim() === '1') return false;
+    await runner('sysctl', ['-qw', 'net.ipv4.ip_forward=1']);
+    return true;
+  };
 }
 
 export class NetnsLab {

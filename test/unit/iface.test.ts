@@ -38,11 +38,11 @@ function failure(links: readonly IfaceInfo[], dev: string | undefined, req: Ifac
 describe('parseIpAddr', () => {
   it('reads name, MTU, MAC and IPv4 addresses in kernel order', () => {
     expect(LINKS).toStrictEqual([
-      { name: 'lo', mtu: 65536, mac: '00:00:00:00:00:00', addrs: ['127.0.0.1'] },
-      { name: 'eth0', mtu: 1500, mac: '02:fc:00:00:00:01', addrs: ['192.0.2.2'] },
-      { name: 'eth1', mtu: 9000, mac: '02:fc:00:00:00:02', addrs: ['10.10.0.5', '10.10.0.6'] },
-      { name: 'eth2', mtu: 1500, mac: '02:fc:00:00:00:03', addrs: [] },
-      { name: 'br-lan', mtu: 1400, mac: '02:fc:00:00:00:04', addrs: ['172.16.9.1'] },
+      { name: 'lo', mtu: 65536, mac: '00:00:00:00:00:00', addrs: ['127.0.0.1'], networks: ['127.0.0.1/8'] },
+      { name: 'eth0', mtu: 1500, mac: '02:fc:00:00:00:01', addrs: ['192.0.2.2'], networks: ['192.0.2.2/24'] },
+      { name: 'eth1', mtu: 9000, mac: '02:fc:00:00:00:02', addrs: ['10.10.0.5', '10.10.0.6'], networks: ['10.10.0.5/16', '10.10.0.6/16'] },
+      { name: 'eth2', mtu: 1500, mac: '02:fc:00:00:00:03', addrs: [], networks: [] },
+      { name: 'br-lan', mtu: 1400, mac: '02:fc:00:00:00:04', addrs: ['172.16.9.1'], networks: ['172.16.9.1/24'] },
     ]);
   });
 
@@ -58,7 +58,7 @@ describe('parseIpAddr', () => {
         ],
       },
     ];
-    expect(parseIpAddr(json)).toStrictEqual([{ name: 'eth0', mtu: 1500, mac: '02:fc:00:00:00:01', addrs: ['192.0.2.2'] }]);
+    expect(parseIpAddr(json)).toStrictEqual([{ name: 'eth0', mtu: 1500, mac: '02:fc:00:00:00:01', addrs: ['192.0.2.2'], networks: ['192.0.2.2/24'] }]);
   });
 
   it('gives no interfaces for output that is not an array', () => {

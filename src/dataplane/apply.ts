@@ -1,0 +1,70 @@
+// apply: renders a plan into at most four batches — ip (pre), bridge, ip
+// (post), iptables-restore --noflush with the xtables lock — and runs them
+// in that order. ip and bridge run with -force so one failing line does not
+// stop the rest; failures are mapped back to the lines that caused them.
+import { describeError } from '../errors.ts';
+import { CommandError, type Runner } from '../exec/runner.ts';
+import { renderRestore } from './masq.ts';
+import type { Op, Phase } from './model.ts';
+
+export interface Batch {
+  readonly phase: Phase;
+  readonly file: string;
+  readonly args: readonly string[];
+  readonly input: string;
+  readonly lines: readonly string[];
+}
+
+const BATCH_ARGS = ['-force', '-batch', '-'];
+
+/** The batches for a plan, in run order; phases without ops are left out. */
+export function renderBatches(ops: readonly Op[]): Batch[] {
+  const batches: Batch[] = [];
+  const lined = (phase: Phase, file: string): void => {
+    const lines = ops.filter((o) => o.phase === phase).map((o) => o.line);
+    if (lines.length > 0) batches.push({ phase, file, args: BATCH_ARGS, input: `${lines.join('\n')}\n`, lines });
+  };
+  lined('ip-pre', 'ip');
+  lined('bridge', 'bridge');
+  lined('ip-post', 'ip');
+  const restore = renderRestore(ops);
+  if (restore !== '') batches.push({ phase: 'iptables', file: 'iptables-restore', args: ['--noflush', '-w', '5'], input: restore, lines: restore.trimEnd().split('\n') });
+  return batches;
+}
+
+/** Turns `ip -batch -force` stderr ("…\nCommand failed -:3") into "<line>: <reason>" messages. */
+export function batchFailures(stderr: string, lines: readonly string[]): string[] {
+  const out: string[] = [];
+  let reason: string[] = [];
+  for (const raw of stderr.split('\n')) {
+    const m = /^Command failed -:(\d+)/.exec(raw.trim());
+    if (m) {
+      out.push(`${lines[Number(m[1]) - 1] ?? `line ${m[1]}`}: ${reason.join('; ') || 'failed'}`);
+      reason = [];
+    } else if (raw.trim() !== '') reason.push(raw.trim());
+  }
+  if (out.length === 0 && reason.length > 0) out.push(reason.join('; '));
+  return out;
+}
+
+export interface ApplyResult {
+  readonly batches: number;
+  /** one message per failed line (or per failed batch when no line is known) */
+  readonly failures: readonly string[];
+}
+
+/** Runs the plan's batches; a failing batch does not stop the later ones. */
+export async function applyOps(runner: Runner, ops: readonly Op[], signal: AbortSignal): Promise<ApplyResult> {
+  const batches = renderBatches(ops);
+  const failures: string[] = [];
+  for (const b of batches) {
+    try {
+      await runner(b.file, b.args, { signal, input: b.input, timeoutMs: 60_000 });
+    } catch (err) {
+      if (signal.aborted) throw err;
+      const found = err instanceof CommandError ? batchFailures(err.stderr, b.lines) : [];
+      failures.push(...(found.length > 0 ? found.map((f) => `${b.file}: ${f}`) : [describeError(err)]));
+    }
+  }
+  return { batches: batches.length, failures };
+}

@@ -1,0 +1,127 @@
+// diff: desired vs observed → the ordered ops of one pass, pure. Only what
+// twill owns is ever deleted: routes with ROUTE_PROTOCOL, vxlan devices
+// named twill.*, permanent neighbour and FDB entries on twill's device, and
+// twill's chains. An unchanged kernel gives an empty plan.
+import { chainSpecs, diffChain } from './masq.ts';
+import { ROUTE_PROTOCOL, type DesiredState, type ObservedLink, type ObservedState, type Op, type RouteSpec, type VxlanDevice } from './model.ts';
+
+const P = `proto ${ROUTE_PROTOCOL}`;
+
+function sameDevice(want: VxlanDevice, seen: ObservedLink): boolean {
+  return (
+    seen.vni === want.vni &&
+    seen.local === want.local &&
+    seen.underlay === want.underlay &&
+    seen.port === want.port &&
+    seen.learning === want.learning &&
+    seen.gbp === want.gbp
+  );
+}
+
+function createDevice(d: VxlanDevice): Op[] {
+  const flags = `${d.learning ? '' : ' nolearning'}${d.gbp ? ' gbp' : ''}`;
+  return [
+    { kind: 'link', action: 'add', phase: 'ip-pre', line: `link add ${d.name} mtu ${d.mtu} address ${d.mac} type vxlan id ${d.vni} local ${d.local} dev ${d.underlay} dstport ${d.port}${flags}` },
+    { kind: 'addr', action: 'add', phase: 'ip-pre', line: `addr add ${d.address} dev ${d.name}` },
+    { kind: 'link', action: 'change', phase: 'ip-pre', line: `link set ${d.name} up` },
+  ];
+}
+
+/** Fixes a compatible device in place: MAC, MTU, addresses, up. */
+function tuneDevice(d: VxlanDevice, seen: ObservedLink): Op[] {
+  const ops: Op[] = [];
+  const set = (what: string): void => void ops.push({ kind: 'link', action: 'change', phase: 'ip-pre', line: `link set ${d.name} ${what}` });
+  if (seen.mac !== d.mac) set(`address ${d.mac}`);
+  if (seen.mtu !== d.mtu) set(`mtu ${d.mtu}`);
+  for (const a of seen.addresses) {
+    if (a !== d.address) ops.push({ kind: 'addr', action: 'delete', phase: 'ip-pre', line: `addr del ${a} dev ${d.name}` });
+  }
+  if (!seen.addresses.includes(d.address)) ops.push({ kind: 'addr', action: 'add', phase: 'ip-pre', line: `addr add ${d.address} dev ${d.name}` });
+  if (!seen.up) set('up');
+  return ops;
+}
+
+/** Device ops, and whether the device's entries start from empty (created or replaced). */
+function diffLinks(want: VxlanDevice | null, seen: ObservedState): { ops: Op[]; fresh: boolean } {
+  const ops: Op[] = [];
+  for (const l of seen.links) {
+    if (l.name !== want?.name) ops.push({ kind: 'link', action: 'delete', phase: 'ip-post', line: `link del ${l.name}` });
+  }
+  if (!want) return { ops, fresh: false };
+  const current = seen.links.find((l) => l.name === want.name);
+  if (current && sameDevice(want, current)) return { ops: [...ops, ...tuneDevice(want, current)], fresh: false };
+  if (current) ops.push({ kind: 'link', action: 'delete', phase: 'ip-pre', line: `link del ${want.name}` });
+  return { ops: [...ops, ...createDevice(want)], fresh: true };
+}
+
+function routeLine(r: RouteSpec): string {
+  return `${r.dst} via ${r.via} dev ${r.dev}${r.onlink ? ' onlink' : ''} ${P}`;
+}
+
+function diffRoutes(want: readonly RouteSpec[], seen: readonly RouteSpec[]): Op[] {
+  const ops: Op[] = [];
+  const have = new Map(seen.map((r) => [r.dst, r]));
+  const wanted = new Set(want.map((r) => r.dst));
+  for (const r of seen) {
+    if (!wanted.has(r.dst)) ops.push({ kind: 'route', action: 'delete', phase: 'ip-pre', line: `route del ${routeLine(r)}` });
+  }
+  for (const r of want) {
+    const h = have.get(r.dst);
+    if (!h) ops.push({ kind: 'route', action: 'add', phase: 'ip-post', line: `route add ${routeLine(r)}` });
+    else if (routeLine(h) !== routeLine(r)) ops.push({ kind: 'route', action: 'change', phase: 'ip-post', line: `route replace ${routeLine(r)}` });
+  }
+  return ops;
+}
+
+function diffNeighs(want: DesiredState, seen: ObservedState, fresh: boolean): Op[] {
+  const dev = want.vxlan?.name;
+  const observed = fresh ? [] : seen.neighs.filter((n) => n.dev === dev);
+  const have = new Map(observed.map((n) => [n.ip, n]));
+  const wanted = new Set(want.neighs.map((n) => n.ip));
+  const ops: Op[] = [];
+  for (const n of want.neighs) {
+    const h = have.get(n.ip);
+    if (h?.permanent && h.mac === n.mac) continue;
+    const action = h ? 'change' : 'add';
+    ops.push({ kind: 'neigh', action, phase: 'ip-pre', line: `neigh replace ${n.ip} lladdr ${n.mac} dev ${n.dev} nud permanent` });
+  }
+  for (const n of observed) {
+    if (n.permanent && !wanted.has(n.ip)) ops.push({ kind: 'neigh', action: 'delete', phase: 'ip-post', line: `neigh del ${n.ip} dev ${n.dev}` });
+  }
+  return ops;
+}
+
+function diffFdb(want: DesiredState, seen: ObservedState, fresh: boolean): Op[] {
+  const dev = want.vxlan?.name;
+  const observed = fresh ? [] : seen.fdb.filter((f) => f.dev === dev && f.permanent);
+  const key = (mac: string, dst: string | undefined): string => `${mac} ${dst ?? ''}`;
+  const wanted = new Set(want.fdb.map((f) => key(f.mac, f.dst)));
+  const have = new Set(observed.map((f) => key(f.mac, f.dst)));
+  const ops: Op[] = [];
+  for (const f of observed) {
+    if (wanted.has(key(f.mac, f.dst))) continue;
+    const dst = f.dst === undefined ? '' : ` dst ${f.dst}`;
+    ops.push({ kind: 'fdb', action: 'delete', phase: 'bridge', line: `fdb del ${f.mac} dev ${f.dev}${dst} self` });
+  }
+  for (const f of want.fdb) {
+    if (!have.has(key(f.mac, f.dst))) ops.push({ kind: 'fdb', action: 'add', phase: 'bridge', line: `fdb append ${f.mac} dev ${f.dev} dst ${f.dst} self permanent` });
+  }
+  return ops;
+}
+
+/** The ops that take the kernel from `seen` to `want`, in apply order within each phase. */
+export function diff(want: DesiredState, seen: ObservedState): Op[] {
+  const links = diffLinks(want.vxlan, seen);
+  const chains = chainSpecs(want.masq);
+  // a device that is (re)created comes back without the routes it carried
+  const routes = links.fresh ? seen.routes.filter((r) => r.dev !== want.vxlan?.name) : seen.routes;
+  return [
+    ...links.ops.filter((o) => o.phase === 'ip-pre'),
+    ...diffRoutes(want.routes, routes),
+    ...diffNeighs(want, seen, links.fresh),
+    ...diffFdb(want, seen, links.fresh),
+    ...links.ops.filter((o) => o.phase === 'ip-post'),
+    ...diffChain(chains.postrouting, seen.postrouting),
+    ...diffChain(chains.forward, seen.forward),
+  ];
+}

@@ -1,0 +1,133 @@
+// The dataplane's data model: what the kernel should hold (desired), what it
+// holds (observed), and the ordered changes between them (plan). Plain data,
+// so backends, diff and rendering stay pure and testable without root.
+import type { Cidr } from '../net/ipv4.ts';
+
+/** Routes twill installs carry this protocol number; GC removes only these. */
+export const ROUTE_PROTOCOL = 151;
+
+export interface VxlanDevice {
+  readonly name: string;
+  readonly vni: number;
+  /** our public IP, the tunnel's source address */
+  readonly local: string;
+  /** the underlay interface the device is bound to */
+  readonly underlay: string;
+  readonly port: number;
+  readonly learning: boolean;
+  readonly gbp: boolean;
+  readonly mtu: number;
+  readonly mac: string;
+  /** `<our subnet network address>/32` */
+  readonly address: string;
+}
+
+export interface RouteSpec {
+  /** destination CIDR text, e.g. "10.244.1.0/24" */
+  readonly dst: string;
+  readonly via: string;
+  readonly dev: string;
+  readonly onlink: boolean;
+}
+
+export interface NeighSpec {
+  readonly dev: string;
+  readonly ip: string;
+  readonly mac: string;
+}
+
+export interface FdbSpec {
+  readonly dev: string;
+  readonly mac: string;
+  readonly dst: string;
+}
+
+/** The masquerade and forward chains' inputs (rules are derived in masq.ts). */
+export interface MasqSpec {
+  readonly ipMasq: boolean;
+  readonly network: Cidr;
+  readonly subnet: Cidr;
+  readonly randomFully: boolean;
+}
+
+/** A peer the backend could not program, and why (e.g. host-gw peer not on-link). */
+export interface PeerProblem {
+  readonly key: string;
+  readonly subnet: string;
+  readonly reason: string;
+}
+
+export interface DesiredState {
+  /** the vxlan device, or null for host-gw (any twill.* device is then removed) */
+  readonly vxlan: VxlanDevice | null;
+  readonly routes: readonly RouteSpec[];
+  readonly neighs: readonly NeighSpec[];
+  readonly fdb: readonly FdbSpec[];
+  readonly masq: MasqSpec;
+  readonly problems: readonly PeerProblem[];
+}
+
+export interface ObservedLink {
+  readonly name: string;
+  readonly vni: number | undefined;
+  readonly local: string | undefined;
+  readonly underlay: string | undefined;
+  readonly port: number | undefined;
+  readonly learning: boolean;
+  readonly gbp: boolean;
+  readonly mtu: number;
+  readonly mac: string;
+  readonly up: boolean;
+  /** IPv4 addresses as "a.b.c.d/len" */
+  readonly addresses: readonly string[];
+}
+
+export interface ObservedNeigh extends NeighSpec {
+  readonly permanent: boolean;
+}
+
+export interface ObservedFdb {
+  readonly dev: string;
+  readonly mac: string;
+  readonly dst: string | undefined;
+  readonly permanent: boolean;
+}
+
+/** One of twill's chains: how many times its parent jumps to it and its rules (null: chain absent). */
+export interface ObservedChain {
+  readonly jumps: number;
+  readonly rules: readonly string[] | null;
+}
+
+export interface ObservedState {
+  /** vxlan devices named twill.* */
+  readonly links: readonly ObservedLink[];
+  /** routes in the main table with ROUTE_PROTOCOL */
+  readonly routes: readonly RouteSpec[];
+  readonly neighs: readonly ObservedNeigh[];
+  readonly fdb: readonly ObservedFdb[];
+  readonly postrouting: ObservedChain;
+  readonly forward: ObservedChain;
+}
+
+export type OpKind = 'link' | 'addr' | 'route' | 'neigh' | 'fdb' | 'masquerade';
+export type OpAction = 'add' | 'change' | 'delete';
+
+/**
+ * When an op runs. Three batches keep flannel's per-peer order (neighbour,
+ * FDB, route on add; route, FDB, neighbour on delete) with a fixed number of
+ * processes: ip-pre (links, route deletes, neighbour adds), bridge (FDB),
+ * ip-post (neighbour deletes, route adds, link deletes); iptables is one
+ * iptables-restore.
+ */
+export type Phase = 'ip-pre' | 'bridge' | 'ip-post' | 'iptables';
+
+export interface Op {
+  readonly kind: OpKind;
+  readonly action: OpAction;
+  readonly phase: Phase;
+  /** one line of the batch (ip/bridge command without the program name, or a restore line) */
+  readonly line: string;
+  /** iptables ops: the table the restore line belongs to */
+  readonly table?: 'nat' | 'filter';
+}

@@ -1,0 +1,66 @@
+// Kernel event triggers: `ip monitor` (links, addresses, routes, neighbours
+// and FDB entries) and, when iptables uses the nf_tables backend,
+// `nft monitor rules`. An event only says "look again" (the pass is
+// level-triggered), so lines are filtered down to what concerns twill's own
+// objects, and a host whose other programs churn (pods, kube-proxy) does not
+// keep twill busy. A monitor that dies is restarted with backoff, and every
+// (re)start triggers a pass, since events may have been missed meanwhile.
+import { describeError } from '../errors.ts';
+import type { LineWatcher } from '../exec/runner.ts';
+import type { Logger } from '../log.ts';
+import { Backoff, sleep } from '../util/abort.ts';
+import { ROUTE_PROTOCOL } from './model.ts';
+
+export interface MonitorContext {
+  /** the underlay interface: its link going down or up matters (host-gw routes go with it) */
+  readonly underlay: string;
+}
+
+const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/** Whether an `ip monitor` line concerns twill's objects. */
+export function ipEventMatters(line: string, ctx: MonitorContext): boolean {
+  if (/\btwill\.\d+\b/.test(line)) return true;
+  if (new RegExp(`\\bproto ${ROUTE_PROTOCOL}\\b`).test(line)) return true;
+  // link events for the underlay: "3: eth0: <…>" or "Deleted 3: eth0@if9: <…>"
+  return new RegExp(`^(Deleted )?\\d+: ${escape(ctx.underlay)}(@\\S+)?: <`).test(line);
+}
+
+/** Whether an `nft monitor rules` line concerns twill's chains or the built-in chains that jump to them. */
+export function nftEventMatters(line: string): boolean {
+  if (/^(flush|delete) (ruleset|table ip (nat|filter))\b/.test(line)) return true;
+  return / ip (nat|filter) (POSTROUTING|FORWARD|TWILL-[A-Z]+) /.test(`${line} `);
+}
+
+export interface MonitorOptions {
+  readonly watch: LineWatcher;
+  readonly logger: Logger;
+  readonly ctx: MonitorContext;
+  /** also watch nftables (iptables uses the nf_tables backend) */
+  readonly nft: boolean;
+  readonly onEvent: (source: string) => void;
+}
+
+async function keepWatching(o: MonitorOptions, spec: { name: string; file: string; args: string[]; matters: (l: string) => boolean }, signal: AbortSignal): Promise<void> {
+  const backoff = new Backoff(200, 10_000);
+  while (!signal.aborted) {
+    o.onEvent(`${spec.name} (re)started`);
+    try {
+      await o.watch(spec.file, spec.args, { signal, onLine: (line) => spec.matters(line) && o.onEvent(spec.name) });
+    } catch (err) {
+      if (signal.aborted) return;
+      const retryInMs = backoff.next();
+      o.logger.warn({ err: describeError(err), retryInMs }, `${spec.name} stopped; restarting`);
+      await sleep(retryInMs, signal);
+    }
+  }
+}
+
+/** Runs the monitors until `signal` aborts. */
+export async function runMonitors(o: MonitorOptions, signal: AbortSignal): Promise<void> {
+  const watchers = [
+    keepWatching(o, { name: 'ip monitor', file: 'ip', args: ['monitor', 'link', 'address', 'route', 'neigh'], matters: (l) => ipEventMatters(l, o.ctx) }, signal),
+  ];
+  if (o.nft) watchers.push(keepWatching(o, { name: 'nft monitor', file: 'nft', args: ['monitor', 'rules'], matters: nftEventMatters }, signal));
+  await Promise.all(watchers);
+}

@@ -1,0 +1,139 @@
+// The programmer on a real kernel, in a namespace the test makes: a desired
+// state gives exactly the expected routes, neighbours, FDB entries, device
+// and chains; a second pass does nothing; owned leftovers are swept and an
+// incompatible device is replaced; foreign routes and rules are never
+// touched; every pass spawns the same few processes whatever the peer count.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { desiredState, type BackendInput } from '../../src/dataplane/backend.ts';
+import { masqRules, forwardRules } from '../../src/dataplane/masq.ts';
+import { Reconciler } from '../../src/dataplane/reconciler.ts';
+import type { Runner } from '../../src/exec/runner.ts';
+import { backendInput, kernelView, peerLease, SELF_MAC } from '../helpers/dataplane.ts';
+import { captureLog } from '../helpers/log.ts';
+import { NetnsLab, nsForwarding, nsRunner, sweepStaleNetns } from '../helpers/netns.ts';
+
+const lab = new NetnsLab();
+let ns: string;
+let runner: Runner;
+
+function reconciler(input: () => BackendInput, r: Runner = runner): Reconciler {
+  return new Reconciler({ runner: r, logger: captureLog().logger, desired: () => desiredState(input()), ensureForwarding: nsForwarding(ns), resyncMs: 60_000 });
+}
+
+const VXLAN_PEERS = [1, 2, 4].map((n) => peerLease(n, { vxlan: true }));
+
+beforeAll(async () => {
+  await sweepStaleNetns();
+  ns = await lab.add('dp');
+  const other = await lab.add('dp-peer');
+  await lab.link({ ns, dev: 'eth0', cidr: '10.123.0.2/24' }, { ns: other, dev: 'eth0', cidr: '10.123.0.1/24' });
+  runner = nsRunner(ns);
+});
+afterAll(() => lab.destroy());
+beforeEach(async () => {
+  // start every test from a namespace without twill's objects
+  await reconciler(() => backendInput({ backend: 'host-gw', peers: [], ipMasq: false })).pass(AbortSignal.timeout(20_000));
+  await runner('iptables', ['-t', 'filter', '-D', 'FORWARD', '-m', 'comment', '--comment', 'twill forward', '-j', 'TWILL-FWD']).catch(() => undefined);
+});
+
+describe('dataplane programmer on a real kernel', () => {
+  it('programs vxlan exactly, flannel-shaped, and a second pass does nothing', async () => {
+    const input = backendInput({ backend: 'vxlan', peers: VXLAN_PEERS });
+    const r = reconciler(() => input);
+    const first = await r.pass(AbortSignal.timeout(20_000));
+    expect(first.failures).toEqual([]);
+    expect(first.ops.length).toBeGreaterThan(0);
+    const view = await kernelView(runner);
+    expect(view.routes).toEqual([
+      '10.244.1.0/24 via 10.244.1.0 dev twill.1 proto 151 onlink',
+      '10.244.2.0/24 via 10.244.2.0 dev twill.1 proto 151 onlink',
+      '10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink',
+    ]);
+    expect(view.neighs).toEqual([
+      '10.244.1.0 lladdr 02:00:00:00:00:01 PERMANENT',
+      '10.244.2.0 lladdr 02:00:00:00:00:02 PERMANENT',
+      '10.244.4.0 lladdr 02:00:00:00:00:04 PERMANENT',
+    ]);
+    expect(view.fdb).toEqual([
+      '02:00:00:00:00:01 dst 10.123.0.1 self permanent',
+      '02:00:00:00:00:02 dst 10.123.0.2 self permanent',
+      '02:00:00:00:00:04 dst 10.123.0.4 self permanent',
+    ]);
+    const [link] = JSON.parse((await runner('ip', ['-d', '-j', 'addr', 'show', 'dev', 'twill.1'])).stdout) as { flags: string[]; addr_info: { family: string; local: string; prefixlen: number }[] }[];
+    expect(link).toMatchObject({ mtu: 1450, address: SELF_MAC, linkinfo: { info_kind: 'vxlan', info_data: { id: 1, local: '10.123.0.2', link: 'eth0', port: 8472, learning: false } } });
+    expect(link?.flags.includes('UP')).toBe(true);
+    expect(link?.addr_info.filter((a) => a.family === 'inet')).toMatchObject([{ local: '10.244.3.0', prefixlen: 32 }]);
+    const masq = desiredState(input).masq;
+    expect(view.postrtg).toBe(['-N TWILL-POSTRTG', ...masqRules(masq), ''].join('\n'));
+    expect(view.fwd).toBe(['-N TWILL-FWD', ...forwardRules(masq), ''].join('\n'));
+    expect(view.postrouting.match(/-j TWILL-POSTRTG/g)).toHaveLength(1);
+    expect(view.forward.match(/-j TWILL-FWD/g)).toHaveLength(1);
+    expect((await runner('sysctl', ['-n', 'net.ipv4.ip_forward'])).stdout.trim()).toBe('1');
+    const second = await r.pass(AbortSignal.timeout(20_000));
+    expect(second.ops).toEqual([]);
+    expect(second.converged).toBe(true);
+  });
+
+  it('programs host-gw routes for on-link peers, reports the others, and removes the vxlan device', async () => {
+    await reconciler(() => backendInput({ backend: 'vxlan', peers: VXLAN_PEERS })).pass(AbortSignal.timeout(20_000));
+    const peers = [peerLease(1, { vxlan: false }), peerLease(5, { vxlan: false }), peerLease(6, { vxlan: false, ipBase: '198.51.100' })];
+    const r = reconciler(() => backendInput({ backend: 'host-gw', peers }));
+    const report = await r.pass(AbortSignal.timeout(20_000));
+    expect(report.failures).toEqual([]);
+    expect(report.problems).toMatchObject([{ key: '10.244.6.0-24', reason: expect.stringContaining('not on-link') }]);
+    const view = await kernelView(runner);
+    expect(view.routes).toEqual(['10.244.1.0/24 via 10.123.0.1 dev eth0 proto 151', '10.244.5.0/24 via 10.123.0.5 dev eth0 proto 151']);
+    expect(view.devices).toEqual([]);
+    expect((await r.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);
+  });
+
+  it('sweeps owned leftovers, replaces an incompatible device, and leaves foreign state alone', async () => {
+    const run = (...args: string[]): Promise<unknown> => runner(args[0] as string, args.slice(1));
+    await run('ip', 'link', 'add', 'twill.1', 'type', 'vxlan', 'id', '1', 'local', '10.123.0.2', 'dev', 'eth0', 'dstport', '4789');
+    await run('ip', 'link', 'add', 'twill.9', 'type', 'vxlan', 'id', '9', 'dstport', '8472', 'dev', 'eth0');
+    await run('ip', 'route', 'add', '10.244.77.0/24', 'via', '10.123.0.77', 'dev', 'eth0', 'proto', '151'); // ours, no lease explains it
+    await run('ip', 'route', 'add', '10.99.0.0/24', 'via', '10.123.0.7', 'dev', 'eth0'); // foreign
+    await run('ip', 'route', 'add', '10.244.88.0/24', 'via', '10.123.0.8', 'dev', 'eth0', 'proto', 'static'); // foreign, inside the network
+    await run('iptables', '-t', 'nat', '-A', 'POSTROUTING', '-s', '10.99.0.0/24', '-j', 'MASQUERADE');
+    await run('iptables', '-t', 'filter', '-A', 'FORWARD', '-s', '10.99.0.0/24', '-j', 'ACCEPT');
+    const r = reconciler(() => backendInput({ backend: 'vxlan', peers: VXLAN_PEERS }));
+    expect((await r.pass(AbortSignal.timeout(20_000))).failures).toEqual([]);
+    const view = await kernelView(runner);
+    expect(view.devices).toEqual(['twill.1']);
+    const [link] = JSON.parse((await runner('ip', ['-d', '-j', 'link', 'show', 'dev', 'twill.1'])).stdout) as { linkinfo: { info_data: { port: number } } }[];
+    expect(link?.linkinfo.info_data.port).toBe(8472);
+    expect(view.routes).not.toContain('10.244.77.0/24 via 10.123.0.77 dev eth0 proto 151');
+    expect(view.routes).toHaveLength(3);
+    const main = (await runner('ip', ['route', 'show'])).stdout;
+    expect(main).toContain('10.99.0.0/24 via 10.123.0.7 dev eth0');
+    expect(main).toContain('10.244.88.0/24 via 10.123.0.8 dev eth0 proto static');
+    expect(view.postrouting).toContain('-A POSTROUTING -s 10.99.0.0/24 -j MASQUERADE');
+    expect(view.forward).toContain('-A FORWARD -s 10.99.0.0/24 -j ACCEPT');
+    expect((await r.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);
+    await run('ip', 'route', 'del', '10.99.0.0/24');
+    await run('ip', 'route', 'del', '10.244.88.0/24');
+    await run('iptables', '-t', 'nat', '-D', 'POSTROUTING', '-s', '10.99.0.0/24', '-j', 'MASQUERADE');
+    await run('iptables', '-t', 'filter', '-D', 'FORWARD', '-s', '10.99.0.0/24', '-j', 'ACCEPT');
+  });
+
+  it('spawns the same few processes per pass whatever the number of peers', async () => {
+    const spawned = async (peers: number): Promise<string[]> => {
+      const calls: string[] = [];
+      const counting: Runner = (file, args, opts) => {
+        calls.push(file);
+        return runner(file, args, opts);
+      };
+      const list = Array.from({ length: peers }, (_, i) => peerLease(i < 2 ? i + 1 : i + 2, { vxlan: true }));
+      await reconciler(() => backendInput({ backend: 'host-gw', peers: [], ipMasq: false })).pass(AbortSignal.timeout(20_000));
+      const report = await reconciler(() => backendInput({ backend: 'vxlan', peers: list }), counting).pass(AbortSignal.timeout(30_000));
+      expect(report.failures).toEqual([]);
+      expect((await kernelView(runner)).routes).toHaveLength(peers);
+      return calls.sort();
+    };
+    const few = await spawned(3);
+    const many = await spawned(240);
+    expect(many).toEqual(few);
+    expect(many.filter((f) => f === 'ip' || f === 'bridge' || f === 'iptables-restore')).toHaveLength(few.filter((f) => f === 'ip' || f === 'bridge' || f === 'iptables-restore').length);
+    expect(many.length).toBeLessThanOrEqual(12);
+  });
+});
