@@ -1,0 +1,203 @@
+// The dataplane's pure core: backends (host-gw, vxlan, DirectRouting,
+// problems), diff (empty when the kernel matches, owned-only deletes, device
+// replacement), rendering (golden batch text and restore payload), and the
+// helpers that read kernel output.
+import { describe, expect, it } from 'vitest';
+import { renderBatches, batchFailures } from '../../src/dataplane/apply.ts';
+import { desiredState } from '../../src/dataplane/backend.ts';
+import { diff } from '../../src/dataplane/diff.ts';
+import { chainRules, countJumps, diffChain, chainSpecs } from '../../src/dataplane/masq.ts';
+import type { DesiredState, ObservedState } from '../../src/dataplane/model.ts';
+import { ipEventMatters, nftEventMatters } from '../../src/dataplane/monitor.ts';
+import { parseIptablesVersion, parseLinks } from '../../src/dataplane/observe.ts';
+import { backendInput, peerLease } from '../helpers/dataplane.ts';
+
+const EMPTY: ObservedState = { links: [], routes: [], neighs: [], fdb: [], postrouting: { jumps: 0, rules: null }, forward: { jumps: 0, rules: null } };
+
+/** The observed state a kernel holding exactly `want` would report. */
+function matching(want: DesiredState): ObservedState {
+  const d = want.vxlan;
+  const chains = chainSpecs(want.masq);
+  return {
+    links: d ? [{ name: d.name, vni: d.vni, local: d.local, underlay: d.underlay, port: d.port, learning: d.learning, gbp: d.gbp, mtu: d.mtu, mac: d.mac, up: true, addresses: [d.address] }] : [],
+    routes: want.routes,
+    neighs: want.neighs.map((n) => ({ ...n, permanent: true })),
+    fdb: want.fdb.map((f) => ({ ...f, permanent: true })),
+    postrouting: { jumps: chains.postrouting.rules ? 1 : 0, rules: chains.postrouting.rules },
+    forward: { jumps: 1, rules: chains.forward.rules },
+  };
+}
+
+const vxlan = desiredState(backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true }), peerLease(4, { vxlan: true })] }));
+
+describe('backends', () => {
+  it('vxlan: device, and per peer a neighbour, an FDB entry and an onlink route', () => {
+    expect(vxlan.vxlan).toEqual({ name: 'twill.1', vni: 1, local: '10.123.0.2', underlay: 'eth0', port: 8472, learning: false, gbp: false, mtu: 1450, mac: '02:00:00:00:00:03', address: '10.244.3.0/32' });
+    expect(vxlan.neighs).toEqual([{ dev: 'twill.1', ip: '10.244.1.0', mac: '02:00:00:00:00:01' }, { dev: 'twill.1', ip: '10.244.4.0', mac: '02:00:00:00:00:04' }]);
+    expect(vxlan.fdb).toEqual([{ dev: 'twill.1', mac: '02:00:00:00:00:01', dst: '10.123.0.1' }, { dev: 'twill.1', mac: '02:00:00:00:00:04', dst: '10.123.0.4' }]);
+    expect(vxlan.routes).toEqual([{ dst: '10.244.1.0/24', via: '10.244.1.0', dev: 'twill.1', onlink: true }, { dst: '10.244.4.0/24', via: '10.244.4.0', dev: 'twill.1', onlink: true }]);
+  });
+
+  it('vxlan: Backend MTU, VNI, Port, GBP and Learning reach the device', () => {
+    const d = desiredState(backendInput({ backend: 'vxlan', peers: [], extra: ',"MTU":9000,"VNI":1,"Port":4789,"GBP":true,"Learning":true' })).vxlan;
+    expect(d).toMatchObject({ mtu: 8950, port: 4789, gbp: true, learning: true });
+  });
+
+  it('vxlan DirectRouting: on-link peers get a plain route, the others go through the tunnel', () => {
+    const peers = [peerLease(1, { vxlan: true }), peerLease(5, { vxlan: true, ipBase: '198.51.100' })];
+    const d = desiredState(backendInput({ backend: 'vxlan', peers, extra: ',"DirectRouting":true' }));
+    expect(d.routes).toEqual([
+      { dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false },
+      { dst: '10.244.5.0/24', via: '10.244.5.0', dev: 'twill.1', onlink: true },
+    ]);
+    expect(d.neighs.map((n) => n.ip)).toEqual(['10.244.5.0']);
+  });
+
+  it('host-gw: routes via the peer address on the interface; off-link peers become problems', () => {
+    const d = desiredState(backendInput({ backend: 'host-gw', peers: [peerLease(6, { vxlan: false, ipBase: '198.51.100' }), peerLease(1, { vxlan: false })] }));
+    expect(d.vxlan).toBeNull();
+    expect(d.routes).toEqual([{ dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false }]);
+    expect(d.problems).toEqual([{ key: '10.244.6.0-24', subnet: '10.244.6.0/24', reason: expect.stringContaining('PublicIP 198.51.100.6 is not on-link on eth0 (10.123.0.2/24)') }]);
+  });
+});
+
+describe('diff and render', () => {
+  it('plans nothing when the kernel already matches', () => {
+    expect(diff(vxlan, matching(vxlan))).toEqual([]);
+    const hostgw = desiredState(backendInput({ backend: 'host-gw', peers: [peerLease(1, { vxlan: false })], ipMasq: false }));
+    expect(diff(hostgw, matching(hostgw))).toEqual([]);
+  });
+
+  it('renders a cold start as ip, bridge, ip batches and one restore payload (golden)', () => {
+    const batches = renderBatches(diff(vxlan, EMPTY));
+    expect(batches.map((b) => [b.file, ...b.args].join(' '))).toEqual(['ip -force -batch -', 'bridge -force -batch -', 'ip -force -batch -', 'iptables-restore --noflush -w 5']);
+    expect(batches.map((b) => b.input)).toEqual([
+      [
+        'link add twill.1 mtu 1450 address 02:00:00:00:00:03 type vxlan id 1 local 10.123.0.2 dev eth0 dstport 8472 nolearning',
+        'addr add 10.244.3.0/32 dev twill.1',
+        'link set twill.1 up',
+        'neigh replace 10.244.1.0 lladdr 02:00:00:00:00:01 dev twill.1 nud permanent',
+        'neigh replace 10.244.4.0 lladdr 02:00:00:00:00:04 dev twill.1 nud permanent',
+        '',
+      ].join('\n'),
+      'fdb append 02:00:00:00:00:01 dev twill.1 dst 10.123.0.1 self permanent\nfdb append 02:00:00:00:00:04 dev twill.1 dst 10.123.0.4 self permanent\n',
+      'route add 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151\nroute add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\n',
+      [
+        '*nat',
+        ':TWILL-POSTRTG - [0:0]',
+        '-A TWILL-POSTRTG -m mark --mark 0x4000/0x4000 -m comment --comment "twill masq" -j RETURN',
+        '-A TWILL-POSTRTG -s 10.244.3.0/24 -d 10.244.0.0/16 -m comment --comment "twill masq" -j RETURN',
+        '-A TWILL-POSTRTG -s 10.244.0.0/16 -d 10.244.3.0/24 -m comment --comment "twill masq" -j RETURN',
+        '-A TWILL-POSTRTG ! -s 10.244.0.0/16 -d 10.244.3.0/24 -m comment --comment "twill masq" -j RETURN',
+        '-A TWILL-POSTRTG -s 10.244.0.0/16 ! -d 224.0.0.0/4 -m comment --comment "twill masq" -j MASQUERADE --random-fully',
+        '-A TWILL-POSTRTG ! -s 10.244.0.0/16 -d 10.244.0.0/16 -m comment --comment "twill masq" -j MASQUERADE --random-fully',
+        '-I POSTROUTING 1 -m comment --comment "twill masq" -j TWILL-POSTRTG',
+        'COMMIT',
+        '*filter',
+        ':TWILL-FWD - [0:0]',
+        '-A TWILL-FWD -s 10.244.0.0/16 -m comment --comment "twill forward" -j ACCEPT',
+        '-A TWILL-FWD -d 10.244.0.0/16 -m comment --comment "twill forward" -j ACCEPT',
+        '-I FORWARD 1 -m comment --comment "twill forward" -j TWILL-FWD',
+        'COMMIT',
+        '',
+      ].join('\n'),
+    ]);
+  });
+
+  it('removes a departed peer in reverse order: route, then FDB, then neighbour', () => {
+    const one = desiredState(backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true })] }));
+    const batches = renderBatches(diff(one, matching(vxlan)));
+    expect(batches.map((b) => b.input)).toEqual([
+      'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\n',
+      'fdb del 02:00:00:00:00:04 dev twill.1 dst 10.123.0.4 self\n',
+      'neigh del 10.244.4.0 dev twill.1\n',
+    ]);
+  });
+
+  it('replaces a device with incompatible settings and re-adds its entries', () => {
+    const seen = matching(vxlan);
+    const wrong = { ...seen, links: seen.links.map((l) => ({ ...l, port: 4789 })) };
+    const lines = diff(vxlan, wrong).map((o) => o.line);
+    expect(lines.slice(0, 2)).toEqual(['link del twill.1', expect.stringContaining('link add twill.1')]);
+    expect(lines.filter((l) => l.startsWith('route add'))).toHaveLength(2);
+    expect(lines.filter((l) => l.startsWith('fdb append'))).toHaveLength(2);
+  });
+
+  it('fixes MTU, MAC, address and up in place, and deletes stray twill devices and owned entries only', () => {
+    const seen = matching(vxlan);
+    const drifted: ObservedState = {
+      ...seen,
+      links: [{ ...(seen.links[0] as ObservedState['links'][number]), mtu: 1500, mac: '02:00:00:00:00:99', up: false, addresses: ['10.244.9.0/32'] }, { ...(seen.links[0] as ObservedState['links'][number]), name: 'twill.7', vni: 7 }],
+      neighs: [...seen.neighs, { dev: 'twill.1', ip: '10.244.8.0', mac: '02:00:00:00:00:08', permanent: false }],
+      fdb: [...seen.fdb, { dev: 'twill.1', mac: '02:00:00:00:00:08', dst: '10.123.0.8', permanent: false }],
+    };
+    expect(diff(vxlan, drifted).map((o) => o.line)).toEqual([
+      'link set twill.1 address 02:00:00:00:00:03',
+      'link set twill.1 mtu 1450',
+      'addr del 10.244.9.0/32 dev twill.1',
+      'addr add 10.244.3.0/32 dev twill.1',
+      'link set twill.1 up',
+      'link del twill.7',
+    ]);
+  });
+});
+
+describe('masquerade chains', () => {
+  const spec = chainSpecs(vxlan.masq).postrouting;
+  const rules = spec.rules ?? [];
+  it('rewrites the chain when a rule is missing, swapped or duplicated, and keeps one jump', () => {
+    for (const seenRules of [rules.slice(1), [rules[1], rules[0], ...rules.slice(2)], [...rules, rules[4]]]) {
+      const ops = diffChain(spec, { jumps: 1, rules: seenRules as string[] });
+      expect(ops.map((o) => o.line)).toEqual([':TWILL-POSTRTG - [0:0]', ...rules]);
+    }
+    expect(diffChain(spec, { jumps: 3, rules }).map((o) => o.line)).toEqual(['-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG', '-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG']);
+  });
+
+  it('removes the masquerade chain when --ip-masq is off', () => {
+    const off = chainSpecs({ ...vxlan.masq, ipMasq: false }).postrouting;
+    expect(diffChain(off, { jumps: 1, rules }).map((o) => o.line)).toEqual(['-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG', ':TWILL-POSTRTG - [0:0]', '-X TWILL-POSTRTG']);
+    expect(diffChain(off, { jumps: 0, rules: null })).toEqual([]);
+  });
+
+  it('leaves out --random-fully where iptables lacks it', () => {
+    expect(chainSpecs({ ...vxlan.masq, randomFully: false }).postrouting.rules?.join('\n')).not.toContain('random-fully');
+  });
+
+  it('reads iptables -S listings', () => {
+    const listing = '-P POSTROUTING ACCEPT\n-A POSTROUTING -j KUBE-POSTROUTING\n-A POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG\n';
+    expect(countJumps(listing, 'TWILL-POSTRTG')).toBe(1);
+    expect(chainRules('-N TWILL-FWD\n-A TWILL-FWD -s 10.0.0.0/8 -j ACCEPT\n')).toEqual(['-A TWILL-FWD -s 10.0.0.0/8 -j ACCEPT']);
+  });
+});
+
+describe('kernel output readers', () => {
+  it('maps ip -batch failures back to their lines', () => {
+    const lines = ['route add a', 'route add b', 'neigh replace c'];
+    expect(batchFailures('RTNETLINK answers: File exists\nCommand failed -:2\nError: nexthop invalid\nCommand failed -:3\n', lines)).toEqual(['route add b: RTNETLINK answers: File exists', 'neigh replace c: Error: nexthop invalid']);
+  });
+
+  it('parses iptables --version', () => {
+    expect(parseIptablesVersion('iptables v1.8.9 (nf_tables)\n')).toEqual({ nftables: true, randomFully: true });
+    expect(parseIptablesVersion('iptables v1.6.1\n')).toEqual({ nftables: false, randomFully: false });
+  });
+
+  it('keeps only twill devices from ip -d -json addr', () => {
+    const json = [{ ifname: 'flannel.1', mtu: 1450 }, { ifname: 'twill.1', mtu: 1450, address: '02:00:00:00:00:03', flags: ['UP'], linkinfo: { info_data: { id: 1, local: '10.0.0.1', link: 'eth0', port: 8472, learning: false } }, addr_info: [{ family: 'inet', local: '10.244.3.0', prefixlen: 32 }, { family: 'inet6', local: 'fe80::1', prefixlen: 64 }] }];
+    expect(parseLinks(json)).toEqual([{ name: 'twill.1', vni: 1, local: '10.0.0.1', underlay: 'eth0', port: 8472, learning: false, gbp: false, mtu: 1450, mac: '02:00:00:00:00:03', up: true, addresses: ['10.244.3.0/32'] }]);
+  });
+
+  it('lets through only monitor events about twill objects', () => {
+    const ctx = { underlay: 'eth0' };
+    expect(ipEventMatters('Deleted 10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151 ', ctx)).toBe(true);
+    expect(ipEventMatters('10.244.1.0 dev twill.1 lladdr 02:aa:bb:cc:dd:ee PERMANENT', ctx)).toBe(true);
+    expect(ipEventMatters('3: eth0@if9: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500', ctx)).toBe(true);
+    expect(ipEventMatters('10.123.0.9 dev eth0 lladdr 02:aa:bb:cc:dd:ee REACHABLE', ctx)).toBe(false);
+    expect(ipEventMatters('10.99.0.0/24 via 10.123.0.7 dev eth0 proto static', ctx)).toBe(false);
+    expect(ipEventMatters('12: veth1234@if3: <BROADCAST> mtu 1450', ctx)).toBe(false);
+    expect(nftEventMatters('delete rule ip nat TWILL-POSTRTG handle 2')).toBe(true);
+    expect(nftEventMatters('delete rule ip nat POSTROUTING handle 4')).toBe(true);
+    expect(nftEventMatters('delete table ip nat')).toBe(true);
+    expect(nftEventMatters('add rule ip nat KUBE-POSTROUTING counter return')).toBe(false);
+    expect(nftEventMatters('add rule ip nat KUBE-SVC-ABC counter jump KUBE-SEP-XYZ')).toBe(false);
+  });
+});
