@@ -8,8 +8,9 @@ import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { LineWatcher, Runner } from './exec/runner.ts';
 import { desiredState, vxlanDeviceName } from './dataplane/backend.ts';
-import { runMonitors } from './dataplane/monitor.ts';
+import { pollChains, runMonitors } from './dataplane/monitor.ts';
 import { detectIptables } from './dataplane/observe.ts';
+import type { DesiredState } from './dataplane/model.ts';
 import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
 import { LeaseKeeper } from './lease/keeper.ts';
 import { PeerTracker } from './lease/tracker.ts';
@@ -96,7 +97,15 @@ function subnetMtu(config: NetConfig, choice: IfaceChoice): number {
   return config.backend.type === 'vxlan' ? (config.backend.mtu ?? choice.iface.mtu) - 50 : choice.iface.mtu;
 }
 
-export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: AbortSignal): Promise<void> {
+interface Started {
+  readonly config: NetConfig;
+  readonly choice: IfaceChoice;
+  readonly attrs: LeaseAttrs;
+  readonly lease: Lease;
+}
+
+/** Config, interface, lease, subnet.env: everything before the loops start. */
+async function acquire(deps: DaemonDeps, opts: DaemonOptions, signal: AbortSignal): Promise<Started> {
   const { store, logger } = deps;
   const config = await whileUnavailable(deps, 'reading network config', () => store.getNetworkConfig(signal), signal);
   if (config.unknownKeys.length > 0) logger.warn({ keys: config.unknownKeys }, 'net-conf.json has keys twill does not know; they are ignored');
@@ -105,16 +114,25 @@ export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: A
   const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
   const previous = await previousSubnet(deps, opts.subnetFile);
   const prevSubnet = previous && sameCidr(previous.network, config.network) ? previous.subnet : undefined;
-  const first = await whileUnavailable(deps, 'acquiring lease', () => store.acquireLease({ config, attrs, previous: prevSubnet }, signal), signal);
-  const env = { network: config.network, subnet: first.subnet, mtu: subnetMtu(config, choice), ipMasq: opts.ipMasq };
-  await writeSubnetEnv(opts.subnetFile, env);
-  logger.info({ key: first.key, subnet: formatCidr(first.subnet), expiresAt: new Date(first.expiresAt).toISOString(), subnetFile: opts.subnetFile }, 'lease acquired');
+  const lease = await whileUnavailable(deps, 'acquiring lease', () => store.acquireLease({ config, attrs, previous: prevSubnet }, signal), signal);
+  await writeSubnetEnv(opts.subnetFile, { network: config.network, subnet: lease.subnet, mtu: subnetMtu(config, choice), ipMasq: opts.ipMasq });
+  logger.info({ key: lease.key, subnet: formatCidr(lease.subnet), expiresAt: new Date(lease.expiresAt).toISOString(), subnetFile: opts.subnetFile }, 'lease acquired');
+  return { config, choice, attrs, lease };
+}
 
-  const keeper = new LeaseKeeper({ store, lease: first, renewMarginMs: opts.renewMarginMs, logger });
+export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: AbortSignal): Promise<void> {
+  const { store, logger } = deps;
+  const { config, choice, attrs, lease } = await acquire(deps, opts, signal);
+  const iptables = await detectIptables(deps.runner, signal);
+  const brProblem = await deps.bridgeNetfilterProblem();
+  if (brProblem !== undefined) logger.warn(brProblem);
+
+  const keeper = new LeaseKeeper({ store, lease, renewMarginMs: opts.renewMarginMs, logger });
+  // the callbacks below run only once the loops start, after `reconciler` exists
   const publish = (): void => opts.onState?.({ lease: keeper.current(), peers: tracker.list(), pass: reconciler.lastPass() });
   const tracker = new PeerTracker({
-    context: { config, self: first.subnet },
-    selfKey: first.key,
+    context: { config, self: lease.subnet },
+    selfKey: lease.key,
     selfPublicIp: attrs.publicIp,
     logger,
     onSelfLost: (why) => keeper.notifyLost(why),
@@ -123,24 +141,20 @@ export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: A
       publish();
     },
   });
-  const iptables = await detectIptables(deps.runner, signal);
-  const brProblem = await deps.bridgeNetfilterProblem();
-  if (brProblem !== undefined) logger.warn(brProblem);
-  const reconciler = new Reconciler({
-    runner: deps.runner,
-    logger,
-    desired: () => desiredState({ config, self: keeper.current(), peers: tracker.list(), choice, ipMasq: opts.ipMasq, randomFully: iptables.randomFully }),
-    ensureForwarding: deps.ensureForwarding,
-    resyncMs: opts.resyncMs,
-    onPass: publish,
-  });
+  const desired = (): DesiredState =>
+    desiredState({ config, self: keeper.current(), peers: tracker.list(), choice, ipMasq: opts.ipMasq, randomFully: iptables.randomFully });
+  const reconciler = new Reconciler({ runner: deps.runner, logger, desired, ensureForwarding: deps.ensureForwarding, resyncMs: opts.resyncMs, onPass: publish });
   publish();
-  await runTogether(signal, [
+  const trigger = (source: string): void => reconciler.trigger(source);
+  const loops: ((s: AbortSignal) => Promise<void>)[] = [
     (s) => store.watchLeases({ signal: s, onEvent: (ev) => tracker.handle(ev) }),
     (s) => keeper.run(s),
     (s) => reconciler.run(s),
-    (s) => runMonitors({ watch: deps.watch, logger, ctx: { underlay: choice.iface.name }, nft: iptables.nftables, onEvent: (src) => reconciler.trigger(src) }, s),
-  ]);
+    (s) => runMonitors({ watch: deps.watch, logger, ctx: { underlay: choice.iface.name }, nft: iptables.nftables, onEvent: trigger }, s),
+  ];
+  // iptables-legacy has no event stream for rule changes: poll twill's chains
+  if (!iptables.nftables) loops.push((s) => pollChains({ runner: deps.runner, logger, masq: () => desired().masq, intervalMs: 1_000, onDrift: trigger }, s));
+  await runTogether(signal, loops);
 }
 
 /** Runs loops until `signal` aborts; the first loop to fail stops the others and its error is thrown. */

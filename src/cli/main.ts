@@ -53,7 +53,8 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
     logger.info({ signal: sig }, 'shutting down; the lease is kept for the next start');
     root.abort();
   };
-  process.once('SIGTERM', () => stop('SIGTERM'));
+  // `on`, not `once`: execa's exit hook re-raises a signal that has no other listener left
+  process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
   logger.info({ version: packageVersion(), store: store.description }, 'twill starting');
   try {

@@ -3,13 +3,17 @@
 // `nft monitor rules`. An event only says "look again" (the pass is
 // level-triggered), so lines are filtered down to what concerns twill's own
 // objects, and a host whose other programs churn (pods, kube-proxy) does not
-// keep twill busy. A monitor that dies is restarted with backoff, and every
+// keep twill busy. With iptables-legacy there is no rule event stream, so
+// twill's two chains are polled instead (four `iptables -S`, by default every
+// second). A monitor that dies is restarted with backoff, and every
 // (re)start triggers a pass, since events may have been missed meanwhile.
 import { describeError } from '../errors.ts';
-import type { LineWatcher } from '../exec/runner.ts';
+import type { LineWatcher, Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { Backoff, sleep } from '../util/abort.ts';
-import { ROUTE_PROTOCOL } from './model.ts';
+import { chainSpecs, diffChain, type ChainSpec } from './masq.ts';
+import { ROUTE_PROTOCOL, type MasqSpec } from './model.ts';
+import { observeChain } from './observe.ts';
 
 export interface MonitorContext {
   /** the underlay interface: its link going down or up matters (host-gw routes go with it) */
@@ -63,4 +67,32 @@ export async function runMonitors(o: MonitorOptions, signal: AbortSignal): Promi
   ];
   if (o.nft) watchers.push(keepWatching(o, { name: 'nft monitor', file: 'nft', args: ['monitor', 'rules'], matters: nftEventMatters }, signal));
   await Promise.all(watchers);
+}
+
+export interface ChainPollOptions {
+  readonly runner: Runner;
+  readonly logger: Logger;
+  readonly masq: () => MasqSpec;
+  readonly intervalMs: number;
+  readonly onDrift: (source: string) => void;
+}
+
+async function chainDrifted(runner: Runner, spec: ChainSpec, signal: AbortSignal): Promise<boolean> {
+  const seen = await observeChain(runner, spec, signal);
+  return diffChain(spec, seen).length > 0;
+}
+
+/** Where no `nft monitor` can see rule changes: checks twill's chains every `intervalMs`. */
+export async function pollChains(o: ChainPollOptions, signal: AbortSignal): Promise<void> {
+  while (!signal.aborted) {
+    await sleep(o.intervalMs, signal);
+    if (signal.aborted) return;
+    try {
+      const specs = chainSpecs(o.masq());
+      const drifted = await Promise.all([chainDrifted(o.runner, specs.postrouting, signal), chainDrifted(o.runner, specs.forward, signal)]);
+      if (drifted.some(Boolean)) o.onDrift('iptables poll');
+    } catch (err) {
+      if (!signal.aborted) o.logger.debug({ err: describeError(err) }, 'iptables poll failed');
+    }
+  }
 }

@@ -68,7 +68,7 @@ async function listChain(runner: Runner, table: string, chain: string, signal: A
   }
 }
 
-async function observeChain(runner: Runner, o: { table: string; parent: string; chain: string }, signal: AbortSignal): Promise<ObservedChain> {
+export async function observeChain(runner: Runner, o: { table: string; parent: string; chain: string }, signal: AbortSignal): Promise<ObservedChain> {
   const [parent, own] = await Promise.all([listChain(runner, o.table, o.parent, signal), listChain(runner, o.table, o.chain, signal)]);
   return { jumps: parent === null ? 0 : countJumps(parent, o.chain), rules: own === null ? null : chainRules(own) };
 }

@@ -1,7 +1,11 @@
 // Tracks the peer set from lease events: validates every record against our
 // config and subnet, logs joins, changes and leaves once each, logs a bad
 // record once per reason, and tells the keeper when our own record is gone
-// or no longer ours. Level-triggered: a snapshot replaces the whole set.
+// or no longer ours. Level-triggered: a snapshot replaces the whole set,
+// except that a peer missing from a re-list (rather than deleted by an
+// event) lingers for `lingerMs`: after an etcd wipe every node re-creates
+// its key within seconds, and the dataplane must not drop and re-add routes
+// meanwhile. An explicit delete event removes a peer at once.
 import type { Logger } from '../log.ts';
 import { formatCidr } from '../net/ipv4.ts';
 import { describeLease, encodeLeaseValue } from './codec.ts';
@@ -18,10 +22,17 @@ export interface TrackerOptions {
   readonly onSelfLost: (why: string) => void;
   /** the peer set changed (called after each event that changed it) */
   readonly onPeersChanged?: (peers: readonly Lease[]) => void;
+  /** how long a peer missing from a re-list is kept (default 10 s; 0: drop at once) */
+  readonly lingerMs?: number;
 }
+
+const DEFAULT_LINGER_MS = 10_000;
 
 export class PeerTracker {
   private readonly peers = new Map<string, Lease>();
+  /** peers missing from the last re-list, kept until their time is up */
+  private readonly lingering = new Map<string, { lease: Lease; until: number }>();
+  private lingerTimer: NodeJS.Timeout | undefined;
   private readonly invalid = new Map<string, string>();
   private connected: boolean | undefined;
   private readonly opts: TrackerOptions;
@@ -31,7 +42,7 @@ export class PeerTracker {
   }
 
   list(): Lease[] {
-    return [...this.peers.values()];
+    return [...this.peers.values(), ...[...this.lingering.values()].map((l) => l.lease)];
   }
 
   /** Records skipped as invalid, by key, with the reason. */
@@ -50,7 +61,7 @@ export class PeerTracker {
       case 'delete':
         if (ev.key === this.opts.selfKey) this.opts.onSelfLost(`our lease ${ev.key} was deleted`);
         this.invalid.delete(ev.key);
-        if (this.leave(ev.key)) this.changed();
+        if (this.leave(ev.key) || this.lingering.delete(ev.key)) this.changed();
         break;
       case 'connectivity':
         this.connectivity(ev.connected, ev.detail);
@@ -62,7 +73,12 @@ export class PeerTracker {
     this.opts.logger.debug({ reason, records: records.length }, 'lease snapshot');
     let changed = false;
     const keys = new Set(records.map((r) => r.key));
-    for (const key of [...this.peers.keys()]) if (!keys.has(key)) changed = this.leave(key) || changed;
+    const linger = this.opts.lingerMs ?? DEFAULT_LINGER_MS;
+    for (const [key, lease] of [...this.peers]) {
+      if (keys.has(key)) continue;
+      if (linger > 0) this.linger(key, lease, linger);
+      else changed = this.leave(key) || changed;
+    }
     for (const key of [...this.invalid.keys()]) if (!keys.has(key)) this.invalid.delete(key);
     for (const r of records) changed = this.put(r) || changed;
     if (!keys.has(this.opts.selfKey)) this.opts.onSelfLost(`our lease ${this.opts.selfKey} is missing after ${reason}`);
@@ -81,11 +97,12 @@ export class PeerTracker {
         this.opts.logger.warn({ key: r.key, reason: problem }, 'skipping invalid peer lease');
         this.invalid.set(r.key, problem);
       }
-      return this.leave(r.key);
+      return this.leave(r.key) || this.lingering.delete(r.key);
     }
     if (!r.ok) return false;
     this.invalid.delete(r.key);
-    const before = this.peers.get(r.key);
+    const before = this.peers.get(r.key) ?? this.lingering.get(r.key)?.lease;
+    this.lingering.delete(r.key);
     this.peers.set(r.key, r.lease);
     if (!before) {
       this.opts.logger.info({ key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) }, 'peer joined');
@@ -109,6 +126,28 @@ export class PeerTracker {
     this.peers.delete(key);
     this.opts.logger.info({ key, subnet: formatCidr(lease.subnet) }, 'peer left');
     return true;
+  }
+
+  private linger(key: string, lease: Lease, ms: number): void {
+    this.peers.delete(key);
+    this.lingering.set(key, { lease, until: Date.now() + ms });
+    this.opts.logger.info({ key, keepMs: ms }, 'peer missing from the re-list; keeping its routes while it re-registers');
+    this.lingerTimer ??= setTimeout(() => this.expireLingering(), ms + 10).unref();
+  }
+
+  private expireLingering(): void {
+    this.lingerTimer = undefined;
+    const now = Date.now();
+    let changed = false;
+    for (const [key, l] of [...this.lingering]) {
+      if (l.until > now) continue;
+      this.lingering.delete(key);
+      this.opts.logger.info({ key, subnet: formatCidr(l.lease.subnet) }, 'peer left (did not re-register)');
+      changed = true;
+    }
+    const next = Math.min(...[...this.lingering.values()].map((l) => l.until));
+    if (Number.isFinite(next)) this.lingerTimer = setTimeout(() => this.expireLingering(), Math.max(0, next - now) + 10).unref();
+    if (changed) this.changed();
   }
 
   private changed(): void {

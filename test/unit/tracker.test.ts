@@ -1,0 +1,71 @@
+// PeerTracker's peer set: a peer missing from a re-list lingers (an etcd
+// wipe must not drop routes while nodes re-register), comes back with its
+// record, leaves after the grace time; an explicit delete removes at once.
+import { describe, expect, it } from 'vitest';
+import { parseNetConfig } from '../../src/config/netconf.ts';
+import { PeerTracker } from '../../src/lease/tracker.ts';
+import type { LeaseRecord } from '../../src/lease/types.ts';
+import { peerLease } from '../helpers/dataplane.ts';
+import { captureLog } from '../helpers/log.ts';
+
+const record = (n: number): LeaseRecord => {
+  const lease = peerLease(n, { vxlan: true });
+  return { key: lease.key, ok: true, lease };
+};
+const SELF = record(3);
+
+function tracker(lingerMs: number): { t: PeerTracker; changes: () => number; lost: string[] } {
+  let changes = 0;
+  const lost: string[] = [];
+  const t = new PeerTracker({
+    context: { config: parseNetConfig('{"Network":"10.244.0.0/16"}'), self: SELF.ok ? SELF.lease.subnet : undefined },
+    selfKey: SELF.key,
+    selfPublicIp: SELF.ok ? SELF.lease.attrs.publicIp : '',
+    logger: captureLog().logger,
+    onSelfLost: (why) => lost.push(why),
+    onPeersChanged: () => changes++,
+    lingerMs,
+  });
+  return { t, changes: () => changes, lost };
+}
+const keys = (t: PeerTracker): string[] => t.list().map((l) => l.key).sort();
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+describe('PeerTracker', () => {
+  it('keeps a peer missing from a re-list until the grace time is up', async () => {
+    const { t, changes } = tracker(80);
+    t.handle({ type: 'snapshot', records: [SELF, record(1), record(2)], reason: 'initial list' });
+    expect(keys(t)).toEqual(['10.244.1.0-24', '10.244.2.0-24']);
+    const before = changes();
+    t.handle({ type: 'snapshot', records: [SELF, record(1)], reason: 'wiped: revision went backwards' });
+    expect(keys(t)).toEqual(['10.244.1.0-24', '10.244.2.0-24']);
+    expect(changes()).toBe(before);
+    await sleep(200);
+    expect(keys(t)).toEqual(['10.244.1.0-24']);
+    expect(changes()).toBe(before + 1);
+  });
+
+  it('keeps a lingering peer that registers again', async () => {
+    const { t, changes } = tracker(80);
+    t.handle({ type: 'snapshot', records: [SELF, record(1)], reason: 'initial list' });
+    t.handle({ type: 'snapshot', records: [SELF], reason: 'reconnected' });
+    const before = changes();
+    t.handle({ type: 'put', record: record(1) });
+    await sleep(200);
+    expect(keys(t)).toEqual(['10.244.1.0-24']);
+    expect(changes()).toBe(before);
+  });
+
+  it('drops a peer at once on a delete event, lingering or not, and at once on re-list with lingerMs 0', () => {
+    const { t } = tracker(10_000);
+    t.handle({ type: 'snapshot', records: [SELF, record(1), record(2)], reason: 'initial list' });
+    t.handle({ type: 'delete', key: '10.244.1.0-24' });
+    t.handle({ type: 'snapshot', records: [SELF], reason: 'reconnected' });
+    t.handle({ type: 'delete', key: '10.244.2.0-24' });
+    expect(keys(t)).toEqual([]);
+    const quick = tracker(0).t;
+    quick.handle({ type: 'snapshot', records: [SELF, record(1)], reason: 'initial list' });
+    quick.handle({ type: 'snapshot', records: [SELF], reason: 'compacted' });
+    expect(keys(quick)).toEqual([]);
+  });
+});
