@@ -3,6 +3,7 @@
 // Cold convergence (process start → every entry in the kernel) against the
 // raw `ip -batch` time for the same entries; drift repair latency for each
 // kind of damage; the daemon's RSS at 5,000 peers.
+import type { ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { run } from '../src/exec/runner.ts';
@@ -12,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEtcd, type EtcdServer } from '../test/helpers/etcd.ts';
 import { NetnsLab, sweepStaleNetns } from '../test/helpers/netns.ts';
+import { stopProcess } from '../test/helpers/process.ts';
 import type { BenchRow, BenchSuite } from './table.ts';
 
 const PEERS = 5_000;
@@ -90,9 +92,10 @@ async function rawBatchMs(lab: NetnsLab, backend: string): Promise<number> {
 interface Node {
   lab: NetnsLab;
   ns: string;
+  etcdNs: string;
   etcd: EtcdServer;
   dir: string;
-  pid: number;
+  child: ChildProcess | undefined;
   log: string;
   spawnedAt: number;
 }
@@ -100,8 +103,14 @@ interface Node {
 const sh = (ns: string, args: string[], input?: string): Promise<string> =>
   run('nsenter', [`--net=/run/netns/${ns}`, ...args], { timeoutMs: 60_000, ...(input === undefined ? {} : { input }) }).then((r) => r.stdout);
 
-/** etcd and a node on one veth link, 5,000 leases stored, twill started. */
-async function startNode(backend: string): Promise<Node> {
+/** The node flags the `twill` command runs with: those on its shebang line. */
+async function daemonNodeFlags(main: string): Promise<string[]> {
+  const first = (await readFile(main, 'utf8')).split('\n')[0] ?? '';
+  return first.replace(/^#!\/usr\/bin\/env (-S )?node ?/, '').split(' ').filter(Boolean);
+}
+
+/** etcd (with only the network config) and a node on one veth link. */
+async function setupNode(backend: string): Promise<Node> {
   const lab = new NetnsLab();
   const dir = await mkdtemp(join(tmpdir(), 'twill-bench-'));
   const etcdNs = await lab.add(`bench-etcd-${backend}`);
@@ -109,12 +118,21 @@ async function startNode(backend: string): Promise<Node> {
   await lab.link({ ns: etcdNs, dev: 'eth0', cidr: '172.16.0.1/12' }, { ns, dev: 'eth0', cidr: '172.16.0.2/12' });
   const etcd = await startEtcd({ netns: etcdNs, host: '172.16.0.1', clientPort: 2379 });
   await sh(etcdNs, ['etcdctl', '--endpoints', etcd.endpoint, 'put', '/coreos.com/network/config', `{"Network":"10.0.0.0/8","SubnetLen":24,"Backend":{"Type":"${backend}"}}`]);
-  await run('nsenter', [`--net=/run/netns/${etcdNs}`, process.execPath, '--input-type=module', '-e', PUT_SCRIPT(etcd.endpoint, backend)], { timeoutMs: 120_000 }); // npm runs the bench from the project root, where 'etcd3' resolves
-  const log = join(dir, 'twill.log');
-  const spawnedAt = Date.now();
-  // the built daemon, as users run it (npm run bench builds first)
-  const child = lab.spawn(ns, [process.execPath, ...NODE_FLAGS, join(ROOT, 'dist/src/cli/main.js'), 'run', '--etcd-endpoints', etcd.endpoint, '--iface', 'eth0', '--ip-masq', '--subnet-file', join(dir, 'subnet.env'), '--node-name', 'bench'], log);
-  return { lab, ns, etcd, dir, pid: child.pid ?? 0, log, spawnedAt };
+  return { lab, ns, etcdNs, etcd, dir, child: undefined, log: join(dir, 'twill.log'), spawnedAt: 0 };
+}
+
+async function putLeases(n: Node, backend: string): Promise<void> {
+  // npm runs the bench from the project root, where 'etcd3' resolves
+  await run('nsenter', [`--net=/run/netns/${n.etcdNs}`, process.execPath, '--input-type=module', '-e', PUT_SCRIPT(n.etcd.endpoint, backend)], { timeoutMs: 120_000 });
+}
+
+/** Starts the built daemon with the node flags of its shebang, as the `twill` command runs. */
+async function startTwill(n: Node): Promise<void> {
+  const main = join(ROOT, 'dist/src/cli/main.js');
+  const flags = [...(await daemonNodeFlags(main)), ...NODE_FLAGS];
+  await rm(n.log, { force: true });
+  n.spawnedAt = Date.now();
+  n.child = n.lab.spawn(n.ns, [process.execPath, ...flags, main, 'run', '--etcd-endpoints', n.etcd.endpoint, '--iface', 'eth0', '--ip-masq', '--subnet-file', join(n.dir, 'subnet.env'), '--node-name', 'bench'], n.log);
 }
 
 async function stopNode(n: Node): Promise<void> {
@@ -138,8 +156,8 @@ async function coldConvergence(n: Node): Promise<{ fromStartMs: number; passMs: 
   return { fromStartMs: (done?.time ?? 0) - n.spawnedAt, passMs: done?.durationMs ?? 0 };
 }
 
-async function rssMiB(pid: number): Promise<number> {
-  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+async function rssMiB(pid: number | undefined): Promise<number> {
+  const status = await readFile(`/proc/${pid ?? 0}/status`, 'utf8');
   const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
   return kb / 1024;
 }
@@ -176,15 +194,25 @@ async function repairMs(ns: string, d: Drift): Promise<number> {
 async function backendRows(backend: string): Promise<BenchRow[]> {
   const rawLab = new NetnsLab();
   const rows: BenchRow[] = [];
-  const n = await startNode(backend);
+  const n = await setupNode(backend);
   try {
+    // the floor: the same daemon with no peers at all
+    await startTwill(n);
+    await waitUntil(async () => (await logLines(n.log)).some((l) => l.msg === 'dataplane updated'), 30_000, 'the daemon with no peers');
+    await new Promise((r) => setTimeout(r, 1000));
+    const floor = await rssMiB(n.child?.pid);
+    if (n.child) await stopProcess(n.child);
+    await sh(n.ns, ['ip', 'link', 'del', `twill.1`]).catch(() => undefined);
+    await putLeases(n, backend);
+    await startTwill(n);
     const cold = await coldConvergence(n);
     const raw = await rawBatchMs(rawLab, backend);
     rows.push({ suite: 'dataplane', figure: `cold convergence, ${PEERS} peers, ${backend} (process start → all entries)`, value: Math.round(cold.fromStartMs), unit: 'ms', yardstick: { name: 'raw ip -batch', value: Math.round(raw) }, target: { text: '≤ 1000 ms, ≤ 10× raw', met: cold.fromStartMs <= 1000 && cold.fromStartMs <= 10 * raw } });
     rows.push({ suite: 'dataplane', figure: `  the programming pass alone (observe, diff, apply), ${backend}`, value: Math.round(cold.passMs), unit: 'ms', yardstick: { name: 'raw ip -batch', value: Math.round(raw) } });
     await new Promise((r) => setTimeout(r, 1000));
-    const rss = await rssMiB(n.pid);
+    const rss = await rssMiB(n.child?.pid);
     rows.push({ suite: 'dataplane', figure: `daemon RSS at ${PEERS} peers, ${backend}`, value: Math.round(rss), unit: 'MiB', target: { text: '≤ 80 MiB', met: rss <= 80 } });
+    rows.push({ suite: 'dataplane', figure: `  the same daemon with no peers (Node + libraries floor), ${backend}`, value: Math.round(floor), unit: 'MiB' });
     for (const d of DRIFTS.filter((x) => x.backends.includes(backend))) {
       const ms = await repairMs(n.ns, d);
       rows.push({ suite: 'dataplane', figure: `drift repair: ${d.name}, ${backend}, ${PEERS} peers`, value: Math.round(ms), unit: 'ms', target: { text: '≤ 1000 ms', met: ms <= 1000 } });

@@ -140,7 +140,7 @@ export class Reconciler {
     if (r.failures.length > 0) this.o.logger.warn({ ...fields, failures: r.failures.slice(0, 20) }, 'dataplane pass could not apply every change');
     else if (r.drift) this.o.logger.warn(fields, 'repaired dataplane drift');
     else this.o.logger.info(fields, 'dataplane updated');
-    this.o.logger.debug({ lines: r.ops.map((o) => o.line) }, 'dataplane ops');
+    if (this.o.logger.isLevelEnabled('debug')) this.o.logger.debug({ lines: r.ops.map((o) => o.line) }, 'dataplane ops');
   }
 
   /** Logs each peer problem once, and when it clears. */

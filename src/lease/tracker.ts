@@ -27,12 +27,16 @@ export interface TrackerOptions {
 }
 
 const DEFAULT_LINGER_MS = 10_000;
+/** snapshots larger than this log one summary line instead of a line per peer */
+const QUIET_ABOVE = 20;
 
 export class PeerTracker {
   private readonly peers = new Map<string, Lease>();
   /** peers missing from the last re-list, kept until their time is up */
   private readonly lingering = new Map<string, { lease: Lease; until: number }>();
   private lingerTimer: NodeJS.Timeout | undefined;
+  /** while applying a large snapshot, per-peer lines go to debug and one summary to info */
+  private quiet = false;
   private readonly invalid = new Map<string, string>();
   private connected: boolean | undefined;
   private readonly opts: TrackerOptions;
@@ -80,7 +84,11 @@ export class PeerTracker {
       else changed = this.leave(key) || changed;
     }
     for (const key of [...this.invalid.keys()]) if (!keys.has(key)) this.invalid.delete(key);
+    const before = this.peers.size;
+    this.quiet = records.length > QUIET_ABOVE;
     for (const r of records) changed = this.put(r) || changed;
+    this.quiet = false;
+    if (records.length > QUIET_ABOVE) this.opts.logger.info({ reason, peers: this.peers.size, before, lingering: this.lingering.size, invalid: this.invalid.size }, 'peer set re-listed');
     if (!keys.has(this.opts.selfKey)) this.opts.onSelfLost(`our lease ${this.opts.selfKey} is missing after ${reason}`);
     if (changed) this.changed();
   }
@@ -105,11 +113,11 @@ export class PeerTracker {
     this.lingering.delete(r.key);
     this.peers.set(r.key, r.lease);
     if (!before) {
-      this.opts.logger.info({ key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) }, 'peer joined');
+      this.peerLog({ key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) }, 'peer joined');
       return true;
     }
     if (encodeLeaseValue(before.attrs) === encodeLeaseValue(r.lease.attrs)) return false;
-    this.opts.logger.info({ key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) }, 'peer changed');
+    this.peerLog({ key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) }, 'peer changed');
     return true;
   }
 
@@ -124,8 +132,13 @@ export class PeerTracker {
     const lease = this.peers.get(key);
     if (!lease) return false;
     this.peers.delete(key);
-    this.opts.logger.info({ key, subnet: formatCidr(lease.subnet) }, 'peer left');
+    this.peerLog({ key, subnet: formatCidr(lease.subnet) }, 'peer left');
     return true;
+  }
+
+  private peerLog(fields: Record<string, unknown>, msg: string): void {
+    if (this.quiet) this.opts.logger.debug(fields, msg);
+    else this.opts.logger.info(fields, msg);
   }
 
   private linger(key: string, lease: Lease, ms: number): void {
