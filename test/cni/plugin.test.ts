@@ -3,13 +3,13 @@
 // two pods pinging through the bridge, a second ADD for the same container,
 // DEL once the netns is gone, STATUS, and no node on PATH.
 import { mkdir, mkdtemp, readFile, rm, symlink } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../src/exec/runner.ts';
-import { CniNode, TWILL_CNI, callCni } from '../helpers/cni.ts';
+import { CniNode } from '../helpers/cni.ts';
 import { sweepStaleNetns } from '../helpers/netns.ts';
+import { waitFor } from '../helpers/ports.ts';
 
 const node = new CniNode();
 
@@ -90,21 +90,17 @@ describe('twill-cni as a new user runs it', () => {
   });
 
   it('answers STATUS: 50 without subnet.env or with an unready daemon, success otherwise', async () => {
-    let ready = 503;
-    const server: Server = createServer((_req, res) => res.writeHead(ready).end());
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    const port = (server.address() as { port: number }).port;
-    try {
-      // STATUS touches no device; it runs in the test's own namespace so that it reaches this server
-      const status = (extra: Record<string, unknown> = {}) => callCni({ nodeNs: '/proc/self/ns/net', exe: TWILL_CNI, verb: 'STATUS', conf: node.conf('1.1.0', extra) });
-      expect(await status()).toMatchObject({ code: 0, stdout: '' });
-      expect((await status({ readyUrl: `http://127.0.0.1:${port}/readyz` })).json).toMatchObject({ code: 50, msg: expect.stringContaining('answered 503') });
-      ready = 200;
-      expect((await status({ readyUrl: `http://127.0.0.1:${port}/readyz` })).code).toBe(0);
-      expect((await status({ subnetFile: join(node.dir, 'missing.env') })).json).toMatchObject({ code: 50, msg: expect.stringContaining('missing.env does not exist yet') });
-    } finally {
-      await new Promise((r) => server.close(r));
-    }
+    // two readiness endpoints inside the node namespace: one unready (503), one ready
+    const server = (port: number, status: number): string =>
+      `require('node:http').createServer((q, r) => r.writeHead(${status}).end()).listen(${port}, '127.0.0.1')`;
+    node.lab.spawn(node.nodeNs, [process.execPath, '-e', server(18181, 503)], join(node.dir, 'ready-503.log'));
+    node.lab.spawn(node.nodeNs, [process.execPath, '-e', server(18182, 200)], join(node.dir, 'ready-200.log'));
+    const status = (extra: Record<string, unknown> = {}) => node.call({ verb: 'STATUS', conf: node.conf('1.1.0', extra) });
+    expect(await status()).toMatchObject({ code: 0, stdout: '' });
+    await waitFor(async () => (await status({ readyUrl: 'http://127.0.0.1:18182/readyz' })).code === 0, { timeoutMs: 5000, what: 'ready endpoint' });
+    expect((await status({ readyUrl: 'http://127.0.0.1:18181/readyz' })).json).toMatchObject({ code: 50, msg: 'twill is not ready: http://127.0.0.1:18181/readyz answered 503' });
+    expect((await status({ readyUrl: 'http://127.0.0.1:18183/readyz' })).json).toMatchObject({ code: 50, msg: expect.stringContaining('did not answer') });
+    expect((await status({ subnetFile: join(node.dir, 'missing.env') })).json).toMatchObject({ code: 50, msg: expect.stringContaining('missing.env does not exist yet') });
   });
 
   it('runs with no node on PATH', async () => {
