@@ -1,10 +1,11 @@
 // `npm run bench [-- --json] [-- --only <suite>]`: runs every benchmark suite
 // (as root: they build network namespaces and a real etcd) and prints one
 // table of every figure, or JSON with --json.
+import { cniSuite } from './cni.ts';
 import { dataplaneSuite } from './dataplane.ts';
 import { renderTable, type BenchRow, type BenchSuite } from './table.ts';
 
-const suites: BenchSuite[] = [dataplaneSuite];
+const suites: BenchSuite[] = [dataplaneSuite, cniSuite];
 
 async function main(argv: readonly string[]): Promise<number> {
   const json = argv.includes('--json');

@@ -14,6 +14,7 @@ check iptables iptables
 check nft nftables
 check iperf3 iperf3
 check nsenter util-linux
+check ping iputils-ping
 [ -x /usr/lib/cni/bridge ] || need="$need containernetworking-plugins"
 
 if [ -z "$need" ]; then

@@ -14,7 +14,8 @@ export type ErrorCode =
   | 'STORE_UNAVAILABLE'
   | 'COMMAND_FAILED'
   | 'IFACE_NOT_FOUND'
-  | 'SUBNET_ENV_INVALID';
+  | 'SUBNET_ENV_INVALID'
+  | 'CNI_FAILED';
 
 export class TwillError extends Error {
   readonly code: ErrorCode;

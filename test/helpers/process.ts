@@ -32,3 +32,29 @@ export async function stopProcess(child: ChildProcess, graceMs = 5000): Promise<
   if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   await exited(child);
 }
+
+export interface Finished {
+  /** exit code, or the signal that ended it */
+  readonly code: number | string;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs a short-lived command to its end with `input` on stdin and exactly `env`; kills it after `timeoutMs`. */
+export function runToExit(argv: readonly string[], o: { input: string; env: Record<string, string>; timeoutMs?: number }): Promise<Finished> {
+  const [file, ...args] = argv;
+  const child = spawn(file as string, args, { stdio: ['pipe', 'pipe', 'pipe'], env: o.env });
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  child.stdout.on('data', (b: Buffer) => out.push(b));
+  child.stderr.on('data', (b: Buffer) => err.push(b));
+  child.stdin.end(o.input);
+  const timer = setTimeout(() => child.kill('SIGKILL'), o.timeoutMs ?? 30_000);
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code, sig) => {
+      clearTimeout(timer);
+      resolve({ code: code ?? sig ?? -1, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() });
+    });
+  });
+}

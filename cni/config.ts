@@ -1,0 +1,116 @@
+// The network config a runtime writes on stdin: twill's keys with their
+// defaults, the runtime's own keys (prevResult, cni.dev/valid-attachments),
+// decoded once into a plain object. Keys match case-insensitively, as Go's
+// encoding/json (and so the reference plugins) match them.
+import { isAbsolute } from 'node:path';
+import { CiObject } from '../src/config/json-object.ts';
+import { CNI_CODES, fail } from './errors.ts';
+import { ifnameProblem, isContainerId, isNetworkName } from './names.ts';
+import { LATEST_VERSION, isSupportedVersion, parseVersion, type CniVersion } from './version.ts';
+
+export interface ValidAttachment {
+  readonly containerId: string;
+  readonly ifname: string;
+}
+
+export interface NetConf {
+  readonly cniVersion: CniVersion;
+  readonly name: string;
+  readonly subnetFile: string;
+  readonly bridge: string;
+  readonly isGateway: boolean;
+  readonly isDefaultGateway: boolean;
+  readonly hairpinMode: boolean;
+  /** undefined: FLANNEL_MTU from subnet.env */
+  readonly mtu: number | undefined;
+  readonly dataDir: string;
+  readonly logFile: string | undefined;
+  /** when set, STATUS also asks this URL (the daemon's readiness endpoint) */
+  readonly readyUrl: string | undefined;
+  /** the previous plugin's result (CHECK, DEL, chained ADD), as given */
+  readonly prevResult: unknown;
+  /** GC: the attachments the runtime still knows */
+  readonly validAttachments: readonly ValidAttachment[] | undefined;
+}
+
+export const DEFAULTS = {
+  subnetFile: '/run/twill/subnet.env',
+  bridge: 'cni0',
+  dataDir: '/var/lib/cni/networks',
+} as const;
+
+/** The JSON text as an object, or code 6. */
+export function decodeJson(text: string, what: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (err) {
+    fail(CNI_CODES.decode, `${what}: not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+/** The cniVersion to answer errors in: the config's when it is a supported one. */
+export function answerVersion(text: string): CniVersion {
+  try {
+    const v = (JSON.parse(text) as { cniVersion?: unknown } | null)?.cniVersion;
+    return isSupportedVersion(v) ? v : LATEST_VERSION;
+  } catch {
+    return LATEST_VERSION;
+  }
+}
+
+function path(o: CiObject, key: string, fallback: string): string {
+  const v = o.string(key) ?? fallback;
+  if (!isAbsolute(v)) o.fail(`"${key}" must be an absolute path, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+function attachments(o: CiObject): ValidAttachment[] | undefined {
+  const raw = o.get('cni.dev/valid-attachments');
+  if (raw === undefined) return undefined;
+  if (!Array.isArray(raw)) o.fail(`"cni.dev/valid-attachments" must be a list, got ${JSON.stringify(raw)}`);
+  return raw.map((item: unknown, i) => {
+    const a = CiObject.from(`network config: "cni.dev/valid-attachments"[${i}]`, item, 'CONFIG_INVALID');
+    const containerId = a.string('containerID') ?? '';
+    if (!isContainerId(containerId)) a.fail(`"containerID" ${JSON.stringify(containerId)} is not a container id`);
+    return { containerId, ifname: a.string('ifname') ?? '' };
+  });
+}
+
+function checkedName(o: CiObject): string {
+  const name = o.string('name');
+  if (name === undefined) o.fail('"name" is missing');
+  if (!isNetworkName(name)) o.fail(`"name" ${JSON.stringify(name)} must start with a letter or digit and hold only letters, digits, "_", "." and "-"`);
+  return name;
+}
+
+function checkedBridge(o: CiObject): string {
+  const bridge = o.string('bridge') ?? DEFAULTS.bridge;
+  const problem = ifnameProblem(bridge);
+  if (problem) o.fail(`"bridge" ${JSON.stringify(bridge)} ${problem}`);
+  return bridge;
+}
+
+/** Decodes and checks the network config (codes 6, 7 and 1). */
+export function parseNetConf(text: string): NetConf {
+  const o = CiObject.from('network config', decodeJson(text, 'network config'), 'CONFIG_INVALID');
+  const cniVersion = parseVersion(o.get('cniVersion'));
+  const isDefaultGateway = o.bool('isDefaultGateway') ?? true;
+  const readyUrl = o.string('readyUrl');
+  if (readyUrl !== undefined && !/^https?:\/\//.test(readyUrl)) o.fail(`"readyUrl" must be an http(s) URL, got ${JSON.stringify(readyUrl)}`);
+  return {
+    cniVersion,
+    name: checkedName(o),
+    subnetFile: path(o, 'subnetFile', DEFAULTS.subnetFile),
+    bridge: checkedBridge(o),
+    // a default gateway needs the gateway address on the bridge
+    isGateway: isDefaultGateway || (o.bool('isGateway') ?? true),
+    isDefaultGateway,
+    hairpinMode: o.bool('hairpinMode') ?? true,
+    mtu: o.int('mtu', { min: 68, max: 65535 }),
+    dataDir: path(o, 'dataDir', DEFAULTS.dataDir),
+    logFile: o.has('logFile') ? path(o, 'logFile', '') : undefined,
+    readyUrl,
+    prevResult: o.get('prevResult'),
+    validAttachments: attachments(o),
+  };
+}

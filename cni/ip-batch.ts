@@ -1,0 +1,106 @@
+// What the plugin asks of `ip`, as pure text: the host-side batch of an ADD
+// (bridge, veth pair with its peer created straight in the pod's netns,
+// bridge port, hairpin), the pod-side batch (lo, address, routes), and the
+// parsing of what `ip -json -batch` prints and of which line failed.
+import { formatCidr, formatIpv4, type Cidr } from '../src/net/ipv4.ts';
+
+export interface HostWiring {
+  readonly bridge: string;
+  /** set when the bridge is created (see bridgeMac) */
+  readonly bridgeMac: string;
+  readonly hostVeth: string;
+  readonly ifname: string;
+  readonly netns: string;
+  readonly mtu: number;
+  /** gateway address and prefix to hold on the bridge (isGateway) */
+  readonly gateway: { readonly addr: number; readonly prefix: number } | undefined;
+  readonly hairpin: boolean;
+}
+
+/** A locally administered MAC made from the gateway address: 0a:58 + its four bytes. */
+export function bridgeMac(gateway: number): string {
+  const bytes = [0x0a, 0x58, gateway >>> 24, (gateway >>> 16) & 0xff, (gateway >>> 8) & 0xff, gateway & 0xff];
+  return bytes.map((b) => b.toString(16).padStart(2, '0')).join(':');
+}
+
+export interface HostBatch {
+  readonly lines: readonly string[];
+  /** 1-based line that creates the veth pair: a failure there created nothing */
+  readonly vethLine: number;
+}
+
+/** The host batch; with `createBridge` it starts by creating the bridge. */
+export function hostAddBatch(w: HostWiring, createBridge: boolean): HostBatch {
+  const lines: string[] = [];
+  // a fixed MAC: otherwise the bridge takes its lowest port's, and the pods'
+  // gateway MAC changes whenever ports come and go
+  if (createBridge) lines.push(`link add ${w.bridge} address ${w.bridgeMac} mtu ${w.mtu} type bridge`);
+  lines.push(`link set dev ${w.bridge} up`);
+  if (w.gateway) lines.push(`addr replace ${formatIpv4(w.gateway.addr)}/${w.gateway.prefix} broadcast + dev ${w.bridge}`);
+  lines.push(`link add ${w.hostVeth} mtu ${w.mtu} type veth peer name ${w.ifname} mtu ${w.mtu} netns ${w.netns}`);
+  const vethLine = lines.length;
+  lines.push(`link set dev ${w.hostVeth} master ${w.bridge} up`);
+  if (w.hairpin) lines.push(`link set dev ${w.hostVeth} type bridge_slave hairpin on`);
+  lines.push(`link show dev ${w.bridge}`, `link show dev ${w.hostVeth}`);
+  return { lines, vethLine };
+}
+
+export interface PodWiring {
+  readonly ifname: string;
+  readonly address: number;
+  readonly subnet: Cidr;
+  readonly gateway: number;
+  readonly network: Cidr;
+  readonly defaultRoute: boolean;
+}
+
+/** The batch run inside the pod's netns (through nsenter). */
+export function podAddBatch(p: PodWiring): string[] {
+  const gw = formatIpv4(p.gateway);
+  const lines = [
+    'link set dev lo up',
+    `addr add ${formatIpv4(p.address)}/${p.subnet.prefix} broadcast + dev ${p.ifname}`,
+    `link set dev ${p.ifname} up`,
+    `route add ${formatCidr(p.network)} via ${gw} dev ${p.ifname}`,
+  ];
+  if (p.defaultRoute) lines.push(`route add default via ${gw} dev ${p.ifname}`);
+  lines.push(`link show dev ${p.ifname}`);
+  return lines;
+}
+
+/** The batch CHECK runs inside the pod's netns. */
+export function podCheckBatch(ifname: string): string[] {
+  return [`addr show dev ${ifname}`, `route show dev ${ifname}`];
+}
+
+/** The line `ip -batch` reports as failed ("Command failed -:3"), if any. */
+export function failedLine(stderr: string): number | undefined {
+  const m = /Command failed -:(\d+)/.exec(stderr);
+  return m ? Number(m[1]) : undefined;
+}
+
+/** Each JSON array `ip -json -batch` printed, in order (one per show command). */
+export function jsonOutputs(stdout: string): unknown[][] {
+  return stdout
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l.startsWith('['))
+    .map((l) => JSON.parse(l) as unknown[]);
+}
+
+export interface IpLink {
+  readonly ifname: string;
+  readonly address: string;
+  readonly mtu: number;
+  readonly flags: readonly string[];
+  readonly master?: string;
+}
+
+/** The single link a `link show dev X` printed. */
+export function linkOf(output: unknown[] | undefined, dev: string): IpLink {
+  const link = output?.[0] as Partial<IpLink> | undefined;
+  if (!link || link.ifname !== dev || typeof link.address !== 'string') {
+    throw new Error(`ip printed no link named ${dev}: ${JSON.stringify(output)}`);
+  }
+  return { ifname: dev, address: link.address, mtu: Number(link.mtu), flags: link.flags ?? [], ...(link.master ? { master: link.master } : {}) };
+}

@@ -1,0 +1,54 @@
+// ADD results in the shape each spec version asks for (0.3.x and 0.4.0 carry
+// `version: "4"` on every IP, 1.1.0 adds interface MTUs), and the reading of
+// a previous result (CHECK, chained plugins) whatever its version.
+import { atLeast, type CniVersion } from './version.ts';
+
+export interface ResultInterface {
+  readonly name: string;
+  readonly mac: string;
+  readonly mtu: number;
+  readonly sandbox?: string;
+}
+
+export interface Attachment {
+  readonly bridge: ResultInterface;
+  readonly host: ResultInterface;
+  readonly pod: ResultInterface;
+  /** "10.244.3.5/24" */
+  readonly address: string;
+  readonly gateway: string;
+  readonly routes: readonly { readonly dst: string; readonly gw: string }[];
+}
+
+function iface(v: CniVersion, i: ResultInterface): Record<string, unknown> {
+  return {
+    name: i.name,
+    mac: i.mac,
+    ...(atLeast(v, '1.1.0') ? { mtu: i.mtu } : {}),
+    ...(i.sandbox !== undefined ? { sandbox: i.sandbox } : {}),
+  };
+}
+
+/** The ADD result for `version`; the pod interface is index 2, as the bridge plugin has it. */
+export function renderResult(version: CniVersion, a: Attachment): Record<string, unknown> {
+  const ip = { ...(atLeast(version, '1.0.0') ? {} : { version: '4' }), interface: 2, address: a.address, gateway: a.gateway };
+  return {
+    cniVersion: version,
+    interfaces: [a.bridge, a.host, a.pod].map((i) => iface(version, i)),
+    ips: [ip],
+    routes: a.routes.map((r) => ({ dst: r.dst, gw: r.gw })),
+    dns: {},
+  };
+}
+
+/** The addresses ("a.b.c.d/len") a previous result gives the pod's `ifname`, whatever its version. */
+export function prevAddresses(prev: unknown, ifname: string): string[] | undefined {
+  if (typeof prev !== 'object' || prev === null) return undefined;
+  const { interfaces, ips } = prev as { interfaces?: unknown; ips?: unknown };
+  if (!Array.isArray(ips)) return undefined;
+  const names = Array.isArray(interfaces) ? interfaces.map((i) => (i as { name?: unknown } | null)?.name) : [];
+  return ips
+    .map((ip) => ip as { address?: unknown; interface?: unknown } | null)
+    .filter((ip) => typeof ip?.address === 'string' && (typeof ip.interface !== 'number' || names[ip.interface] === ifname))
+    .map((ip) => String(ip?.address));
+}

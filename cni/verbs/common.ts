@@ -1,0 +1,42 @@
+// What several verbs share: the request they get, the node's subnet from
+// subnet.env (missing means "try again later"), the IP store of this
+// network, and the check that CNI_NETNS exists.
+import { stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { readSubnetEnv, type SubnetEnv } from '../../src/subnetenv.ts';
+import type { NetConf } from '../config.ts';
+import type { CniEnv } from '../env.ts';
+import { CNI_CODES, fail } from '../errors.ts';
+import { IpStore } from '../ipam/store.ts';
+import type { KernelDeps } from '../kernel.ts';
+import type { CniLog } from '../log.ts';
+
+export interface Request {
+  readonly env: CniEnv;
+  readonly conf: NetConf;
+}
+
+export interface PluginDeps extends KernelDeps {
+  readonly log: CniLog;
+}
+
+/** The node's subnet.env; code 11 while it does not exist, 102 when it is malformed. */
+export async function loadSubnet(file: string): Promise<SubnetEnv> {
+  const env = await readSubnetEnv(file);
+  if (!env) fail(CNI_CODES.tryAgain, `${file} does not exist yet (twill run writes it once it holds a subnet lease); try again later`);
+  return env;
+}
+
+export function storeFor(conf: NetConf): IpStore {
+  return new IpStore(join(conf.dataDir, conf.name));
+}
+
+/** Code 4 when the netns path does not exist. */
+export async function assertNetns(netns: string): Promise<void> {
+  try {
+    await stat(netns);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') fail(CNI_CODES.invalidEnv, `CNI_NETNS ${JSON.stringify(netns)} does not exist`);
+    throw err;
+  }
+}

@@ -1,0 +1,80 @@
+// A table of bad inputs, each given to the executable as a runtime would:
+// the right CNI error code, a message naming the variable or field and its
+// value, the error JSON on stdout (nothing on stdout but that), and no state
+// left behind (no address reserved, no veth, nothing in the pod), also when
+// the pod side fails after the host side was wired.
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run } from '../../src/exec/runner.ts';
+import { CniNode } from '../helpers/cni.ts';
+import { sweepStaleNetns } from '../helpers/netns.ts';
+
+const node = new CniNode();
+let pod = '';
+
+beforeAll(async () => {
+  await sweepStaleNetns();
+  await node.setup();
+  pod = await node.pod('bad');
+});
+
+afterAll(async () => {
+  await node.destroy();
+});
+
+interface Row {
+  readonly name: string;
+  readonly env?: Record<string, string | undefined>;
+  readonly conf?: () => unknown;
+  readonly verb?: string;
+  readonly subnetEnv?: string;
+  readonly code: number;
+  readonly msg: string;
+}
+
+const ROWS: readonly Row[] = [
+  { name: 'CNI_COMMAND missing', env: { CNI_COMMAND: undefined }, code: 4, msg: 'CNI_COMMAND is not set' },
+  { name: 'CNI_COMMAND unknown', verb: 'FROB', code: 4, msg: 'CNI_COMMAND "FROB" is not one of ADD, DEL, CHECK, VERSION, STATUS, GC' },
+  { name: 'CNI_CONTAINERID missing', env: { CNI_CONTAINERID: undefined }, code: 4, msg: 'CNI_CONTAINERID is not set; ADD needs it' },
+  { name: 'CNI_NETNS missing', env: { CNI_NETNS: undefined }, code: 4, msg: 'CNI_NETNS is not set; ADD needs it' },
+  { name: 'CNI_IFNAME missing', env: { CNI_IFNAME: undefined }, code: 4, msg: 'CNI_IFNAME is not set; ADD needs it' },
+  { name: 'CNI_IFNAME too long', env: { CNI_IFNAME: 'eth0-much-too-long' }, code: 4, msg: 'CNI_IFNAME "eth0-much-too-long" is 18 characters long; at most 15 are allowed' },
+  { name: 'netns path does not exist', env: { CNI_NETNS: '/var/run/netns/twill-no-such-netns' }, code: 4, msg: 'CNI_NETNS "/var/run/netns/twill-no-such-netns" does not exist' },
+  { name: 'bad JSON', conf: () => '{"cniVersion": "1.0.0", "name": ', code: 6, msg: 'network config: not valid JSON' },
+  { name: 'unknown cniVersion', conf: () => node.conf('0.2.0'), code: 1, msg: '"cniVersion" "0.2.0" is not supported' },
+  { name: 'bad config value', conf: () => node.conf('1.0.0', { mtu: 'big' }), code: 7, msg: '"mtu" must be an integer from 68 to 65535, got "big"' },
+  { name: 'subnet.env missing', conf: () => node.conf('1.0.0', { subnetFile: join(node.dir, 'nope.env') }), code: 11, msg: 'nope.env does not exist yet' },
+  { name: 'bad subnet.env', subnetEnv: 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=banana\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n', code: 102, msg: 'FLANNEL_SUBNET "banana" is not a CIDR' },
+  { name: 'CHECK without prevResult', verb: 'CHECK', code: 7, msg: 'CHECK needs "prevResult"' },
+];
+
+describe('twill-cni with bad input', () => {
+  it.each(ROWS)('$name → code $code', async (row) => {
+    if (row.subnetEnv) await node.writeSubnetEnv(row.subnetEnv);
+    try {
+      const answer = await node.call({ verb: row.verb ?? 'ADD', containerId: 'bad', netns: pod, conf: row.conf?.() ?? node.conf(), ...(row.env ? { env: row.env } : {}) });
+      expect(answer.code).toBe(1);
+      expect(answer.stdout.trim().split('\n')).toHaveLength(1);
+      expect(answer.json).toMatchObject({ code: row.code, msg: expect.stringContaining(row.msg) });
+      expect(typeof answer.json?.cniVersion).toBe('string');
+    } finally {
+      if (row.subnetEnv) await node.writeSubnetEnv();
+    }
+    expect(await node.reserved()).toEqual([]);
+    expect(await node.hostVeths()).toEqual([]);
+    expect(JSON.stringify(await node.ipJson(pod, ['link', 'show']))).not.toContain('eth0');
+  });
+
+  it('rolls back the veth and the address when the pod side fails half way', async () => {
+    const busy = await node.pod('busy');
+    // a route the pod batch will find in its way
+    await run('ip', ['-n', busy, 'link', 'add', 'in0', 'type', 'veth', 'peer', 'name', 'in1']);
+    for (const dev of ['in0', 'in1']) await run('ip', ['-n', busy, 'link', 'set', dev, 'up']);
+    await run('ip', ['-n', busy, 'route', 'add', node.network, 'dev', 'in0']);
+    const answer = await node.call({ verb: 'ADD', containerId: 'busy', netns: busy });
+    expect(answer.json).toMatchObject({ code: 101, msg: expect.stringContaining('File exists') });
+    expect(await node.reserved()).toEqual([]);
+    expect(await node.hostVeths()).toEqual([]);
+    expect(JSON.stringify(await node.ipJson(busy, ['link', 'show']))).not.toContain('eth0');
+  });
+});
