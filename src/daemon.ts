@@ -14,7 +14,7 @@ import type { DesiredState } from './dataplane/model.ts';
 import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
 import { LeaseKeeper } from './lease/keeper.ts';
 import { PeerTracker } from './lease/tracker.ts';
-import type { Lease, LeaseAttrs, LeaseStore } from './lease/types.ts';
+import type { Lease, LeaseAttrs, LeaseEvent, LeaseStore } from './lease/types.ts';
 import type { Logger } from './log.ts';
 import { discoverInterface, linkMac, type IfaceChoice, type IfaceRequest } from './net/iface.ts';
 import { formatCidr, sameCidr } from './net/ipv4.ts';
@@ -143,11 +143,17 @@ export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: A
   });
   const desired = (): DesiredState =>
     desiredState({ config, self: keeper.current(), peers: tracker.list(), choice, ipMasq: opts.ipMasq, randomFully: iptables.randomFully });
-  const reconciler = new Reconciler({ runner: deps.runner, logger, desired, ensureForwarding: deps.ensureForwarding, resyncMs: opts.resyncMs, onPass: publish });
+  // no pass before the first complete peer list, or a restart would sweep every peer
+  const listed = Promise.withResolvers<void>();
+  const onEvent = (ev: LeaseEvent): void => {
+    tracker.handle(ev);
+    if (ev.type === 'snapshot') listed.resolve();
+  };
+  const reconciler = new Reconciler({ runner: deps.runner, logger, desired, ensureForwarding: deps.ensureForwarding, resyncMs: opts.resyncMs, onPass: publish, ready: listed.promise });
   publish();
   const trigger = (source: string): void => reconciler.trigger(source);
   const loops: ((s: AbortSignal) => Promise<void>)[] = [
-    (s) => store.watchLeases({ signal: s, onEvent: (ev) => tracker.handle(ev) }),
+    (s) => store.watchLeases({ signal: s, onEvent }),
     (s) => keeper.run(s),
     (s) => reconciler.run(s),
     (s) => runMonitors({ watch: deps.watch, logger, ctx: { underlay: choice.iface.name }, nft: iptables.nftables, onEvent: trigger }, s),

@@ -64,6 +64,8 @@ function hostGwEntries(input: BackendInput): PeerEntries {
 
 function vxlanEntries(input: BackendInput, dev: VxlanDevice, backend: VxlanBackend): PeerEntries {
   const out: PeerEntries = { routes: [], neighs: [], fdb: [], problems: [] };
+  // one FDB entry per MAC: a second peer claiming a VtepMAC would steal the first one's traffic
+  const macOwner = new Map<string, string>([[dev.mac, 'this node']]);
   for (const peer of input.peers) {
     const mac = peer.attrs.backendData?.vtepMac;
     if (backend.directRouting && onLink(input.choice, peer.attrs.publicIp)) {
@@ -74,6 +76,12 @@ function vxlanEntries(input: BackendInput, dev: VxlanDevice, backend: VxlanBacke
       out.problems.push({ key: peer.key, subnet: formatCidr(peer.subnet), reason: 'vxlan lease without BackendData.VtepMAC' });
       continue;
     }
+    const owner = macOwner.get(mac);
+    if (owner !== undefined) {
+      out.problems.push({ key: peer.key, subnet: formatCidr(peer.subnet), reason: `VtepMAC ${mac} is already used by ${owner}` });
+      continue;
+    }
+    macOwner.set(mac, peer.key);
     const gw = formatIpv4(peer.subnet.base);
     out.neighs.push({ dev: dev.name, ip: gw, mac });
     out.fdb.push({ dev: dev.name, mac, dst: peer.attrs.publicIp });

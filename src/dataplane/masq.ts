@@ -3,7 +3,8 @@
 // `iptables -S` prints them so observed and desired compare as text, and
 // the iptables-restore --noflush lines that make a chain match: the chain is
 // re-declared (which empties it) and refilled, so order and duplicates are
-// repaired together; the jump from the built-in chain is kept single.
+// repaired together; the jump from the built-in chain is kept single and
+// appended, like flannel's, so policy chains earlier in FORWARD still apply.
 import { formatCidr } from '../net/ipv4.ts';
 import type { MasqSpec, ObservedChain, Op } from './model.ts';
 
@@ -50,9 +51,10 @@ export function chainSpecs(spec: MasqSpec): { postrouting: ChainSpec; forward: C
   };
 }
 
-/** Reads `iptables -S <parent>` output: how many rules jump to `chain`. */
-export function countJumps(parentListing: string, chain: string): number {
-  return parentListing.split('\n').filter((l) => l.startsWith('-A ') && l.endsWith(`-j ${chain}`)).length;
+/** Reads `iptables -S <parent>` output: the rules that jump to `chain`, without their "-A <parent> " head. */
+export function jumpRules(parentListing: string, parent: string, chain: string): string[] {
+  const head = `-A ${parent} `;
+  return parentListing.split('\n').filter((l) => l.startsWith(head) && l.endsWith(`-j ${chain}`)).map((l) => l.slice(head.length));
 }
 
 /** Reads `iptables -S <chain>` output: the rules, in order. */
@@ -69,7 +71,7 @@ export function diffChain(want: ChainSpec, seen: ObservedChain): Op[] {
   const ops: Op[] = [];
   const op = (action: Op['action'], line: string): Op => chainOp(want, action, line);
   if (want.rules === null) {
-    for (let i = 0; i < seen.jumps; i++) ops.push(op('delete', `-D ${want.parent} ${want.jump}`));
+    for (const jump of seen.jumps) ops.push(op('delete', `-D ${want.parent} ${jump}`));
     if (seen.rules !== null) ops.push(op('delete', `:${want.chain} - [0:0]`), op('delete', `-X ${want.chain}`));
     return ops;
   }
@@ -78,8 +80,10 @@ export function diffChain(want: ChainSpec, seen: ObservedChain): Op[] {
     ops.push(op(seen.rules === null ? 'add' : 'change', `:${want.chain} - [0:0]`));
     for (const rule of want.rules) ops.push(op(seen.rules === null ? 'add' : 'change', rule));
   }
-  if (seen.jumps === 0) ops.push(op('add', `-I ${want.parent} 1 ${want.jump}`));
-  for (let i = 1; i < seen.jumps; i++) ops.push(op('delete', `-D ${want.parent} ${want.jump}`));
+  // exactly one jump, ours: extra or foreign-shaped jumps go (deleted as listed, so the delete matches)
+  const keep = seen.jumps.indexOf(want.jump);
+  seen.jumps.forEach((jump, i) => i !== keep && ops.push(op('delete', `-D ${want.parent} ${jump}`)));
+  if (keep < 0) ops.push(op('add', `-A ${want.parent} ${want.jump}`));
   return ops;
 }
 

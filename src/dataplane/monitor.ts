@@ -26,8 +26,9 @@ const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 export function ipEventMatters(line: string, ctx: MonitorContext): boolean {
   if (/\btwill\.\d+\b/.test(line)) return true;
   if (new RegExp(`\\bproto ${ROUTE_PROTOCOL}\\b`).test(line)) return true;
-  // link events for the underlay: "3: eth0: <…>" or "Deleted 3: eth0@if9: <…>"
-  return new RegExp(`^(Deleted )?\\d+: ${escape(ctx.underlay)}(@\\S+)?: <`).test(line);
+  // the underlay's link and IPv4 address events ("3: eth0@if9: <…>", "Deleted 3: eth0    inet …"):
+  // losing either flushes the host-gw routes through it without a route event
+  return new RegExp(`^(Deleted )?\\d+: ${escape(ctx.underlay)}((@\\S+)?: <|\\s+inet )`).test(line);
 }
 
 /** Whether an `nft monitor rules` line concerns twill's chains or the built-in chains that jump to them. */
@@ -49,10 +50,12 @@ async function keepWatching(o: MonitorOptions, spec: { name: string; file: strin
   const backoff = new Backoff(200, 10_000);
   while (!signal.aborted) {
     o.onEvent(`${spec.name} (re)started`);
+    const started = Date.now();
     try {
       await o.watch(spec.file, spec.args, { signal, onLine: (line) => spec.matters(line) && o.onEvent(spec.name) });
     } catch (err) {
       if (signal.aborted) return;
+      if (Date.now() - started > 60_000) backoff.reset(); // it ran fine for a while: a fresh failure
       const retryInMs = backoff.next();
       o.logger.warn({ err: describeError(err), retryInMs }, `${spec.name} stopped; restarting`);
       await sleep(retryInMs, signal);

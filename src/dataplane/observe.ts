@@ -3,7 +3,7 @@
 // bridge -json fdb, iptables -S of two built-in and two twill chains),
 // whatever the number of peers. Parsing is pure; `observe` does the reads.
 import { CommandError, runJson, type Runner } from '../exec/runner.ts';
-import { chainRules, countJumps, FWD_CHAIN, MASQ_CHAIN } from './masq.ts';
+import { chainRules, FWD_CHAIN, jumpRules, MASQ_CHAIN } from './masq.ts';
 import { ROUTE_PROTOCOL, type ObservedChain, type ObservedFdb, type ObservedLink, type ObservedNeigh, type ObservedState, type RouteSpec } from './model.ts';
 
 const arr = (json: unknown): Record<string, unknown>[] => (Array.isArray(json) ? (json as Record<string, unknown>[]) : []);
@@ -70,7 +70,7 @@ async function listChain(runner: Runner, table: string, chain: string, signal: A
 
 export async function observeChain(runner: Runner, o: { table: string; parent: string; chain: string }, signal: AbortSignal): Promise<ObservedChain> {
   const [parent, own] = await Promise.all([listChain(runner, o.table, o.parent, signal), listChain(runner, o.table, o.chain, signal)]);
-  return { jumps: parent === null ? 0 : countJumps(parent, o.chain), rules: own === null ? null : chainRules(own) };
+  return { jumps: parent === null ? [] : jumpRules(parent, o.parent, o.chain), rules: own === null ? null : chainRules(own) };
 }
 
 /** Reads the kernel's view of everything twill owns; `dev` is the vxlan device whose entries matter. */
@@ -89,7 +89,7 @@ export async function observe(runner: Runner, dev: string | undefined, signal: A
 }
 
 export interface IptablesInfo {
-  /** iptables drives nf_tables (then `nft monitor` sees rule changes) */
+  /** iptables drives nf_tables and the `nft` command is there (then `nft monitor` sees rule changes) */
   readonly nftables: boolean;
   /** MASQUERADE --random-fully is available (iptables ≥ 1.6.2) */
   readonly randomFully: boolean;
@@ -104,5 +104,8 @@ export function parseIptablesVersion(text: string): IptablesInfo {
 }
 
 export async function detectIptables(runner: Runner, signal: AbortSignal): Promise<IptablesInfo> {
-  return parseIptablesVersion((await runner('iptables', ['--version'], { signal })).stdout);
+  const info = parseIptablesVersion((await runner('iptables', ['--version'], { signal })).stdout);
+  // without the nft command there is no event stream: the chains are polled instead
+  const nft = info.nftables && (await runner('nft', ['--version'], { signal }).then(() => true, () => false));
+  return { ...info, nftables: nft };
 }

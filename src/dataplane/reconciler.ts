@@ -3,7 +3,10 @@
 // events, the resync timer) only mark the state dirty, so any burst of them
 // coalesces into one pass. A pass that changed something is followed by a
 // verification pass; the state is converged when a pass finds nothing to do.
-// Failed passes, and passes that keep finding work, back off and retry.
+// Failed passes, and passes that keep finding work although the leases did
+// not change, back off and retry; a lease change cuts the back-off short.
+// No pass runs before `ready` (the first complete peer list): a pass on an
+// empty peer set would sweep every peer's entries on a restart.
 import { describeError } from '../errors.ts';
 import type { Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
@@ -37,6 +40,8 @@ export interface ReconcilerOptions {
   readonly resyncMs: number;
   /** how long a trigger waits for more to coalesce before the pass starts (default 10 ms) */
   readonly settleMs?: number;
+  /** resolves once the peer set is known (the store's first listing); passes wait for it */
+  readonly ready?: Promise<void>;
   readonly onPass?: (report: PassReport) => void;
 }
 
@@ -48,7 +53,9 @@ export class Reconciler {
   private dirty = true;
   private generation = 0;
   private convergedGeneration = -1;
-  private wake: (() => void) | undefined;
+  /** ends an idle wait: any trigger while idle, only a lease change while backing off */
+  private wakeAny: (() => void) | undefined;
+  private wakeOnLeases: (() => void) | undefined;
   private readonly problems = new Map<string, string>();
   private last: PassReport | undefined;
 
@@ -58,10 +65,13 @@ export class Reconciler {
 
   /** Asks for a pass. `desiredChanged`: the leases changed, so ops that follow are not drift. */
   trigger(source: string, desiredChanged = false): void {
-    if (desiredChanged) this.generation++;
     this.o.logger.trace({ source }, 'pass triggered');
     this.dirty = true;
-    this.wake?.();
+    if (desiredChanged) {
+      this.generation++;
+      this.wakeOnLeases?.();
+    }
+    this.wakeAny?.();
   }
 
   lastPass(): PassReport | undefined {
@@ -89,16 +99,20 @@ export class Reconciler {
 
   /** Runs passes until `signal` aborts. */
   async run(signal: AbortSignal): Promise<void> {
-    const backoff = new Backoff(200, 30_000);
+    if (this.o.ready && !signal.aborted) await Promise.race([this.o.ready, new Promise((r) => signal.addEventListener('abort', r, { once: true }))]);
+    const backoff = new Backoff(200, 5_000);
     let unsettled = 0;
     while (!signal.aborted) {
-      await this.waitForWork(signal);
+      if (!this.dirty) await this.idle(signal, { ms: this.o.resyncMs, anyTrigger: true });
+      await sleep(this.o.settleMs ?? 10, signal);
       if (signal.aborted) return;
       this.dirty = false;
+      const generation = this.generation;
       let delay = 0;
       try {
         const r = await this.pass(signal);
-        unsettled = r.converged ? 0 : unsettled + 1;
+        // leases changing faster than passes run is not a kernel that refuses to settle
+        unsettled = r.converged || this.generation !== generation ? 0 : unsettled + 1;
         if (r.failures.length > 0 || unsettled >= MAX_UNSETTLED) delay = backoff.next();
         else backoff.reset();
         if (!r.converged) this.dirty = true;
@@ -108,28 +122,25 @@ export class Reconciler {
         this.dirty = true;
         this.o.logger.warn({ err: describeError(err), retryInMs: delay }, 'dataplane pass failed; retrying');
       }
-      if (delay > 0) await sleep(delay, signal);
+      if (delay > 0) await this.idle(signal, { ms: delay, anyTrigger: false });
     }
   }
 
-  private async waitForWork(signal: AbortSignal): Promise<void> {
-    if (!this.dirty) {
-      await new Promise<void>((resolve) => {
-        const done = (): void => {
-          clearTimeout(timer);
-          signal.removeEventListener('abort', done);
-          this.wake = undefined;
-          resolve();
-        };
-        const timer = setTimeout(() => {
-          this.dirty = true;
-          done();
-        }, this.o.resyncMs);
-        this.wake = done;
-        signal.addEventListener('abort', done, { once: true });
-      });
-    }
-    await sleep(this.o.settleMs ?? 10, signal);
+  /** Waits `ms`, or less: until any trigger (`anyTrigger`) or a lease change, or the abort. */
+  private async idle(signal: AbortSignal, o: { ms: number; anyTrigger: boolean }): Promise<void> {
+    await new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        this.wakeAny = undefined;
+        this.wakeOnLeases = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, o.ms);
+      if (o.anyTrigger) this.wakeAny = done;
+      this.wakeOnLeases = done;
+      signal.addEventListener('abort', done, { once: true });
+    });
   }
 
   private logPass(r: PassReport): void {

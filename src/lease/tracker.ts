@@ -78,17 +78,18 @@ export class PeerTracker {
     let changed = false;
     const keys = new Set(records.map((r) => r.key));
     const linger = this.opts.lingerMs ?? DEFAULT_LINGER_MS;
+    const before = this.peers.size;
+    this.quiet = records.length > QUIET_ABOVE || this.peers.size > QUIET_ABOVE;
     for (const [key, lease] of [...this.peers]) {
       if (keys.has(key)) continue;
       if (linger > 0) this.linger(key, lease, linger);
       else changed = this.leave(key) || changed;
     }
     for (const key of [...this.invalid.keys()]) if (!keys.has(key)) this.invalid.delete(key);
-    const before = this.peers.size;
-    this.quiet = records.length > QUIET_ABOVE;
     for (const r of records) changed = this.put(r) || changed;
+    const summarize = this.quiet;
     this.quiet = false;
-    if (records.length > QUIET_ABOVE) this.opts.logger.info({ reason, peers: this.peers.size, before, lingering: this.lingering.size, invalid: this.invalid.size }, 'peer set re-listed');
+    if (summarize) this.opts.logger.info({ reason, peers: this.peers.size, before, lingering: this.lingering.size, invalid: this.invalid.size }, 'peer set re-listed');
     if (!keys.has(this.opts.selfKey)) this.opts.onSelfLost(`our lease ${this.opts.selfKey} is missing after ${reason}`);
     if (changed) this.changed();
   }
@@ -144,7 +145,7 @@ export class PeerTracker {
   private linger(key: string, lease: Lease, ms: number): void {
     this.peers.delete(key);
     this.lingering.set(key, { lease, until: Date.now() + ms });
-    this.opts.logger.info({ key, keepMs: ms }, 'peer missing from the re-list; keeping its routes while it re-registers');
+    this.peerLog({ key, keepMs: ms }, 'peer missing from the re-list; keeping its routes while it re-registers');
     this.lingerTimer ??= setTimeout(() => this.expireLingering(), ms + 10).unref();
   }
 

@@ -2,6 +2,7 @@
 // (its dataplane work runs there through nsenter, never on the host), with a
 // captured log, its latest state, and a stop that aborts it, waits for it,
 // closes its store and removes the namespace.
+import { onTestFinished } from 'vitest';
 import { runDaemon, type DaemonState } from '../../src/daemon.ts';
 import type { LeaseStore } from '../../src/lease/types.ts';
 import { captureLog, type CapturedLog } from './log.ts';
@@ -18,10 +19,14 @@ export interface TestNode {
 
 let counter = 0;
 
-/** Starts a daemon on `store` in a fresh namespace, using loopback as its interface and `publicIp` as its address. */
-export async function startTestDaemon(o: { store: LeaseStore; nodeName: string; publicIp: string; subnetFile: string; ipMasq?: boolean }): Promise<TestNode> {
+/**
+ * Starts a daemon on `store` in a fresh namespace (or in `ns`, which the
+ * caller owns), using loopback as its interface and `publicIp` as its
+ * address. Call it inside a test: it is stopped when the test finishes.
+ */
+export async function startTestDaemon(o: { store: LeaseStore; nodeName: string; publicIp: string; subnetFile: string; ipMasq?: boolean; ns?: string }): Promise<TestNode> {
   const lab = new NetnsLab();
-  const ns = await lab.add(`d${++counter}`);
+  const ns = o.ns ?? (await lab.add(`d${++counter}`));
   const log = captureLog();
   let last: DaemonState | undefined;
   const ctl = new AbortController();
@@ -38,16 +43,14 @@ export async function startTestDaemon(o: { store: LeaseStore; nodeName: string; 
     },
     ctl.signal,
   );
-  return {
-    state: () => last,
-    log,
-    done,
-    ns,
-    stop: async () => {
+  let stopped: Promise<void> | undefined;
+  const stop = (): Promise<void> =>
+    (stopped ??= (async () => {
       ctl.abort();
       await done.catch(() => undefined);
       await o.store.close();
       await lab.destroy();
-    },
-  };
+    })());
+  onTestFinished(stop);
+  return { state: () => last, log, done, ns, stop };
 }

@@ -3,7 +3,7 @@
 // and chains; a second pass does nothing; owned leftovers are swept and an
 // incompatible device is replaced; foreign routes and rules are never
 // touched; every pass spawns the same few processes whatever the peer count.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
 import { desiredState, type BackendInput } from '../../src/dataplane/backend.ts';
 import { masqRules, forwardRules } from '../../src/dataplane/masq.ts';
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
@@ -11,6 +11,7 @@ import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease, SELF_MAC } from '../helpers/dataplane.ts';
 import { captureLog } from '../helpers/log.ts';
 import { NetnsLab, nsForwarding, nsRunner, sweepStaleNetns } from '../helpers/netns.ts';
+import { waitFor } from '../helpers/ports.ts';
 
 const lab = new NetnsLab();
 let ns: string;
@@ -96,6 +97,11 @@ describe('dataplane programmer on a real kernel', () => {
     await run('ip', 'route', 'add', '10.244.88.0/24', 'via', '10.123.0.8', 'dev', 'eth0', 'proto', 'static'); // foreign, inside the network
     await run('iptables', '-t', 'nat', '-A', 'POSTROUTING', '-s', '10.99.0.0/24', '-j', 'MASQUERADE');
     await run('iptables', '-t', 'filter', '-A', 'FORWARD', '-s', '10.99.0.0/24', '-j', 'ACCEPT');
+    onTestFinished(async () => {
+      for (const c of [['ip', 'route', 'del', '10.99.0.0/24'], ['ip', 'route', 'del', '10.244.88.0/24'], ['iptables', '-t', 'nat', '-D', 'POSTROUTING', '-s', '10.99.0.0/24', '-j', 'MASQUERADE'], ['iptables', '-t', 'filter', '-D', 'FORWARD', '-s', '10.99.0.0/24', '-j', 'ACCEPT']]) {
+        await run(...c).catch(() => undefined);
+      }
+    });
     const r = reconciler(() => backendInput({ backend: 'vxlan', peers: VXLAN_PEERS }));
     expect((await r.pass(AbortSignal.timeout(20_000))).failures).toEqual([]);
     const view = await kernelView(runner);
@@ -110,10 +116,28 @@ describe('dataplane programmer on a real kernel', () => {
     expect(view.postrouting).toContain('-A POSTROUTING -s 10.99.0.0/24 -j MASQUERADE');
     expect(view.forward).toContain('-A FORWARD -s 10.99.0.0/24 -j ACCEPT');
     expect((await r.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);
-    await run('ip', 'route', 'del', '10.99.0.0/24');
-    await run('ip', 'route', 'del', '10.244.88.0/24');
-    await run('iptables', '-t', 'nat', '-D', 'POSTROUTING', '-s', '10.99.0.0/24', '-j', 'MASQUERADE');
-    await run('iptables', '-t', 'filter', '-D', 'FORWARD', '-s', '10.99.0.0/24', '-j', 'ACCEPT');
+  });
+
+  it('keeps failing on a foreign route without holding back a new peer', async () => {
+    await runner('ip', ['route', 'add', '10.244.4.0/24', 'via', '10.123.0.44', 'dev', 'eth0', 'proto', 'static']);
+    onTestFinished(() => runner('ip', ['route', 'del', '10.244.4.0/24', 'proto', 'static']).then(() => undefined, () => undefined));
+    let peers = VXLAN_PEERS;
+    const log = captureLog();
+    const r = new Reconciler({ runner, logger: log.logger, desired: () => desiredState(backendInput({ backend: 'vxlan', peers })), ensureForwarding: nsForwarding(ns), resyncMs: 60_000 });
+    const ctl = new AbortController();
+    const loop = r.run(ctl.signal);
+    onTestFinished(async () => {
+      ctl.abort();
+      await loop;
+    });
+    // the foreign route makes every pass fail, and the back-off grow
+    await waitFor(() => log.lines.filter((l) => l.msg === 'dataplane pass could not apply every change').length >= 4, { timeoutMs: 10_000, what: 'failing passes' });
+    expect(JSON.stringify(log.lines.find((l) => l.msg === 'dataplane pass could not apply every change'))).toContain('route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151: ');
+    expect((await runner('ip', ['route', 'show', '10.244.4.0/24'])).stdout).toContain('proto static');
+    peers = [...VXLAN_PEERS, peerLease(5, { vxlan: true })];
+    r.trigger('leases', true);
+    const took = await waitFor(async () => (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.includes('proto 151'), { timeoutMs: 5_000, what: 'the new peer route' });
+    expect(took).toBeLessThan(1_000);
   });
 
   it('spawns the same few processes per pass whatever the number of peers', async () => {

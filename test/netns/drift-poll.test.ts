@@ -15,6 +15,8 @@ const lab = new NetnsLab();
 const ctl = new AbortController();
 let runner: Runner;
 let loops: Promise<unknown>;
+let log: ReturnType<typeof captureLog>;
+const repairs = (): number => log.lines.filter((l) => l.msg === 'repaired dataplane drift').length;
 
 beforeAll(async () => {
   await sweepStaleNetns();
@@ -23,7 +25,8 @@ beforeAll(async () => {
   await lab.link({ ns, dev: 'eth0', cidr: '10.123.0.2/24' }, { ns: other, dev: 'eth0', cidr: '10.123.0.1/24' });
   runner = nsRunner(ns);
   const input = backendInput({ backend: 'host-gw', peers: [peerLease(1, { vxlan: false })] });
-  const logger = captureLog().logger;
+  log = captureLog();
+  const logger = log.logger;
   const r = new Reconciler({ runner, logger, desired: () => desiredState(input), ensureForwarding: nsForwarding(ns), resyncMs: 600_000 });
   loops = Promise.all([
     r.run(ctl.signal),
@@ -47,11 +50,12 @@ describe('iptables poll (no nft monitor)', () => {
   for (const [what, commands] of cases) {
     it(`repairs: ${what}, within the poll interval plus a pass`, async () => {
       const baseline = JSON.stringify(await kernelView(runner));
+      const before = repairs();
       for (const c of commands) await runner(c[0] as string, c.slice(1));
       const broken = performance.now();
-      expect(JSON.stringify(await kernelView(runner))).not.toBe(baseline);
-      await waitFor(async () => JSON.stringify(await kernelView(runner)) === baseline, { timeoutMs: 5_000, what });
-      expect(performance.now() - broken).toBeLessThan(1_500);
+      // the poll may repair before we could look: count the repair, then compare the state
+      await waitFor(async () => repairs() > before && JSON.stringify(await kernelView(runner)) === baseline, { timeoutMs: 5_000, what });
+      expect(performance.now() - broken).toBeLessThan(2_500); // a 1 s poll, then a pass; generous for a loaded 2-core CI
     });
   }
 });

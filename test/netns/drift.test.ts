@@ -17,6 +17,8 @@ const ctl = new AbortController();
 let runner: Runner;
 let baseline: KernelView;
 let loops: Promise<unknown>;
+let log: ReturnType<typeof captureLog>;
+const repairs = (): number => log.lines.filter((l) => l.msg === 'repaired dataplane drift').length;
 
 const sh = (args: string[], input?: string): Promise<unknown> => runner(args[0] as string, args.slice(1), input === undefined ? {} : { input });
 
@@ -27,7 +29,8 @@ beforeAll(async () => {
   await lab.link({ ns, dev: 'eth0', cidr: '10.123.0.2/24' }, { ns: other, dev: 'eth0', cidr: '10.123.0.1/24' });
   runner = nsRunner(ns);
   const input = backendInput({ backend: 'vxlan', peers: [1, 2, 4].map((n) => peerLease(n, { vxlan: true })) });
-  const logger = captureLog().logger;
+  log = captureLog();
+  const logger = log.logger;
   const r = new Reconciler({ runner, logger, desired: () => desiredState(input), ensureForwarding: nsForwarding(ns), resyncMs: 600_000, settleMs: 5 });
   loops = Promise.all([
     r.run(ctl.signal),
@@ -65,10 +68,12 @@ describe('drift repair with kernel monitors', () => {
   for (const [what, commands] of DRIFTS) {
     it(`repairs: ${what}, within 1 s, exactly`, async () => {
       const started = performance.now();
+      const before = repairs();
       if (typeof commands === 'function') await commands();
       else for (const c of commands) await sh(c);
       const broken = performance.now();
-      await waitFor(async () => JSON.stringify(await kernelView(runner)) === JSON.stringify(baseline), { timeoutMs: 5_000, what: `repair of ${what}` });
+      // twill saw the damage and repaired it (not merely: the state looks right)
+      await waitFor(async () => repairs() > before && JSON.stringify(await kernelView(runner)) === JSON.stringify(baseline), { timeoutMs: 5_000, what: `repair of ${what}` });
       const repairMs = performance.now() - broken;
       expect(repairMs, `${what} repaired in ${Math.round(repairMs)} ms (broken in ${Math.round(broken - started)} ms)`).toBeLessThan(1_000);
     });

@@ -6,13 +6,13 @@ import { describe, expect, it } from 'vitest';
 import { renderBatches, batchFailures } from '../../src/dataplane/apply.ts';
 import { desiredState } from '../../src/dataplane/backend.ts';
 import { diff } from '../../src/dataplane/diff.ts';
-import { chainRules, countJumps, diffChain, chainSpecs } from '../../src/dataplane/masq.ts';
+import { chainRules, jumpRules, diffChain, chainSpecs } from '../../src/dataplane/masq.ts';
 import type { DesiredState, ObservedState } from '../../src/dataplane/model.ts';
 import { ipEventMatters, nftEventMatters } from '../../src/dataplane/monitor.ts';
 import { parseIptablesVersion, parseLinks } from '../../src/dataplane/observe.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';
 
-const EMPTY: ObservedState = { links: [], routes: [], neighs: [], fdb: [], postrouting: { jumps: 0, rules: null }, forward: { jumps: 0, rules: null } };
+const EMPTY: ObservedState = { links: [], routes: [], neighs: [], fdb: [], postrouting: { jumps: [], rules: null }, forward: { jumps: [], rules: null } };
 
 /** The observed state a kernel holding exactly `want` would report. */
 function matching(want: DesiredState): ObservedState {
@@ -23,8 +23,8 @@ function matching(want: DesiredState): ObservedState {
     routes: want.routes,
     neighs: want.neighs.map((n) => ({ ...n, permanent: true })),
     fdb: want.fdb.map((f) => ({ ...f, permanent: true })),
-    postrouting: { jumps: chains.postrouting.rules ? 1 : 0, rules: chains.postrouting.rules },
-    forward: { jumps: 1, rules: chains.forward.rules },
+    postrouting: { jumps: chains.postrouting.rules ? [chains.postrouting.jump] : [], rules: chains.postrouting.rules },
+    forward: { jumps: [chains.forward.jump], rules: chains.forward.rules },
   };
 }
 
@@ -51,6 +51,17 @@ describe('backends', () => {
       { dst: '10.244.5.0/24', via: '10.244.5.0', dev: 'twill.1', onlink: true },
     ]);
     expect(d.neighs.map((n) => n.ip)).toEqual(['10.244.5.0']);
+  });
+
+  it('vxlan: a second peer (or a peer) claiming an already used VtepMAC is a problem, not an FDB entry', () => {
+    const clash = { ...peerLease(5, { vxlan: true }), attrs: { ...peerLease(5, { vxlan: true }).attrs, backendData: { vni: 1, vtepMac: '02:00:00:00:00:01' } } };
+    const mine = { ...peerLease(6, { vxlan: true }), attrs: { ...peerLease(6, { vxlan: true }).attrs, backendData: { vni: 1, vtepMac: '02:00:00:00:00:03' } } };
+    const d = desiredState(backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true }), clash, mine] }));
+    expect(d.fdb.map((f) => f.mac)).toEqual(['02:00:00:00:00:01']);
+    expect(d.problems).toEqual([
+      { key: '10.244.5.0-24', subnet: '10.244.5.0/24', reason: 'VtepMAC 02:00:00:00:00:01 is already used by 10.244.1.0-24' },
+      { key: '10.244.6.0-24', subnet: '10.244.6.0/24', reason: 'VtepMAC 02:00:00:00:00:03 is already used by this node' },
+    ]);
   });
 
   it('host-gw: routes via the peer address on the interface; off-link peers become problems', () => {
@@ -91,13 +102,13 @@ describe('diff and render', () => {
         '-A TWILL-POSTRTG ! -s 10.244.0.0/16 -d 10.244.3.0/24 -m comment --comment "twill masq" -j RETURN',
         '-A TWILL-POSTRTG -s 10.244.0.0/16 ! -d 224.0.0.0/4 -m comment --comment "twill masq" -j MASQUERADE --random-fully',
         '-A TWILL-POSTRTG ! -s 10.244.0.0/16 -d 10.244.0.0/16 -m comment --comment "twill masq" -j MASQUERADE --random-fully',
-        '-I POSTROUTING 1 -m comment --comment "twill masq" -j TWILL-POSTRTG',
+        '-A POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG',
         'COMMIT',
         '*filter',
         ':TWILL-FWD - [0:0]',
         '-A TWILL-FWD -s 10.244.0.0/16 -m comment --comment "twill forward" -j ACCEPT',
         '-A TWILL-FWD -d 10.244.0.0/16 -m comment --comment "twill forward" -j ACCEPT',
-        '-I FORWARD 1 -m comment --comment "twill forward" -j TWILL-FWD',
+        '-A FORWARD -m comment --comment "twill forward" -j TWILL-FWD',
         'COMMIT',
         '',
       ].join('\n'),
@@ -147,16 +158,25 @@ describe('masquerade chains', () => {
   const rules = spec.rules ?? [];
   it('rewrites the chain when a rule is missing, swapped or duplicated, and keeps one jump', () => {
     for (const seenRules of [rules.slice(1), [rules[1], rules[0], ...rules.slice(2)], [...rules, rules[4]]]) {
-      const ops = diffChain(spec, { jumps: 1, rules: seenRules as string[] });
+      const ops = diffChain(spec, { jumps: [spec.jump], rules: seenRules as string[] });
       expect(ops.map((o) => o.line)).toEqual([':TWILL-POSTRTG - [0:0]', ...rules]);
     }
-    expect(diffChain(spec, { jumps: 3, rules }).map((o) => o.line)).toEqual(['-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG', '-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG']);
+    expect(diffChain(spec, { jumps: [spec.jump, spec.jump, spec.jump], rules }).map((o) => o.line)).toEqual(['-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG', '-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG']);
   });
 
-  it('removes the masquerade chain when --ip-masq is off', () => {
+  it('replaces a jump of another shape (no comment) with ours, deleting it as listed', () => {
+    expect(diffChain(spec, { jumps: ['-j TWILL-POSTRTG'], rules }).map((o) => o.line)).toEqual(['-D POSTROUTING -j TWILL-POSTRTG', '-A POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG']);
+  });
+
+  it('removes the masquerade chain when --ip-masq is off, whatever shape its jumps have', () => {
     const off = chainSpecs({ ...vxlan.masq, ipMasq: false }).postrouting;
-    expect(diffChain(off, { jumps: 1, rules }).map((o) => o.line)).toEqual(['-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG', ':TWILL-POSTRTG - [0:0]', '-X TWILL-POSTRTG']);
-    expect(diffChain(off, { jumps: 0, rules: null })).toEqual([]);
+    expect(diffChain(off, { jumps: [spec.jump, '-s 10.0.0.0/8 -j TWILL-POSTRTG'], rules }).map((o) => o.line)).toEqual([
+      '-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG',
+      '-D POSTROUTING -s 10.0.0.0/8 -j TWILL-POSTRTG',
+      ':TWILL-POSTRTG - [0:0]',
+      '-X TWILL-POSTRTG',
+    ]);
+    expect(diffChain(off, { jumps: [], rules: null })).toEqual([]);
   });
 
   it('leaves out --random-fully where iptables lacks it', () => {
@@ -165,7 +185,7 @@ describe('masquerade chains', () => {
 
   it('reads iptables -S listings', () => {
     const listing = '-P POSTROUTING ACCEPT\n-A POSTROUTING -j KUBE-POSTROUTING\n-A POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG\n';
-    expect(countJumps(listing, 'TWILL-POSTRTG')).toBe(1);
+    expect(jumpRules(listing, 'POSTROUTING', 'TWILL-POSTRTG')).toEqual(['-m comment --comment "twill masq" -j TWILL-POSTRTG']);
     expect(chainRules('-N TWILL-FWD\n-A TWILL-FWD -s 10.0.0.0/8 -j ACCEPT\n')).toEqual(['-A TWILL-FWD -s 10.0.0.0/8 -j ACCEPT']);
   });
 });
@@ -194,6 +214,9 @@ describe('kernel output readers', () => {
     expect(ipEventMatters('10.123.0.9 dev eth0 lladdr 02:aa:bb:cc:dd:ee REACHABLE', ctx)).toBe(false);
     expect(ipEventMatters('10.99.0.0/24 via 10.123.0.7 dev eth0 proto static', ctx)).toBe(false);
     expect(ipEventMatters('12: veth1234@if3: <BROADCAST> mtu 1450', ctx)).toBe(false);
+    expect(ipEventMatters('Deleted 3: eth0    inet 10.123.0.2/24 scope global eth0', ctx)).toBe(true);
+    expect(ipEventMatters('3: eth0    inet 10.123.0.2/24 scope global eth0', ctx)).toBe(true);
+    expect(ipEventMatters('3: eth0    inet6 fe80::1/64 scope link', ctx)).toBe(false);
     expect(nftEventMatters('delete rule ip nat TWILL-POSTRTG handle 2')).toBe(true);
     expect(nftEventMatters('delete rule ip nat POSTROUTING handle 4')).toBe(true);
     expect(nftEventMatters('delete table ip nat')).toBe(true);
