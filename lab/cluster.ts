@@ -1,0 +1,61 @@
+// The small cluster interface the drills are written against, with two
+// implementations: network namespaces on this machine (netns-cluster.ts) and
+// Vagrant machines (vagrant-cluster.ts, commands over `vagrant ssh`). A drill
+// only ever runs commands on a node, a pod, the etcd host or the outside
+// host, and starts/stops twill and etcd; it never knows how they are made.
+
+/** Where a command runs. Pods live on a node; `outside` stands for the internet. */
+export type Target = { readonly node: string } | { readonly pod: string } | 'etcd' | 'outside';
+
+export interface LabPod {
+  readonly name: string;
+  readonly node: string;
+  readonly ip: string;
+}
+
+export interface LabNode {
+  readonly name: string;
+  /** the node's underlay address (its PublicIP) */
+  readonly ip: string;
+}
+
+export interface ShOptions {
+  /** milliseconds, default 20 s */
+  readonly timeoutMs?: number;
+  readonly input?: string;
+}
+
+export interface Cluster {
+  /** a short description for tables and logs ("netns lab twlab", "vagrant lab") */
+  readonly description: string;
+  /** the address every pod must reach outside the cluster */
+  readonly outsideIp: string;
+  /** the etcd endpoint as nodes see it */
+  readonly etcdEndpoint: string;
+  /** the etcd key prefix twill uses */
+  readonly etcdPrefix: string;
+  nodes(): Promise<LabNode[]>;
+  pods(): Promise<LabPod[]>;
+  /** Runs argv on a target; resolves with stdout, rejects when it exits non-zero. */
+  sh(target: Target, argv: readonly string[], opts?: ShOptions): Promise<string>;
+  /** Starts twill on a node (it must not be running). */
+  startTwill(node: string): Promise<void>;
+  /** Stops twill on a node with SIGTERM (waits for it) or SIGKILL. */
+  stopTwill(node: string, how: 'term' | 'kill'): Promise<void>;
+  /** Where the node's twill log is (for people; drills read it through `twillLog`). */
+  logPath(node: string): string;
+  /** The node's twill log so far. */
+  twillLog(node: string): Promise<string>;
+  stopEtcd(): Promise<void>;
+  /** Starts etcd again; `wipe` first deletes its data directory. */
+  startEtcd(opts: { wipe: boolean }): Promise<void>;
+  /** Adds nodes (started together), each with `pods` pods wired by twill-cni once its subnet.env exists. */
+  addNodes(names: readonly string[], pods: number): Promise<void>;
+  /** Stops twill on the node, removes its pods and the node itself (its lease stays: the drill decides). */
+  removeNode(node: string): Promise<void>;
+}
+
+/** Runs an etcdctl command on the etcd host. */
+export function etcdctl(c: Cluster, args: readonly string[]): Promise<string> {
+  return c.sh('etcd', ['etcdctl', '--endpoints', c.etcdEndpoint, ...args]);
+}
