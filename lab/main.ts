@@ -1,0 +1,103 @@
+// `npm run lab -- <command>`: the netns lab (as root).
+//   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw]   bring it up, print the matrix
+//   status                                                print the matrix and where the logs are
+//   down                                                  remove everything the lab made
+//   drill <name>|all [--json] [--vagrant]                 break things, measure the healing
+// `--name` (default twlab) names the lab: its namespaces are <name>-*, its
+// files /run/twill-lab/<name>; two labs with different names coexist.
+import { access } from 'node:fs/promises';
+import { Command, InvalidArgumentError } from 'commander';
+import { run } from '../src/exec/runner.ts';
+import type { Cluster } from './cluster.ts';
+import { DRILLS, renderDrills, runDrills } from './drills.ts';
+import { connectivity, renderMatrix, untilFull } from './matrix.ts';
+import { NetnsCluster, TWILL_CNI, TWILL_MAIN } from './netns-cluster.ts';
+
+function positive(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1 || n > 200) throw new InvalidArgumentError(`${value} is not a whole number from 1 to 200`);
+  return n;
+}
+
+function backendOf(value: string): 'vxlan' | 'host-gw' {
+  if (value !== 'vxlan' && value !== 'host-gw') throw new InvalidArgumentError(`${value} is not vxlan or host-gw`);
+  return value;
+}
+
+async function ensureBuilt(): Promise<void> {
+  const built = await Promise.all([access(TWILL_MAIN), access(TWILL_CNI)]).then(() => true, () => false);
+  if (built) return;
+  process.stderr.write('lab: building twill and twill-cni (npm run build)…\n');
+  await run('npm', ['run', 'build'], { timeoutMs: 600_000 });
+}
+
+async function openLab(name: string): Promise<NetnsCluster> {
+  const c = await NetnsCluster.open(name);
+  if (!c) throw new Error(`no lab named ${name} is up (run: npm run lab -- up${name === 'twlab' ? '' : ` --name ${name}`})`);
+  return c;
+}
+
+async function printStatus(c: Cluster): Promise<boolean> {
+  const m = await connectivity(c);
+  const nodes = await c.nodes();
+  process.stdout.write(`${c.description}\n${renderMatrix(m)}\nlogs:\n${nodes.map((n) => `  ${n.name} (${n.ip}): ${c.logPath(n.name)}`).join('\n')}\n`);
+  return m.failures.length === 0;
+}
+
+async function up(o: { name: string; nodes: number; pods: number; backend: 'vxlan' | 'host-gw' }): Promise<number> {
+  if (await NetnsCluster.open(o.name)) throw new Error(`a lab named ${o.name} is already up (npm run lab -- down${o.name === 'twlab' ? '' : ` --name ${o.name}`})`);
+  await ensureBuilt();
+  const c = await NetnsCluster.create({ name: o.name, backend: o.backend });
+  await c.addNodes(Array.from({ length: o.nodes }, (_, i) => `n${i + 1}`), o.pods);
+  await untilFull(c, 30_000);
+  return (await printStatus(c)) ? 0 : 1;
+}
+
+async function drill(c: Cluster, o: { which: string; json: boolean }): Promise<number> {
+  const names = o.which === 'all' ? DRILLS.map((d) => d.name) : [o.which];
+  const unknown = names.filter((n) => !DRILLS.some((d) => d.name === n));
+  if (unknown.length > 0) throw new Error(`no drill named ${unknown.join(', ')} (have: ${DRILLS.map((d) => d.name).join(', ')}, all)`);
+  const results = await runDrills(c, names, (line) => process.stderr.write(`${line}\n`));
+  process.stdout.write(o.json ? `${JSON.stringify(results, null, 2)}\n` : `${renderDrills(results)}\n`);
+  return results.every((r) => r.pass) ? 0 : 1;
+}
+
+async function main(argv: string[]): Promise<number> {
+  let code = 0;
+  const program = new Command('lab').description('the twill lab: nodes, pods and etcd in network namespaces, and failure drills').exitOverride();
+  program.option('--name <name>', 'the lab name (namespace and directory prefix)', 'twlab');
+  const name = (): string => String(program.opts<{ name: string }>().name);
+  program
+    .command('up')
+    .option('--nodes <n>', 'nodes', positive, 3)
+    .option('--pods <n>', 'pods per node', positive, 2)
+    .option('--backend <type>', 'vxlan or host-gw', backendOf, 'vxlan' as const)
+    .action(async (o: { nodes: number; pods: number; backend: 'vxlan' | 'host-gw' }) => void (code = await up({ name: name(), ...o })));
+  program.command('status').action(async () => void (code = (await printStatus(await openLab(name()))) ? 0 : 1));
+  program.command('down').action(async () => {
+    const removed = await NetnsCluster.destroy(name());
+    process.stdout.write(`lab ${name()}: removed ${removed.length} namespaces, its processes and /run/twill-lab/${name()}\n`);
+  });
+  program
+    .command('drill <which>')
+    .option('--json', 'print JSON instead of the table')
+    .option('--vagrant', 'run the drills on the Vagrant lab (see the README)')
+    .action(async (which: string, o: { json?: boolean; vagrant?: boolean }) => {
+      const c = o.vagrant ? await openVagrant() : await openLab(name());
+      code = await drill(c, { which, json: o.json === true });
+    });
+  try {
+    await program.parseAsync(argv, { from: 'user' });
+  } catch (err) {
+    if (err instanceof Error && 'exitCode' in err) return Number((err as { exitCode: number }).exitCode);
+    process.stderr.write(`lab: ${err instanceof Error ? err.message : String(err)}\n`);
+    return 1;
+  }
+  return code;
+}
+
+async function openVagrant(): Promise<Cluster> {
+  throw new Error('the Vagrant lab is not wired yet');
+}
+
+process.exitCode = await main(process.argv.slice(2));

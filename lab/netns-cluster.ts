@@ -1,0 +1,230 @@
+// The netns lab: the Cluster interface over network namespaces on this
+// machine. A router namespace holds the underlay bridge (10.123.0.254/24,
+// every node's default gateway) and a link to the "outside" namespace
+// (203.0.113.2, which knows no pod routes: only masquerade lets pods reach
+// it); etcd runs in its own namespace at 10.123.0.1; node k is 10.123.0.(10+k)
+// and runs `twill run --ip-masq` as a real process; pods are namespaces wired
+// by the twill-cni executable, called as a runtime calls it. Every name
+// starts with the lab's name, so `down` finds everything, even after a crash.
+import { mkdir, readFile, rm } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { run } from '../src/exec/runner.ts';
+import { sleep } from '../src/util/abort.ts';
+import type { Cluster, LabNode, LabPod, ShOptions, Target } from './cluster.ts';
+import { alive, killNamespaceProcesses, spawnDetached, stopPid } from './procs.ts';
+import { labDir, readState, writeState, type LabState, type NodeState } from './state.ts';
+
+const ROOT = resolve(import.meta.dirname, '..');
+export const TWILL_MAIN = join(ROOT, 'dist/src/cli/main.js');
+export const TWILL_CNI = join(ROOT, 'dist/twill-cni');
+const ETCD_IP = '10.123.0.1';
+const OUTSIDE_IP = '203.0.113.2';
+
+async function ns(cmd: string[]): Promise<string> {
+  return (await run('ip', cmd, { timeoutMs: 20_000 })).stdout;
+}
+
+/** The node flags the `twill` command runs with (those on its shebang line). */
+async function shebangFlags(): Promise<string[]> {
+  const first = (await readFile(TWILL_MAIN, 'utf8')).split('\n')[0] ?? '';
+  return first.replace(/^#!\/usr\/bin\/env (-S )?node ?/, '').split(' ').filter(Boolean);
+}
+
+export class NetnsCluster implements Cluster {
+  readonly description: string;
+  readonly outsideIp = OUTSIDE_IP;
+  readonly etcdEndpoint = `http://${ETCD_IP}:2379`;
+  readonly etcdPrefix = '/coreos.com/network';
+  private readonly state: LabState;
+  private readonly dir: string;
+
+  private constructor(state: LabState) {
+    this.state = state;
+    this.dir = labDir(state.name);
+    this.description = `netns lab ${state.name} (${state.backend})`;
+  }
+
+  get backend(): 'vxlan' | 'host-gw' {
+    return this.state.backend;
+  }
+
+  /** The lab `up` made, or undefined. */
+  static async open(name: string): Promise<NetnsCluster | undefined> {
+    const state = await readState(name);
+    return state ? new NetnsCluster(state) : undefined;
+  }
+
+  /** Router, underlay, outside and etcd (with the network config); no nodes yet. */
+  static async create(o: { name: string; backend: 'vxlan' | 'host-gw' }): Promise<NetnsCluster> {
+    const c = new NetnsCluster({ name: o.name, backend: o.backend, etcdPid: undefined, nodes: [], nextIndex: 1 });
+    await mkdir(c.dir, { recursive: true });
+    await writeState(c.state);
+    const rt = await c.addNs('rt');
+    await ns(['-n', rt, 'link', 'add', 'br0', 'type', 'bridge']);
+    await ns(['-n', rt, 'addr', 'add', '10.123.0.254/24', 'dev', 'br0']);
+    await ns(['-n', rt, 'link', 'set', 'br0', 'up']);
+    await run('ip', ['netns', 'exec', rt, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
+    const out = await c.addNs('out');
+    await ns(['-n', rt, 'link', 'add', 'out0', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', out]);
+    await ns(['-n', rt, 'addr', 'add', '203.0.113.1/24', 'dev', 'out0']);
+    await ns(['-n', rt, 'link', 'set', 'out0', 'up']);
+    await ns(['-n', out, 'addr', 'add', `${OUTSIDE_IP}/24`, 'dev', 'eth0']);
+    await ns(['-n', out, 'link', 'set', 'eth0', 'up']);
+    await ns(['-n', out, 'route', 'add', 'default', 'via', '203.0.113.1']);
+    await c.attach('etcd', ETCD_IP);
+    await c.startEtcd({ wipe: true });
+    await c.sh('etcd', ['etcdctl', '--endpoints', c.etcdEndpoint, 'put', `${c.etcdPrefix}/config`, `{"Network":"10.244.0.0/16","Backend":{"Type":"${o.backend}"}}`]);
+    return c;
+  }
+
+  /** Removes every process, namespace and file of the lab `name`, whether or not its state survived. */
+  static async destroy(name: string): Promise<string[]> {
+    const state = await readState(name);
+    for (const pid of [state?.etcdPid, ...(state?.nodes ?? []).map((n) => n.pid)]) await stopPid(pid, 'kill');
+    const all = (await ns(['netns', 'list'])).split('\n').map((l) => l.split(' ')[0] ?? '');
+    const mine = all.filter((n) => n.startsWith(`${name}-`));
+    for (const n of mine) await killNamespaceProcesses(n);
+    for (const n of mine) await ns(['netns', 'del', n]).catch(() => undefined);
+    await rm(labDir(name), { recursive: true, force: true });
+    return mine;
+  }
+
+  private nsOf(short: string): string {
+    return `${this.state.name}-${short}`;
+  }
+
+  private async addNs(short: string): Promise<string> {
+    const name = this.nsOf(short);
+    await ns(['netns', 'add', name]);
+    await ns(['-n', name, 'link', 'set', 'lo', 'up']);
+    return name;
+  }
+
+  /** A namespace on the underlay bridge at `ip`/24, default route via the router. */
+  private async attach(short: string, ip: string): Promise<string> {
+    const name = await this.addNs(short);
+    const rt = this.nsOf('rt');
+    await ns(['-n', rt, 'link', 'add', `u-${short}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', name]);
+    await ns(['-n', rt, 'link', 'set', `u-${short}`, 'master', 'br0', 'up']);
+    await ns(['-n', name, 'addr', 'add', `${ip}/24`, 'dev', 'eth0']);
+    await ns(['-n', name, 'link', 'set', 'eth0', 'up']);
+    await ns(['-n', name, 'route', 'add', 'default', 'via', '10.123.0.254']);
+    return name;
+  }
+
+  private targetNs(t: Target): string {
+    if (t === 'etcd' || t === 'outside') return this.nsOf(t === 'etcd' ? 'etcd' : 'out');
+    return this.nsOf('node' in t ? t.node : t.pod);
+  }
+
+  async sh(t: Target, argv: readonly string[], opts: ShOptions = {}): Promise<string> {
+    const r = await run('nsenter', [`--net=/run/netns/${this.targetNs(t)}`, ...argv], { timeoutMs: opts.timeoutMs ?? 20_000, ...(opts.input === undefined ? {} : { input: opts.input }) });
+    return r.stdout;
+  }
+
+  async nodes(): Promise<LabNode[]> {
+    return this.state.nodes.map((n) => ({ name: n.name, ip: n.ip }));
+  }
+
+  async pods(): Promise<LabPod[]> {
+    return this.state.nodes.flatMap((n) => n.pods.map((p) => ({ name: p.name, node: n.name, ip: p.ip })));
+  }
+
+  private node(name: string): NodeState {
+    const n = this.state.nodes.find((x) => x.name === name);
+    if (!n) throw new Error(`${this.description}: no node ${name}`);
+    return n;
+  }
+
+  logPath(node: string): string {
+    return join(this.dir, node, 'twill.log');
+  }
+
+  async twillLog(node: string): Promise<string> {
+    return readFile(this.logPath(node), 'utf8').catch(() => '');
+  }
+
+  async startTwill(name: string): Promise<void> {
+    const n = this.node(name);
+    if (alive(n.pid)) throw new Error(`twill already runs on ${name} (pid ${n.pid})`);
+    const argv = [process.execPath, ...(await shebangFlags()), TWILL_MAIN, 'run', '--etcd-endpoints', this.etcdEndpoint, '--iface', 'eth0', '--ip-masq', '--node-name', name, '--subnet-file', join(this.dir, name, 'subnet.env')];
+    n.pid = spawnDetached(this.nsOf(name), argv, this.logPath(name));
+    await writeState(this.state);
+  }
+
+  async stopTwill(name: string, how: 'term' | 'kill'): Promise<void> {
+    const n = this.node(name);
+    await stopPid(n.pid, how);
+    n.pid = undefined;
+    await writeState(this.state);
+  }
+
+  async stopEtcd(): Promise<void> {
+    await stopPid(this.state.etcdPid, 'term');
+    this.state.etcdPid = undefined;
+    await writeState(this.state);
+  }
+
+  async startEtcd(o: { wipe: boolean }): Promise<void> {
+    const data = join(this.dir, 'etcd');
+    if (o.wipe) await rm(data, { recursive: true, force: true });
+    const url = this.etcdEndpoint;
+    const peer = 'http://127.0.0.1:2380';
+    const argv = ['etcd', '--name', 'lab', '--data-dir', data, '--listen-client-urls', url, '--advertise-client-urls', url, '--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer, '--initial-cluster', `lab=${peer}`, '--log-level', 'error'];
+    this.state.etcdPid = spawnDetached(this.nsOf('etcd'), argv, join(this.dir, 'etcd.log'));
+    await writeState(this.state);
+    const until = Date.now() + 20_000;
+    for (;;) {
+      const ok = await this.sh('etcd', ['etcdctl', '--endpoints', url, 'endpoint', 'health'], { timeoutMs: 3_000 }).then(() => true, () => false);
+      if (ok) return;
+      if (Date.now() > until) throw new Error(`etcd did not become healthy; see ${join(this.dir, 'etcd.log')}`);
+      await sleep(100, AbortSignal.timeout(1_000));
+    }
+  }
+
+  async addNodes(names: readonly string[], pods: number): Promise<void> {
+    const added: NodeState[] = [];
+    for (const name of names) {
+      const index = this.state.nextIndex++;
+      const n: NodeState = { name, index, ip: `10.123.0.${10 + index}`, pid: undefined, pods: [] };
+      await mkdir(join(this.dir, name), { recursive: true });
+      await this.attach(name, n.ip);
+      this.state.nodes.push(n);
+      added.push(n);
+    }
+    await writeState(this.state);
+    for (const n of added) await this.startTwill(n.name);
+    for (const n of added) await this.wirePods(n, pods);
+  }
+
+  async removeNode(name: string): Promise<void> {
+    const n = this.node(name);
+    await this.stopTwill(name, 'term');
+    for (const p of n.pods) await ns(['netns', 'del', this.nsOf(p.name)]).catch(() => undefined);
+    await killNamespaceProcesses(this.nsOf(name));
+    await ns(['netns', 'del', this.nsOf(name)]).catch(() => undefined);
+    await ns(['-n', this.nsOf('rt'), 'link', 'del', `u-${name}`]).catch(() => undefined);
+    this.state.nodes = this.state.nodes.filter((x) => x !== n);
+    await writeState(this.state);
+  }
+
+  /** Waits for the node's subnet.env, then makes its pods with twill-cni ADD. */
+  private async wirePods(n: NodeState, count: number): Promise<void> {
+    const subnetFile = join(this.dir, n.name, 'subnet.env');
+    const until = Date.now() + 60_000;
+    while ((await readFile(subnetFile, 'utf8').catch(() => '')) === '') {
+      if (Date.now() > until) throw new Error(`${n.name}: no subnet.env after 60 s; see ${this.logPath(n.name)}`);
+      await sleep(25, AbortSignal.timeout(1_000));
+    }
+    const conf = { cniVersion: '1.0.0', name: 'twill-lab', type: 'twill', subnetFile, dataDir: join(this.dir, n.name, 'ipam'), logFile: join(this.dir, n.name, 'cni.log') };
+    for (let k = n.pods.length + 1; n.pods.length < count; k++) {
+      const pod = `${n.name}-p${k}`;
+      await this.addNs(pod);
+      const env = [`CNI_COMMAND=ADD`, `CNI_CONTAINERID=${this.state.name}-${pod}`, `CNI_NETNS=/run/netns/${this.nsOf(pod)}`, 'CNI_IFNAME=eth0', 'CNI_PATH=/opt/cni/bin'];
+      const out = await this.sh({ node: n.name }, ['env', ...env, TWILL_CNI], { input: JSON.stringify(conf) });
+      const ip = ((JSON.parse(out) as { ips?: { address?: string }[] }).ips?.[0]?.address ?? '').split('/')[0] ?? '';
+      n.pods.push({ name: pod, ip });
+      await writeState(this.state);
+    }
+  }
+}

@@ -1,0 +1,45 @@
+// The netns lab's state on disk, /run/twill-lab/<name>/state.json: which
+// nodes and pods exist and the pids of etcd and every twill, so `status`,
+// `drill` and `down` (separate invocations) find the lab `up` made.
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+export const LAB_ROOT = '/run/twill-lab';
+
+export interface PodState {
+  readonly name: string;
+  readonly ip: string;
+}
+
+export interface NodeState {
+  readonly name: string;
+  readonly index: number;
+  readonly ip: string;
+  pid: number | undefined;
+  pods: PodState[];
+}
+
+export interface LabState {
+  readonly name: string;
+  readonly backend: 'vxlan' | 'host-gw';
+  etcdPid: number | undefined;
+  nodes: NodeState[];
+  nextIndex: number;
+}
+
+export function labDir(name: string): string {
+  return join(LAB_ROOT, name);
+}
+
+export async function readState(name: string): Promise<LabState | undefined> {
+  const text = await readFile(join(labDir(name), 'state.json'), 'utf8').catch(() => undefined);
+  return text === undefined ? undefined : (JSON.parse(text) as LabState);
+}
+
+export async function writeState(state: LabState): Promise<void> {
+  const dir = labDir(state.name);
+  await mkdir(dir, { recursive: true });
+  const tmp = join(dir, 'state.json.tmp');
+  await writeFile(tmp, `${JSON.stringify(state, null, 2)}\n`);
+  await rename(tmp, join(dir, 'state.json'));
+}
