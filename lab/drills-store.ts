@@ -1,5 +1,152 @@
-// Drills that break the lease store or the membership: etcd stopped or
-// wiped, a node's own lease deleted, a node removed, nodes added.
-import type { Drill } from './drill-kit.ts';
+// Drills that break the lease store or the membership: a node's own lease
+// deleted, etcd stopped for a minute, etcd wiped, a node removed, a node
+// added, twenty nodes started at once.
+import { sleep } from '../src/util/abort.ts';
+import { etcdctl, type Cluster } from './cluster.ts';
+import { entries, leaseOf, leases, leftovers, logCount, steadyPing, until, type Drill, type Entries } from './drill-kit.ts';
+import { connectivity, untilFull } from './matrix.ts';
 
-export const STORE_DRILLS: readonly Drill[] = [];
+const ETCD_OUTAGE_MS = 60_000;
+const CHURN = ['dataplane updated', 'repaired dataplane drift'];
+
+async function snapshot(c: Cluster): Promise<Map<string, Entries>> {
+  const nodes = await c.nodes();
+  return new Map(await Promise.all(nodes.map(async (n) => [n.name, await entries(c, n.name)] as const)));
+}
+
+async function counts(c: Cluster, msgs: readonly string[]): Promise<number> {
+  let total = 0;
+  for (const n of await c.nodes()) for (const m of msgs) total += await logCount(c, n.name, m);
+  return total;
+}
+
+async function nextNames(c: Cluster, count: number): Promise<string[]> {
+  const max = Math.max(0, ...(await c.nodes()).map((n) => Number(n.name.replace(/^\D+/, '')) || 0));
+  return Array.from({ length: count }, (_, i) => `n${max + 1 + i}`);
+}
+
+const ownLeaseDeleted: Drill = {
+  name: 'own-lease',
+  broke: "a node's own lease deleted",
+  targetMs: 2_000,
+  async run(c) {
+    const [node, other] = await c.nodes();
+    const pods = await c.pods();
+    const [to, from] = [pods.find((p) => p.node === node?.name), pods.find((p) => p.node === other?.name)];
+    const before = await leaseOf(c, node?.ip ?? '');
+    const ping = steadyPing(c, { from: from?.name ?? '', to: to?.ip ?? '', ms: 3_000 });
+    await sleep(300, AbortSignal.timeout(1_000));
+    const since = performance.now();
+    await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${before?.key ?? ''}`]);
+    const healedMs = await until(async () => (await leaseOf(c, node?.ip ?? ''))?.key === before?.key, { timeoutMs: 10_000, since, everyMs: 20 });
+    const stats = await ping;
+    const notes = [`${node?.name} took ${before?.key} back in ${Math.round(healedMs ?? -1)} ms; steady ping ${from?.name} → ${to?.name}: ${stats.received}/${stats.sent}`];
+    return { healedMs, ok: healedMs !== undefined && healedMs <= 2_000 && stats.received === stats.sent, notes };
+  },
+};
+
+const etcdOutage: Drill = {
+  name: 'etcd-outage',
+  broke: `etcd stopped for ${ETCD_OUTAGE_MS / 1000} s`,
+  targetMs: 30_000,
+  async run(c) {
+    const before = await snapshot(c);
+    const churn = await counts(c, CHURN);
+    const connected = await Promise.all((await c.nodes()).map((n) => logCount(c, n.name, 'lease store connected')));
+    await c.stopEtcd();
+    await sleep(ETCD_OUTAGE_MS / 2, AbortSignal.timeout(ETCD_OUTAGE_MS));
+    const during = await connectivity(c);
+    await sleep(ETCD_OUTAGE_MS / 2, AbortSignal.timeout(ETCD_OUTAGE_MS));
+    const since = performance.now();
+    await c.startEtcd({ wipe: false });
+    const nodes = await c.nodes();
+    const healedMs = await until(async () => (await Promise.all(nodes.map((n, i) => logCount(c, n.name, 'lease store connected').then((k) => k > (connected[i] ?? 0))))).every(Boolean), { timeoutMs: 30_000, since, everyMs: 100 });
+    const unchanged = JSON.stringify([...(await snapshot(c))]) === JSON.stringify([...before]);
+    const quiet = (await counts(c, CHURN)) === churn;
+    const notes = [`matrix while etcd was down: ${during.failures.length === 0 ? 'full' : during.failures.join(', ')}`, `kernel entries ${unchanged ? 'unchanged' : 'CHANGED'}, ${quiet ? 'no dataplane pass changed anything' : 'dataplane passes changed entries'}`, `every twill reconnected ${Math.round(healedMs ?? -1)} ms after etcd came back`];
+    return { healedMs, ok: healedMs !== undefined && unchanged && quiet && during.failures.length === 0, notes };
+  },
+};
+
+const etcdWipe: Drill = {
+  name: 'etcd-wipe',
+  broke: 'etcd wiped, restarted empty, config put back',
+  targetMs: 5_000,
+  async run(c) {
+    const before = await leases(c);
+    const config = await etcdctl(c, ['get', '--print-value-only', `${c.etcdPrefix}/config`]);
+    const churn = await counts(c, CHURN);
+    await c.stopEtcd();
+    const since = performance.now();
+    await c.startEtcd({ wipe: true });
+    await etcdctl(c, ['put', `${c.etcdPrefix}/config`, config.trim()]);
+    const same = async (): Promise<boolean> => {
+      const now = await leases(c);
+      return before.every((b) => now.some((l) => l.key === b.key && l.publicIp === b.publicIp)) && (await leftovers(c)).length === 0;
+    };
+    const healedMs = await until(same, { timeoutMs: 30_000, since, everyMs: 100 });
+    const quiet = (await counts(c, CHURN)) === churn;
+    const notes = [`every node holds its old subnet and every peer's entries ${Math.round(healedMs ?? -1)} ms after etcd came back empty`, quiet ? 'no dataplane pass changed anything' : 'some dataplane passes changed entries'];
+    return { healedMs, ok: healedMs !== undefined && healedMs <= 5_000, notes };
+  },
+};
+
+const nodeRemoved: Drill = {
+  name: 'node-removed',
+  broke: "a node removed (twill stopped, its lease deleted)",
+  targetMs: 1_000,
+  async run(c) {
+    const victim = (await c.nodes()).at(-1);
+    const lease = await leaseOf(c, victim?.ip ?? '');
+    await c.removeNode(victim?.name ?? '');
+    const since = performance.now();
+    await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease?.key ?? ''}`]);
+    const net = lease?.subnet.split('/')[0] ?? '?';
+    const gone = async (): Promise<boolean> =>
+      (await Promise.all((await c.nodes()).map((n) => entries(c, n.name)))).every((e) => !e.routes.some((r) => r.startsWith(`${net}/`)) && !e.neighs.some((x) => x.startsWith(`${net} `)) && !e.fdb.some((f) => f.includes(`dst ${victim?.ip ?? '?'} `)));
+    const healedMs = await until(gone, { timeoutMs: 10_000, since });
+    return { healedMs, ok: healedMs !== undefined && healedMs <= 1_000, notes: [`${victim?.name} (${lease?.subnet}) gone from every peer in ${Math.round(healedMs ?? -1)} ms`] };
+  },
+};
+
+const nodeAdded: Drill = {
+  name: 'node-added',
+  broke: 'a node added to the running lab',
+  targetMs: 2_000,
+  async run(c) {
+    const [name] = await nextNames(c, 1);
+    const firstNode = (await c.nodes())[0]?.name;
+    const perNode = (await c.pods()).filter((p) => p.node === firstNode).length || 1;
+    const since = performance.now();
+    await c.addNodes([name ?? 'n99'], perNode);
+    const healedMs = await untilFull(c, 30_000, since);
+    return { healedMs, ok: healedMs !== undefined && healedMs <= 2_000, notes: [`${name} started, its ${perNode} pods wired and reachable from every pod in ${Math.round(healedMs ?? -1)} ms`] };
+  },
+};
+
+const twentyNodes: Drill = {
+  name: 'twenty-nodes',
+  broke: '20 nodes started at once',
+  targetMs: 90_000,
+  async run(c) {
+    const names = await nextNames(c, 20);
+    const since = performance.now();
+    await c.addNodes(names, 1);
+    const healedMs = await untilFull(c, 90_000, since);
+    const all = await leases(c);
+    const nodes = await c.nodes();
+    const duplicates = all.length - new Set(all.map((l) => l.subnet)).size;
+    const missing = nodes.filter((n) => !all.some((l) => l.publicIp === n.ip)).map((n) => n.name);
+    const notes = [`${nodes.length} nodes, ${all.length} leases, ${duplicates} duplicate subnets, full matrix in ${Math.round(healedMs ?? -1)} ms`];
+    if (missing.length > 0) notes.push(`nodes without a lease: ${missing.join(', ')}`);
+    // leave the lab as it was: the twenty go, with their leases
+    for (const name of names) {
+      const lease = await leaseOf(c, nodes.find((n) => n.name === name)?.ip ?? '');
+      await c.removeNode(name);
+      if (lease) await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease.key}`]);
+    }
+    return { healedMs, ok: healedMs !== undefined && duplicates === 0 && missing.length === 0, notes };
+  },
+};
+
+export const STORE_DRILLS: readonly Drill[] = [ownLeaseDeleted, etcdOutage, etcdWipe, nodeRemoved, nodeAdded, twentyNodes];

@@ -6,7 +6,7 @@
 // and runs `twill run --ip-masq` as a real process; pods are namespaces wired
 // by the twill-cni executable, called as a runtime calls it. Every name
 // starts with the lab's name, so `down` finds everything, even after a crash.
-import { mkdir, readFile, rm } from 'node:fs/promises';
+import { mkdir, readFile, rename, rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { run } from '../src/exec/runner.ts';
 import { sleep } from '../src/util/abort.ts';
@@ -60,7 +60,9 @@ export class NetnsCluster implements Cluster {
     await mkdir(c.dir, { recursive: true });
     await writeState(c.state);
     const rt = await c.addNs('rt');
-    await ns(['-n', rt, 'link', 'add', 'br0', 'type', 'bridge']);
+    // a fixed MAC: a bridge otherwise takes its lowest port MAC, which changes as nodes come and go,
+    // and every node's cached ARP entry for the gateway then points nowhere for half a minute
+    await ns(['-n', rt, 'link', 'add', 'br0', 'address', '02:00:7e:00:00:fe', 'type', 'bridge']);
     await ns(['-n', rt, 'addr', 'add', '10.123.0.254/24', 'dev', 'br0']);
     await ns(['-n', rt, 'link', 'set', 'br0', 'up']);
     await run('ip', ['netns', 'exec', rt, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
@@ -206,6 +208,10 @@ export class NetnsCluster implements Cluster {
     await ns(['-n', this.nsOf('rt'), 'link', 'del', `u-${name}`]).catch(() => undefined);
     this.state.nodes = this.state.nodes.filter((x) => x !== n);
     await writeState(this.state);
+    // a node added later under the same name starts afresh; its log is kept under removed/
+    await mkdir(join(this.dir, 'removed'), { recursive: true });
+    await rename(this.logPath(name), join(this.dir, 'removed', `${name}-${Date.now()}.log`)).catch(() => undefined);
+    await rm(join(this.dir, name), { recursive: true, force: true });
   }
 
   /** Waits for the node's subnet.env, then makes its pods with twill-cni ADD. */
