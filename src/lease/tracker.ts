@@ -5,7 +5,10 @@
 // except that a peer missing from a re-list (rather than deleted by an
 // event) lingers for `lingerMs`: after an etcd wipe every node re-creates
 // its key within seconds, and the dataplane must not drop and re-add routes
-// meanwhile. An explicit delete event removes a peer at once.
+// meanwhile. A peer deleted by an event lingers `deleteLingerMs` (500 ms):
+// a running node whose key was deleted re-creates it within milliseconds,
+// and its peers must not cut its pods off meanwhile; a node that is really
+// gone is dropped well within a second.
 import type { Logger } from '../log.ts';
 import { formatCidr } from '../net/ipv4.ts';
 import { describeLease, encodeLeaseValue } from './codec.ts';
@@ -24,9 +27,12 @@ export interface TrackerOptions {
   readonly onPeersChanged?: (peers: readonly Lease[]) => void;
   /** how long a peer missing from a re-list is kept (default 10 s; 0: drop at once) */
   readonly lingerMs?: number;
+  /** how long a peer deleted by an event is kept (default 500 ms; 0: drop at once) */
+  readonly deleteLingerMs?: number;
 }
 
 const DEFAULT_LINGER_MS = 10_000;
+const DEFAULT_DELETE_LINGER_MS = 500;
 /** snapshots larger than this log one summary line instead of a line per peer */
 const QUIET_ABOVE = 20;
 
@@ -65,7 +71,7 @@ export class PeerTracker {
       case 'delete':
         if (ev.key === this.opts.selfKey) this.opts.onSelfLost(`our lease ${ev.key} was deleted`);
         this.invalid.delete(ev.key);
-        if (this.leave(ev.key) || this.lingering.delete(ev.key)) this.changed();
+        this.deleted(ev.key);
         break;
       case 'connectivity':
         this.connectivity(ev.connected, ev.detail);
@@ -142,11 +148,35 @@ export class PeerTracker {
     else this.opts.logger.info(fields, msg);
   }
 
+  /** A delete event: the peer lingers briefly (its owner may be re-creating the key), or goes at once. */
+  private deleted(key: string): void {
+    const ms = this.opts.deleteLingerMs ?? DEFAULT_DELETE_LINGER_MS;
+    const lease = this.peers.get(key) ?? this.lingering.get(key)?.lease;
+    if (!lease) return;
+    if (ms <= 0) {
+      if (this.leave(key) || this.lingering.delete(key)) this.changed();
+      return;
+    }
+    const until = Math.min(this.lingering.get(key)?.until ?? Infinity, Date.now() + ms);
+    this.peers.delete(key);
+    this.lingering.set(key, { lease, until });
+    this.opts.logger.debug({ key, keepMs: ms }, 'peer lease deleted; keeping its routes in case it is re-created at once');
+    this.scheduleExpiry();
+  }
+
   private linger(key: string, lease: Lease, ms: number): void {
     this.peers.delete(key);
     this.lingering.set(key, { lease, until: Date.now() + ms });
     this.peerLog({ key, keepMs: ms }, 'peer missing from the re-list; keeping its routes while it re-registers');
-    this.lingerTimer ??= setTimeout(() => this.expireLingering(), ms + 10).unref();
+    this.scheduleExpiry();
+  }
+
+  /** One timer, at the earliest deadline among lingering peers. */
+  private scheduleExpiry(): void {
+    if (this.lingerTimer) clearTimeout(this.lingerTimer);
+    this.lingerTimer = undefined;
+    const next = Math.min(...[...this.lingering.values()].map((l) => l.until));
+    if (Number.isFinite(next)) this.lingerTimer = setTimeout(() => this.expireLingering(), Math.max(0, next - Date.now()) + 5).unref();
   }
 
   private expireLingering(): void {
@@ -156,11 +186,10 @@ export class PeerTracker {
     for (const [key, l] of [...this.lingering]) {
       if (l.until > now) continue;
       this.lingering.delete(key);
-      this.opts.logger.info({ key, subnet: formatCidr(l.lease.subnet) }, 'peer left (did not re-register)');
+      this.opts.logger.info({ key, subnet: formatCidr(l.lease.subnet) }, 'peer left');
       changed = true;
     }
-    const next = Math.min(...[...this.lingering.values()].map((l) => l.until));
-    if (Number.isFinite(next)) this.lingerTimer = setTimeout(() => this.expireLingering(), Math.max(0, next - now) + 10).unref();
+    this.scheduleExpiry();
     if (changed) this.changed();
   }
 

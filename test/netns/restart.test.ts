@@ -43,7 +43,7 @@ describe('restart with a slow first listing', () => {
     const runner = nsRunner(ns);
     const route = async (): Promise<string> => (await runner('ip', ['route', 'show', '10.50.9.0/24'])).stdout;
     const first = await startTestDaemon({ store: new KvLeaseStore({ kv, prefix: '/n' }), nodeName: 'r1', publicIp: '127.0.0.1', subnetFile, ns });
-    await waitFor(async () => (await route()).includes('proto 151'), { timeoutMs: 10_000, what: 'the peer route' });
+    await waitFor(async () => (await route()).includes('proto 151') && first.state()?.pass?.converged === true, { timeoutMs: 10_000, what: 'the first daemon converged' });
     await first.stop();
 
     const second = await startTestDaemon({ store: slowListing(new KvLeaseStore({ kv, prefix: '/n' }), 1_500), nodeName: 'r1', publicIp: '127.0.0.1', subnetFile, ns });

@@ -14,7 +14,7 @@ const record = (n: number): LeaseRecord => {
 };
 const SELF = record(3);
 
-function tracker(lingerMs: number): { t: PeerTracker; changes: () => number; lost: string[] } {
+function tracker(lingerMs: number, deleteLingerMs = 0): { t: PeerTracker; changes: () => number; lost: string[] } {
   let changes = 0;
   const lost: string[] = [];
   const t = new PeerTracker({
@@ -25,6 +25,7 @@ function tracker(lingerMs: number): { t: PeerTracker; changes: () => number; los
     onSelfLost: (why) => lost.push(why),
     onPeersChanged: () => changes++,
     lingerMs,
+    deleteLingerMs,
   });
   return { t, changes: () => changes, lost };
 }
@@ -54,6 +55,28 @@ describe('PeerTracker', () => {
     await sleep(200);
     expect(keys(t)).toEqual(['10.244.1.0-24']);
     expect(changes()).toBe(before);
+  });
+
+  it('keeps a deleted peer briefly: re-created in time it never left, else it leaves when the short grace ends', async () => {
+    const { t, changes } = tracker(10_000, 80);
+    t.handle({ type: 'snapshot', records: [SELF, record(1), record(2)], reason: 'initial list' });
+    const before = changes();
+    t.handle({ type: 'delete', key: '10.244.1.0-24' });
+    t.handle({ type: 'delete', key: '10.244.2.0-24' });
+    t.handle({ type: 'put', record: record(1) }); // its node re-created the key at once
+    expect(keys(t)).toEqual(['10.244.1.0-24', '10.244.2.0-24']);
+    await sleep(200);
+    expect(keys(t)).toEqual(['10.244.1.0-24']);
+    expect(changes()).toBe(before + 1);
+  });
+
+  it('shortens a re-list linger when the peer is then deleted by an event', async () => {
+    const { t } = tracker(10_000, 80);
+    t.handle({ type: 'snapshot', records: [SELF, record(1)], reason: 'initial list' });
+    t.handle({ type: 'snapshot', records: [SELF], reason: 'reconnected' });
+    t.handle({ type: 'delete', key: '10.244.1.0-24' });
+    await sleep(200);
+    expect(keys(t)).toEqual([]);
   });
 
   it('drops a peer at once on a delete event, lingering or not, and at once on re-list with lingerMs 0', () => {
