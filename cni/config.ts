@@ -29,9 +29,12 @@ export interface NetConf {
   readonly readyUrl: string | undefined;
   /** the previous plugin's result (CHECK, DEL, chained ADD), as given */
   readonly prevResult: unknown;
-  /** GC: the attachments the runtime still knows */
+  /** GC: the attachments the runtime still knows (`cni.dev/valid-attachments` or `cni.dev/attachments`) */
   readonly validAttachments: readonly ValidAttachment[] | undefined;
 }
+
+/** The keys GC's attachment list may come under (see `attachments`). */
+export const VALID_ATTACHMENT_KEYS = ['cni.dev/valid-attachments', 'cni.dev/attachments'] as const;
 
 export const DEFAULTS = {
   subnetFile: '/run/twill/subnet.env',
@@ -64,16 +67,28 @@ function path(o: CiObject, key: string, fallback: string): string {
   return v;
 }
 
-function attachments(o: CiObject): ValidAttachment[] | undefined {
-  const raw = o.get('cni.dev/valid-attachments');
-  if (raw === undefined) return undefined;
-  if (!Array.isArray(raw)) o.fail(`"cni.dev/valid-attachments" must be a list, got ${JSON.stringify(raw)}`);
+/** One attachment list key: undefined when absent. */
+function attachmentList(o: CiObject, key: string): ValidAttachment[] | undefined {
+  const raw = o.get(key);
+  if (raw === undefined || raw === null) return undefined;
+  if (!Array.isArray(raw)) o.fail(`"${key}" must be a list, got ${JSON.stringify(raw)}`);
   return raw.map((item: unknown, i) => {
-    const a = CiObject.from(`network config: "cni.dev/valid-attachments"[${i}]`, item, 'CONFIG_INVALID');
+    const a = CiObject.from(`network config: "${key}"[${i}]`, item, 'CONFIG_INVALID');
     const containerId = a.string('containerID') ?? '';
     if (!isContainerId(containerId)) a.fail(`"containerID" ${JSON.stringify(containerId)} is not a container id`);
     return { containerId, ifname: a.string('ifname') ?? '' };
   });
+}
+
+/**
+ * GC's list of attachments to keep. The 1.1.0 spec text named the key
+ * `cni.dev/attachments`; libcni sends `cni.dev/valid-attachments` (and,
+ * since containernetworking/cni#1103, both). Either is read; when both are
+ * there, an attachment in either is kept.
+ */
+function attachments(o: CiObject): ValidAttachment[] | undefined {
+  const lists = VALID_ATTACHMENT_KEYS.map((k) => attachmentList(o, k)).filter((l) => l !== undefined);
+  return lists.length === 0 ? undefined : lists.flat();
 }
 
 function checkedName(o: CiObject): string {
@@ -110,7 +125,7 @@ export function parseNetConf(text: string): NetConf {
     dataDir: path(o, 'dataDir', DEFAULTS.dataDir),
     logFile: o.has('logFile') ? path(o, 'logFile', '') : undefined,
     readyUrl,
-    prevResult: o.get('prevResult'),
+    prevResult: o.get('prevResult') ?? undefined,
     validAttachments: attachments(o),
   };
 }

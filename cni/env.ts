@@ -1,8 +1,9 @@
 // The CNI_* environment variables a runtime sets, checked per verb: which
-// are required, and that container id and interface name are well formed.
+// are required, and that container id, interface name and netns path are
+// well formed (the last two end up in `ip -batch` text).
 // Pure: the entry point hands in the environment as a plain record.
 import { CNI_CODES, fail } from './errors.ts';
-import { ifnameProblem, isContainerId } from './names.ts';
+import { ifnameProblem, isContainerId, netnsProblem } from './names.ts';
 
 export const VERBS = ['ADD', 'DEL', 'CHECK', 'VERSION', 'STATUS', 'GC'] as const;
 export type Verb = (typeof VERBS)[number];
@@ -55,7 +56,9 @@ export function parseEnv(env: Env): CniEnv {
   const ifname = env.CNI_IFNAME ?? '';
   const problem = ifname === '' ? undefined : ifnameProblem(ifname);
   if (problem) badEnv(`CNI_IFNAME ${JSON.stringify(ifname)} ${problem}`);
+  // DEL never uses the netns (it finds the veth by name), so a DEL is not refused for it
   const netns = env.CNI_NETNS ?? '';
-  if (netns !== '' && !netns.startsWith('/')) badEnv(`CNI_NETNS ${JSON.stringify(netns)} must be an absolute path`);
+  const netnsBad = netns === '' || command === 'DEL' ? undefined : netnsProblem(netns);
+  if (netnsBad) badEnv(`CNI_NETNS ${JSON.stringify(netns)} ${netnsBad}`);
   return { command, containerId, netns, ifname, args: env.CNI_ARGS ?? '' };
 }

@@ -1,7 +1,8 @@
 // What the plugin asks of `ip`, as pure text: the host-side batch of an ADD
 // (bridge, veth pair with its peer created straight in the pod's netns,
 // bridge port, hairpin), the pod-side batch (lo, address, routes), and the
-// parsing of what `ip -json -batch` prints and of which line failed.
+// parsing of what `ip -json -batch` prints and of which line failed. Every
+// value put into batch text goes through `batchWord`.
 import { formatCidr, formatIpv4, type Cidr } from '../src/net/ipv4.ts';
 
 export interface HostWiring {
@@ -29,19 +30,36 @@ export interface HostBatch {
   readonly vethLine: number;
 }
 
-/** The host batch; with `createBridge` it starts by creating the bridge. */
+/**
+ * `value` as one word of `ip -batch` text. The parser splits lines on white
+ * space, cuts them at `#`, gives leading quotes and trailing backslashes a
+ * meaning: a value with any of those (or a control character) would change
+ * the command, so it is refused here whatever checked it before.
+ */
+export function batchWord(value: string): string {
+  if (value === '' || /[\p{Cc}\s#"'\\]/u.test(value)) throw new Error(`refusing to put ${JSON.stringify(value)} into ip -batch text`);
+  return value;
+}
+
+/**
+ * The host batch; with `createBridge` it starts by creating the bridge. The
+ * bridge (already checked to be one) is touched only after the veth pair
+ * exists and is its port, so a failure creating the pair (it exists, the
+ * netns is gone) changes nothing on it.
+ */
 export function hostAddBatch(w: HostWiring, createBridge: boolean): HostBatch {
+  const [bridge, veth, ifname, netns] = [w.bridge, w.hostVeth, w.ifname, w.netns].map(batchWord);
   const lines: string[] = [];
   // a fixed MAC: otherwise the bridge takes its lowest port's, and the pods'
   // gateway MAC changes whenever ports come and go
-  if (createBridge) lines.push(`link add ${w.bridge} address ${w.bridgeMac} mtu ${w.mtu} type bridge`);
-  lines.push(`link set dev ${w.bridge} up`);
-  if (w.gateway) lines.push(`addr replace ${formatIpv4(w.gateway.addr)}/${w.gateway.prefix} broadcast + dev ${w.bridge}`);
-  lines.push(`link add ${w.hostVeth} mtu ${w.mtu} type veth peer name ${w.ifname} mtu ${w.mtu} netns ${w.netns}`);
+  if (createBridge) lines.push(`link add name ${bridge} address ${w.bridgeMac} mtu ${w.mtu} type bridge`);
+  lines.push(`link add name ${veth} mtu ${w.mtu} type veth peer name ${ifname} mtu ${w.mtu} netns ${netns}`);
   const vethLine = lines.length;
-  lines.push(`link set dev ${w.hostVeth} master ${w.bridge} up`);
-  if (w.hairpin) lines.push(`link set dev ${w.hostVeth} type bridge_slave hairpin on`);
-  lines.push(`link show dev ${w.bridge}`, `link show dev ${w.hostVeth}`);
+  lines.push(`link set dev ${veth} master ${bridge} up`);
+  if (w.hairpin) lines.push(`link set dev ${veth} type bridge_slave hairpin on`);
+  lines.push(`link set dev ${bridge} up`);
+  if (w.gateway) lines.push(`addr replace ${formatIpv4(w.gateway.addr)}/${w.gateway.prefix} broadcast + dev ${bridge}`);
+  lines.push(`link show dev ${bridge}`, `link show dev ${veth}`);
   return { lines, vethLine };
 }
 
@@ -57,6 +75,7 @@ export interface PodWiring {
 /** The batch run inside the pod's netns (through nsenter). */
 export function podAddBatch(p: PodWiring): string[] {
   const gw = formatIpv4(p.gateway);
+  batchWord(p.ifname);
   const lines = [
     'link set dev lo up',
     `addr add ${formatIpv4(p.address)}/${p.subnet.prefix} broadcast + dev ${p.ifname}`,
@@ -70,7 +89,7 @@ export function podAddBatch(p: PodWiring): string[] {
 
 /** The batch CHECK runs inside the pod's netns. */
 export function podCheckBatch(ifname: string): string[] {
-  return [`addr show dev ${ifname}`, `route show dev ${ifname}`];
+  return [`addr show dev ${batchWord(ifname)}`, `route show dev ${ifname}`];
 }
 
 /** The line `ip -batch` reports as failed ("Command failed -:3"), if any. */

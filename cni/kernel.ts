@@ -1,10 +1,12 @@
 // The plugin's kernel work, all through the project's single process runner:
 // `ip -json -batch -` in the plugin's own (host) netns, the same inside the
-// pod's netns through `nsenter --net=<CNI_NETNS>`, link deletion that treats
-// "already gone" as done, and IPv4 forwarding for the gateway bridge.
+// pod's netns through `nsenter --net=<CNI_NETNS>`, the kind of an existing
+// link, the names of the links in the plugin's netns (read from
+// /proc/self/net/dev, no process), link deletion that treats "already gone"
+// as done, and IPv4 forwarding for the gateway bridge.
 import { readFile, writeFile } from 'node:fs/promises';
 import { CommandError, type Runner } from '../src/exec/runner.ts';
-import { jsonOutputs } from './ip-batch.ts';
+import { batchWord, jsonOutputs } from './ip-batch.ts';
 
 export interface KernelDeps {
   readonly runner: Runner;
@@ -30,6 +32,33 @@ export async function podBatch(k: KernelDeps, netns: string, lines: readonly str
   return jsonOutputs(stdout);
 }
 
+/** The links of the plugin's own netns, by name: /proc/self/net/dev follows the netns of the process. */
+export async function linkNames(): Promise<Set<string>> {
+  const text = await readFile('/proc/self/net/dev', 'utf8');
+  const names = text.split('\n').slice(2).map((l) => l.split(':')[0]?.trim() ?? '');
+  return new Set(names.filter((n) => n !== ''));
+}
+
+/** What `ip -d link show` says a link is. */
+export interface LinkKind {
+  /** linkinfo.info_kind ("bridge", "veth", …); undefined for devices without one (lo, physical NICs) */
+  readonly kind: string | undefined;
+  /** link_type ("ether", "loopback", …) */
+  readonly linkType: string | undefined;
+}
+
+/** The kind of host link `dev`, or undefined when there is no such link. */
+export async function linkKind(k: KernelDeps, dev: string): Promise<LinkKind | undefined> {
+  try {
+    const { stdout } = await k.runner('ip', ['-d', '-json', 'link', 'show', 'dev', dev], { signal: k.signal, timeoutMs: TIMEOUT_MS });
+    const [link] = (JSON.parse(stdout) as { linkinfo?: { info_kind?: string }; link_type?: string }[]);
+    return link ? { kind: link.linkinfo?.info_kind, linkType: link.link_type } : undefined;
+  } catch (err) {
+    if (isNoDevice(err)) return undefined;
+    throw err;
+  }
+}
+
 export function isNoDevice(err: unknown): boolean {
   return err instanceof CommandError && /Cannot find device|does not exist/.test(err.stderr);
 }
@@ -45,18 +74,42 @@ export async function deleteLink(k: KernelDeps, dev: string): Promise<boolean> {
   }
 }
 
-/** Deletes host links in one batch, going on past links that are already gone. */
-export async function deleteLinks(k: KernelDeps, devs: readonly string[]): Promise<void> {
-  if (devs.length === 0) return;
-  const lines = devs.map((d) => `link del dev ${d}`);
+/**
+ * Deletes host links in one batch (-force: every line runs). Returns the
+ * links that could not be deleted with why; links already gone count as
+ * deleted. When `ip` fails without saying which lines failed, every link is
+ * reported as not deleted.
+ */
+export async function deleteLinks(k: KernelDeps, devs: readonly string[]): Promise<Map<string, string>> {
+  const failed = new Map<string, string>();
+  if (devs.length === 0) return failed;
+  const lines = devs.map((d) => `link del dev ${batchWord(d)}`);
   try {
     await k.runner('ip', ['-force', '-batch', '-'], { input: batchInput(lines), signal: k.signal, timeoutMs: TIMEOUT_MS });
   } catch (err) {
-    // with -force every line ran; only "already gone" failures are acceptable
     if (!(err instanceof CommandError)) throw err;
-    const other = err.stderr.split('\n').filter((l) => l.trim() !== '' && !/Cannot find device|Command failed/.test(l));
-    if (other.length > 0) throw err;
+    const reports = batchFailures(err.stderr);
+    if (reports.size === 0) for (const d of devs) failed.set(d, err.message);
+    for (const [line, why] of reports) {
+      const dev = devs[line - 1];
+      if (dev !== undefined && !/Cannot find device|does not exist/.test(why)) failed.set(dev, why);
+    }
   }
+  return failed;
+}
+
+/** `ip -force -batch` stderr: each failed line's number with the message printed before it. */
+export function batchFailures(stderr: string): Map<number, string> {
+  const out = new Map<number, string>();
+  let why: string[] = [];
+  for (const l of stderr.split('\n')) {
+    const m = /Command failed -:(\d+)/.exec(l);
+    if (m) {
+      out.set(Number(m[1]), why.join(' ').trim());
+      why = [];
+    } else if (l.trim() !== '') why.push(l.trim());
+  }
+  return out;
 }
 
 const IP_FORWARD = '/proc/sys/net/ipv4/ip_forward';

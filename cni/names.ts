@@ -1,15 +1,30 @@
 // Names the plugin checks or makes: Linux interface names (CNI_IFNAME, the
-// bridge), container ids and network names (they become file names in the
-// IP store), and the host-side veth name, derived from container id +
-// ifname so that DEL and GC find it without any saved state.
+// bridge), the netns path, container ids and network names (they become file
+// names in the IP store), and the host-side veth name, derived from container
+// id + ifname so that DEL and GC find it without any saved state. Every name
+// that passes here is also a single plain word for `ip -batch`, whose parser
+// splits on white space, treats `#` as a comment and quotes and backslashes
+// specially.
 import { createHash } from 'node:crypto';
 
-/** Why `name` is not a usable Linux interface name, or undefined when it is. */
+/** Linux's IFNAMSIZ less the terminating NUL. */
+const IFNAME_MAX_BYTES = 15;
+
+/** Why `name` is not a usable interface name, or undefined when it is. */
 export function ifnameProblem(name: string): string | undefined {
   if (name === '') return 'is empty';
-  if (name.length > 15) return `is ${name.length} characters long; at most 15 are allowed`;
+  const bytes = Buffer.byteLength(name, 'utf8');
+  if (bytes > IFNAME_MAX_BYTES) return `is ${bytes} bytes long; at most ${IFNAME_MAX_BYTES} are allowed`;
   if (name === '.' || name === '..') return 'is not an interface name';
-  if (/[/:\s]/.test(name)) return 'contains "/", ":" or white space';
+  if (!/^[A-Za-z0-9_.@+-]+$/.test(name)) return 'may hold only letters, digits and "_", ".", "@", "+", "-"';
+  return undefined;
+}
+
+/** Why `path` is not a usable CNI_NETNS, or undefined when it is. */
+export function netnsProblem(path: string): string | undefined {
+  if (!path.startsWith('/')) return 'must be an absolute path';
+  // control characters, white space (any), `#`, quotes and backslash: ip -batch would split or cut the line
+  if (/[\p{Cc}\s#"'\\]/u.test(path)) return 'must not contain control characters, white space, "#", quotes or backslashes';
   return undefined;
 }
 

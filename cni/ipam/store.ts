@@ -3,8 +3,13 @@
 // `last_reserved_ip.0` the last address handed out. A reservation is a hard
 // link of a complete temp file onto the address's name: exclusive (the link
 // fails when the name exists) and never seen half written, so concurrent
-// ADDs never share an address.
-import { link, mkdir, readFile, readdir, rename, unlink, writeFile } from 'node:fs/promises';
+// ADDs never share an address. Temp files have random names and are created
+// exclusively. `last_reserved_ip.0` is only a round-robin hint: failing to
+// read or write it is logged, never fatal (a reserved address must not leak
+// because the hint could not be saved). GC's release re-reads the owner and
+// the age of a file right before deleting it.
+import { randomUUID } from 'node:crypto';
+import { link, mkdir, readFile, readdir, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { formatIpv4, parseIpv4 } from '../../src/net/ipv4.ts';
 import { CNI_CODES, fail } from '../errors.ts';
@@ -16,6 +21,8 @@ export interface StoreEntry {
   readonly ip: string;
   readonly containerId: string;
   readonly ifname: string;
+  /** the file's mtime: when the address was reserved */
+  readonly writtenMs: number;
 }
 
 function isEexist(err: unknown): boolean {
@@ -35,34 +42,53 @@ async function readIfExists(file: string): Promise<string | undefined> {
   }
 }
 
-let tmpSeq = 0;
+/** What a store reports that is worth a log line but fails nothing. */
+export type StoreWarn = (msg: string, fields: Record<string, unknown>) => void;
+
+/** What GC's conditional release found. */
+export type ReleaseOutcome = 'released' | 'gone' | 'owner-changed' | 'too-new';
 
 export class IpStore {
   /** `<dataDir>/<network name>` */
   readonly dir: string;
+  private readonly warn: StoreWarn;
 
-  constructor(dir: string) {
+  constructor(dir: string, warn: StoreWarn = () => undefined) {
     this.dir = dir;
+    this.warn = warn;
   }
 
   private tmpName(): string {
-    tmpSeq += 1;
-    return join(this.dir, `.twill-${process.pid}-${tmpSeq}.tmp`);
+    return join(this.dir, `.twill-${randomUUID()}.tmp`);
+  }
+
+  /** Writes a new temp file exclusively ('wx': never through an existing name or symlink). */
+  private async writeTmp(text: string): Promise<string> {
+    const tmp = this.tmpName();
+    await writeFile(tmp, text, { mode: 0o644, flag: 'wx' });
+    return tmp;
+  }
+
+  private async readLast(): Promise<number | undefined> {
+    try {
+      return parseIpv4((await readIfExists(join(this.dir, LAST_RESERVED)))?.trim() ?? '');
+    } catch (err) {
+      this.warn('cannot read the round-robin hint; starting at the first address', { file: join(this.dir, LAST_RESERVED), err: String(err) });
+      return undefined;
+    }
   }
 
   private async usedAndLast(): Promise<{ used: Set<number>; last: number | undefined }> {
     const names = await readdir(this.dir);
     const used = new Set(names.map(parseIpv4).filter((a) => a !== undefined));
-    const lastText = await readIfExists(join(this.dir, LAST_RESERVED));
-    return { used, last: parseIpv4(lastText?.trim() ?? '') };
+    return { used, last: await this.readLast() };
   }
 
   /** Reserves the next free address of the pool for an attachment; code 103 when full. */
   async reserve(o: { pool: Pool; containerId: string; ifname: string }): Promise<number> {
     await mkdir(this.dir, { recursive: true });
     const { used, last } = await this.usedAndLast();
-    const tmp = this.tmpName();
-    await writeFile(tmp, formatOwner(o.containerId, o.ifname), { mode: 0o644 });
+    const tmp = await this.writeTmp(formatOwner(o.containerId, o.ifname));
     try {
       for (const addr of candidates(o.pool, last)) {
         if (used.has(addr)) continue;
@@ -82,10 +108,26 @@ export class IpStore {
     fail(CNI_CODES.exhausted, `no free address in ${this.dir}: all ${size} addresses of the node's subnet are reserved`);
   }
 
+  /** Saves the round-robin hint; best effort (the address is reserved either way). */
   private async writeLast(addr: number): Promise<void> {
-    const tmp = this.tmpName();
-    await writeFile(tmp, formatIpv4(addr));
-    await rename(tmp, join(this.dir, LAST_RESERVED));
+    let tmp: string | undefined;
+    try {
+      tmp = await this.writeTmp(formatIpv4(addr));
+      await rename(tmp, join(this.dir, LAST_RESERVED));
+    } catch (err) {
+      this.warn('cannot save the round-robin hint; the address stays reserved', { file: join(this.dir, LAST_RESERVED), ip: formatIpv4(addr), err: String(err) });
+      if (tmp !== undefined) await unlink(tmp).catch(() => undefined);
+    }
+  }
+
+  /** An address file's mtime; undefined when it is gone. */
+  private async writtenMs(ip: string): Promise<number | undefined> {
+    try {
+      return (await stat(join(this.dir, ip))).mtimeMs;
+    } catch (err) {
+      if (isEnoent(err)) return undefined;
+      throw err;
+    }
   }
 
   /** Every reservation (files whose name is an address). */
@@ -100,7 +142,8 @@ export class IpStore {
     const out: StoreEntry[] = [];
     for (const ip of names.filter((n) => parseIpv4(n) !== undefined)) {
       const text = await readIfExists(join(this.dir, ip));
-      if (text !== undefined) out.push({ ip, ...parseOwner(text) });
+      const writtenMs = await this.writtenMs(ip);
+      if (text !== undefined && writtenMs !== undefined) out.push({ ip, ...parseOwner(text), writtenMs });
     }
     return out;
   }
@@ -119,6 +162,24 @@ export class IpStore {
       if (isEnoent(err)) return false;
       throw err;
     }
+  }
+
+  /**
+   * GC's release: deletes `entry`'s file only if it still names the same
+   * owner and was last written before `notAfterMs` (an ADD that reserved it
+   * after GC started is not in the runtime's list yet). Checked right before
+   * the unlink, so an address released and reserved again since it was
+   * listed is left alone.
+   */
+  async releaseIfStale(entry: StoreEntry, notAfterMs: number): Promise<ReleaseOutcome> {
+    const text = await readIfExists(join(this.dir, entry.ip));
+    if (text === undefined) return 'gone';
+    const now = parseOwner(text);
+    if (now.containerId !== entry.containerId || now.ifname !== entry.ifname) return 'owner-changed';
+    const mtimeMs = await this.writtenMs(entry.ip);
+    if (mtimeMs === undefined) return 'gone';
+    if (mtimeMs >= notAfterMs) return 'too-new';
+    return (await this.release(entry.ip)) ? 'released' : 'gone';
   }
 
   /** Releases every address of one attachment; returns them. */

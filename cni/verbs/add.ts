@@ -1,27 +1,35 @@
-// ADD: reserve an address, wire the host side (bridge, veth pair with the
-// peer made straight in the pod's netns, bridge port with hairpin) in one
-// `ip` batch and the pod side (lo, address, routes) in one more, and answer
-// the result. Whatever fails after the reservation rolls back what this call
-// created, and only that.
+// ADD: look at the host first (the host veth must not exist; the bridge, if
+// it exists, must be a bridge: nothing is touched otherwise), reserve an
+// address, wire the host side (bridge, veth pair with its peer created
+// straight in the pod's netns, bridge port with hairpin) in one `ip` batch
+// and the pod side (lo, address, routes) in one more, and answer the result.
+// Whatever fails after the reservation rolls back what this call created,
+// and only that: the host veth did not exist when the call began (and the
+// runtime runs no other operation for this container meanwhile), so a veth
+// of that name is this call's. Rollback runs under its own time limit, not
+// the call's signal, so that a SIGTERM still cleans up.
 import { formatCidr, formatIpv4 } from '../../src/net/ipv4.ts';
 import type { SubnetEnv } from '../../src/subnetenv.ts';
 import { CommandError } from '../../src/exec/runner.ts';
-import { CNI_CODES, CniError } from '../errors.ts';
+import { CNI_CODES, CniError, fail } from '../errors.ts';
 import { bridgeMac, failedLine, hostAddBatch, linkOf, podAddBatch, type HostWiring, type IpLink } from '../ip-batch.ts';
+import type { IpStore } from '../ipam/store.ts';
 import { poolOf } from '../ipam/pool.ts';
-import { deleteLink, enableForwarding, hostBatch, podBatch, type KernelDeps } from '../kernel.ts';
+import { deleteLink, enableForwarding, hostBatch, linkKind, linkNames, podBatch, type KernelDeps, type LinkKind } from '../kernel.ts';
 import { hostVethName } from '../names.ts';
 import { renderResult, type Attachment, type ResultInterface } from '../result.ts';
 import { assertNetns, loadSubnet, storeFor, type PluginDeps, type Request } from './common.ts';
 
+const ROLLBACK_TIMEOUT_MS = 5000;
+
 type HostLinks = { bridge: ResultInterface; host: ResultInterface };
 
-/** A host batch failure, and whether the veth pair exists because of it. */
+/** A host batch failure, and whether it failed at or before the line creating the veth pair (so none was made). */
 class HostWiringError extends Error {
-  readonly vethCreated: boolean;
-  constructor(cause: unknown, vethCreated: boolean) {
+  readonly vethNotCreated: boolean;
+  constructor(cause: unknown, vethNotCreated: boolean) {
     super('host wiring failed', { cause });
-    this.vethCreated = vethCreated;
+    this.vethNotCreated = vethNotCreated;
   }
 }
 
@@ -33,6 +41,34 @@ function stderrOf(err: unknown): string {
   return err instanceof CommandError ? err.stderr : '';
 }
 
+function existsError(w: HostWiring, cause?: unknown): CniError {
+  return new CniError({
+    cniCode: CNI_CODES.exists,
+    message: `cannot create veth ${w.hostVeth} with peer ${w.ifname} in ${w.netns}: an interface of that name already exists (${w.ifname} in the pod, or ${w.hostVeth} on the host for this container id and ifname)`,
+    cause,
+  });
+}
+
+function describeKind(k: LinkKind): string {
+  if (k.kind !== undefined) return `it is a ${k.kind} device`;
+  return `it is a ${k.linkType ?? 'plain'} device`;
+}
+
+/** True when `bridge` exists and is a bridge, false when it does not exist; code 7 when it is something else. */
+async function checkBridge(k: KernelDeps, bridge: string): Promise<boolean> {
+  const kind = await linkKind(k, bridge);
+  if (kind === undefined) return false;
+  if (kind.kind !== 'bridge') fail(CNI_CODES.invalidConfig, `network config: "bridge" ${JSON.stringify(bridge)}: ${bridge} already exists but is not a bridge (${describeKind(kind)}); twill leaves it alone`);
+  return true;
+}
+
+/** Before anything is changed: code 104 when the host veth exists, 7 when the bridge is not a bridge; whether the bridge exists. */
+async function inspectHost(k: KernelDeps, w: HostWiring): Promise<{ bridgeExists: boolean }> {
+  const names = await linkNames();
+  if (names.has(w.hostVeth)) throw existsError(w);
+  return { bridgeExists: names.has(w.bridge) && (await checkBridge(k, w.bridge)) };
+}
+
 async function tryHost(k: KernelDeps, w: HostWiring, createBridge: boolean): Promise<HostLinks> {
   const { lines, vethLine } = hostAddBatch(w, createBridge);
   try {
@@ -40,25 +76,19 @@ async function tryHost(k: KernelDeps, w: HostWiring, createBridge: boolean): Pro
     return { bridge: asInterface(linkOf(bridge, w.bridge)), host: asInterface(linkOf(host, w.hostVeth)) };
   } catch (err) {
     const line = failedLine(stderrOf(err));
-    throw new HostWiringError(err, line === undefined || line > vethLine);
+    throw new HostWiringError(err, line !== undefined && line <= vethLine);
   }
 }
 
-/** The host batch; creates the bridge when it is missing (once, tolerating a concurrent creator). */
-async function wireHost(k: KernelDeps, w: HostWiring): Promise<HostLinks> {
-  const firstLineFailed = (err: unknown, pattern: RegExp): boolean => {
-    const cause = err instanceof HostWiringError ? err.cause : err;
-    return failedLine(stderrOf(cause)) === 1 && pattern.test(stderrOf(cause));
-  };
-  try {
-    return await tryHost(k, w, false);
-  } catch (err) {
-    if (!firstLineFailed(err, /Cannot find device/)) throw err;
-  }
+/** The host batch, creating the bridge when it was missing (tolerating a concurrent creator, once it is checked to be a bridge). */
+async function wireHost(k: KernelDeps, w: HostWiring, bridgeExists: boolean): Promise<HostLinks> {
+  if (bridgeExists) return tryHost(k, w, false);
   try {
     return await tryHost(k, w, true);
   } catch (err) {
-    if (!firstLineFailed(err, /File exists/)) throw err;
+    const cause = err instanceof HostWiringError ? err.cause : err;
+    if (!(failedLine(stderrOf(cause)) === 1 && /File exists/.test(stderrOf(cause)))) throw err;
+    if (!(await checkBridge(k, w.bridge))) throw err;
   }
   return tryHost(k, w, false);
 }
@@ -73,20 +103,13 @@ function hostWiring(req: Request, subnet: SubnetEnv, mtu: number): HostWiring {
 /** Turns a kernel failure into the answer a runtime should see. */
 function explain(err: unknown, w: HostWiring): unknown {
   const cause = err instanceof HostWiringError ? err.cause : err;
-  if (err instanceof HostWiringError && !err.vethCreated && /File exists/.test(stderrOf(cause))) {
-    return new CniError({
-      cniCode: CNI_CODES.exists,
-      message: `cannot create veth ${w.hostVeth} with peer ${w.ifname} in ${w.netns}: an interface of that name already exists (${w.ifname} in the pod, or ${w.hostVeth} on the host for this container id and ifname)`,
-      cause,
-    });
-  }
+  if (err instanceof HostWiringError && err.vethNotCreated && /File exists/.test(stderrOf(cause))) return existsError(w, cause);
   return cause;
 }
 
-async function wire(deps: PluginDeps, req: Request, o: { subnet: SubnetEnv; addr: number; mtu: number }): Promise<Attachment> {
+async function wire(deps: PluginDeps, req: Request, o: { subnet: SubnetEnv; addr: number; w: HostWiring; bridgeExists: boolean }): Promise<Attachment> {
   const { env, conf } = req;
-  const w = hostWiring(req, o.subnet, o.mtu);
-  const links = await wireHost(deps, w);
+  const links = await wireHost(deps, o.w, o.bridgeExists);
   const gateway = poolOf(o.subnet.subnet).gateway;
   const pod = { ifname: env.ifname, address: o.addr, subnet: o.subnet.subnet, gateway, network: o.subnet.network, defaultRoute: conf.isDefaultGateway };
   const [podLink] = await podBatch(deps, env.netns, podAddBatch(pod));
@@ -102,19 +125,36 @@ async function wire(deps: PluginDeps, req: Request, o: { subnet: SubnetEnv; addr
   };
 }
 
+/** Undoes this call: its veth (unless the batch provably failed before making it) and its address. */
+async function rollback(deps: PluginDeps, o: { err: unknown; w: HostWiring; store: IpStore; addr: number }): Promise<void> {
+  const k: KernelDeps = { runner: deps.runner, signal: AbortSignal.timeout(ROLLBACK_TIMEOUT_MS) };
+  const madeNoVeth = o.err instanceof HostWiringError && o.err.vethNotCreated;
+  if (!madeNoVeth) {
+    await deleteLink(k, o.w.hostVeth).catch((e: unknown) => deps.log.error('rollback: cannot delete veth', { dev: o.w.hostVeth, err: String(e) }));
+  }
+  const ip = formatIpv4(o.addr);
+  await o.store.release(ip).catch((e: unknown) => deps.log.error('rollback: cannot release address', { ip, err: String(e) }));
+}
+
+/** twill creates the pod's interface: it is the first plugin of a conflist and gets no prevResult. */
+function refusePrevResult(req: Request): void {
+  if (req.conf.prevResult === undefined) return;
+  fail(CNI_CODES.invalidConfig, 'network config: "prevResult" is set, but twill creates the pod\'s interface and address and must be the first plugin of the conflist (put it before the plugin whose result this is)');
+}
+
 export async function cmdAdd(deps: PluginDeps, req: Request): Promise<Record<string, unknown>> {
   const { env, conf } = req;
+  refusePrevResult(req);
   const subnet = await loadSubnet(conf.subnetFile);
   await assertNetns(env.netns);
-  const store = storeFor(conf);
+  const w = hostWiring(req, subnet, conf.mtu ?? subnet.mtu);
+  const { bridgeExists } = await inspectHost(deps, w);
+  const store = storeFor(conf, deps.log);
   const addr = await store.reserve({ pool: poolOf(subnet.subnet), containerId: env.containerId, ifname: env.ifname });
-  const mtu = conf.mtu ?? subnet.mtu;
   try {
-    return renderResult(conf.cniVersion, await wire(deps, req, { subnet, addr, mtu }));
+    return renderResult(conf.cniVersion, await wire(deps, req, { subnet, addr, w, bridgeExists }));
   } catch (err) {
-    const w = hostWiring(req, subnet, mtu);
-    if (!(err instanceof HostWiringError) || err.vethCreated) await deleteLink(deps, w.hostVeth).catch((e: unknown) => deps.log.error('rollback: cannot delete veth', { dev: w.hostVeth, err: String(e) }));
-    await store.release(formatIpv4(addr));
+    await rollback(deps, { err, w, store, addr });
     throw explain(err, w);
   }
 }

@@ -27,7 +27,7 @@ export async function cmdCheck(deps: PluginDeps, req: Request): Promise<void> {
   if (conf.prevResult === undefined) fail(CNI_CODES.invalidConfig, 'network config: CHECK needs "prevResult" (the ADD result)');
   const subnet = await loadSubnet(conf.subnetFile);
   await assertNetns(env.netns);
-  const store = storeFor(conf);
+  const store = storeFor(conf, deps.log);
   const [ip, ...extra] = await store.find(env.containerId, env.ifname);
   if (ip === undefined) fail(CNI_CODES.checkFailed, `CHECK: no address is reserved in ${store.dir} for container ${env.containerId} ifname ${env.ifname}`);
   const address = `${ip}/${subnet.subnet.prefix}`;

@@ -27,8 +27,9 @@ export async function loadSubnet(file: string): Promise<SubnetEnv> {
   return env;
 }
 
-export function storeFor(conf: NetConf): IpStore {
-  return new IpStore(join(conf.dataDir, conf.name));
+/** The IP store of this network; its warnings (the round-robin hint) go to the log. */
+export function storeFor(conf: NetConf, log?: CniLog): IpStore {
+  return new IpStore(join(conf.dataDir, conf.name), log ? (msg, fields) => log.error(msg, fields) : undefined);
 }
 
 /** Code 4 when the netns path does not exist. */

@@ -11,6 +11,6 @@ import { storeFor, type PluginDeps, type Request } from './common.ts';
 export async function cmdDel(deps: PluginDeps, req: Request): Promise<void> {
   const { env, conf } = req;
   const dev = hostVethName(env.containerId, env.ifname);
-  const [deleted, released] = await Promise.all([deleteLink(deps, dev), storeFor(conf).releaseAttachment(env.containerId, env.ifname)]);
+  const [deleted, released] = await Promise.all([deleteLink(deps, dev), storeFor(conf, deps.log).releaseAttachment(env.containerId, env.ifname)]);
   deps.log.info('deleted', { dev, linkWasThere: deleted, released });
 }

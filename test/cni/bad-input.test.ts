@@ -2,11 +2,14 @@
 // the right CNI error code, a message naming the variable or field and its
 // value, the error JSON on stdout (nothing on stdout but that), and no state
 // left behind (no address reserved, no veth, nothing in the pod), also when
-// the pod side fails after the host side was wired.
+// the pod side fails after the host side was wired. And inputs meant to do
+// harm: a CNI_NETNS that would inject an `ip` command, a `bridge` that is
+// not a bridge: refused with nothing changed in the node namespace.
+import { mkdir, symlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../src/exec/runner.ts';
-import { CniNode } from '../helpers/cni.ts';
+import { CniNode, netnsPath } from '../helpers/cni.ts';
 import { sweepStaleNetns } from '../helpers/netns.ts';
 
 const node = new CniNode();
@@ -38,7 +41,13 @@ const ROWS: readonly Row[] = [
   { name: 'CNI_CONTAINERID missing', env: { CNI_CONTAINERID: undefined }, code: 4, msg: 'CNI_CONTAINERID is not set; ADD needs it' },
   { name: 'CNI_NETNS missing', env: { CNI_NETNS: undefined }, code: 4, msg: 'CNI_NETNS is not set; ADD needs it' },
   { name: 'CNI_IFNAME missing', env: { CNI_IFNAME: undefined }, code: 4, msg: 'CNI_IFNAME is not set; ADD needs it' },
-  { name: 'CNI_IFNAME too long', env: { CNI_IFNAME: 'eth0-much-too-long' }, code: 4, msg: 'CNI_IFNAME "eth0-much-too-long" is 18 characters long; at most 15 are allowed' },
+  { name: 'CNI_IFNAME too long', env: { CNI_IFNAME: 'eth0-much-too-long' }, code: 4, msg: 'CNI_IFNAME "eth0-much-too-long" is 18 bytes long; at most 15 are allowed' },
+  { name: 'CNI_IFNAME too long in bytes', env: { CNI_IFNAME: 'ethéééééééé' }, code: 4, msg: 'CNI_IFNAME "ethéééééééé" is 19 bytes long' },
+  { name: 'CNI_IFNAME with #', env: { CNI_IFNAME: 'eth#0' }, code: 4, msg: 'CNI_IFNAME "eth#0" may hold only letters, digits' },
+  { name: 'CNI_IFNAME with a leading quote', env: { CNI_IFNAME: '"eth0' }, code: 4, msg: 'CNI_IFNAME "\\"eth0" may hold only' },
+  { name: 'CNI_NETNS with a space', env: { CNI_NETNS: '/var/run/netns/a b' }, code: 4, msg: 'CNI_NETNS "/var/run/netns/a b" must not contain control characters, white space, "#", quotes or backslashes' },
+  { name: 'bridge with #', conf: () => node.conf('1.0.0', { bridge: 'br#0' }), code: 7, msg: '"bridge" "br#0" may hold only letters, digits' },
+  { name: 'ADD with a prevResult', conf: () => node.conf('1.0.0', { prevResult: { cniVersion: '1.0.0', interfaces: [{ name: 'eth0' }], ips: [{ address: '10.9.0.2/24', interface: 0 }] } }), code: 7, msg: 'network config: "prevResult" is set, but twill creates the pod\'s interface' },
   { name: 'netns path does not exist', env: { CNI_NETNS: '/var/run/netns/twill-no-such-netns' }, code: 4, msg: 'CNI_NETNS "/var/run/netns/twill-no-such-netns" does not exist' },
   { name: 'bad JSON', conf: () => '{"cniVersion": "1.0.0", "name": ', code: 6, msg: 'network config: not valid JSON' },
   { name: 'unknown cniVersion', conf: () => node.conf('0.2.0'), code: 1, msg: '"cniVersion" "0.2.0" is not supported' },
@@ -76,5 +85,44 @@ describe('twill-cni with bad input', () => {
     expect(await node.reserved()).toEqual([]);
     expect(await node.hostVeths()).toEqual([]);
     expect(JSON.stringify(await node.ipJson(busy, ['link', 'show']))).not.toContain('eth0');
+  });
+
+  it('refuses a CNI_NETNS that would inject a command into the ip batch, and changes nothing in the node', async () => {
+    const hostilePod = await node.pod('hostile');
+    const target = netnsPath(hostilePod);
+    const dir = join(node.dir, 'hostile');
+    await mkdir(dir);
+    // the batch line would end at ".../p" (a real netns too), and the rest would run as its own command
+    await symlink(target, join(dir, 'p'));
+    const hostile = join(dir, 'p\nlink set lo up');
+    await symlink(target, hostile);
+    await run('ip', ['-n', node.nodeNs, 'link', 'set', 'lo', 'down']);
+    try {
+      const before = await node.ipJson(node.nodeNs, ['addr', 'show']);
+      const answer = await node.call({ verb: 'ADD', containerId: 'hostile', netns: hostile });
+      expect(answer.json).toMatchObject({ code: 4, msg: `CNI_NETNS ${JSON.stringify(hostile)} must not contain control characters, white space, "#", quotes or backslashes` });
+      expect(await node.ipJson(node.nodeNs, ['addr', 'show'])).toEqual(before);
+      expect(await node.reserved()).toEqual([]);
+      expect(JSON.stringify(await node.ipJson(hostilePod, ['link', 'show']))).not.toContain('eth0');
+    } finally {
+      await run('ip', ['-n', node.nodeNs, 'link', 'set', 'lo', 'up']);
+    }
+  });
+
+  it.each([
+    ['lo', 'it is a loopback device', async () => undefined],
+    ['notbr0', 'it is a veth device', async () => void (await run('ip', ['-n', node.nodeNs, 'link', 'add', 'notbr0', 'type', 'veth', 'peer', 'name', 'notbr1']))],
+  ])('refuses bridge %s, which is not a bridge, before touching it', async (dev, kind, make) => {
+    await make();
+    const pod = await node.pod(`nb-${dev}`);
+    const before = await node.ipJson(node.nodeNs, ['addr', 'show']);
+    const answer = await node.call({ verb: 'ADD', containerId: `nb-${dev}`, netns: pod, conf: node.conf('1.0.0', { bridge: dev }) });
+    expect(answer.json).toMatchObject({ code: 7, msg: `network config: "bridge" "${dev}": ${dev} already exists but is not a bridge (${kind}); twill leaves it alone` });
+    expect(await node.ipJson(node.nodeNs, ['addr', 'show'])).toEqual(before);
+    const after = (await node.ipJson(node.nodeNs, ['addr', 'show', 'dev', dev])) as { addr_info: { local: string }[] }[];
+    expect(after[0]?.addr_info.map((a) => a.local)).not.toContain('10.244.3.1');
+    expect(await node.reserved()).toEqual([]);
+    expect(await node.hostVeths()).toEqual([]);
+    expect(JSON.stringify(await node.ipJson(pod, ['link', 'show']))).not.toContain('eth0');
   });
 });

@@ -1,25 +1,36 @@
 // The IP store under pressure, through the executable: 50 concurrent ADDs in
 // 50 namespaces on a node with no bridge yet (distinct addresses, one
 // bridge), 50 concurrent DELs leaving an empty store; a small subnet running
-// out; GC keeping only the attachments the runtime still knows.
-import { readdir } from 'node:fs/promises';
+// out; GC keeping only the attachments the runtime still knows, and an ADD
+// in flight (on its own node, so that it runs alone too).
+import { readdir, utimes } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CniNode } from '../helpers/cni.ts';
 import { sweepStaleNetns } from '../helpers/netns.ts';
 
 const node = new CniNode();
 const small = new CniNode({ subnet: '10.244.7.0/29' });
+const gcNode = new CniNode({ subnet: '10.244.9.0/29' });
 
 beforeAll(async () => {
   await sweepStaleNetns();
   await node.setup('node');
   await small.setup('small');
+  await gcNode.setup('gcnode');
 });
 
 afterAll(async () => {
   await node.destroy();
   await small.destroy();
+  await gcNode.destroy();
 });
+
+/** Makes store entries look reserved `ageMs` ago (GC leaves entries younger than a minute alone). */
+async function age(node: CniNode, ips: readonly string[], ageMs: number): Promise<void> {
+  const t = new Date(Date.now() - ageMs);
+  for (const ip of ips) await utimes(join(node.storeDir, ip), t, t);
+}
 
 describe('twill-cni under concurrency', () => {
   it('gives 50 concurrent ADDs 50 distinct addresses; 50 DELs leave an empty store', async () => {
@@ -52,20 +63,31 @@ describe('twill-cni under concurrency', () => {
     expect(JSON.stringify(await small.ipJson(pods[5] as string, ['link', 'show']))).not.toContain('eth0');
   });
 
-  it('GC releases what is not in cni.dev/valid-attachments and keeps the rest working', async () => {
-    // the five pods of the previous test: keep two
-    const valid = [{ containerID: 'full-0', ifname: 'eth0' }, { containerID: 'full-3', ifname: 'eth0' }];
-    const gc = await small.call({ verb: 'GC', conf: small.conf('1.1.0', { 'cni.dev/valid-attachments': valid }) });
+  it('GC releases what is not in cni.dev/valid-attachments and keeps the rest working, and an ADD in flight', async () => {
+    const pods: string[] = [];
+    for (let i = 0; i < 4; i++) pods.push(await gcNode.pod(`g${i}`));
+    const ips: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const add = await gcNode.call({ verb: 'ADD', containerId: `gc-${i}`, netns: pods[i] });
+      expect(add.code).toBe(0);
+      ips.push((add.json as { ips: { address: string }[] }).ips[0]?.address.split('/')[0] ?? '');
+    }
+    // gc-3 has just reserved its address: an ADD the runtime does not list yet
+    await age(gcNode, ips.slice(0, 3), 120_000);
+    const valid = [{ containerID: 'gc-0', ifname: 'eth0' }, { containerID: 'gc-2', ifname: 'eth0' }];
+    const gc = await gcNode.call({ verb: 'GC', conf: gcNode.conf('1.1.0', { 'cni.dev/valid-attachments': valid }) });
     expect(gc).toMatchObject({ code: 0, stdout: '' });
-    expect(await small.reserved()).toEqual(['10.244.7.2', '10.244.7.5']);
-    expect(await small.hostVeths()).toHaveLength(2);
-    const check = await small.call({
-      verb: 'CHECK', containerId: 'full-3', netns: small.lab.ns('x3'),
-      conf: small.conf('1.1.0', { prevResult: { ips: [{ address: '10.244.7.5/29' }] } }),
+    expect(await gcNode.reserved()).toEqual([ips[0], ips[2], ips[3]].sort());
+    expect(await gcNode.hostVeths()).toHaveLength(3);
+    const check = await gcNode.call({
+      verb: 'CHECK', containerId: 'gc-2', netns: pods[2],
+      conf: gcNode.conf('1.1.0', { prevResult: { ips: [{ address: `${ips[2]}/29` }] } }),
     });
     expect(check).toMatchObject({ code: 0 });
-    expect((await small.call({ verb: 'GC', conf: small.conf('1.1.0', { 'cni.dev/valid-attachments': [] }) })).code).toBe(0);
-    expect(await small.reserved()).toEqual([]);
-    expect(await small.hostVeths()).toEqual([]);
+    await age(gcNode, [ips[3] as string], 120_000);
+    // the 1.1.0 spec text's key, as libcni also sends it
+    expect((await gcNode.call({ verb: 'GC', conf: gcNode.conf('1.1.0', { 'cni.dev/attachments': [] }) })).code).toBe(0);
+    expect(await gcNode.reserved()).toEqual([]);
+    expect(await gcNode.hostVeths()).toEqual([]);
   });
 });

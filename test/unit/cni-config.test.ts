@@ -33,8 +33,20 @@ describe('parseEnv', () => {
     [{ ...ADD_ENV, CNI_CONTAINERID: undefined }, 'CNI_CONTAINERID is not set; ADD needs it'],
     [{ ...ADD_ENV, CNI_NETNS: '' }, 'CNI_NETNS is not set'],
     [{ ...ADD_ENV, CNI_NETNS: 'relative' }, 'CNI_NETNS "relative" must be an absolute path'],
-    [{ ...ADD_ENV, CNI_IFNAME: 'a-very-long-ifname' }, 'CNI_IFNAME "a-very-long-ifname" is 18 characters long'],
-    [{ ...ADD_ENV, CNI_IFNAME: 'et/h0' }, 'CNI_IFNAME "et/h0" contains'],
+    [{ ...ADD_ENV, CNI_IFNAME: 'a-very-long-ifname' }, 'CNI_IFNAME "a-very-long-ifname" is 18 bytes long; at most 15 are allowed'],
+    // 8 characters, 16 bytes: the kernel counts bytes
+    [{ ...ADD_ENV, CNI_IFNAME: 'éééééééé' }, 'CNI_IFNAME "éééééééé" is 16 bytes long'],
+    [{ ...ADD_ENV, CNI_IFNAME: 'et/h0' }, 'CNI_IFNAME "et/h0" may hold only letters, digits'],
+    // ip -batch would cut the line at # or drop the quote
+    [{ ...ADD_ENV, CNI_IFNAME: 'eth#0' }, 'CNI_IFNAME "eth#0" may hold only'],
+    [{ ...ADD_ENV, CNI_IFNAME: '"eth0' }, 'CNI_IFNAME "\\"eth0" may hold only'],
+    [{ ...ADD_ENV, CNI_IFNAME: '..' }, 'CNI_IFNAME ".." is not an interface name'],
+    [{ ...ADD_ENV, CNI_NETNS: '/var/run/netns/p\nlink set lo up' }, 'CNI_NETNS "/var/run/netns/p\\nlink set lo up" must not contain control characters'],
+    [{ ...ADD_ENV, CNI_NETNS: '/var/run/netns/p q' }, 'CNI_NETNS "/var/run/netns/p q" must not contain'],
+    [{ ...ADD_ENV, CNI_NETNS: '/var/run/netns/p#q' }, 'CNI_NETNS "/var/run/netns/p#q" must not contain'],
+    [{ ...ADD_ENV, CNI_NETNS: "/var/run/netns/'p" }, 'must not contain control characters, white space, "#", quotes or backslashes'],
+    [{ ...ADD_ENV, CNI_NETNS: '/var/run/netns/p\\' }, 'must not contain'],
+    [{ ...ADD_ENV, CNI_COMMAND: 'CHECK', CNI_NETNS: '/var/run/netns/p\tq' }, 'CNI_NETNS "/var/run/netns/p\\tq" must not contain'],
     [{ ...ADD_ENV, CNI_CONTAINERID: '../etc' }, 'CNI_CONTAINERID "../etc" must start with a letter or digit'],
   ])('refuses %j with code 4', (env, msg) => {
     const r = codeOf(() => parseEnv(env));
@@ -45,6 +57,14 @@ describe('parseEnv', () => {
   it('lets DEL go without CNI_NETNS, and GC/STATUS/VERSION with CNI_COMMAND only', () => {
     expect(parseEnv({ CNI_COMMAND: 'DEL', CNI_CONTAINERID: 'c1', CNI_IFNAME: 'eth0' }).netns).toBe('');
     for (const verb of ['GC', 'STATUS', 'VERSION']) expect(parseEnv({ CNI_COMMAND: verb }).command).toBe(verb);
+  });
+
+  it('accepts the interface names Linux and ip -batch both take', () => {
+    for (const ifname of ['eth0', 'net1.100', 'a@b', 'x+y', 'v_1-2', '123456789012345']) expect(parseEnv({ ...ADD_ENV, CNI_IFNAME: ifname }).ifname).toBe(ifname);
+  });
+
+  it('does not refuse a DEL for its netns path (DEL never uses it)', () => {
+    expect(parseEnv({ CNI_COMMAND: 'DEL', CNI_CONTAINERID: 'c1', CNI_IFNAME: 'eth0', CNI_NETNS: '/x y' }).command).toBe('DEL');
   });
 });
 
@@ -66,6 +86,14 @@ describe('parseNetConf', () => {
     expect(c.validAttachments).toEqual([{ containerId: 'a', ifname: 'eth0' }]);
   });
 
+  it('reads GC\'s list also under the 1.1.0 spec text\'s key, cni.dev/attachments', () => {
+    const only = parseNetConf(JSON.stringify({ cniVersion: '1.1.0', name: 'n', 'cni.dev/attachments': [{ containerID: 'b', ifname: 'eth0' }] }));
+    expect(only.validAttachments).toEqual([{ containerId: 'b', ifname: 'eth0' }]);
+    const both = parseNetConf(JSON.stringify({ cniVersion: '1.1.0', name: 'n', 'cni.dev/valid-attachments': [{ containerID: 'a', ifname: 'eth0' }], 'cni.dev/attachments': [{ containerID: 'b', ifname: 'eth0' }] }));
+    expect(both.validAttachments).toEqual([{ containerId: 'a', ifname: 'eth0' }, { containerId: 'b', ifname: 'eth0' }]);
+    expect(parseNetConf('{"cniVersion":"1.1.0","name":"n"}').validAttachments).toBeUndefined();
+  });
+
   it('keeps the gateway on the bridge when it is the default gateway', () => {
     expect(parseNetConf('{"cniVersion":"1.0.0","name":"n","isGateway":false}').isGateway).toBe(true);
   });
@@ -78,7 +106,11 @@ describe('parseNetConf', () => {
     ['{"cniVersion":"1.0.0"}', 7, '"name" is missing'],
     ['{"cniVersion":"1.0.0","name":"a/b"}', 7, '"name" "a/b" must start'],
     ['{"cniVersion":"1.0.0","name":"n","mtu":10}', 7, '"mtu" must be an integer from 68 to 65535, got 10'],
-    ['{"cniVersion":"1.0.0","name":"n","bridge":"averyveryverylongbridge"}', 7, '"bridge" "averyveryverylongbridge" is 23 characters'],
+    ['{"cniVersion":"1.0.0","name":"n","bridge":"averyveryverylongbridge"}', 7, '"bridge" "averyveryverylongbridge" is 23 bytes long'],
+    ['{"cniVersion":"1.0.0","name":"n","bridge":"br#0"}', 7, '"bridge" "br#0" may hold only letters, digits'],
+    ['{"cniVersion":"1.0.0","name":"n","bridge":"\'br0"}', 7, '"bridge" "\'br0" may hold only'],
+    ['{"cniVersion":"1.0.0","name":"n","bridge":"brücke0"}', 7, '"bridge" "brücke0" may hold only'],
+    ['{"cniVersion":"1.1.0","name":"n","cni.dev/attachments":"x"}', 7, '"cni.dev/attachments" must be a list'],
     ['{"cniVersion":"1.0.0","name":"n","dataDir":"rel"}', 7, '"dataDir" must be an absolute path, got "rel"'],
     ['{"cniVersion":"1.0.0","name":"n","hairpinMode":"yes"}', 7, '"hairpinMode" must be true or false, got "yes"'],
     ['{"cniVersion":"1.1.0","name":"n","cni.dev/valid-attachments":{}}', 7, '"cni.dev/valid-attachments" must be a list'],

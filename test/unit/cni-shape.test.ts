@@ -2,7 +2,8 @@
 // text, the ip batches, results per spec version, prevResult reading and
 // CHECK's comparison.
 import { describe, expect, it } from 'vitest';
-import { bridgeMac, failedLine, hostAddBatch, jsonOutputs, linkOf, podAddBatch } from '../../cni/ip-batch.ts';
+import { batchWord, bridgeMac, failedLine, hostAddBatch, jsonOutputs, linkOf, podAddBatch } from '../../cni/ip-batch.ts';
+import { batchFailures } from '../../cni/kernel.ts';
 import { candidates, formatOwner, parseOwner, pickAddress, poolOf, poolSize } from '../../cni/ipam/pool.ts';
 import { checkProblems } from '../../cni/observe.ts';
 import { prevAddresses, renderResult, type Attachment } from '../../cni/result.ts';
@@ -44,23 +45,36 @@ describe('address pool', () => {
 describe('ip batches', () => {
   const wiring = { bridge: 'cni0', bridgeMac: bridgeMac(ip('10.244.3.1')), hostVeth: 'twv0123456789ab', ifname: 'eth0', netns: '/var/run/netns/p', mtu: 1450, gateway: { addr: ip('10.244.3.1'), prefix: 24 }, hairpin: true };
 
-  it('wires the host side in one batch, making the bridge only when asked', () => {
+  it('wires the host side in one batch, making the bridge only when asked, touching it only once the veth pair is made', () => {
     expect(hostAddBatch(wiring, true)).toEqual({
       lines: [
-        'link add cni0 address 0a:58:0a:f4:03:01 mtu 1450 type bridge',
-        'link set dev cni0 up',
-        'addr replace 10.244.3.1/24 broadcast + dev cni0',
-        'link add twv0123456789ab mtu 1450 type veth peer name eth0 mtu 1450 netns /var/run/netns/p',
+        'link add name cni0 address 0a:58:0a:f4:03:01 mtu 1450 type bridge',
+        'link add name twv0123456789ab mtu 1450 type veth peer name eth0 mtu 1450 netns /var/run/netns/p',
         'link set dev twv0123456789ab master cni0 up',
         'link set dev twv0123456789ab type bridge_slave hairpin on',
+        'link set dev cni0 up',
+        'addr replace 10.244.3.1/24 broadcast + dev cni0',
         'link show dev cni0',
         'link show dev twv0123456789ab',
       ],
-      vethLine: 4,
+      vethLine: 2,
     });
     const plain = hostAddBatch({ ...wiring, gateway: undefined, hairpin: false }, false);
-    expect(plain.vethLine).toBe(2);
+    expect(plain.vethLine).toBe(1);
     expect(plain.lines.join('\n')).not.toMatch(/addr replace|hairpin|type bridge\b/);
+  });
+
+  it('refuses to put a value that ip -batch would split, cut or unquote into batch text', () => {
+    for (const bad of ['/run/netns/p\nlink set lo up', '/run/netns/p q', 'p#q', '"p', "'p", 'p\\', '']) {
+      expect(() => batchWord(bad)).toThrow('refusing to put');
+      expect(() => hostAddBatch({ ...wiring, netns: bad }, false)).toThrow('refusing to put');
+    }
+    expect(batchWord('/var/run/netns/cni-1234_a.b@c+d')).toBe('/var/run/netns/cni-1234_a.b@c+d');
+  });
+
+  it('reads which lines of an ip -force -batch failed, and why', () => {
+    const failures = batchFailures('Cannot find device "nope"\nCommand failed -:1\nRTNETLINK answers: Operation not supported\nCommand failed -:3\n');
+    expect([...failures]).toEqual([[1, 'Cannot find device "nope"'], [3, 'RTNETLINK answers: Operation not supported']]);
   });
 
   it('wires the pod side in one batch', () => {

@@ -1,6 +1,6 @@
 // Unit tests of the IP store on a temporary directory: host-local's layout,
 // concurrent reservations never sharing an address, exhaustion, release.
-import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, readdir, rm, symlink, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -51,9 +51,56 @@ describe('IpStore', () => {
     expect(await store.find('c1', 'eth1')).toEqual(['10.244.3.3']);
     expect(await store.releaseAttachment('c1', 'eth0')).toEqual([]);
     expect((await store.entries()).map((e) => e.containerId).sort()).toEqual(['c1', 'c2']);
+    expect((await store.entries()).every((e) => Math.abs(e.writtenMs - Date.now()) < 60_000)).toBe(true);
   });
 
   it('reads an empty list from a store that does not exist yet', async () => {
     expect(await new IpStore(join(dir, 'none')).entries()).toEqual([]);
+  });
+});
+
+describe('IpStore temp files and the round-robin hint', () => {
+  it('never writes through a name another process planted (random names, exclusive create)', async () => {
+    await mkdir(store.dir, { recursive: true });
+    const victim = join(dir, 'victim');
+    await writeFile(victim, 'precious');
+    // the names the store used to pick: pid + a counter
+    for (let i = 1; i <= 500; i++) await symlink(victim, join(store.dir, `.twill-${process.pid}-${i}.tmp`));
+    await store.reserve({ pool, containerId: 'c1', ifname: 'eth0' });
+    await store.reserve({ pool, containerId: 'c2', ifname: 'eth0' });
+    expect(await readFile(victim, 'utf8')).toBe('precious');
+    expect((await readdir(store.dir)).filter((n) => n.endsWith('.tmp') && !n.startsWith(`.twill-${process.pid}-`))).toEqual([]);
+  });
+
+  it('keeps the reservation when the hint cannot be read or saved, and says so', async () => {
+    const warnings: string[] = [];
+    const warned = new IpStore(store.dir, (msg) => warnings.push(msg));
+    await mkdir(join(store.dir, 'last_reserved_ip.0'), { recursive: true }); // neither readable nor replaceable as a file
+    const a = await warned.reserve({ pool, containerId: 'c1', ifname: 'eth0' });
+    expect(formatIpv4(a)).toBe('10.244.3.2');
+    expect(await warned.find('c1', 'eth0')).toEqual(['10.244.3.2']);
+    expect(warnings).toEqual(['cannot read the round-robin hint; starting at the first address', 'cannot save the round-robin hint; the address stays reserved']);
+    expect((await readdir(store.dir)).filter((n) => n.endsWith('.tmp'))).toEqual([]);
+  });
+});
+
+describe('IpStore.releaseIfStale (GC)', () => {
+  it('releases an entry only if it still has the owner GC saw and predates GC', async () => {
+    await store.reserve({ pool, containerId: 'old', ifname: 'eth0' });
+    const [seen] = await store.entries();
+    if (!seen) throw new Error('test setup');
+    const past = new Date(Date.now() - 120_000);
+    await utimes(join(store.dir, seen.ip), past, past);
+    // released by a DEL and reserved again by another ADD since GC listed it
+    await store.release(seen.ip);
+    await writeFile(join(store.dir, seen.ip), 'new\r\neth0');
+    await utimes(join(store.dir, seen.ip), past, past);
+    expect(await store.releaseIfStale(seen, Date.now())).toBe('owner-changed');
+    expect(await readFile(join(store.dir, seen.ip), 'utf8')).toBe('new\r\neth0');
+    // written after GC started
+    await writeFile(join(store.dir, seen.ip), 'old\r\neth0');
+    expect(await store.releaseIfStale(seen, Date.now() - 60_000)).toBe('too-new');
+    expect(await store.releaseIfStale(seen, Date.now() + 1000)).toBe('released');
+    expect(await store.releaseIfStale(seen, Date.now() + 1000)).toBe('gone');
   });
 });
