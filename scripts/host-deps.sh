@@ -15,6 +15,8 @@ check nft nftables
 check iperf3 iperf3
 check nsenter util-linux
 check ping iputils-ping
+check vagrant vagrant
+check shellcheck shellcheck
 [ -x /usr/lib/cni/bridge ] || need="$need containernetworking-plugins"
 
 if [ -z "$need" ]; then

@@ -1,0 +1,187 @@
+// The Vagrant implementation of the lab's Cluster (cluster.ts): the VMs of
+// the repository's Vagrantfile (etcd, outside, node1…nodeN). Every command
+// goes out as `env VAGRANT_CWD=<dir> vagrant ssh <vm> -c '<command>' -- -T`
+// through an injected executor (production: the project's runner), as root
+// through `sudo -n`, each argument shell-quoted for the remote shell. The
+// node side of pods and membership is lab/vagrant/twill-lab on every node:
+// a node is in the lab while its twill.service is enabled. VMs cannot be
+// made on the fly, so addNodes only takes machines the Vagrantfile defines
+// that are not in the lab (e.g. after removeNode).
+import { resolve } from 'node:path';
+import { TwillError } from '../src/errors.ts';
+import { run, type RunOptions } from '../src/exec/runner.ts';
+import type { Cluster, LabNode, LabPod, ShOptions, Target } from './cluster.ts';
+import { sudoChain } from './shell-quote.ts';
+
+/** Runs one local program; production passes `run` (src/exec/runner.ts), tests a recorder. */
+export type VagrantExec = (file: string, args: readonly string[], opts?: RunOptions) => Promise<{ readonly stdout: string }>;
+
+/** The addresses and paths the Vagrantfile and lab/vagrant/*.sh set up. */
+export const VAGRANT_LAB = {
+  underlay: '192.168.56',
+  etcdIp: '192.168.56.10',
+  outsideIp: '203.0.113.1',
+  etcdDataDir: '/var/lib/etcd/twill-lab',
+  twillLog: '/var/log/twill/twill.log',
+  podNetnsPrefix: 'twpod-',
+  maxNodes: 200,
+} as const;
+
+export interface VagrantClusterOptions {
+  /** the directory holding the Vagrantfile (passed as VAGRANT_CWD); default the repository root */
+  readonly dir?: string;
+  /** how many node VMs the Vagrantfile defines (its TWILL_LAB_NODES); default 3 */
+  readonly nodes?: number;
+  readonly exec?: VagrantExec;
+}
+
+/** What `vagrant ssh` itself costs per call (Ruby start-up, ssh handshake), added to every timeout. */
+export const VAGRANT_OVERHEAD_MS = 15_000;
+const SH_TIMEOUT_MS = 20_000;
+const JOIN_TIMEOUT_MS = 180_000;
+const REPO_ROOT = resolve(import.meta.dirname, '..');
+
+/** TWILL_LAB_NODES as the Vagrantfile reads it (default 3); for the entry point to pass as `nodes`. */
+export function labNodeCount(env: Readonly<Record<string, string | undefined>>): number {
+  const text = env.TWILL_LAB_NODES ?? '3';
+  const n = /^\d+$/.test(text) ? Number(text) : NaN;
+  if (!Number.isInteger(n) || n < 1 || n > VAGRANT_LAB.maxNodes) {
+    throw new TwillError('CONFIG_INVALID', `TWILL_LAB_NODES=${JSON.stringify(text)}: must be a whole number 1..${VAGRANT_LAB.maxNodes}`);
+  }
+  return n;
+}
+
+/** Parses `twill-lab pods` output ("<name> <ip>" lines) of one node. */
+export function parsePodList(node: string, text: string): LabPod[] {
+  const pods: LabPod[] = [];
+  for (const line of text.split('\n')) {
+    const [name, ip, extra] = line.trim().split(/\s+/);
+    if (!name) continue;
+    if (!ip || ip === '-' || extra !== undefined || !/^\d+\.\d+\.\d+\.\d+$/.test(ip)) {
+      throw new TwillError('CONFIG_INVALID', `vagrant lab: pod ${name} on ${node} has no IPv4 address on eth0 (twill-lab pods said ${JSON.stringify(line)})`);
+    }
+    pods.push({ name, node, ip });
+  }
+  return pods;
+}
+
+export class VagrantCluster implements Cluster {
+  readonly description: string;
+  readonly outsideIp = VAGRANT_LAB.outsideIp;
+  readonly etcdEndpoint = `http://${VAGRANT_LAB.etcdIp}:2379`;
+  readonly etcdPrefix = '/coreos.com/network';
+  private readonly dir: string;
+  private readonly exec: VagrantExec;
+  private readonly machines: readonly LabNode[];
+  private readonly podNode = new Map<string, string>();
+
+  constructor(opts: VagrantClusterOptions = {}) {
+    const count = opts.nodes ?? 3;
+    if (!Number.isInteger(count) || count < 1 || count > VAGRANT_LAB.maxNodes) {
+      throw new TwillError('CONFIG_INVALID', `vagrant lab: nodes=${count}: must be a whole number 1..${VAGRANT_LAB.maxNodes}`);
+    }
+    this.dir = opts.dir ?? REPO_ROOT;
+    this.exec = opts.exec ?? run;
+    this.machines = Array.from({ length: count }, (_, i) => ({ name: `node${i + 1}`, ip: `${VAGRANT_LAB.underlay}.${11 + i}` }));
+    this.description = `vagrant lab (${count} node VMs, ${this.dir}/Vagrantfile)`;
+  }
+
+  /** Nodes in the lab: machines of the Vagrantfile whose twill.service is enabled. */
+  async nodes(): Promise<LabNode[]> {
+    const answers = await Promise.all(this.machines.map((m) => this.onVm(m.name, [['twill-lab', 'member']])));
+    return this.machines.filter((_, i) => answers[i]?.trim() === 'yes');
+  }
+
+  /** Machines of the Vagrantfile not in the lab: the only names addNodes accepts. */
+  async spareNodes(): Promise<string[]> {
+    const members = new Set((await this.nodes()).map((n) => n.name));
+    return this.machines.filter((m) => !members.has(m.name)).map((m) => m.name);
+  }
+
+  async pods(): Promise<LabPod[]> {
+    const nodes = await this.nodes();
+    const lists = await Promise.all(nodes.map((n) => this.onVm(n.name, [['twill-lab', 'pods']])));
+    const pods = nodes.flatMap((n, i) => parsePodList(n.name, lists[i] ?? ''));
+    this.podNode.clear();
+    for (const p of pods) this.podNode.set(p.name, p.node);
+    return pods;
+  }
+
+  async sh(target: Target, argv: readonly string[], opts: ShOptions = {}): Promise<string> {
+    if (target === 'etcd' || target === 'outside') return this.onVm(target, [argv], opts);
+    if ('node' in target) return this.onVm(this.machine(target.node).name, [argv], opts);
+    const node = await this.podHome(target.pod);
+    return this.onVm(node, [['ip', 'netns', 'exec', `${VAGRANT_LAB.podNetnsPrefix}${target.pod}`, ...argv]], opts);
+  }
+
+  async startTwill(node: string): Promise<void> {
+    await this.onVm(this.machine(node).name, [['systemctl', 'start', 'twill']]);
+  }
+
+  async stopTwill(node: string, how: 'term' | 'kill'): Promise<void> {
+    const cmd = how === 'term' ? ['systemctl', 'stop', 'twill'] : ['twill-lab', 'kill'];
+    await this.onVm(this.machine(node).name, [cmd], { timeoutMs: 45_000 });
+  }
+
+  logPath(node: string): string {
+    return `${this.machine(node).name}:${VAGRANT_LAB.twillLog} (vagrant ssh ${node})`;
+  }
+
+  async twillLog(node: string): Promise<string> {
+    return this.onVm(this.machine(node).name, [['cat', '--', VAGRANT_LAB.twillLog]]);
+  }
+
+  async stopEtcd(): Promise<void> {
+    await this.onVm('etcd', [['systemctl', 'stop', 'etcd']], { timeoutMs: 60_000 });
+  }
+
+  async startEtcd(opts: { wipe: boolean }): Promise<void> {
+    const start = ['systemctl', 'start', 'etcd'];
+    await this.onVm('etcd', opts.wipe ? [['rm', '-rf', '--', VAGRANT_LAB.etcdDataDir], start] : [start], { timeoutMs: 60_000 });
+  }
+
+  async addNodes(names: readonly string[], pods: number): Promise<void> {
+    if (!Number.isInteger(pods) || pods < 0) throw new TwillError('CONFIG_INVALID', `vagrant lab: pods=${pods}: must be a whole number ≥ 0`);
+    const members = new Set((await this.nodes()).map((n) => n.name));
+    const seen = new Set<string>();
+    for (const name of names) {
+      this.machine(name);
+      if (members.has(name) || seen.has(name)) throw new TwillError('CONFIG_INVALID', `vagrant lab: ${name} is already in the lab (or named twice)`);
+      seen.add(name);
+    }
+    const podNames = (node: string): string[] => Array.from({ length: pods }, (_, i) => `${node}-pod${i + 1}`);
+    await Promise.all(names.map((name) => this.onVm(name, [['twill-lab', 'join', ...podNames(name)]], { timeoutMs: JOIN_TIMEOUT_MS })));
+  }
+
+  async removeNode(node: string): Promise<void> {
+    await this.onVm(this.machine(node).name, [['twill-lab', 'leave']], { timeoutMs: 60_000 });
+    for (const [pod, home] of this.podNode) if (home === node) this.podNode.delete(pod);
+  }
+
+  /** A node machine of the Vagrantfile, or a clear error: VMs are not made on the fly. */
+  private machine(name: string): LabNode {
+    const m = this.machines.find((x) => x.name === name);
+    if (m) return m;
+    const last = this.machines.length;
+    throw new TwillError(
+      'CONFIG_INVALID',
+      `vagrant lab: no node VM ${JSON.stringify(name)}: the Vagrantfile defines node1..node${last} (TWILL_LAB_NODES=${last}); ` +
+        'VMs cannot be made on the fly: raise TWILL_LAB_NODES and `vagrant up`, or add a node that removeNode took out',
+    );
+  }
+
+  private async podHome(pod: string): Promise<string> {
+    if (!this.podNode.has(pod)) await this.pods();
+    const node = this.podNode.get(pod);
+    if (node === undefined) throw new TwillError('CONFIG_INVALID', `vagrant lab: no pod ${JSON.stringify(pod)} on any node in the lab`);
+    return node;
+  }
+
+  /** Runs commands as root on a VM, one after the other (`&&`), and resolves with their stdout. */
+  private async onVm(vm: string, commands: readonly (readonly string[])[], opts: ShOptions = {}): Promise<string> {
+    const args = [`VAGRANT_CWD=${this.dir}`, 'vagrant', 'ssh', vm, '-c', sudoChain(commands), '--', '-T'];
+    const timeoutMs = (opts.timeoutMs ?? SH_TIMEOUT_MS) + VAGRANT_OVERHEAD_MS;
+    const { stdout } = await this.exec('env', args, { timeoutMs, input: opts.input ?? '' });
+    return stdout;
+  }
+}
