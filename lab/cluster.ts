@@ -53,6 +53,8 @@ export interface Cluster {
   addNodes(names: readonly string[], pods: number): Promise<void>;
   /** Stops twill on the node, removes its pods and the node itself (its lease stays: the drill decides). */
   removeNode(node: string): Promise<void>;
+  /** Names `addNodes` accepts, where nodes cannot be made on the fly (Vagrant); absent: any new name. */
+  spareNodes?(): Promise<string[]>;
 }
 
 /** Runs an etcdctl command on the etcd host. */

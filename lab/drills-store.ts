@@ -20,9 +20,17 @@ async function counts(c: Cluster, msgs: readonly string[]): Promise<number> {
   return total;
 }
 
+/** Names for `count` new nodes: spare machines where nodes cannot be made on the fly, else the next free numbers. */
 async function nextNames(c: Cluster, count: number): Promise<string[]> {
-  const max = Math.max(0, ...(await c.nodes()).map((n) => Number(n.name.replace(/^\D+/, '')) || 0));
-  return Array.from({ length: count }, (_, i) => `n${max + 1 + i}`);
+  if (c.spareNodes) {
+    const spare = await c.spareNodes();
+    if (spare.length < count) throw new Error(`${c.description}: this drill needs ${count} spare node(s), there are ${spare.length}`);
+    return spare.slice(0, count);
+  }
+  const nodes = await c.nodes();
+  const prefix = /^\D+/.exec(nodes[0]?.name ?? '')?.[0] ?? 'n';
+  const max = Math.max(0, ...nodes.map((n) => Number(n.name.replace(/^\D+/, '')) || 0));
+  return Array.from({ length: count }, (_, i) => `${prefix}${max + 1 + i}`);
 }
 
 const ownLeaseDeleted: Drill = {

@@ -12,6 +12,7 @@ import type { Cluster } from './cluster.ts';
 import { DRILLS, renderDrills, runDrills } from './drills.ts';
 import { connectivity, renderMatrix, untilFull } from './matrix.ts';
 import { NetnsCluster, TWILL_CNI, TWILL_MAIN } from './netns-cluster.ts';
+import { labNodeCount, VagrantCluster } from './vagrant-cluster.ts';
 
 function positive(value: string): number {
   const n = Number(value);
@@ -96,8 +97,9 @@ async function main(argv: string[]): Promise<number> {
   return code;
 }
 
+/** The Vagrant lab next to the Vagrantfile (TWILL_LAB_NODES node VMs, as the Vagrantfile reads it). */
 async function openVagrant(): Promise<Cluster> {
-  throw new Error('the Vagrant lab is not wired yet');
+  return new VagrantCluster({ nodes: labNodeCount(process.env) });
 }
 
 process.exitCode = await main(process.argv.slice(2));

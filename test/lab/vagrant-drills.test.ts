@@ -1,0 +1,49 @@
+// The drills are written once against the Cluster interface: run on the
+// Vagrant implementation with a recording executor standing in for
+// `vagrant ssh`, a drill sends its breakage and its checks to the right VMs.
+import { describe, expect, it } from 'vitest';
+import { DRILLS, runDrill } from '../../lab/drills.ts';
+import { VagrantCluster } from '../../lab/vagrant-cluster.ts';
+
+const LEASES = ['10.244.1.0-24', '192.168.56.11', '10.244.7.0-24', '192.168.56.12', '10.244.9.0-24', '192.168.56.13'];
+
+/** Canned VM answers for what the drills read; every call recorded as "vm: command". */
+function recordingLab(): { cluster: VagrantCluster; sent: string[] } {
+  const sent: string[] = [];
+  const exec = async (_file: string, args: readonly string[]): Promise<{ stdout: string }> => {
+    const vm = args[3] ?? '';
+    const cmd = args[5] ?? '';
+    sent.push(`${vm}: ${cmd}`);
+    if (cmd.endsWith('twill-lab member')) return { stdout: 'yes\n' };
+    if (cmd.endsWith('twill-lab pods')) return { stdout: `${vm}-pod1 10.244.${vm.slice(-1)}.2\n` };
+    if (cmd.includes('get --print-value-only /coreos.com/network/config')) return { stdout: '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}\n' };
+    if (cmd.includes('get --prefix /coreos.com/network/subnets/')) {
+      const out: string[] = [];
+      for (let i = 0; i < LEASES.length; i += 2) out.push(`/coreos.com/network/subnets/${LEASES[i]}`, JSON.stringify({ PublicIP: LEASES[i + 1] }));
+      return { stdout: `${out.join('\n')}\n` };
+    }
+    return { stdout: '' };
+  };
+  return { cluster: new VagrantCluster({ dir: '/lab', nodes: 3, exec }), sent };
+}
+
+describe('drills on the Vagrant cluster (recorded, no VMs)', () => {
+  it('peer-route deletes the route to the second node\'s subnet on the first node, then pings from the pods', async () => {
+    const { cluster, sent } = recordingLab();
+    const drill = DRILLS.find((d) => d.name === 'peer-route');
+    if (!drill) throw new Error('no peer-route drill');
+    await runDrill(cluster, drill);
+    expect(sent).toContain('node1: sudo -n -- ip route del 10.244.7.0/24');
+    expect(sent.some((s) => /^node\d: sudo -n -- ip netns exec twpod-node\d-pod1 ping /.test(s) || /^node\d: .*ping .*10\.244\.\d\.2/.test(s))).toBe(true);
+  });
+
+  it('etcd-wipe stops etcd, deletes its data directory and puts the config back, on the etcd VM', async () => {
+    const { cluster, sent } = recordingLab();
+    const drill = DRILLS.find((d) => d.name === 'etcd-wipe');
+    if (!drill) throw new Error('no etcd-wipe drill');
+    await runDrill(cluster, drill);
+    const onEtcd = sent.filter((s) => s.startsWith('etcd: '));
+    expect(onEtcd.some((s) => s.includes('/var/lib/etcd/twill-lab'))).toBe(true);
+    expect(onEtcd.some((s) => s.includes("put /coreos.com/network/config '{\"Network\":\"10.244.0.0/16\",\"Backend\":{\"Type\":\"vxlan\"}}'"))).toBe(true);
+  });
+});
