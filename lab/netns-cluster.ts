@@ -19,6 +19,8 @@ export const TWILL_MAIN = join(ROOT, 'dist/src/cli/main.js');
 export const TWILL_CNI = join(ROOT, 'dist/twill-cni');
 const ETCD_IP = '10.123.0.1';
 const OUTSIDE_IP = '203.0.113.2';
+/** every lab node serves /healthz, /readyz and /metrics here (each in its own namespace) */
+export const HEALTHZ_PORT = 9810;
 
 async function ns(cmd: string[]): Promise<string> {
   return (await run('ip', cmd, { timeoutMs: 20_000 })).stdout;
@@ -149,7 +151,7 @@ export class NetnsCluster implements Cluster {
   async startTwill(name: string): Promise<void> {
     const n = this.node(name);
     if (alive(n.pid)) throw new Error(`twill already runs on ${name} (pid ${n.pid})`);
-    const argv = [process.execPath, ...(await shebangFlags()), TWILL_MAIN, 'run', '--etcd-endpoints', this.etcdEndpoint, '--iface', 'eth0', '--ip-masq', '--node-name', name, '--subnet-file', join(this.dir, name, 'subnet.env')];
+    const argv = [process.execPath, ...(await shebangFlags()), TWILL_MAIN, 'run', '--etcd-endpoints', this.etcdEndpoint, '--iface', 'eth0', '--ip-masq', '--healthz-port', String(HEALTHZ_PORT), '--node-name', name, '--subnet-file', join(this.dir, name, 'subnet.env')];
     n.pid = spawnDetached(this.nsOf(name), argv, this.logPath(name));
     await writeState(this.state);
   }

@@ -12,6 +12,8 @@ import { pollChains, runMonitors } from './dataplane/monitor.ts';
 import { detectIptables } from './dataplane/observe.ts';
 import type { DesiredState } from './dataplane/model.ts';
 import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
+import { DaemonProbe } from './health/probe.ts';
+import { serveHealth } from './health/server.ts';
 import { LeaseKeeper } from './lease/keeper.ts';
 import { PeerTracker } from './lease/tracker.ts';
 import type { Lease, LeaseAttrs, LeaseEvent, LeaseStore } from './lease/types.ts';
@@ -40,6 +42,10 @@ export interface DaemonOptions {
   readonly ipMasq: boolean;
   /** period of the safety-net dataplane pass */
   readonly resyncMs: number;
+  /** where /healthz, /readyz and /metrics listen; none when undefined */
+  readonly healthz?: { readonly ip: string; readonly port: number };
+  /** twill's version, for twill_build_info */
+  readonly version?: string;
   /** observes the daemon's state, for tests and (later) health and status */
   readonly onState?: (state: DaemonState) => void;
 }
@@ -93,8 +99,9 @@ async function previousSubnet(deps: DaemonDeps, path: string): Promise<SubnetEnv
   }
 }
 
-function subnetMtu(config: NetConfig, choice: IfaceChoice): number {
-  return config.backend.type === 'vxlan' ? (config.backend.mtu ?? choice.iface.mtu) - 50 : choice.iface.mtu;
+function subnetEnvFor(config: NetConfig, choice: IfaceChoice, lease: Lease, ipMasq: boolean): SubnetEnv {
+  const mtu = config.backend.type === 'vxlan' ? (config.backend.mtu ?? choice.iface.mtu) - 50 : choice.iface.mtu;
+  return { network: config.network, subnet: lease.subnet, mtu, ipMasq };
 }
 
 interface Started {
@@ -115,21 +122,34 @@ async function acquire(deps: DaemonDeps, opts: DaemonOptions, signal: AbortSigna
   const previous = await previousSubnet(deps, opts.subnetFile);
   const prevSubnet = previous && sameCidr(previous.network, config.network) ? previous.subnet : undefined;
   const lease = await whileUnavailable(deps, 'acquiring lease', () => store.acquireLease({ config, attrs, previous: prevSubnet }, signal), signal);
-  await writeSubnetEnv(opts.subnetFile, { network: config.network, subnet: lease.subnet, mtu: subnetMtu(config, choice), ipMasq: opts.ipMasq });
+  await writeSubnetEnv(opts.subnetFile, subnetEnvFor(config, choice, lease, opts.ipMasq));
   logger.info({ key: lease.key, subnet: formatCidr(lease.subnet), expiresAt: new Date(lease.expiresAt).toISOString(), subnetFile: opts.subnetFile }, 'lease acquired');
   return { config, choice, attrs, lease };
 }
 
 export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: AbortSignal): Promise<void> {
-  const { store, logger } = deps;
+  const probe = new DaemonProbe({ version: opts.version ?? 'dev', resyncMs: opts.resyncMs });
+  const loops: ((s: AbortSignal) => Promise<void>)[] = [(s) => runNode(deps, { ...opts, probe }, s)];
+  // the health endpoint answers from the very start, while etcd may still be unreachable
+  const healthz = opts.healthz;
+  if (healthz) loops.unshift((s) => serveHealth({ ...healthz, probe, logger: deps.logger }, s));
+  await runTogether(signal, loops);
+}
+
+async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonProbe }, signal: AbortSignal): Promise<void> {
+  const { store, logger, runner } = deps;
+  const { probe } = opts;
   const { config, choice, attrs, lease } = await acquire(deps, opts, signal);
-  const iptables = await detectIptables(deps.runner, signal);
+  const iptables = await detectIptables(runner, signal);
   const brProblem = await deps.bridgeNetfilterProblem();
   if (brProblem !== undefined) logger.warn(brProblem);
 
-  const keeper = new LeaseKeeper({ store, lease, renewMarginMs: opts.renewMarginMs, logger });
+  const keeper = new LeaseKeeper({ store, lease, renewMarginMs: opts.renewMarginMs, logger, onLease: (l) => probe.leaseChanged(l) });
   // the callbacks below run only once the loops start, after `reconciler` exists
-  const publish = (): void => opts.onState?.({ lease: keeper.current(), peers: tracker.list(), pass: reconciler.lastPass() });
+  const publish = (): void => {
+    probe.peers(tracker.list(), tracker.skipped().size);
+    opts.onState?.({ lease: keeper.current(), peers: tracker.list(), pass: reconciler.lastPass() });
+  };
   const tracker = new PeerTracker({
     context: { config, self: lease.subnet },
     selfKey: lease.key,
@@ -147,9 +167,16 @@ export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: A
   const listed = Promise.withResolvers<void>();
   const onEvent = (ev: LeaseEvent): void => {
     tracker.handle(ev);
+    probe.storeEvent(ev);
     if (ev.type === 'snapshot') listed.resolve();
   };
-  const reconciler = new Reconciler({ runner: deps.runner, logger, desired, ensureForwarding: deps.ensureForwarding, resyncMs: opts.resyncMs, onPass: publish, ready: listed.promise });
+  const reconciler = new Reconciler({
+    runner, logger, desired, ensureForwarding: deps.ensureForwarding, resyncMs: opts.resyncMs, ready: listed.promise,
+    onPass: (r) => (probe.passDone(r), publish()),
+    onPassStart: () => probe.passStarted(),
+    onPassError: () => probe.passFailed(),
+  });
+  probe.started({ keeper, subnetFile: opts.subnetFile, env: subnetEnvFor(config, choice, lease, opts.ipMasq), underlay: choice.iface.name });
   publish();
   const trigger = (source: string): void => reconciler.trigger(source);
   const loops: ((s: AbortSignal) => Promise<void>)[] = [
@@ -159,7 +186,7 @@ export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: A
     (s) => runMonitors({ watch: deps.watch, logger, ctx: { underlay: choice.iface.name }, nft: iptables.nftables, onEvent: trigger }, s),
   ];
   // iptables-legacy has no event stream for rule changes: poll twill's chains
-  if (!iptables.nftables) loops.push((s) => pollChains({ runner: deps.runner, logger, masq: () => desired().masq, intervalMs: 1_000, onDrift: trigger }, s));
+  if (!iptables.nftables) loops.push((s) => pollChains({ runner, logger, masq: () => desired().masq, intervalMs: 1_000, onDrift: trigger }, s));
   await runTogether(signal, loops);
 }
 

@@ -13,6 +13,9 @@ import { run, watchLines } from '../exec/runner.ts';
 import { EtcdKv } from '../lease/etcd-kv.ts';
 import { KvLeaseStore } from '../lease/kv-store.ts';
 import { createLogger } from '../log.ts';
+import { gatherStatus } from '../status/gather.ts';
+import { renderStatus } from '../status/render.ts';
+import { buildStatus } from '../status/report.ts';
 import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
 
 /** Exit codes: 0 clean stop, 1 runtime failure, 2 bad flags or config. */
@@ -31,13 +34,7 @@ function packageVersion(): string {
   return 'unknown';
 }
 
-async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<number> {
-  const nodeName = flags.nodeName ?? env.NODE_NAME ?? hostname();
-  const logger = createLogger({ level: flags.logLevel, node: nodeName });
-  if (flags.kubeSubnetMgr) {
-    logger.fatal('--kube-subnet-mgr: the Kubernetes lease store is not part of this version yet; use --etcd-endpoints');
-    return EXIT_USAGE;
-  }
+async function openStore(flags: RunFlags): Promise<KvLeaseStore> {
   const kv = await EtcdKv.connect({
     endpoints: flags.etcdEndpoints,
     caFile: flags.etcdCafile,
@@ -46,7 +43,38 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
     username: flags.etcdUsername,
     password: flags.etcdPassword,
   });
-  const store = new KvLeaseStore({ kv, prefix: flags.etcdPrefix });
+  return new KvLeaseStore({ kv, prefix: flags.etcdPrefix });
+}
+
+/** `twill status`: exit 0 when the kernel matches the desired state, 1 when it does not (or the views cannot be read). */
+async function statusCommand(flags: RunFlags, json: boolean): Promise<number> {
+  if (flags.kubeSubnetMgr) throw new TwillError('CONFIG_UNSUPPORTED', '--kube-subnet-mgr: the Kubernetes lease store is not part of this version yet; use --etcd-endpoints');
+  const store = await openStore(flags);
+  try {
+    const input = await gatherStatus({
+      store,
+      runner: run,
+      iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp },
+      subnetFile: flags.subnetFile,
+      healthzPort: flags.healthzPort,
+      signal: AbortSignal.timeout(20_000),
+    });
+    const report = buildStatus(input);
+    process.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : renderStatus(report));
+    return report.inSync ? 0 : 1;
+  } finally {
+    await store.close();
+  }
+}
+
+async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<number> {
+  const nodeName = flags.nodeName ?? env.NODE_NAME ?? hostname();
+  const logger = createLogger({ level: flags.logLevel, node: nodeName });
+  if (flags.kubeSubnetMgr) {
+    logger.fatal('--kube-subnet-mgr: the Kubernetes lease store is not part of this version yet; use --etcd-endpoints');
+    return EXIT_USAGE;
+  }
+  const store = await openStore(flags);
   const root = new AbortController();
   const stop = (sig: string): void => {
     if (root.signal.aborted) process.exit(1);
@@ -67,6 +95,8 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
         renewMarginMs: flags.subnetLeaseRenewMargin * 60_000,
         ipMasq: flags.ipMasq,
         resyncMs: flags.iptablesResync * 1000,
+        version: packageVersion(),
+        ...(flags.healthzPort > 0 ? { healthz: { ip: flags.healthzIp, port: flags.healthzPort } } : {}),
       },
       root.signal,
     );
@@ -91,6 +121,10 @@ async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
   const runCmd = program.command('run').description('lease this node\'s pod subnet, write subnet.env, track peers and program the dataplane');
   addRunFlags(runCmd).action(async () => {
     exitCode = await runCommand(resolveRunFlags(runCmd, env), env);
+  });
+  const statusCmd = program.command('status').description('this node: our lease, every peer and whether the kernel has its entries, the desired-vs-actual diff, the masquerade chains');
+  addRunFlags(statusCmd).option('--json', 'print the report as JSON').action(async () => {
+    exitCode = await statusCommand(resolveRunFlags(statusCmd, env), statusCmd.opts<{ json?: boolean }>().json === true);
   });
   try {
     await program.parseAsync(argv);

@@ -43,6 +43,10 @@ export interface ReconcilerOptions {
   /** resolves once the peer set is known (the store's first listing); passes wait for it */
   readonly ready?: Promise<void>;
   readonly onPass?: (report: PassReport) => void;
+  /** a pass begins (health: a pass that never ends is a stuck loop) */
+  readonly onPassStart?: () => void;
+  /** a pass threw (observe failed, say) */
+  readonly onPassError?: (err: unknown) => void;
 }
 
 /** Passes that keep finding work this many times in a row are treated as failing. */
@@ -81,6 +85,7 @@ export class Reconciler {
   /** One observe → diff → apply pass. */
   async pass(signal: AbortSignal): Promise<PassReport> {
     const started = performance.now();
+    this.o.onPassStart?.();
     const generation = this.generation;
     const want = this.o.desired();
     if (await this.o.ensureForwarding()) this.o.logger.warn('net.ipv4.ip_forward was 0; set it to 1');
@@ -120,6 +125,7 @@ export class Reconciler {
         if (signal.aborted) return;
         delay = backoff.next();
         this.dirty = true;
+        this.o.onPassError?.(err);
         this.o.logger.warn({ err: describeError(err), retryInMs: delay }, 'dataplane pass failed; retrying');
       }
       if (delay > 0) await this.idle(signal, { ms: delay, anyTrigger: false });

@@ -97,6 +97,17 @@ export class EtcdKv implements Kv {
     }
   }
 
+  async expiresAt(key: string): Promise<number | undefined> {
+    try {
+      const kv = (await this.client.kv.range({ key: enc(key) })).kvs[0];
+      if (!kv || !kv.lease || kv.lease === '0') return undefined;
+      const ttl = Number((await this.client.leaseClient.leaseTimeToLive({ ID: kv.lease, keys: false })).TTL);
+      return ttl >= 0 ? Date.now() + ttl * 1000 : undefined;
+    } catch (err) {
+      throw unavailable(`expiry of ${key}`, err);
+    }
+  }
+
   async list(prefix: string): Promise<KvListing> {
     try {
       const res = await this.client.kv.range({ key: enc(prefix), range_end: prefixEnd(prefix) });

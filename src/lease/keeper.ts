@@ -38,6 +38,11 @@ export class LeaseKeeper {
     return this.lease;
   }
 
+  /** Why the lease is being reclaimed, while it is; undefined when it is held. */
+  lost(): string | undefined {
+    return this.lostReason;
+  }
+
   /** Our record is gone or not ours: reclaim now. */
   notifyLost(reason: string): void {
     if (this.lostReason === undefined) this.opts.logger.warn({ reason }, 'own lease lost; reclaiming it');

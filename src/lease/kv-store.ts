@@ -48,6 +48,11 @@ export class KvLeaseStore implements LeaseStore {
     return `${this.prefix}/subnets/`;
   }
 
+  /** When lease `key` ("10.244.3.0-24") expires unless renewed (epoch ms); undefined when unknown. */
+  async leaseExpiry(key: string, signal: AbortSignal): Promise<number | undefined> {
+    return this.kv.expiresAt(this.fullKey(key), signal);
+  }
+
   private fullKey(key: string): string {
     return this.subnetsPrefix + key;
   }

@@ -44,6 +44,8 @@ export interface Kv {
   create(key: string, value: string, ttlSeconds: number, signal: AbortSignal): Promise<KvWritten | undefined>;
   /** Rewrites `key` with a fresh TTL only if its modRevision is `expected`; undefined otherwise. */
   replace(key: string, value: string, expected: string, ttlSeconds: number, signal: AbortSignal): Promise<KvWritten | undefined>;
+  /** When `key`'s TTL runs out (epoch ms); undefined when it is absent or has no TTL. */
+  expiresAt(key: string, signal: AbortSignal): Promise<number | undefined>;
   /** Deletes `key` only if its modRevision is `expected`. */
   deleteIf(key: string, expected: string, signal: AbortSignal): Promise<boolean>;
   /** Streams changes under `prefix` until the signal aborts or the stream cannot go on. */

@@ -10,6 +10,7 @@ interface Stored {
   entry: KvEntry;
   /** expiry timer; none for keys written without a TTL */
   timer: NodeJS.Timeout | undefined;
+  expiresAt?: number;
 }
 
 interface Watch {
@@ -64,6 +65,11 @@ export class MemoryKv implements Kv {
 
   private check(): void {
     if (this.down) throw new TwillError('STORE_UNAVAILABLE', 'memory store is down');
+  }
+
+  async expiresAt(key: string): Promise<number | undefined> {
+    this.check();
+    return this.data.get(key)?.expiresAt;
   }
 
   async get(key: string): Promise<KvEntry | undefined> {
@@ -141,7 +147,7 @@ export class MemoryKv implements Kv {
     const entry = { key, value, modRevision: String(this.revision) };
     const expiresAt = ttlSeconds > 0 ? Date.now() + ttlSeconds * 1000 : Number.MAX_SAFE_INTEGER;
     const timer = ttlSeconds > 0 ? setTimeout(() => this.remove(key), ttlSeconds * 1000).unref() : undefined;
-    this.data.set(key, { entry, timer });
+    this.data.set(key, { entry, timer, ...(ttlSeconds > 0 ? { expiresAt } : {}) });
     this.publish({ type: 'put', entry });
     return { entry, expiresAt };
   }

@@ -66,5 +66,7 @@ export interface LeaseStore {
    * resume, a store that was wiped) it re-lists and reports a new snapshot.
    */
   watchLeases(opts: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void }): Promise<void>;
+  /** When lease `key` expires unless renewed (epoch ms), where the store knows. */
+  leaseExpiry?(key: string, signal: AbortSignal): Promise<number | undefined>;
   close(): Promise<void>;
 }

@@ -55,6 +55,10 @@ export function leaseStoreContract(name: string, harness: () => StoreHarness): v
         '{"PublicIP":"192.0.2.1","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:01:01"}}',
       );
       expect(lease.expiresAt).toBeGreaterThan(Date.now() + 23 * 3600_000);
+      // the store tells when a lease runs out (twill status shows it)
+      const expiry = await store.leaseExpiry?.(lease.key, signal);
+      expect(Math.abs((expiry ?? 0) - lease.expiresAt)).toBeLessThan(3_000);
+      expect(await store.leaseExpiry?.('10.10.254.0-24', signal)).toBeUndefined();
       await store.close();
     });
 

@@ -28,6 +28,7 @@ function shared(inner: MemoryKv): Kv {
     create: (key, value, ttl) => inner.create(key, value, ttl),
     replace: (key, value, expected, ttl) => inner.replace(key, value, expected, ttl),
     deleteIf: (key, expected) => inner.deleteIf(key, expected),
+    expiresAt: (key) => inner.expiresAt(key),
     watch: (prefix, opts) => inner.watch(prefix, opts),
     close: async () => undefined,
   };

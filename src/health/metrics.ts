@@ -1,0 +1,46 @@
+// twill's Prometheus metrics (prom-client), one registry per daemon: peers
+// by backend, lease expiry, reconcile passes and their duration, ops applied
+// and drift repaired by kind, store watch re-lists and connectivity, peer
+// leases skipped as invalid, peers that cannot be programmed, readiness,
+// build info, plus Node's process metrics.
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Op } from '../dataplane/model.ts';
+
+/** Drift kinds as operators think of them: an address on the device counts as the link. */
+export function driftKind(op: Op): string {
+  return op.kind === 'addr' ? 'link' : op.kind;
+}
+
+export class TwillMetrics {
+  readonly registry = new Registry();
+  readonly peers: Gauge<'backend'>;
+  readonly leaseExpiry: Gauge;
+  readonly passes: Counter<'result'>;
+  readonly passDuration: Histogram;
+  readonly ops: Counter<'kind' | 'action'>;
+  readonly drift: Counter<'kind'>;
+  readonly relists: Counter<'reason'>;
+  readonly storeConnected: Gauge;
+  readonly invalidPeers: Gauge;
+  readonly unprogrammable: Gauge;
+  readonly ready: Gauge;
+
+  constructor(o: { version: string }) {
+    const registers = [this.registry];
+    new Gauge({ name: 'twill_build_info', help: 'twill build: version and Node.js version (always 1)', labelNames: ['version', 'node_version'], registers }).set({ version: o.version, node_version: process.versions.node }, 1);
+    this.peers = new Gauge({ name: 'twill_peers', help: 'valid peer leases, by backend type', labelNames: ['backend'], registers });
+    this.leaseExpiry = new Gauge({ name: 'twill_lease_expiry_timestamp_seconds', help: 'when our subnet lease expires unless renewed (Unix time)', registers });
+    this.passes = new Counter({ name: 'twill_reconcile_passes_total', help: 'dataplane passes, by result: converged (nothing to do), changed, failed', labelNames: ['result'], registers });
+    this.passDuration = new Histogram({ name: 'twill_reconcile_pass_duration_seconds', help: 'duration of a dataplane pass (observe, diff, apply)', buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5], registers });
+    this.ops = new Counter({ name: 'twill_dataplane_ops_total', help: 'kernel changes applied, by kind (link, addr, route, neigh, fdb, masquerade) and action', labelNames: ['kind', 'action'], registers });
+    this.drift = new Counter({ name: 'twill_drift_repaired_total', help: 'kernel changes made because the kernel drifted (not because leases changed), by kind: route, neigh, fdb, link, masquerade', labelNames: ['kind'], registers });
+    this.relists = new Counter({ name: 'twill_store_watch_restarts_total', help: 'times the lease watch re-listed everything, by reason (compacted, wiped, reconnected, failed, periodic)', labelNames: ['reason'], registers });
+    this.storeConnected = new Gauge({ name: 'twill_store_connected', help: '1 while the lease store watch is connected', registers });
+    this.invalidPeers = new Gauge({ name: 'twill_invalid_peer_leases', help: 'peer lease records skipped as invalid right now', registers });
+    this.unprogrammable = new Gauge({ name: 'twill_unprogrammable_peers', help: 'valid peers the backend cannot program (e.g. host-gw peer not on-link, duplicate VtepMAC)', registers });
+    this.ready = new Gauge({ name: 'twill_ready', help: '1 when /readyz answers 200', registers });
+    for (const kind of ['route', 'neigh', 'fdb', 'link', 'masquerade']) this.drift.inc({ kind }, 0);
+    for (const result of ['converged', 'changed', 'failed']) this.passes.inc({ result }, 0);
+    collectDefaultMetrics({ register: this.registry });
+  }
+}

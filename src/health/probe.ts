@@ -1,0 +1,124 @@
+// What the daemon tells its health endpoints and metrics: the lease keeper,
+// the expected subnet.env, the underlay, every pass and lease-store event.
+// It turns them into metrics as they happen, and into liveness/readiness
+// facts on request (reading subnet.env and the underlay's operstate then).
+import { readFile } from 'node:fs/promises';
+import type { PassReport } from '../dataplane/reconciler.ts';
+import { describeError } from '../errors.ts';
+import type { Lease, LeaseEvent } from '../lease/types.ts';
+import { formatCidr, sameCidr } from '../net/ipv4.ts';
+import { readSubnetEnv, type SubnetEnv } from '../subnetenv.ts';
+import type { HealthFacts } from './health.ts';
+import { driftKind, TwillMetrics } from './metrics.ts';
+
+export interface KeeperView {
+  current(): Lease;
+  /** why the lease is being reclaimed, while it is */
+  lost(): string | undefined;
+}
+
+export class DaemonProbe {
+  readonly metrics: TwillMetrics;
+  private readonly startedAt = Date.now();
+  private readonly resyncMs: number;
+  private keeper: KeeperView | undefined;
+  private env: { path: string; want: SubnetEnv } | undefined;
+  private underlay: string | undefined;
+  private last: PassReport | undefined;
+  private passSince: number | undefined;
+
+  constructor(o: { version: string; resyncMs: number }) {
+    this.metrics = new TwillMetrics({ version: o.version });
+    this.resyncMs = o.resyncMs;
+  }
+
+  /** The lease is ours and subnet.env written: the loops start. */
+  started(o: { keeper: KeeperView; subnetFile: string; env: SubnetEnv; underlay: string }): void {
+    this.keeper = o.keeper;
+    this.env = { path: o.subnetFile, want: o.env };
+    this.underlay = o.underlay;
+    this.leaseChanged(o.keeper.current());
+  }
+
+  leaseChanged(lease: Lease): void {
+    this.metrics.leaseExpiry.set(lease.expiresAt / 1000);
+  }
+
+  passStarted(): void {
+    this.passSince = Date.now();
+  }
+
+  passDone(r: PassReport): void {
+    this.passSince = undefined;
+    this.last = r;
+    const m = this.metrics;
+    m.passes.inc({ result: r.failures.length > 0 ? 'failed' : r.converged ? 'converged' : 'changed' });
+    m.passDuration.observe(r.durationMs / 1000);
+    for (const op of r.ops) m.ops.inc({ kind: op.kind, action: op.action });
+    if (r.drift) for (const op of r.ops) m.drift.inc({ kind: driftKind(op) });
+    m.unprogrammable.set(r.problems.length);
+  }
+
+  passFailed(): void {
+    this.passSince = undefined;
+    this.metrics.passes.inc({ result: 'failed' });
+  }
+
+  storeEvent(ev: LeaseEvent): void {
+    if (ev.type === 'connectivity') this.metrics.storeConnected.set(ev.connected ? 1 : 0);
+    if (ev.type === 'snapshot') {
+      this.metrics.storeConnected.set(1);
+      if (ev.reason !== 'initial list') this.metrics.relists.inc({ reason: ev.reason.split(':')[0]?.replace('periodic re-list', 'periodic') ?? 'other' });
+    }
+  }
+
+  peers(list: readonly Lease[], invalid: number): void {
+    const by = new Map<string, number>([['vxlan', 0], ['host-gw', 0]]);
+    for (const p of list) by.set(p.attrs.backendType, (by.get(p.attrs.backendType) ?? 0) + 1);
+    for (const [backend, n] of by) this.metrics.peers.set({ backend }, n);
+    this.metrics.invalidPeers.set(invalid);
+  }
+
+  lastPass(): PassReport | undefined {
+    return this.last;
+  }
+
+  async facts(): Promise<HealthFacts> {
+    const lost = this.keeper?.lost();
+    const lease = this.keeper?.current();
+    const leaseProblem = lost !== undefined ? `own lease lost, reclaiming: ${lost}` : lease && lease.expiresAt < Date.now() ? `own lease ${lease.key} expired at ${new Date(lease.expiresAt).toISOString()}` : undefined;
+    return {
+      now: Date.now(),
+      startedAt: this.startedAt,
+      running: this.keeper !== undefined,
+      resyncMs: this.resyncMs,
+      lastPass: this.last,
+      passSince: this.passSince,
+      leaseProblem,
+      subnetEnvProblem: await this.subnetEnvProblem(),
+      underlayProblem: await this.underlayProblem(),
+    };
+  }
+
+  private async subnetEnvProblem(): Promise<string | undefined> {
+    if (!this.env) return undefined;
+    const { path, want } = this.env;
+    try {
+      const got = await readSubnetEnv(path);
+      if (!got) return `subnet.env ${path} is missing`;
+      if (!sameCidr(got.subnet, want.subnet) || !sameCidr(got.network, want.network) || got.mtu !== want.mtu) {
+        return `subnet.env ${path} says ${formatCidr(got.subnet)} MTU ${got.mtu}, the lease says ${formatCidr(want.subnet)} MTU ${want.mtu}`;
+      }
+      return undefined;
+    } catch (err) {
+      return `subnet.env ${path}: ${describeError(err)}`;
+    }
+  }
+
+  private async underlayProblem(): Promise<string | undefined> {
+    if (!this.underlay) return undefined;
+    const state = (await readFile(`/sys/class/net/${this.underlay}/operstate`, 'utf8').catch(() => 'missing')).trim();
+    if (state === 'up' || state === 'unknown') return undefined;
+    return state === 'missing' ? `underlay interface ${this.underlay} is gone` : `underlay interface ${this.underlay} is ${state}`;
+  }
+}
