@@ -14,6 +14,7 @@ import { EtcdKv } from '../lease/etcd-kv.ts';
 import { KvLeaseStore } from '../lease/kv-store.ts';
 import { createLogger } from '../log.ts';
 import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
+import { addDoctorCommand } from './doctor-cmd.ts';
 
 /** Exit codes: 0 clean stop, 1 runtime failure, 2 bad flags or config. */
 const EXIT_USAGE = 2;
@@ -92,6 +93,7 @@ async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
   addRunFlags(runCmd).action(async () => {
     exitCode = await runCommand(resolveRunFlags(runCmd, env), env);
   });
+  addDoctorCommand(program, { env, setExitCode: (code) => (exitCode = code) });
   try {
     await program.parseAsync(argv);
   } catch (err) {
