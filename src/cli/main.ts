@@ -17,6 +17,7 @@ import { gatherStatus } from '../status/gather.ts';
 import { renderStatus } from '../status/render.ts';
 import { buildStatus } from '../status/report.ts';
 import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
+import { addDoctorCommand } from './doctor-cmd.ts';
 
 /** Exit codes: 0 clean stop, 1 runtime failure, 2 bad flags or config. */
 const EXIT_USAGE = 2;
@@ -126,6 +127,7 @@ async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
   addRunFlags(statusCmd).option('--json', 'print the report as JSON').action(async () => {
     exitCode = await statusCommand(resolveRunFlags(statusCmd, env), statusCmd.opts<{ json?: boolean }>().json === true);
   });
+  addDoctorCommand(program, { env, setExitCode: (code) => (exitCode = code) });
   try {
     await program.parseAsync(argv);
   } catch (err) {

@@ -1,0 +1,64 @@
+// `twill doctor`: checks this node's kernel settings, iptables, MTUs,
+// subnet.env, lease and leftovers, prints one verdict per check with a fix,
+// and exits 1 when any check fails. It takes `twill run`'s flags (the same
+// table, so the same store and files are looked at) plus --json and
+// --bridge; an unreachable store only skips the checks that need it.
+import { readFile } from 'node:fs/promises';
+import type { Command } from 'commander';
+import { runChecks, doctorExitCode } from '../doctor/checks.ts';
+import type { StoreFact } from '../doctor/facts.ts';
+import { gather, readLeaseStore } from '../doctor/gather.ts';
+import { renderJson, renderTable } from '../doctor/report.ts';
+import { TwillError } from '../errors.ts';
+import { run } from '../exec/runner.ts';
+import { EtcdKv } from '../lease/etcd-kv.ts';
+import { KvLeaseStore } from '../lease/kv-store.ts';
+import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
+
+/** How long the store may take to answer (each etcd call, and the whole read). */
+const STORE_TIMEOUT_MS = 3_000;
+
+async function readStore(flags: RunFlags, signal: AbortSignal): Promise<StoreFact> {
+  if (flags.kubeSubnetMgr) throw new TwillError('CONFIG_UNSUPPORTED', '--kube-subnet-mgr: the Kubernetes lease store is not part of this version yet');
+  const kv = await EtcdKv.connect({
+    endpoints: flags.etcdEndpoints,
+    caFile: flags.etcdCafile,
+    certFile: flags.etcdCertfile,
+    keyFile: flags.etcdKeyfile,
+    username: flags.etcdUsername,
+    password: flags.etcdPassword,
+    callTimeoutMs: STORE_TIMEOUT_MS,
+  });
+  const store = new KvLeaseStore({ kv, prefix: flags.etcdPrefix });
+  try {
+    return await readLeaseStore(store, signal, STORE_TIMEOUT_MS);
+  } finally {
+    await store.close();
+  }
+}
+
+async function doctor(flags: RunFlags, o: { json: boolean; bridge: string }, out: (text: string) => void): Promise<number> {
+  const signal = AbortSignal.timeout(60_000);
+  const facts = await gather(
+    { runner: run, readText: (path) => readFile(path, 'utf8'), readStore: (s) => readStore(flags, s) },
+    { iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp }, subnetFile: flags.subnetFile, bridge: o.bridge },
+    signal,
+  );
+  const results = runChecks(facts);
+  out(o.json ? renderJson(results) : renderTable(results));
+  return doctorExitCode(results);
+}
+
+/** Adds `twill doctor` to the program; `setExitCode` receives its exit code. */
+export function addDoctorCommand(program: Command, o: { env: NodeJS.ProcessEnv; setExitCode: (code: number) => void }): void {
+  const cmd = program
+    .command('doctor')
+    .description('check this node for what breaks overlays (sysctls, iptables, MTU, subnet.env vs lease, stale routes, leftovers); exit 1 when a check fails')
+    .option('--json', 'print the verdicts as JSON')
+    .option('--bridge <name>', 'the CNI bridge to inspect', 'cni0');
+  addRunFlags(cmd).action(async () => {
+    const own = cmd.opts<{ json?: boolean; bridge: string }>();
+    const code = await doctor(resolveRunFlags(cmd, o.env), { json: own.json === true, bridge: own.bridge }, (text) => process.stdout.write(text));
+    o.setExitCode(code);
+  });
+}

@@ -1,0 +1,90 @@
+// What `twill doctor` knows about a node: the facts the gather step reads
+// (sysctls, links, routes, iptables listings, subnet.env, the lease store)
+// as plain data, and the verdict each check gives. Every read may fail on
+// its own (a missing tool, an unreachable store), so each one is a `Read`:
+// the checks turn a failed read into a warning and go on.
+import type { NetConfig } from '../config/netconf.ts';
+import type { RouteSpec } from '../dataplane/model.ts';
+import type { LeaseRecord } from '../lease/types.ts';
+import type { SubnetEnv } from '../subnetenv.ts';
+
+export type Verdict = 'ok' | 'warn' | 'fail';
+
+export interface CheckResult {
+  /** short stable name, e.g. "ip-forward" */
+  readonly check: string;
+  readonly verdict: Verdict;
+  readonly detail: string;
+  /** one line an operator can act on ("" when there is nothing to do) */
+  readonly fix: string;
+}
+
+export type Read<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: string };
+
+export const got = <T>(value: T): Read<T> => ({ ok: true, value });
+export const failed = <T>(error: string): Read<T> => ({ ok: false, error });
+
+export interface LinkFact {
+  readonly name: string;
+  /** linkinfo kind ("vxlan", "bridge", "veth", …), undefined for plain devices */
+  readonly kind: string | undefined;
+  readonly mtu: number;
+  /** the bridge this link is a port of */
+  readonly master: string | undefined;
+  /** IPv4 addresses as "a.b.c.d/len" */
+  readonly addresses: readonly string[];
+  /** vxlan devices: VNI and UDP port */
+  readonly vni: number | undefined;
+  readonly port: number | undefined;
+}
+
+export interface UnderlayFact {
+  readonly name: string;
+  readonly mtu: number;
+  /** the address peers reach us at (--public-ip or the interface's) */
+  readonly publicIp: string;
+}
+
+export interface IptablesFact {
+  /** the backend the `iptables` command drives */
+  readonly backend: 'nf_tables' | 'legacy';
+  /** number of rules ("-A" lines) the other backend holds */
+  readonly otherRules: Read<number>;
+}
+
+/** A chain another overlay daemon leaves behind (FLANNEL-POSTRTG, FLANNEL-FWD). */
+export interface ForeignChain {
+  readonly table: string;
+  readonly chain: string;
+  readonly rules: number;
+  /** rules in the built-in chain that jump to it */
+  readonly jumps: number;
+}
+
+export interface StoreFact {
+  readonly config: NetConfig;
+  readonly leases: readonly LeaseRecord[];
+}
+
+export interface DoctorFacts {
+  readonly ipForward: Read<string>;
+  /** bridge-nf-call-iptables; undefined when /proc/sys/net/bridge is absent (br_netfilter not loaded) */
+  readonly bridgeNf: Read<string | undefined>;
+  /** rp_filter per conf entry ("all", "default", device names); devices that do not exist are left out */
+  readonly rpFilter: ReadonlyMap<string, string>;
+  readonly iptables: Read<IptablesFact>;
+  /** `iptables -S INPUT` */
+  readonly inputChain: Read<string>;
+  /** the foreign chains that exist */
+  readonly foreignChains: Read<readonly ForeignChain[]>;
+  readonly links: Read<readonly LinkFact[]>;
+  readonly underlay: Read<UnderlayFact>;
+  readonly subnetFile: string;
+  /** undefined when the file does not exist */
+  readonly subnetEnv: Read<SubnetEnv | undefined>;
+  readonly store: Read<StoreFact>;
+  /** main-table routes carrying twill's protocol */
+  readonly ownedRoutes: Read<readonly RouteSpec[]>;
+  /** the CNI bridge's name (cni0) */
+  readonly bridge: string;
+}

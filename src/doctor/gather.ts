@@ -1,0 +1,149 @@
+// The doctor's only contact with the world: it reads /proc/sys, runs `ip`
+// and `iptables*` through the process runner, reads subnet.env and asks the
+// lease store, all in parallel, and turns each answer (or its failure) into
+// a fact. No check runs here; a read that fails is recorded, not thrown.
+import { describeError, hasCode, TwillError } from '../errors.ts';
+import { runJson, type Runner } from '../exec/runner.ts';
+import { ROUTE_PROTOCOL } from '../dataplane/model.ts';
+import { observeChain, parseIptablesVersion, parseRoutes } from '../dataplane/observe.ts';
+import type { LeaseRecord, LeaseStore } from '../lease/types.ts';
+import { discoverInterface, parseIpAddr, type IfaceRequest } from '../net/iface.ts';
+import { readSubnetEnv } from '../subnetenv.ts';
+import { childController } from '../util/abort.ts';
+import { failed, got, type DoctorFacts, type ForeignChain, type IptablesFact, type LinkFact, type Read, type StoreFact } from './facts.ts';
+import { overlayView } from './overlay.ts';
+
+export interface GatherDeps {
+  readonly runner: Runner;
+  /** reads a file (under /proc/sys); rejects with code ENOENT when it does not exist */
+  readonly readText: (path: string) => Promise<string>;
+  /** the network config and every lease record; throws when the store cannot answer */
+  readonly readStore: (signal: AbortSignal) => Promise<StoreFact>;
+}
+
+export interface GatherOptions {
+  readonly iface: IfaceRequest;
+  readonly subnetFile: string;
+  readonly bridge: string;
+}
+
+async function attempt<T>(fn: () => Promise<T>): Promise<Read<T>> {
+  try {
+    return got(await fn());
+  } catch (err) {
+    return failed(describeError(err));
+  }
+}
+
+const enoent = (err: unknown): boolean => (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
+
+/** `ip -d -json addr show` → every link with its kind, master, vxlan VNI and port. */
+export function parseLinkFacts(json: unknown): LinkFact[] {
+  const raw = Array.isArray(json) ? (json as Record<string, unknown>[]) : [];
+  return parseIpAddr(json).map((l, i) => {
+    const info = (raw[i]?.linkinfo ?? {}) as { info_kind?: string; info_data?: { id?: number; port?: number } };
+    const master = raw[i]?.master;
+    return {
+      name: l.name,
+      kind: info.info_kind,
+      mtu: l.mtu,
+      master: typeof master === 'string' ? master : undefined,
+      addresses: l.networks,
+      vni: info.info_data?.id,
+      port: info.info_data?.port,
+    };
+  });
+}
+
+/** Number of rules in an `iptables-save` dump. */
+export function countSavedRules(dump: string): number {
+  return dump.split('\n').filter((l) => l.startsWith('-A ')).length;
+}
+
+async function iptablesFact(runner: Runner, signal: AbortSignal): Promise<IptablesFact> {
+  const info = parseIptablesVersion((await runner('iptables', ['--version'], { signal })).stdout);
+  const backend = info.nftables ? 'nf_tables' : 'legacy';
+  const save = info.nftables ? 'iptables-legacy-save' : 'iptables-nft-save';
+  const otherRules = await attempt(async () => countSavedRules((await runner(save, [], { signal, timeoutMs: 10_000 })).stdout));
+  return { backend, otherRules };
+}
+
+const FOREIGN = [
+  { table: 'nat', parent: 'POSTROUTING', chain: 'FLANNEL-POSTRTG' },
+  { table: 'filter', parent: 'FORWARD', chain: 'FLANNEL-FWD' },
+] as const;
+
+async function foreignChains(runner: Runner, signal: AbortSignal): Promise<ForeignChain[]> {
+  const seen = await Promise.all(FOREIGN.map(async (c) => ({ c, o: await observeChain(runner, c, signal) })));
+  return seen.flatMap(({ c, o }) => (o.rules === null && o.jumps.length === 0 ? [] : [{ table: c.table, chain: c.chain, rules: o.rules?.length ?? 0, jumps: o.jumps.length }]));
+}
+
+async function sysctl(deps: GatherDeps, path: string): Promise<Read<string | undefined>> {
+  return attempt(async () => {
+    try {
+      return (await deps.readText(`/proc/sys/${path}`)).trim();
+    } catch (err) {
+      if (enoent(err)) return undefined;
+      throw err;
+    }
+  });
+}
+
+/** rp_filter of all, default and each device overlay traffic crosses (absent devices left out). */
+async function rpFilters(deps: GatherDeps, f: DoctorFacts): Promise<Map<string, string>> {
+  const view = overlayView(f);
+  const devs = ['all', 'default', ...(f.underlay.ok ? [f.underlay.value.name] : []), ...(view.device ? [view.device] : []), f.bridge];
+  const values = await Promise.all(devs.map((d) => sysctl(deps, `net/ipv4/conf/${d}/rp_filter`)));
+  return new Map(devs.flatMap((d, i) => {
+    const v = values[i];
+    return v?.ok && v.value !== undefined ? [[d, v.value] as [string, string]] : [];
+  }));
+}
+
+/** Reads every fact the checks need. */
+export async function gather(deps: GatherDeps, o: GatherOptions, signal: AbortSignal): Promise<DoctorFacts> {
+  const { runner } = deps;
+  const opts = { signal, timeoutMs: 10_000 };
+  const [ipForward, bridgeNf, iptables, inputChain, foreign, links, underlay, subnetEnv, store, ownedRoutes] = await Promise.all([
+    sysctl(deps, 'net/ipv4/ip_forward').then((r) => (r.ok && r.value === undefined ? failed<string>('no /proc/sys/net/ipv4/ip_forward') : (r as Read<string>))),
+    sysctl(deps, 'net/bridge/bridge-nf-call-iptables'),
+    attempt(() => iptablesFact(runner, signal)),
+    attempt(async () => (await runner('iptables', ['-w', '5', '-S', 'INPUT'], opts)).stdout),
+    attempt(() => foreignChains(runner, signal)),
+    attempt(async () => parseLinkFacts(await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show'], opts))),
+    attempt(async () => {
+      const c = await discoverInterface(runner, o.iface, signal);
+      return { name: c.iface.name, mtu: c.iface.mtu, publicIp: c.publicIp };
+    }),
+    attempt(() => readSubnetEnv(o.subnetFile)),
+    deps.readStore(signal).then(got, (err: unknown) => failed<StoreFact>(hasCode(err, 'STORE_UNAVAILABLE') ? `etcd unreachable (${describeError(err)})` : `store: ${describeError(err)}`)),
+    attempt(async () => parseRoutes(await runJson(runner, 'ip', ['-json', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)], opts))),
+  ]);
+  const facts: DoctorFacts = { ipForward, bridgeNf, rpFilter: new Map(), iptables, inputChain, foreignChains: foreign, links, underlay, subnetFile: o.subnetFile, subnetEnv, store, ownedRoutes, bridge: o.bridge };
+  return { ...facts, rpFilter: await rpFilters(deps, facts) };
+}
+
+/** The config and one complete listing of the lease records, within `timeoutMs`. */
+export async function readLeaseStore(store: LeaseStore, signal: AbortSignal, timeoutMs: number): Promise<StoreFact> {
+  const ctl = childController(signal);
+  const timer = setTimeout(() => ctl.abort(), timeoutMs);
+  try {
+    const config = await store.getNetworkConfig(ctl.signal);
+    let leases: readonly LeaseRecord[] | undefined;
+    let down = '';
+    await store.watchLeases({
+      signal: ctl.signal,
+      onEvent: (ev) => {
+        if (ev.type === 'snapshot') {
+          leases = ev.records;
+          ctl.abort();
+        } else if (ev.type === 'connectivity' && !ev.connected) down = ev.detail;
+      },
+    });
+    if (leases === undefined) throw new TwillError('STORE_UNAVAILABLE', `no lease listing within ${timeoutMs} ms${down ? `: ${down}` : ''}`);
+    return { config, leases };
+  } finally {
+    clearTimeout(timer);
+    ctl.abort();
+  }
+}

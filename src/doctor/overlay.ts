@@ -1,0 +1,35 @@
+// Which overlay this node runs, as far as the facts tell: the backend, VNI
+// and UDP port from the network config when the store answered, else from
+// an existing twill.<VNI> device, else flannel's defaults. Several checks
+// need it (rp_filter, MTU, the vxlan port), so it is worked out once here.
+import { DEFAULT_VNI, DEFAULT_VXLAN_PORT } from '../config/netconf.ts';
+import { vxlanDeviceName } from '../dataplane/backend.ts';
+import type { DoctorFacts, LinkFact } from './facts.ts';
+
+export interface OverlayView {
+  /** undefined when neither the config nor a device says */
+  readonly backend: 'vxlan' | 'host-gw' | undefined;
+  /** the vxlan device's name (twill.<VNI>) for vxlan, undefined otherwise */
+  readonly device: string | undefined;
+  readonly port: number;
+  /** Backend.MTU from the config, when set */
+  readonly backendMtu: number | undefined;
+  /** where the view comes from, for details: "the network config", "device twill.1", "defaults" */
+  readonly source: string;
+}
+
+/** twill's own vxlan devices (twill.*). */
+export function twillDevices(links: readonly LinkFact[]): LinkFact[] {
+  return links.filter((l) => l.name.startsWith('twill.') && l.kind === 'vxlan');
+}
+
+export function overlayView(f: DoctorFacts): OverlayView {
+  if (f.store.ok) {
+    const b = f.store.value.config.backend;
+    if (b.type === 'host-gw') return { backend: 'host-gw', device: undefined, port: DEFAULT_VXLAN_PORT, backendMtu: undefined, source: 'the network config' };
+    return { backend: 'vxlan', device: vxlanDeviceName(b.vni), port: b.port, backendMtu: b.mtu, source: 'the network config' };
+  }
+  const dev = f.links.ok ? twillDevices(f.links.value)[0] : undefined;
+  if (dev) return { backend: 'vxlan', device: dev.name, port: dev.port ?? DEFAULT_VXLAN_PORT, backendMtu: undefined, source: `device ${dev.name}` };
+  return { backend: undefined, device: vxlanDeviceName(DEFAULT_VNI), port: DEFAULT_VXLAN_PORT, backendMtu: undefined, source: 'defaults (store unreachable, no twill device)' };
+}
