@@ -3,9 +3,12 @@
 // table of every figure, or JSON with --json.
 import { cniSuite } from './cni.ts';
 import { dataplaneSuite } from './dataplane.ts';
+import { eventsSuite } from './events.ts';
+import { idleSuite } from './idle.ts';
+import { throughputSuite } from './throughput.ts';
 import { renderTable, type BenchRow, type BenchSuite } from './table.ts';
 
-const suites: BenchSuite[] = [dataplaneSuite, cniSuite];
+const suites: BenchSuite[] = [dataplaneSuite, eventsSuite, idleSuite, cniSuite, throughputSuite];
 
 async function main(argv: readonly string[]): Promise<number> {
   const json = argv.includes('--json');

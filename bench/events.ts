@@ -1,0 +1,115 @@
+// Lease events → kernel, host-gw and vxlan: a running node (the built daemon,
+// a real etcd) already holding 5,000 peers gets new peer leases one at a
+// time; each is timed from just before the etcd put (in a small etcd3
+// client in the etcd namespace) to the moment its route appears on the
+// node's `ip monitor route` (a long-running monitor in the node namespace,
+// lines timestamped as they arrive). Then the same leases are deleted, one
+// every 100 ms, each timed until its route's "Deleted" line: that includes
+// the 500 ms a peer deleted by an event is kept (README, "Leases and the
+// dataplane").
+import { sweepStaleNetns } from '../test/helpers/netns.ts';
+import { ETCD_PREFIX, leaseValue, ownedRoutes, ownLeaseKey, peer, putLeases, setupNode, startTwill, stopNode, waitUntil, type Node, type PeerSpec } from './node.ts';
+import { percentile, type BenchRow, type BenchSuite } from './table.ts';
+import { LineTap, type TappedLine } from './tap.ts';
+
+const PEERS = 5_000;
+const EVENTS = 100;
+const DELETE_EVERY_MS = 100;
+const TARGET_MS = 1_000;
+
+/** A small etcd client on stdin/stdout: `put <key> <value>` / `del <key>` → `<key> <wall ms just before the request>`. */
+const CLIENT_SCRIPT = (endpoint: string): string => `
+import { Etcd3 } from 'etcd3';
+import { createInterface } from 'node:readline';
+const c = new Etcd3({ hosts: '${endpoint}' });
+await c.get('${ETCD_PREFIX}/config').string();
+process.stdout.write('ready\\n');
+for await (const line of createInterface({ input: process.stdin })) {
+  const [verb, key, value] = line.split(' ');
+  const t0 = performance.timeOrigin + performance.now();
+  if (verb === 'put') await c.put(key).value(value); else await c.delete().key(key);
+  process.stdout.write(key + ' ' + t0 + '\\n');
+}
+c.close();
+`;
+
+interface Taps {
+  readonly monitor: LineTap;
+  readonly client: LineTap;
+}
+
+const sleepMs = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** The time from the etcd request to the kernel line for `p`. */
+async function timeEvent(t: Taps, o: { verb: 'put' | 'del'; p: PeerSpec; backend: string }): Promise<number> {
+  const key = `${ETCD_PREFIX}/subnets/${o.p.key}`;
+  const prefix = o.verb === 'put' ? `${o.p.subnet} ` : `Deleted ${o.p.subnet} `;
+  const seen: Promise<TappedLine> = t.monitor.next((l) => l.startsWith(prefix), 10_000);
+  const ack = t.client.next((l) => l.startsWith(`${key} `), 10_000);
+  t.client.write(o.verb === 'put' ? `put ${key} ${leaseValue(o.p, o.backend)}` : `del ${key}`);
+  const t0 = Number((await ack).text.split(' ')[1]);
+  return (await seen).at - t0;
+}
+
+/** New peers for the events: after the 5,000, skipping our own subnet. */
+async function eventPeers(n: Node): Promise<PeerSpec[]> {
+  const own = await ownLeaseKey(n);
+  const out: PeerSpec[] = [];
+  for (let i = PEERS; out.length < EVENTS; i++) if (peer(i).key !== own) out.push(peer(i));
+  return out;
+}
+
+async function measure(n: Node, t: Taps): Promise<{ add: number[]; del: number[] }> {
+  const peers = await eventPeers(n);
+  const add: number[] = [];
+  for (const p of peers) {
+    add.push(await timeEvent(t, { verb: 'put', p, backend: n.backend }));
+    // let the verification pass after it finish (jittered, not in step with the resync timer)
+    await sleepMs(100 + Math.random() * 50);
+  }
+  const dels: Promise<number>[] = [];
+  for (const p of peers) {
+    dels.push(timeEvent(t, { verb: 'del', p, backend: n.backend }));
+    await sleepMs(DELETE_EVERY_MS);
+  }
+  return { add, del: await Promise.all(dels) };
+}
+
+function rows(backend: string, m: { add: number[]; del: number[] }): BenchRow[] {
+  const row = (what: string, sample: number[], p: number): BenchRow => {
+    const value = Math.round(percentile(sample, p) * 10) / 10;
+    return { suite: 'events', figure: `${what} p${p}, ${backend}, ${PEERS} peers, ${sample.length} events`, value, unit: 'ms', ...(p === 99 ? { target: { text: `≤ ${TARGET_MS} ms`, met: value <= TARGET_MS } } : {}) };
+  };
+  return [
+    row('new lease → route on the node', m.add, 50),
+    row('new lease → route on the node', m.add, 99),
+    row('lease deleted → route gone (incl. 500 ms grace)', m.del, 50),
+    row('lease deleted → route gone (incl. 500 ms grace)', m.del, 99),
+  ];
+}
+
+async function backendRows(backend: string): Promise<BenchRow[]> {
+  const n = await setupNode({ backend, name: `events-${backend}` });
+  const taps: LineTap[] = [];
+  try {
+    await putLeases(n, PEERS);
+    await startTwill(n);
+    await waitUntil(async () => (await ownedRoutes(n.ns)) === PEERS, 120_000, 'the node to program 5000 peers');
+    await sleepMs(1_000);
+    const t: Taps = { monitor: new LineTap(n.ns, ['ip', 'monitor', 'route']), client: new LineTap(n.etcdNs, [process.execPath, '--input-type=module', '-e', CLIENT_SCRIPT(n.etcd.endpoint)]) };
+    taps.push(t.monitor, t.client);
+    await t.client.next((l) => l === 'ready', 20_000);
+    return rows(backend, await measure(n, t));
+  } finally {
+    for (const tap of taps) tap.close();
+    await stopNode(n);
+  }
+}
+
+export const eventsSuite: BenchSuite = {
+  name: 'events',
+  async run() {
+    await sweepStaleNetns();
+    return [...(await backendRows('host-gw')), ...(await backendRows('vxlan'))];
+  },
+};

@@ -1,0 +1,165 @@
+// Idle CPU on a kube-proxy-sized host: two nodes run side by side over the
+// same 60 s, both vxlan with a few peers; one holds 20,004 unrelated nat
+// rules in kube-proxy's shape (loaded with one iptables-restore before
+// twill starts) and has them rewritten every 5 s during the window (one
+// iptables-restore --noflush re-declaring and refilling every KUBE-* chain,
+// the endpoints moved), the other holds nothing else (the yardstick). CPU
+// is utime+stime from /proc/<pid>/stat: of the daemon process, and of its
+// whole tree (its monitors, and the commands its passes ran). Passes that
+// kernel events triggered in the window are counted from the daemon's own
+// trace log; the resync timer's passes (every 5 s) are not triggers.
+import { readdir, readFile } from 'node:fs/promises';
+import { run } from '../src/exec/runner.ts';
+import { sweepStaleNetns } from '../test/helpers/netns.ts';
+import { kubeNatRules, kubeRuleCount } from './kube-rules.ts';
+import { logLines, ownedRoutes, putLeases, setupNode, sh, startTwill, stopNode, waitUntil, type Node } from './node.ts';
+import type { BenchRow, BenchSuite } from './table.ts';
+
+const SERVICES = 2_000;
+const PEERS = 4;
+const WINDOW_MS = 60_000;
+const CHURN_EVERY_MS = 5_000;
+const SETTLE_MS = 6_000;
+const TARGET_PCT = 1;
+
+interface Ticks {
+  /** the daemon's own utime+stime */
+  readonly self: number;
+  /** self, plus its reaped children and its live descendants */
+  readonly tree: number;
+}
+
+/** utime, stime, cutime, cstime and ppid of every process, by pid. */
+async function allStats(): Promise<Map<number, { ppid: number; own: number; reaped: number }>> {
+  const out = new Map<number, { ppid: number; own: number; reaped: number }>();
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const text = await readFile(`/proc/${name}/stat`, 'utf8').catch(() => '');
+    const f = text.slice(text.lastIndexOf(')') + 2).split(' '); // f[0] is field 3 (state)
+    if (f.length < 15) continue;
+    out.set(Number(name), { ppid: Number(f[1]), own: Number(f[11]) + Number(f[12]), reaped: Number(f[13]) + Number(f[14]) });
+  }
+  return out;
+}
+
+async function ticks(pid: number): Promise<Ticks> {
+  const stats = await allStats();
+  const me = stats.get(pid);
+  if (!me) throw new Error(`bench: the daemon (pid ${pid}) is gone`);
+  let tree = me.own + me.reaped;
+  const inTree = new Set([pid]);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [p, s] of stats) {
+      if (inTree.has(p) || !inTree.has(s.ppid)) continue;
+      inTree.add(p);
+      tree += s.own + s.reaped;
+      grew = true;
+    }
+  }
+  return { self: me.own, tree };
+}
+
+async function idleNode(o: { name: string; rules: boolean; nodes: Node[] }): Promise<Node> {
+  const n = await setupNode({ backend: 'vxlan', name: o.name });
+  o.nodes.push(n);
+  await putLeases(n, PEERS);
+  if (o.rules) await sh(n.ns, ['iptables-restore', '-w', '5', '--noflush'], kubeNatRules({ services: SERVICES, generation: 0, jumps: true }));
+  await startTwill(n, ['--log-level', 'trace']);
+  await waitUntil(async () => (await ownedRoutes(n.ns)) === PEERS, 30_000, `${o.name}: every peer programmed`);
+  return n;
+}
+
+/** kube-proxy's resyncs: every KUBE-* chain rewritten every 5 s until `until`; how many. */
+async function churn(n: Node, until: number): Promise<number> {
+  let generation = 0;
+  await new Promise((r) => setTimeout(r, CHURN_EVERY_MS / 2));
+  while (Date.now() < until) {
+    const next = Date.now() + CHURN_EVERY_MS;
+    await sh(n.ns, ['iptables-restore', '-w', '5', '--noflush'], kubeNatRules({ services: SERVICES, generation: ++generation, jumps: false }));
+    await new Promise((r) => setTimeout(r, Math.max(0, Math.min(next, until) - Date.now())));
+  }
+  return generation;
+}
+
+/** Passes triggered by events (not the resync timer) between `from` and `to`, by source. */
+async function triggers(n: Node, from: number, to: number): Promise<{ count: number; sources: string }> {
+  const lines = (await logLines(n.log)).filter((l) => l.msg === 'pass triggered' && l.time >= from && l.time <= to);
+  const by = new Map<string, number>();
+  for (const l of lines) by.set(l.source ?? '?', (by.get(l.source ?? '?') ?? 0) + 1);
+  return { count: lines.length, sources: [...by].map(([s, c]) => `${s}: ${c}`).join(', ') };
+}
+
+/** The three nodes of the window: rules rewritten, rules left alone, no extra rules (the yardstick). */
+interface Trio<T> {
+  readonly churned: T;
+  readonly still: T;
+  readonly bare: T;
+}
+
+interface Window {
+  readonly cpu: Trio<Ticks>;
+  readonly triggers: Trio<{ count: number; sources: string }>;
+  readonly seconds: number;
+  readonly churns: number;
+}
+
+const each = async <A, B>(t: Trio<A>, f: (a: A) => Promise<B>): Promise<Trio<B>> => ({ churned: await f(t.churned), still: await f(t.still), bare: await f(t.bare) });
+
+async function measure(nodes: Trio<Node>): Promise<Window> {
+  const from = Date.now();
+  const t0 = await each(nodes, (n) => ticks(n.child?.pid ?? 0));
+  const churns = await churn(nodes.churned, from + WINDOW_MS);
+  await new Promise((r) => setTimeout(r, Math.max(0, from + WINDOW_MS - Date.now())));
+  const t1 = await each(nodes, (n) => ticks(n.child?.pid ?? 0));
+  const to = Date.now();
+  const d = (a: Ticks, b: Ticks): Ticks => ({ self: b.self - a.self, tree: b.tree - a.tree });
+  const cpu = { churned: d(t0.churned, t1.churned), still: d(t0.still, t1.still), bare: d(t0.bare, t1.bare) };
+  return { cpu, triggers: await each(nodes, (n) => triggers(n, from, to)), seconds: (to - from) / 1000, churns };
+}
+
+async function rows(w: Window): Promise<BenchRow[]> {
+  const hz = Number((await run('getconf', ['CLK_TCK'])).stdout.trim()) || 100;
+  const pct = (t: number): number => Math.round((t / hz / w.seconds) * 1000) / 10;
+  const rules = `${kubeRuleCount(SERVICES)} unrelated nat rules`;
+  const cpu = (o: { figure: string; node: keyof Trio<unknown>; pick: (t: Ticks) => number }): BenchRow => {
+    const value = pct(o.pick(w.cpu[o.node]));
+    return { suite: 'idle', figure: o.figure, value, unit: '% of a core', yardstick: { name: 'no extra rules', value: pct(o.pick(w.cpu.bare)) }, target: { text: `≤ ${TARGET_PCT} %`, met: value <= TARGET_PCT } };
+  };
+  const fired = w.triggers.churned;
+  return [
+    cpu({ figure: `idle CPU over ${Math.round(w.seconds)} s, ${PEERS} peers, ${rules} left alone: the daemon`, node: 'still', pick: (t) => t.self }),
+    cpu({ figure: '  the same, its whole process tree (monitors, commands of its passes)', node: 'still', pick: (t) => t.tree }),
+    cpu({ figure: `idle CPU, ${rules} rewritten every ${CHURN_EVERY_MS / 1000} s (${w.churns}× in the window): the daemon`, node: 'churned', pick: (t) => t.self }),
+    cpu({ figure: '  the same, its whole process tree (monitors, commands of its passes)', node: 'churned', pick: (t) => t.tree }),
+    {
+      suite: 'idle',
+      figure: `  passes triggered by kernel events while the rules were rewritten${fired.count > 0 ? ` (${fired.sources})` : ''}`,
+      value: fired.count,
+      unit: 'passes',
+      yardstick: { name: 'no extra rules', value: w.triggers.bare.count },
+      target: { text: '= 0', met: fired.count === 0 },
+    },
+  ];
+}
+
+export const idleSuite: BenchSuite = {
+  name: 'idle',
+  async run() {
+    await sweepStaleNetns();
+    const all: Node[] = [];
+    try {
+      const nodes: Trio<Node> = {
+        churned: await idleNode({ name: 'idle-churn', rules: true, nodes: all }),
+        still: await idleNode({ name: 'idle-still', rules: true, nodes: all }),
+        bare: await idleNode({ name: 'idle-bare', rules: false, nodes: all }),
+      };
+      await new Promise((r) => setTimeout(r, SETTLE_MS));
+      const cmd = await readFile(`/proc/${nodes.bare.child?.pid ?? 0}/cmdline`, 'utf8');
+      if (!cmd.includes('main.js')) throw new Error(`bench: pid ${nodes.bare.child?.pid} is not the daemon: ${cmd}`);
+      return await rows(await measure(nodes));
+    } finally {
+      for (const n of all) await stopNode(n);
+    }
+  },
+};

@@ -1,0 +1,147 @@
+// One benchmark node: a real etcd in its own namespace and the built daemon
+// (`twill run`, as the `twill` command runs it) as a real process in a node
+// namespace on one veth link to it. Shared by the dataplane, events and idle
+// suites; peer leases are synthetic, peer i at a fixed subnet, public IP and
+// VtepMAC on the /12 underlay, put straight into etcd from its namespace.
+import type { ChildProcess } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { run } from '../src/exec/runner.ts';
+import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
+import { startEtcd, type EtcdServer } from '../test/helpers/etcd.ts';
+import { NetnsLab } from '../test/helpers/netns.ts';
+
+/** extra node flags for the daemon, for memory experiments: TWILL_BENCH_NODE_FLAGS="--max-semi-space-size=1" */
+const NODE_FLAGS = (process.env.TWILL_BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean);
+const ROOT = resolve(import.meta.dirname, '..');
+export const ETCD_PREFIX = '/coreos.com/network';
+
+export interface PeerSpec {
+  readonly key: string;
+  readonly subnet: string;
+  readonly ip: string;
+  readonly mac: string;
+}
+
+/** Peer i: subnet 10.(1+(i>>8)).(i&255).0/24 (clear of 10.0.x), public IP on the /12 underlay. */
+export function peer(i: number): PeerSpec {
+  const a = 1 + (i >> 8);
+  const b = i & 255;
+  return { key: `10.${a}.${b}.0-24`, subnet: `10.${a}.${b}.0/24`, ip: `172.16.${a}.${b === 0 ? 1 : b}`, mac: `02:42:00:00:${a.toString(16).padStart(2, '0')}:${b.toString(16).padStart(2, '0')}` };
+}
+
+/** The lease value flannel writes for peer `p` under `backend`. */
+export function leaseValue(p: PeerSpec, backend: string): string {
+  const base = { PublicIP: p.ip, PublicIPv6: null, BackendType: backend };
+  return JSON.stringify(backend === 'vxlan' ? { ...base, BackendData: { VNI: 1, VtepMAC: p.mac } } : base);
+}
+
+const PUT_SCRIPT = (o: { endpoint: string; backend: string; count: number }): string => `
+import { Etcd3 } from 'etcd3';
+const c = new Etcd3({ hosts: '${o.endpoint}' });
+const put = (i) => {
+  const a = 1 + (i >> 8), b = i & 255;
+  const mac = '02:42:00:00:' + a.toString(16).padStart(2, '0') + ':' + b.toString(16).padStart(2, '0');
+  const v = ${o.backend === 'vxlan'} ? { PublicIP: '172.16.' + a + '.' + (b === 0 ? 1 : b), PublicIPv6: null, BackendType: 'vxlan', BackendData: { VNI: 1, VtepMAC: mac } }
+                                   : { PublicIP: '172.16.' + a + '.' + (b === 0 ? 1 : b), PublicIPv6: null, BackendType: 'host-gw' };
+  return c.put('${ETCD_PREFIX}/subnets/10.' + a + '.' + b + '.0-24').value(JSON.stringify(v));
+};
+for (let i = 0; i < ${o.count}; i += 250) await Promise.all(Array.from({ length: Math.min(250, ${o.count} - i) }, (_, k) => put(i + k)));
+c.close();
+`;
+
+export interface LogLine {
+  time: number;
+  msg: string;
+  ops?: Record<string, number>;
+  durationMs?: number;
+  source?: string;
+}
+
+export async function logLines(file: string): Promise<LogLine[]> {
+  const text = await readFile(file, 'utf8').catch(() => '');
+  return text.split('\n').flatMap((l) => {
+    try {
+      return [JSON.parse(l) as LogLine];
+    } catch {
+      return [];
+    }
+  });
+}
+
+export async function waitUntil(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`bench: timed out waiting for ${what}`);
+}
+
+export interface Node {
+  lab: NetnsLab;
+  ns: string;
+  etcdNs: string;
+  etcd: EtcdServer;
+  dir: string;
+  backend: string;
+  child: ChildProcess | undefined;
+  log: string;
+  spawnedAt: number;
+}
+
+/** Runs argv inside namespace `ns`; its stdout. */
+export const sh = (ns: string, args: string[], input?: string): Promise<string> =>
+  run('nsenter', [`--net=/run/netns/${ns}`, ...args], { timeoutMs: 60_000, ...(input === undefined ? {} : { input }) }).then((r) => r.stdout);
+
+/** The node flags the `twill` command runs with: those on its shebang line. */
+async function daemonNodeFlags(main: string): Promise<string[]> {
+  const first = (await readFile(main, 'utf8')).split('\n')[0] ?? '';
+  return first.replace(/^#!\/usr\/bin\/env (-S )?node ?/, '').split(' ').filter(Boolean);
+}
+
+/** etcd (with only the network config) and a node on one veth link; namespaces named after `name`. */
+export async function setupNode(o: { backend: string; name: string }): Promise<Node> {
+  const lab = new NetnsLab();
+  const dir = await mkdtemp(join(tmpdir(), 'twill-bench-'));
+  const etcdNs = await lab.add(`${o.name}-etcd`);
+  const ns = await lab.add(`${o.name}-node`);
+  await lab.link({ ns: etcdNs, dev: 'eth0', cidr: '172.16.0.1/12' }, { ns, dev: 'eth0', cidr: '172.16.0.2/12' });
+  const etcd = await startEtcd({ netns: etcdNs, host: '172.16.0.1', clientPort: 2379 });
+  await sh(etcdNs, ['etcdctl', '--endpoints', etcd.endpoint, 'put', `${ETCD_PREFIX}/config`, `{"Network":"10.0.0.0/8","SubnetLen":24,"Backend":{"Type":"${o.backend}"}}`]);
+  return { lab, ns, etcdNs, etcd, dir, backend: o.backend, child: undefined, log: join(dir, 'twill.log'), spawnedAt: 0 };
+}
+
+/** Peers 0 … count-1 into etcd, 250 at a time, from the etcd namespace. */
+export async function putLeases(n: Node, count: number): Promise<void> {
+  // npm runs the bench from the project root, where 'etcd3' resolves
+  await run('nsenter', [`--net=/run/netns/${n.etcdNs}`, process.execPath, '--input-type=module', '-e', PUT_SCRIPT({ endpoint: n.etcd.endpoint, backend: n.backend, count })], { timeoutMs: 120_000 });
+}
+
+/** Starts the built daemon with the node flags of its shebang, as the `twill` command runs. */
+export async function startTwill(n: Node, extraArgs: readonly string[] = []): Promise<void> {
+  const main = join(ROOT, 'dist/src/cli/main.js');
+  const flags = [...(await daemonNodeFlags(main)), ...NODE_FLAGS];
+  await rm(n.log, { force: true });
+  n.spawnedAt = Date.now();
+  n.child = n.lab.spawn(n.ns, [process.execPath, ...flags, main, 'run', '--etcd-endpoints', n.etcd.endpoint, '--iface', 'eth0', '--ip-masq', '--subnet-file', join(n.dir, 'subnet.env'), '--node-name', 'bench', ...extraArgs], n.log);
+}
+
+/** Our own subnet's lease key (from subnet.env), e.g. "10.7.12.0-24". */
+export async function ownLeaseKey(n: Node): Promise<string> {
+  const env = await readFile(join(n.dir, 'subnet.env'), 'utf8');
+  const subnet = /FLANNEL_SUBNET=(\d+\.\d+\.\d+)\.\d+\/(\d+)/.exec(env);
+  if (!subnet) throw new Error(`bench: no FLANNEL_SUBNET in ${join(n.dir, 'subnet.env')}`);
+  return `${subnet[1]}.0-${subnet[2]}`;
+}
+
+export async function stopNode(n: Node): Promise<void> {
+  await n.etcd.destroy();
+  await n.lab.destroy();
+  await rm(n.dir, { recursive: true, force: true });
+}
+
+export async function ownedRoutes(ns: string): Promise<number> {
+  return (await sh(ns, ['ip', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)])).split('\n').filter(Boolean).length;
+}
