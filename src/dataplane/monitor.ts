@@ -46,13 +46,19 @@ export interface MonitorOptions {
   readonly onEvent: (source: string) => void;
 }
 
-async function keepWatching(o: MonitorOptions, spec: { name: string; file: string; args: string[]; matters: (l: string) => boolean }, signal: AbortSignal): Promise<void> {
+/** Substrings every line that can matter holds (see ipEventMatters / nftEventMatters): the byte-level prefilter. */
+export function ipNeedles(ctx: MonitorContext): string[] {
+  return ['twill.', `proto ${ROUTE_PROTOCOL}`, ctx.underlay];
+}
+export const NFT_NEEDLES = ['TWILL-', ' POSTROUTING ', ' FORWARD ', 'ruleset', 'table ip nat', 'table ip filter'];
+
+async function keepWatching(o: MonitorOptions, spec: { name: string; file: string; args: string[]; needles: string[]; matters: (l: string) => boolean }, signal: AbortSignal): Promise<void> {
   const backoff = new Backoff(200, 10_000);
   while (!signal.aborted) {
     o.onEvent(`${spec.name} (re)started`);
     const started = Date.now();
     try {
-      await o.watch(spec.file, spec.args, { signal, onLine: (line) => spec.matters(line) && o.onEvent(spec.name) });
+      await o.watch(spec.file, spec.args, { signal, needles: spec.needles, onLine: (line) => spec.matters(line) && o.onEvent(spec.name) });
     } catch (err) {
       if (signal.aborted) return;
       if (Date.now() - started > 60_000) backoff.reset(); // it ran fine for a while: a fresh failure
@@ -66,9 +72,9 @@ async function keepWatching(o: MonitorOptions, spec: { name: string; file: strin
 /** Runs the monitors until `signal` aborts. */
 export async function runMonitors(o: MonitorOptions, signal: AbortSignal): Promise<void> {
   const watchers = [
-    keepWatching(o, { name: 'ip monitor', file: 'ip', args: ['monitor', 'link', 'address', 'route', 'neigh'], matters: (l) => ipEventMatters(l, o.ctx) }, signal),
+    keepWatching(o, { name: 'ip monitor', file: 'ip', args: ['monitor', 'link', 'address', 'route', 'neigh'], needles: ipNeedles(o.ctx), matters: (l) => ipEventMatters(l, o.ctx) }, signal),
   ];
-  if (o.nft) watchers.push(keepWatching(o, { name: 'nft monitor', file: 'nft', args: ['monitor', 'rules'], matters: nftEventMatters }, signal));
+  if (o.nft) watchers.push(keepWatching(o, { name: 'nft monitor', file: 'nft', args: ['monitor', 'rules'], needles: NFT_NEEDLES, matters: nftEventMatters }, signal));
   await Promise.all(watchers);
 }
 

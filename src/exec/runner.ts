@@ -64,8 +64,36 @@ export async function runJson(runner: Runner, file: string, args: readonly strin
 
 export interface WatchOptions {
   readonly signal: AbortSignal;
-  /** called for every line the program prints on stdout */
+  /** called for every line the program prints on stdout (with `needles`: only lines holding one) */
   readonly onLine: (line: string) => void;
+  /**
+   * Substrings a line must hold to matter. Output is then scanned as raw
+   * bytes and only chunks holding one are split into lines: `nft monitor`
+   * prints every rule of a kube-proxy rewrite (tens of thousands of lines),
+   * and turning each into a string cost a tenth of a core.
+   */
+  readonly needles?: readonly string[];
+}
+
+/** Feeds stdout chunks in, calls `onLine` for each complete line (holding a needle, when there are any). */
+export function lineSplitter(needles: readonly string[] | undefined, onLine: (line: string) => void): (chunk: Buffer) => void {
+  const keys = (needles ?? []).map((n) => Buffer.from(n));
+  const texts = needles ?? [];
+  let pending = Buffer.alloc(0);
+  return (chunk) => {
+    const data = pending.length > 0 ? Buffer.concat([pending, chunk]) : chunk;
+    const end = data.lastIndexOf(0x0a);
+    if (end < 0) {
+      pending = data.length > 65_536 ? Buffer.alloc(0) : Buffer.from(data);
+      return;
+    }
+    const complete = data.subarray(0, end);
+    pending = Buffer.from(data.subarray(end + 1));
+    if (keys.length > 0 && !keys.some((k) => complete.includes(k))) return;
+    for (const line of complete.toString('utf8').split('\n')) {
+      if (texts.length === 0 || texts.some((t) => line.includes(t))) onLine(line);
+    }
+  };
 }
 
 /** Spawns a long-running program (`ip monitor`, `nft monitor`) and streams its stdout lines until it exits or `signal` aborts. */
@@ -73,12 +101,13 @@ export type LineWatcher = (file: string, args: readonly string[], opts: WatchOpt
 
 /** Resolves when the signal aborts; rejects with CommandError when the program exits on its own. */
 export const watchLines: LineWatcher = async (file, args, opts) => {
-  const child = execa(file, args, { cancelSignal: opts.signal, reject: false, encoding: 'utf8', lines: false, buffer: false, stdin: 'ignore', stderr: 'pipe' });
+  const child = execa(file, args, { cancelSignal: opts.signal, reject: false, encoding: 'buffer', buffer: false, stdin: 'ignore', stderr: 'pipe' });
   let stderr = '';
   child.stderr?.on('data', (d: Buffer) => {
     if (stderr.length < 4096) stderr += d.toString();
   });
-  for await (const line of child.iterable({ from: 'stdout' })) opts.onLine(String(line));
+  const split = lineSplitter(opts.needles, opts.onLine);
+  child.stdout?.on('data', (chunk: Buffer) => split(chunk));
   const result = await child;
   if (opts.signal.aborted) return;
   throw new CommandError({ command: [file, ...args], exitCode: result.exitCode, stderr, reason: `exited (${result.exitCode ?? result.signal ?? 'unknown'})` });
