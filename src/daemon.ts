@@ -8,7 +8,7 @@ import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { LineWatcher, Runner } from './exec/runner.ts';
 import { desiredState, vxlanDeviceName } from './dataplane/backend.ts';
-import { pollChains, runMonitors } from './dataplane/monitor.ts';
+import { pollChains, runMonitors, type FloodGuard } from './dataplane/monitor.ts';
 import { detectIptables } from './dataplane/observe.ts';
 import type { DesiredState } from './dataplane/model.ts';
 import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
@@ -46,6 +46,8 @@ export interface DaemonOptions {
   readonly healthz?: { readonly ip: string; readonly port: number };
   /** twill's version, for twill_build_info */
   readonly version?: string;
+  /** when `nft monitor` output counts as a flood (tests shrink it); default DEFAULT_FLOOD */
+  readonly nftFlood?: FloodGuard;
   /** observes the daemon's state, for tests and (later) health and status */
   readonly onState?: (state: DaemonState) => void;
 }
@@ -179,14 +181,15 @@ async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonPr
   probe.started({ keeper, subnetFile: opts.subnetFile, env: subnetEnvFor(config, choice, lease, opts.ipMasq), underlay: choice.iface.name });
   publish();
   const trigger = (source: string): void => reconciler.trigger(source);
+  const poll = (s: AbortSignal): Promise<void> => pollChains({ runner, logger, masq: () => desired().masq, intervalMs: 1_000, onDrift: trigger }, s);
   const loops: ((s: AbortSignal) => Promise<void>)[] = [
     (s) => store.watchLeases({ signal: s, onEvent }),
     (s) => keeper.run(s),
     (s) => reconciler.run(s),
-    (s) => runMonitors({ watch: deps.watch, logger, ctx: { underlay: choice.iface.name }, nft: iptables.nftables, onEvent: trigger }, s),
+    (s) => runMonitors({ watch: deps.watch, logger, ctx: { underlay: choice.iface.name }, nft: iptables.nftables, onEvent: trigger, poll, ...(opts.nftFlood ? { flood: opts.nftFlood } : {}) }, s),
   ];
   // iptables-legacy has no event stream for rule changes: poll twill's chains
-  if (!iptables.nftables) loops.push((s) => pollChains({ runner, logger, masq: () => desired().masq, intervalMs: 1_000, onDrift: trigger }, s));
+  if (!iptables.nftables) loops.push(poll);
   await runTogether(signal, loops);
 }
 

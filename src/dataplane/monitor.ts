@@ -10,7 +10,7 @@
 import { describeError } from '../errors.ts';
 import type { LineWatcher, Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
-import { Backoff, sleep } from '../util/abort.ts';
+import { Backoff, childController, sleep } from '../util/abort.ts';
 import { chainSpecs, diffChain, type ChainSpec } from './masq.ts';
 import { ROUTE_PROTOCOL, type MasqSpec } from './model.ts';
 import { observeChain } from './observe.ts';
@@ -44,7 +44,28 @@ export interface MonitorOptions {
   /** also watch nftables (iptables uses the nf_tables backend) */
   readonly nft: boolean;
   readonly onEvent: (source: string) => void;
+  /** polls twill's chains until the signal aborts: used while `nft monitor` is flooded */
+  readonly poll?: (signal: AbortSignal) => Promise<void>;
+  /** when `nft monitor` counts as flooded, and for how long polling replaces it */
+  readonly flood?: FloodGuard;
 }
+
+export interface FloodGuard {
+  /** bytes of `nft monitor` output within `windowMs` that count as a flood */
+  readonly bytes: number;
+  readonly windowMs: number;
+  /** how long the chains are polled instead, before `nft monitor` is tried again */
+  readonly cooldownMs: number;
+}
+
+/**
+ * `nft monitor` prints every rule another program rewrites: kube-proxy
+ * rewriting 20,000 rules every few seconds costs nft and twill a tenth of a
+ * core. Past this much output, twill stops listening and polls its two
+ * chains every second for a while (four `iptables -S`, whatever the size of
+ * the tables), then listens again.
+ */
+export const DEFAULT_FLOOD: FloodGuard = { bytes: 256 * 1024, windowMs: 10_000, cooldownMs: 300_000 };
 
 /** Substrings every line that can matter holds (see ipEventMatters / nftEventMatters): the byte-level prefilter. */
 export function ipNeedles(ctx: MonitorContext): string[] {
@@ -52,13 +73,23 @@ export function ipNeedles(ctx: MonitorContext): string[] {
 }
 export const NFT_NEEDLES = ['TWILL-', ' POSTROUTING ', ' FORWARD ', 'ruleset', 'table ip nat', 'table ip filter'];
 
-async function keepWatching(o: MonitorOptions, spec: { name: string; file: string; args: string[]; needles: string[]; matters: (l: string) => boolean }, signal: AbortSignal): Promise<void> {
+interface WatchSpec {
+  readonly name: string;
+  readonly file: string;
+  readonly args: string[];
+  readonly needles: string[];
+  readonly matters: (l: string) => boolean;
+  readonly onBytes?: (n: number) => void;
+}
+
+async function keepWatching(o: MonitorOptions, spec: WatchSpec, signal: AbortSignal): Promise<void> {
   const backoff = new Backoff(200, 10_000);
   while (!signal.aborted) {
     o.onEvent(`${spec.name} (re)started`);
     const started = Date.now();
     try {
-      await o.watch(spec.file, spec.args, { signal, needles: spec.needles, onLine: (line) => spec.matters(line) && o.onEvent(spec.name) });
+      const onLine = (line: string): void => void (spec.matters(line) && o.onEvent(spec.name));
+      await o.watch(spec.file, spec.args, { signal, needles: spec.needles, onLine, ...(spec.onBytes ? { onBytes: spec.onBytes } : {}) });
     } catch (err) {
       if (signal.aborted) return;
       if (Date.now() - started > 60_000) backoff.reset(); // it ran fine for a while: a fresh failure
@@ -74,8 +105,31 @@ export async function runMonitors(o: MonitorOptions, signal: AbortSignal): Promi
   const watchers = [
     keepWatching(o, { name: 'ip monitor', file: 'ip', args: ['monitor', 'link', 'address', 'route', 'neigh'], needles: ipNeedles(o.ctx), matters: (l) => ipEventMatters(l, o.ctx) }, signal),
   ];
-  if (o.nft) watchers.push(keepWatching(o, { name: 'nft monitor', file: 'nft', args: ['monitor', 'rules'], needles: NFT_NEEDLES, matters: nftEventMatters }, signal));
+  if (o.nft) watchers.push(watchNft(o, signal));
   await Promise.all(watchers);
+}
+
+/** `nft monitor`, replaced by polling for `cooldownMs` whenever its output floods. */
+async function watchNft(o: MonitorOptions, signal: AbortSignal): Promise<void> {
+  const guard = o.flood ?? DEFAULT_FLOOD;
+  while (!signal.aborted) {
+    const ctl = childController(signal);
+    let windowStart = Date.now();
+    let bytes = 0;
+    const onBytes = (n: number): void => {
+      const now = Date.now();
+      if (now - windowStart > guard.windowMs) [windowStart, bytes] = [now, 0];
+      bytes += n;
+      if (bytes > guard.bytes && o.poll) ctl.abort();
+    };
+    await keepWatching(o, { name: 'nft monitor', file: 'nft', args: ['monitor', 'rules'], needles: NFT_NEEDLES, matters: nftEventMatters, onBytes }, ctl.signal);
+    if (signal.aborted || !o.poll) return;
+    o.logger.info({ bytes, windowMs: guard.windowMs, pollForMs: guard.cooldownMs }, 'nft monitor flooded by other programs\' rule changes; polling twill\'s chains every second instead for a while');
+    const cool = childController(signal);
+    const timer = setTimeout(() => cool.abort(), guard.cooldownMs);
+    await o.poll(cool.signal);
+    clearTimeout(timer);
+  }
 }
 
 export interface ChainPollOptions {

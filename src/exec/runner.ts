@@ -73,6 +73,8 @@ export interface WatchOptions {
    * and turning each into a string cost a tenth of a core.
    */
   readonly needles?: readonly string[];
+  /** called with the size of every stdout chunk (to notice a flood) */
+  readonly onBytes?: (n: number) => void;
 }
 
 /** Feeds stdout chunks in, calls `onLine` for each complete line (holding a needle, when there are any). */
@@ -107,7 +109,10 @@ export const watchLines: LineWatcher = async (file, args, opts) => {
     if (stderr.length < 4096) stderr += d.toString();
   });
   const split = lineSplitter(opts.needles, opts.onLine);
-  child.stdout?.on('data', (chunk: Buffer) => split(chunk));
+  child.stdout?.on('data', (chunk: Buffer) => {
+    opts.onBytes?.(chunk.length);
+    split(chunk);
+  });
   const result = await child;
   if (opts.signal.aborted) return;
   throw new CommandError({ command: [file, ...args], exitCode: result.exitCode, stderr, reason: `exited (${result.exitCode ?? result.signal ?? 'unknown'})` });
