@@ -9,6 +9,8 @@
 #      lists and package cache are not touched), built with Debian's
 #      golang-go in a GOPATH layout (`make WHAT=cmd/kube-apiserver`, about
 #      8 minutes on 2 cores) and cached atomically (temp file + rename).
+# With --cached-only, step 3 is an error instead (test helpers use it, so a
+# test never starts an 8-minute build inside its hook timeout).
 # Building needs root only to install missing build dependencies and to
 # create the default cache directory.
 set -eu
@@ -21,11 +23,19 @@ readonly KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 log() { echo "kube-apiserver.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+cached_only=false
+case "${1:-}" in
+  "") ;;
+  --cached-only) cached_only=true ;;
+  *) die "unknown argument '$1' (usage: $0 [--cached-only])" ;;
+esac
+
 if [ -n "${TWILL_KUBE_APISERVER:-}" ]; then
   [ -e "$TWILL_KUBE_APISERVER" ] ||
     die "TWILL_KUBE_APISERVER=$TWILL_KUBE_APISERVER does not exist"
-  [ -f "$TWILL_KUBE_APISERVER" ] && [ -x "$TWILL_KUBE_APISERVER" ] ||
+  if [ ! -f "$TWILL_KUBE_APISERVER" ] || [ ! -x "$TWILL_KUBE_APISERVER" ]; then
     die "TWILL_KUBE_APISERVER=$TWILL_KUBE_APISERVER is not an executable file"
+  fi
   echo "$TWILL_KUBE_APISERVER"
   exit 0
 fi
@@ -35,6 +45,9 @@ cached="$cache_dir/kube-apiserver-$VERSION"
 if [ -f "$cached" ] && [ -x "$cached" ]; then
   echo "$cached"
   exit 0
+fi
+if [ "$cached_only" = true ]; then
+  die "no kube-apiserver at $cached and TWILL_KUBE_APISERVER is not set; run scripts/kube-apiserver.sh once to build and cache it (about 8 minutes)"
 fi
 
 mkdir -p "$cache_dir" 2>/dev/null ||
@@ -83,7 +96,7 @@ command -v dpkg-source >/dev/null 2>&1 || need+=(dpkg-dev)
 if [ "${#need[@]}" -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || die "missing build dependencies: ${need[*]} (run as root to install them)"
   log "installing build dependencies: ${need[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y -qq \
+  DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" -o Dpkg::Use-Pty=0 install -y -qq \
     --no-install-recommends "${need[@]}" >&2
 fi
 export PATH="/usr/lib/go/bin:$PATH"

@@ -48,6 +48,8 @@ export function runToExit(argv: readonly string[], o: { input: string; env: Reco
   const err: Buffer[] = [];
   child.stdout.on('data', (b: Buffer) => out.push(b));
   child.stderr.on('data', (b: Buffer) => err.push(b));
+  // a child that exits without reading its stdin is not an error (EPIPE)
+  child.stdin.on('error', () => undefined);
   child.stdin.end(o.input);
   const timer = setTimeout(() => child.kill('SIGKILL'), o.timeoutMs ?? 30_000);
   return new Promise((resolve, reject) => {

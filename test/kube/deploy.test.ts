@@ -1,0 +1,109 @@
+// deploy/ against a real kube-apiserver: `kubectl apply --dry-run=server -k`
+// accepts every object and creates none; `kubectl apply -k` installs them;
+// the stored objects say what the README promises (capabilities instead of
+// privileged, probes, tolerations, volumes); and the ConfigMap's files pass
+// twill's own parsers (net-conf.json, and the conflist's twill plugin).
+import { readFile } from 'node:fs/promises';
+import { resolve } from 'node:path';
+import { AppsV1Api, CoreV1Api, KubeConfig, RbacAuthorizationV1Api, type V1DaemonSet } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseNetConf } from '../../cni/config.ts';
+import { run } from '../../src/exec/runner.ts';
+import { parseNetConfig } from '../../src/config/netconf.ts';
+import { startKubeApiServer, type KubeApiServer } from '../helpers/kube.ts';
+
+const DEPLOY = resolve(import.meta.dirname, '../../deploy');
+const NS = 'twill-system';
+let kube: KubeApiServer;
+let adminConfig: string;
+let kc: KubeConfig;
+
+async function kubectl(args: string[]): Promise<string> {
+  const { stdout } = await run('kubectl', ['--kubeconfig', adminConfig, ...args], { timeoutMs: 60_000 });
+  return stdout;
+}
+
+beforeAll(async () => {
+  kube = await startKubeApiServer();
+  adminConfig = await kube.kubeconfig(kube.adminToken);
+  kc = new KubeConfig();
+  kc.loadFromFile(adminConfig);
+});
+afterAll(async () => {
+  await kube?.stop();
+});
+
+describe('deploy/', () => {
+  it('kubectl apply --dry-run=server -k deploy/ accepts every object and creates none', async () => {
+    const out = await kubectl(['apply', '--dry-run=server', '-k', DEPLOY]);
+    for (const obj of [
+      `namespace/${NS}`,
+      'serviceaccount/twill',
+      'clusterrole.rbac.authorization.k8s.io/twill',
+      'clusterrolebinding.rbac.authorization.k8s.io/twill',
+      'configmap/twill-cfg-',
+      'daemonset.apps/twill',
+    ]) {
+      expect(out).toMatch(new RegExp(`^${obj.replaceAll('.', '\\.')}\\S* created \\(server dry run\\)$`, 'm'));
+    }
+    const namespaces = await kc.makeApiClient(CoreV1Api).listNamespace();
+    expect(namespaces.items.map((n) => n.metadata?.name)).not.toContain(NS);
+  });
+
+  it('kubectl apply -k deploy/ installs it, and the DaemonSet is what the README says', async () => {
+    await kubectl(['apply', '-k', DEPLOY]);
+    const ds = await kc.makeApiClient(AppsV1Api).readNamespacedDaemonSet({ name: 'twill', namespace: NS });
+    const pod = ds.spec?.template.spec;
+    expect(pod?.hostNetwork).toBe(true);
+    expect(pod?.priorityClassName).toBe('system-node-critical');
+    expect(pod?.serviceAccountName).toBe('twill');
+    expect(pod?.tolerations).toContainEqual({ operator: 'Exists', effect: 'NoSchedule' });
+    const main = pod?.containers.find((c) => c.name === 'twill');
+    expect(main?.securityContext?.privileged).toBe(false);
+    expect(main?.securityContext?.capabilities?.add?.sort()).toEqual(['NET_ADMIN', 'NET_RAW']);
+    expect(main?.args).toEqual(expect.arrayContaining(['run', '--kube-subnet-mgr', '--ip-masq', '--healthz-port=9810']));
+    expect(main?.env?.find((e) => e.name === 'NODE_NAME')?.valueFrom?.fieldRef?.fieldPath).toBe('spec.nodeName');
+    expect(main?.livenessProbe?.httpGet).toMatchObject({ path: '/healthz', port: 9810 });
+    expect(main?.readinessProbe?.httpGet).toMatchObject({ path: '/readyz', port: 9810 });
+    expect(main?.resources?.requests).toMatchObject({ cpu: '50m', memory: '128Mi' });
+    // no container of the pod is privileged
+    expect([...(pod?.initContainers ?? []), ...(pod?.containers ?? [])].filter((c) => c.securityContext?.privileged)).toEqual([]);
+    expect(hostPaths(ds)).toEqual({
+      '/etc/cni/net.d': 'DirectoryOrCreate',
+      '/opt/cni/bin': 'DirectoryOrCreate',
+      '/proc/sys/net': 'Directory',
+      '/run/twill': 'DirectoryOrCreate',
+      '/run/xtables.lock': 'FileOrCreate',
+    });
+  });
+
+  it('the ClusterRole grants nodes get/list/watch and nodes/status patch, nothing more', async () => {
+    const role = await kc.makeApiClient(RbacAuthorizationV1Api).readClusterRole({ name: 'twill' });
+    const rules = (role.rules ?? []).map((r) => ({ groups: r.apiGroups, resources: r.resources, verbs: r.verbs }));
+    expect(rules).toEqual([
+      { groups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] },
+      { groups: [''], resources: ['nodes/status'], verbs: ['patch'] },
+    ]);
+    const binding = await kc.makeApiClient(RbacAuthorizationV1Api).readClusterRoleBinding({ name: 'twill' });
+    expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: 'twill', namespace: NS }]);
+  });
+
+  it("the ConfigMap's net-conf.json and conflist pass twill's own parsers", async () => {
+    const maps = await kc.makeApiClient(CoreV1Api).listNamespacedConfigMap({ namespace: NS });
+    const cfg = maps.items.find((m) => m.metadata?.name?.startsWith('twill-cfg-'));
+    expect(cfg?.data?.['net-conf.json']).toBe(await readFile(resolve(DEPLOY, 'net-conf.json'), 'utf8'));
+    const net = parseNetConfig(cfg?.data?.['net-conf.json'] ?? '');
+    expect(net.backend.type).toBe('vxlan');
+    const list = JSON.parse(cfg?.data?.['cni-conf.json'] ?? '') as { cniVersion: string; name: string; plugins: { type: string }[] };
+    expect(list.plugins.map((p) => p.type)).toEqual(['twill', 'portmap']);
+    // the runtime hands each plugin its entry with the list's cniVersion and name
+    const twill = parseNetConf(JSON.stringify({ cniVersion: list.cniVersion, name: list.name, ...list.plugins[0] }));
+    expect(twill.subnetFile).toBe('/run/twill/subnet.env');
+  });
+});
+
+function hostPaths(ds: V1DaemonSet): Record<string, string | undefined> {
+  const out: Record<string, string | undefined> = {};
+  for (const v of ds.spec?.template.spec?.volumes ?? []) if (v.hostPath) out[v.hostPath.path] = v.hostPath.type;
+  return out;
+}
