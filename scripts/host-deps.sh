@@ -1,6 +1,8 @@
 #!/bin/sh
 # Installs the Debian packages twill's tests and lab need, only when missing.
 # Idempotent and quiet when everything is present; needs root to install.
+# (The kube-apiserver's build dependencies are scripts/kube-apiserver.sh's:
+# it installs them only when it has to build.)
 set -eu
 
 # command-to-package map: a package is installed only if its command is absent.
@@ -17,6 +19,7 @@ check nsenter util-linux
 check ping iputils-ping
 check vagrant vagrant
 check shellcheck shellcheck
+check kubectl kubernetes-client
 [ -x /usr/lib/cni/bridge ] || need="$need containernetworking-plugins"
 
 if [ -z "$need" ]; then

@@ -78,6 +78,11 @@ describe('scripts/kube-apiserver.sh', () => {
     expect(r.stderr).toContain('run scripts/kube-apiserver.sh');
   });
 
+  it('passes shellcheck', async () => {
+    const r = await runToExit(['shellcheck', KUBE_APISERVER_SCRIPT], { input: '', env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
+    expect(r).toMatchObject({ code: 0, stdout: '' });
+  });
+
   it('refuses an unknown argument', async () => {
     const r = await script({}, ['--bogus']);
     expect(r.code).toBe(1);
