@@ -7,10 +7,11 @@
 #   3. a build from Debian bookworm's kubernetes source package (v1.20.2),
 #      fetched through a private apt configuration (the system's sources,
 #      lists and package cache are not touched), built with Debian's
-#      golang-go in a GOPATH layout (`make WHAT=cmd/kube-apiserver`, about
-#      8 minutes on 2 cores) and cached atomically (temp file + rename).
+#      golang-go in a GOPATH layout (`make WHAT=cmd/kube-apiserver`: about
+#      3 minutes on 2 idle cores, up to 8 on a busy machine) and cached
+#      atomically (temp file + rename).
 # With --cached-only, step 3 is an error instead (test helpers use it, so a
-# test never starts an 8-minute build inside its hook timeout).
+# test never starts a minutes-long build inside its hook timeout).
 # Building needs root only to install missing build dependencies and to
 # create the default cache directory.
 set -eu
@@ -50,7 +51,7 @@ main() {
     exit 0
   fi
   if [ "$cached_only" = true ]; then
-    die "no kube-apiserver at $cached and TWILL_KUBE_APISERVER is not set; run scripts/kube-apiserver.sh once to build and cache it (about 8 minutes)"
+    die "no kube-apiserver at $cached and TWILL_KUBE_APISERVER is not set; run scripts/kube-apiserver.sh once to build and cache it (3 to 8 minutes)"
   fi
 
   mkdir -p "$cache_dir" 2>/dev/null ||
@@ -67,7 +68,7 @@ main() {
   tmp=""
   work=$(mktemp -d "${TMPDIR:-/var/tmp}/twill-kube-build.XXXXXX")
   trap 'rm -rf "$work" ${tmp:+"$tmp"}' EXIT
-  log "no cached kube-apiserver at $cached; building $VERSION from Debian's source package in $work (about 8 minutes)"
+  log "no cached kube-apiserver at $cached; building $VERSION from Debian's source package in $work (3 to 8 minutes)"
 
   # The private apt configuration: our own sources.list, lists and cache.
   # Downloads run unsandboxed (as root) because the temporary directory is not

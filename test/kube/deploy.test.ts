@@ -1,5 +1,6 @@
 // deploy/ against a real kube-apiserver: `kubectl apply --dry-run=server -k`
-// accepts every object and creates none; `kubectl apply -k` installs them;
+// accepts every object and creates none (once the namespace exists: a dry
+// run does not create it, so its namespaced objects are refused before); `kubectl apply -k` installs them;
 // the stored objects say what the README promises (capabilities instead of
 // privileged, probes, tolerations, volumes); and the ConfigMap's files pass
 // twill's own parsers (net-conf.json, and the conflist's twill plugin).
@@ -8,7 +9,7 @@ import { resolve } from 'node:path';
 import { AppsV1Api, CoreV1Api, KubeConfig, RbacAuthorizationV1Api, type V1DaemonSet } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseNetConf } from '../../cni/config.ts';
-import { run } from '../../src/exec/runner.ts';
+import { run, type CommandError } from '../../src/exec/runner.ts';
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { startKubeApiServer, type KubeApiServer } from '../helpers/kube.ts';
 
@@ -34,10 +35,22 @@ afterAll(async () => {
 });
 
 describe('deploy/', () => {
-  it('kubectl apply --dry-run=server -k deploy/ accepts every object and creates none', async () => {
+  it('on a cluster without the namespace, the dry run refuses only the namespaced objects (Kubernetes: the namespace is not created in a dry run)', async () => {
+    const r = await kubectl(['apply', '--dry-run=server', '-k', DEPLOY]).then(
+      () => undefined,
+      (err: CommandError) => err,
+    );
+    expect(r?.exitCode).toBe(1);
+    const errors = (r?.stderr ?? '').trim().split('\n');
+    expect(errors).toHaveLength(3); // ServiceAccount, ConfigMap, DaemonSet
+    for (const line of errors) expect(line).toContain(`namespaces "${NS}" not found`);
+  });
+
+  it('kubectl apply --dry-run=server -k deploy/ accepts every object once the namespace exists, and creates none', async () => {
+    await kubectl(['apply', '-f', resolve(DEPLOY, 'namespace.yaml')]);
     const out = await kubectl(['apply', '--dry-run=server', '-k', DEPLOY]);
+    expect(out).toMatch(new RegExp(`^namespace/${NS} (unchanged|configured) \\(server dry run\\)$`, 'm'));
     for (const obj of [
-      `namespace/${NS}`,
       'serviceaccount/twill',
       'clusterrole.rbac.authorization.k8s.io/twill',
       'clusterrolebinding.rbac.authorization.k8s.io/twill',
@@ -46,8 +59,10 @@ describe('deploy/', () => {
     ]) {
       expect(out).toMatch(new RegExp(`^${obj.replaceAll('.', '\\.')}\\S* created \\(server dry run\\)$`, 'm'));
     }
-    const namespaces = await kc.makeApiClient(CoreV1Api).listNamespace();
-    expect(namespaces.items.map((n) => n.metadata?.name)).not.toContain(NS);
+    const core = kc.makeApiClient(CoreV1Api);
+    expect((await core.listNamespacedServiceAccount({ namespace: NS })).items.map((a) => a.metadata?.name)).not.toContain('twill');
+    expect((await kc.makeApiClient(AppsV1Api).listNamespacedDaemonSet({ namespace: NS })).items).toEqual([]);
+    expect((await kc.makeApiClient(RbacAuthorizationV1Api).listClusterRole()).items.map((r) => r.metadata?.name)).not.toContain('twill');
   });
 
   it('kubectl apply -k deploy/ installs it, and the DaemonSet is what the README says', async () => {
