@@ -9,27 +9,15 @@ import { runChecks, doctorExitCode } from '../doctor/checks.ts';
 import type { StoreFact } from '../doctor/facts.ts';
 import { gather, readLeaseStore } from '../doctor/gather.ts';
 import { renderJson, renderTable } from '../doctor/report.ts';
-import { TwillError } from '../errors.ts';
 import { run } from '../exec/runner.ts';
-import { EtcdKv } from '../lease/etcd-kv.ts';
-import { KvLeaseStore } from '../lease/kv-store.ts';
 import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
+import { openStore } from './store.ts';
 
 /** How long the store may take to answer (each etcd call, and the whole read). */
 const STORE_TIMEOUT_MS = 3_000;
 
 async function readStore(flags: RunFlags, signal: AbortSignal): Promise<StoreFact> {
-  if (flags.kubeSubnetMgr) throw new TwillError('CONFIG_UNSUPPORTED', '--kube-subnet-mgr: the Kubernetes lease store is not part of this version yet');
-  const kv = await EtcdKv.connect({
-    endpoints: flags.etcdEndpoints,
-    caFile: flags.etcdCafile,
-    certFile: flags.etcdCertfile,
-    keyFile: flags.etcdKeyfile,
-    username: flags.etcdUsername,
-    password: flags.etcdPassword,
-    callTimeoutMs: STORE_TIMEOUT_MS,
-  });
-  const store = new KvLeaseStore({ kv, prefix: flags.etcdPrefix });
+  const store = await openStore(flags, { callTimeoutMs: STORE_TIMEOUT_MS });
   try {
     return await readLeaseStore(store, signal, STORE_TIMEOUT_MS);
   } finally {

@@ -10,13 +10,12 @@ import { runDaemon } from '../daemon.ts';
 import { describeError, TwillError } from '../errors.ts';
 import { ensureIpForward, bridgeNetfilterProblem } from '../dataplane/sysctl.ts';
 import { run, watchLines } from '../exec/runner.ts';
-import { EtcdKv } from '../lease/etcd-kv.ts';
-import { KvLeaseStore } from '../lease/kv-store.ts';
 import { createLogger } from '../log.ts';
 import { gatherStatus } from '../status/gather.ts';
 import { renderStatus } from '../status/render.ts';
 import { buildStatus } from '../status/report.ts';
 import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
+import { openStore } from './store.ts';
 import { addDoctorCommand } from './doctor-cmd.ts';
 
 /** Exit codes: 0 clean stop, 1 runtime failure, 2 bad flags or config. */
@@ -35,21 +34,8 @@ function packageVersion(): string {
   return 'unknown';
 }
 
-async function openStore(flags: RunFlags): Promise<KvLeaseStore> {
-  const kv = await EtcdKv.connect({
-    endpoints: flags.etcdEndpoints,
-    caFile: flags.etcdCafile,
-    certFile: flags.etcdCertfile,
-    keyFile: flags.etcdKeyfile,
-    username: flags.etcdUsername,
-    password: flags.etcdPassword,
-  });
-  return new KvLeaseStore({ kv, prefix: flags.etcdPrefix });
-}
-
 /** `twill status`: exit 0 when the kernel matches the desired state, 1 when it does not (or the views cannot be read). */
 async function statusCommand(flags: RunFlags, json: boolean): Promise<number> {
-  if (flags.kubeSubnetMgr) throw new TwillError('CONFIG_UNSUPPORTED', '--kube-subnet-mgr: the Kubernetes lease store is not part of this version yet; use --etcd-endpoints');
   const store = await openStore(flags);
   try {
     const input = await gatherStatus({

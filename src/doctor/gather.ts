@@ -6,7 +6,8 @@ import { describeError, hasCode, TwillError } from '../errors.ts';
 import { runJson, type Runner } from '../exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../dataplane/model.ts';
 import { observeChain, parseIptablesVersion, parseRoutes } from '../dataplane/observe.ts';
-import type { LeaseRecord, LeaseStore } from '../lease/types.ts';
+import { listLeases } from '../lease/list.ts';
+import type { LeaseStore } from '../lease/types.ts';
 import { discoverInterface, parseIpAddr, type IfaceRequest } from '../net/iface.ts';
 import { readSubnetEnv } from '../subnetenv.ts';
 import { childController } from '../util/abort.ts';
@@ -129,18 +130,9 @@ export async function readLeaseStore(store: LeaseStore, signal: AbortSignal, tim
   const timer = setTimeout(() => ctl.abort(), timeoutMs);
   try {
     const config = await store.getNetworkConfig(ctl.signal);
-    let leases: readonly LeaseRecord[] | undefined;
-    let down = '';
-    await store.watchLeases({
-      signal: ctl.signal,
-      onEvent: (ev) => {
-        if (ev.type === 'snapshot') {
-          leases = ev.records;
-          ctl.abort();
-        } else if (ev.type === 'connectivity' && !ev.connected) down = ev.detail;
-      },
+    const leases = await listLeases(store, ctl.signal).catch((err: unknown) => {
+      throw new TwillError('STORE_UNAVAILABLE', `no lease listing within ${timeoutMs} ms: ${describeError(err)}`);
     });
-    if (leases === undefined) throw new TwillError('STORE_UNAVAILABLE', `no lease listing within ${timeoutMs} ms${down ? `: ${down}` : ''}`);
     return { config, leases };
   } finally {
     clearTimeout(timer);

@@ -6,11 +6,11 @@ import { readdir, readFile, readlink } from 'node:fs/promises';
 import { vxlanDeviceName } from '../dataplane/backend.ts';
 import { detectIptables, observe } from '../dataplane/observe.ts';
 import type { Runner } from '../exec/runner.ts';
-import type { LeaseRecord, LeaseStore } from '../lease/types.ts';
+import { listLeases } from '../lease/list.ts';
+import type { LeaseStore } from '../lease/types.ts';
 import { discoverInterface, type IfaceRequest } from '../net/iface.ts';
 import { sameCidr } from '../net/ipv4.ts';
 import { readSubnetEnv } from '../subnetenv.ts';
-import { childController } from '../util/abort.ts';
 import type { StatusInput } from './report.ts';
 
 export interface GatherOptions {
@@ -21,22 +21,6 @@ export interface GatherOptions {
   /** the daemon's health port (0: unknown) */
   readonly healthzPort: number;
   readonly signal: AbortSignal;
-}
-
-/** Every lease record, from one listing of the store's watch. */
-async function listRecords(store: LeaseStore, signal: AbortSignal): Promise<readonly LeaseRecord[]> {
-  const ctl = childController(signal);
-  let records: readonly LeaseRecord[] | undefined;
-  await store.watchLeases({
-    signal: ctl.signal,
-    onEvent: (ev) => {
-      if (ev.type !== 'snapshot' || records) return;
-      records = ev.records;
-      ctl.abort();
-    },
-  });
-  if (!records) throw new Error(`${store.description}: no lease listing`);
-  return records;
 }
 
 /** A `twill run` process in our own network namespace, by pid. */
@@ -68,7 +52,7 @@ export async function gatherStatus(o: GatherOptions): Promise<StatusInput> {
   const config = await store.getNetworkConfig(signal);
   const [env, records, choice, iptables, daemon] = await Promise.all([
     readSubnetEnv(o.subnetFile).catch(() => undefined),
-    listRecords(store, signal),
+    listLeases(store, signal),
     discoverInterface(runner, o.iface, signal),
     detectIptables(runner, signal),
     daemonState(o.healthzPort),
