@@ -7,10 +7,10 @@ import { createHash } from 'node:crypto';
 import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { LineWatcher, Runner } from './exec/runner.ts';
-import { desiredState, vxlanDeviceName } from './dataplane/backend.ts';
+import { desiredState, masqSpec, vxlanDeviceName } from './dataplane/backend.ts';
 import { pollChains, runMonitors, type FloodGuard } from './dataplane/monitor.ts';
 import { detectIptables } from './dataplane/observe.ts';
-import type { DesiredState } from './dataplane/model.ts';
+import type { DesiredState, MasqSpec } from './dataplane/model.ts';
 import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
 import { DaemonProbe } from './health/probe.ts';
 import { serveHealth } from './health/server.ts';
@@ -181,7 +181,9 @@ async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonPr
   probe.started({ keeper, subnetFile: opts.subnetFile, env: subnetEnvFor(config, choice, lease, opts.ipMasq), underlay: choice.iface.name });
   publish();
   const trigger = (source: string): void => reconciler.trigger(source);
-  const poll = (s: AbortSignal): Promise<void> => pollChains({ runner, logger, masq: () => desired().masq, intervalMs: 1_000, onDrift: trigger }, s);
+  // the poll needs only the chains' inputs, not the whole desired state (5,000 peers sorted every second)
+  const masq = (): MasqSpec => masqSpec({ config, self: keeper.current(), ipMasq: opts.ipMasq, randomFully: iptables.randomFully });
+  const poll = (s: AbortSignal): Promise<void> => pollChains({ runner, logger, masq, intervalMs: 1_000, onDrift: trigger }, s);
   const loops: ((s: AbortSignal) => Promise<void>)[] = [
     (s) => store.watchLeases({ signal: s, onEvent }),
     (s) => keeper.run(s),

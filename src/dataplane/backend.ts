@@ -6,7 +6,7 @@ import type { NetConfig, VxlanBackend } from '../config/netconf.ts';
 import type { Lease } from '../lease/types.ts';
 import type { IfaceChoice } from '../net/iface.ts';
 import { containsAddr, formatCidr, formatIpv4, parseCidr, parseIpv4 } from '../net/ipv4.ts';
-import type { DesiredState, FdbSpec, NeighSpec, PeerProblem, RouteSpec, VxlanDevice } from './model.ts';
+import type { DesiredState, FdbSpec, MasqSpec, NeighSpec, PeerProblem, RouteSpec, VxlanDevice } from './model.ts';
 
 export interface BackendInput {
   readonly config: NetConfig;
@@ -105,6 +105,11 @@ function vxlanDevice(input: BackendInput, backend: VxlanBackend): VxlanDevice {
   };
 }
 
+/** The masquerade and forward chains' inputs: cheap, for the chain poll that runs every second. */
+export function masqSpec(o: { config: NetConfig; self: Lease; ipMasq: boolean; randomFully: boolean }): MasqSpec {
+  return { ipMasq: o.ipMasq, network: o.config.network, subnet: o.self.subnet, randomFully: o.randomFully };
+}
+
 /** The whole desired state for one pass. Peers are sorted so output is stable. */
 export function desiredState(input: BackendInput): DesiredState {
   const peers = [...input.peers].sort((a, b) => a.subnet.base - b.subnet.base);
@@ -115,6 +120,6 @@ export function desiredState(input: BackendInput): DesiredState {
   return {
     vxlan,
     ...entries,
-    masq: { ipMasq: input.ipMasq, network: input.config.network, subnet: input.self.subnet, randomFully: input.randomFully },
+    masq: masqSpec(input),
   };
 }
