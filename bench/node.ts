@@ -6,15 +6,15 @@
 import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { run } from '../src/exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
 import { startEtcd, type EtcdServer } from '../test/helpers/etcd.ts';
+import { twillCommand } from '../lab/netns-cluster.ts';
 import { NetnsLab } from '../test/helpers/netns.ts';
 
 /** extra node flags for the daemon, for memory experiments: TWILL_BENCH_NODE_FLAGS="--max-semi-space-size=1" */
 const NODE_FLAGS = (process.env.TWILL_BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean);
-const ROOT = resolve(import.meta.dirname, '..');
 export const ETCD_PREFIX = '/coreos.com/network';
 
 export interface PeerSpec {
@@ -95,12 +95,6 @@ export interface Node {
 export const sh = (ns: string, args: string[], input?: string): Promise<string> =>
   run('nsenter', [`--net=/run/netns/${ns}`, ...args], { timeoutMs: 60_000, ...(input === undefined ? {} : { input }) }).then((r) => r.stdout);
 
-/** The node flags the `twill` command runs with: those on its shebang line. */
-async function daemonNodeFlags(main: string): Promise<string[]> {
-  const first = (await readFile(main, 'utf8')).split('\n')[0] ?? '';
-  return first.replace(/^#!\/usr\/bin\/env (-S )?node ?/, '').split(' ').filter(Boolean);
-}
-
 /** etcd (with only the network config) and a node on one veth link; namespaces named after `name`. */
 export async function setupNode(o: { backend: string; name: string }): Promise<Node> {
   const lab = new NetnsLab();
@@ -121,11 +115,10 @@ export async function putLeases(n: Node, count: number): Promise<void> {
 
 /** Starts the built daemon with the node flags of its shebang, as the `twill` command runs. */
 export async function startTwill(n: Node, extraArgs: readonly string[] = []): Promise<void> {
-  const main = join(ROOT, 'dist/src/cli/main.js');
-  const flags = [...(await daemonNodeFlags(main)), ...NODE_FLAGS];
+  const command = await twillCommand(NODE_FLAGS);
   await rm(n.log, { force: true });
   n.spawnedAt = Date.now();
-  n.child = n.lab.spawn(n.ns, [process.execPath, ...flags, main, 'run', '--etcd-endpoints', n.etcd.endpoint, '--iface', 'eth0', '--ip-masq', '--subnet-file', join(n.dir, 'subnet.env'), '--node-name', 'bench', ...extraArgs], n.log);
+  n.child = n.lab.spawn(n.ns, [...command, 'run', '--etcd-endpoints', n.etcd.endpoint, '--iface', 'eth0', '--ip-masq', '--subnet-file', join(n.dir, 'subnet.env'), '--node-name', 'bench', ...extraArgs], n.log);
 }
 
 /** Our own subnet's lease key (from subnet.env), e.g. "10.7.12.0-24". */

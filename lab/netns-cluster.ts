@@ -26,10 +26,15 @@ async function ns(cmd: string[]): Promise<string> {
   return (await run('ip', cmd, { timeoutMs: 20_000 })).stdout;
 }
 
-/** The node flags the `twill` command runs with (those on its shebang line). */
-async function shebangFlags(): Promise<string[]> {
+/**
+ * How to start the built `twill` command as it runs when installed: this
+ * Node, the node flags on its shebang line (`extraNodeFlags` after them),
+ * the built main. Shared by the lab and the benchmarks.
+ */
+export async function twillCommand(extraNodeFlags: readonly string[] = []): Promise<string[]> {
   const first = (await readFile(TWILL_MAIN, 'utf8')).split('\n')[0] ?? '';
-  return first.replace(/^#!\/usr\/bin\/env (-S )?node ?/, '').split(' ').filter(Boolean);
+  const flags = first.replace(/^#!\/usr\/bin\/env (-S )?node ?/, '').split(' ').filter(Boolean);
+  return [process.execPath, ...flags, ...extraNodeFlags, TWILL_MAIN];
 }
 
 export class NetnsCluster implements Cluster {
@@ -151,7 +156,7 @@ export class NetnsCluster implements Cluster {
   async startTwill(name: string): Promise<void> {
     const n = this.node(name);
     if (alive(n.pid)) throw new Error(`twill already runs on ${name} (pid ${n.pid})`);
-    const argv = [process.execPath, ...(await shebangFlags()), TWILL_MAIN, 'run', '--etcd-endpoints', this.etcdEndpoint, '--iface', 'eth0', '--ip-masq', '--healthz-port', String(HEALTHZ_PORT), '--node-name', name, '--subnet-file', join(this.dir, name, 'subnet.env')];
+    const argv = [...(await twillCommand()), 'run', '--etcd-endpoints', this.etcdEndpoint, '--iface', 'eth0', '--ip-masq', '--healthz-port', String(HEALTHZ_PORT), '--node-name', name, '--subnet-file', join(this.dir, name, 'subnet.env')];
     n.pid = spawnDetached(this.nsOf(name), argv, this.logPath(name));
     await writeState(this.state);
   }
