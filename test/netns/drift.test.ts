@@ -3,49 +3,27 @@
 // kind of damage an operator or another program can do is undone within one
 // second, back to exactly the state it had, chain order included.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { desiredState } from '../../src/dataplane/backend.ts';
-import { runMonitors } from '../../src/dataplane/monitor.ts';
-import { Reconciler } from '../../src/dataplane/reconciler.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease, type KernelView } from '../helpers/dataplane.ts';
-import { captureLog } from '../helpers/log.ts';
-import { NetnsLab, nsForwarding, nsRunner, nsWatch, sweepStaleNetns } from '../helpers/netns.ts';
+import { startGuardedNode, type GuardedNode } from '../helpers/guarded.ts';
 import { waitFor } from '../helpers/ports.ts';
 
-const lab = new NetnsLab();
-const ctl = new AbortController();
+let node: GuardedNode;
 let runner: Runner;
 let baseline: KernelView;
-let loops: Promise<unknown>;
-let log: ReturnType<typeof captureLog>;
-const repairs = (): number => log.lines.filter((l) => l.msg === 'repaired dataplane drift').length;
+const repairs = (): number => node.repairs();
 
 const sh = (args: string[], input?: string): Promise<unknown> => runner(args[0] as string, args.slice(1), input === undefined ? {} : { input });
 
 beforeAll(async () => {
-  await sweepStaleNetns();
-  const ns = await lab.add('drift');
-  const other = await lab.add('drift-peer');
-  await lab.link({ ns, dev: 'eth0', cidr: '10.123.0.2/24' }, { ns: other, dev: 'eth0', cidr: '10.123.0.1/24' });
-  runner = nsRunner(ns);
   const input = backendInput({ backend: 'vxlan', peers: [1, 2, 4].map((n) => peerLease(n, { vxlan: true })) });
-  log = captureLog();
-  const logger = log.logger;
-  const r = new Reconciler({ runner, logger, desired: () => desiredState(input), ensureForwarding: nsForwarding(ns), resyncMs: 600_000, settleMs: 5 });
-  loops = Promise.all([
-    r.run(ctl.signal),
-    runMonitors({ watch: nsWatch(ns), logger, ctx: { underlay: 'eth0' }, nft: true, onEvent: (s) => r.trigger(s) }, ctl.signal),
-  ]);
-  await waitFor(() => r.lastPass()?.converged === true, { timeoutMs: 10_000, what: 'first converged pass' });
+  node = await startGuardedNode({ short: 'drift', input, watch: 'nft', settleMs: 5 });
+  runner = node.runner;
   await new Promise((res) => setTimeout(res, 300)); // let the monitors' start-up passes settle
   baseline = await kernelView(runner);
   expect(baseline.routes).toHaveLength(3);
 });
-afterAll(async () => {
-  ctl.abort();
-  await loops;
-  await lab.destroy();
-});
+afterAll(() => node.stop());
 
 const MASQ_RULE = ['-s', '10.244.0.0/16', '!', '-d', '224.0.0.0/4', '-m', 'comment', '--comment', 'twill masq', '-j', 'MASQUERADE', '--random-fully'];
 

@@ -2,20 +2,14 @@
 // rules), twill stops listening and polls its chains instead: the flood is
 // noticed, and a rule deleted meanwhile is still repaired.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { desiredState } from '../../src/dataplane/backend.ts';
-import { pollChains, runMonitors } from '../../src/dataplane/monitor.ts';
-import { Reconciler } from '../../src/dataplane/reconciler.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease } from '../helpers/dataplane.ts';
-import { captureLog } from '../helpers/log.ts';
-import { NetnsLab, nsForwarding, nsRunner, nsWatch, sweepStaleNetns } from '../helpers/netns.ts';
+import { startGuardedNode, type GuardedNode } from '../helpers/guarded.ts';
 import { waitFor } from '../helpers/ports.ts';
 
-const lab = new NetnsLab();
-const ctl = new AbortController();
+let node: GuardedNode;
 let runner: Runner;
-let loops: Promise<unknown>;
-let log: ReturnType<typeof captureLog>;
+let log: GuardedNode['log'];
 
 /** kube-proxy-shaped churn: `count` DNAT rules in chains of their own, in one restore. */
 function churn(count: number, round: number): string {
@@ -25,25 +19,12 @@ function churn(count: number, round: number): string {
 }
 
 beforeAll(async () => {
-  await sweepStaleNetns();
-  const ns = await lab.add('flood');
-  const other = await lab.add('flood-peer');
-  await lab.link({ ns, dev: 'eth0', cidr: '10.123.0.2/24' }, { ns: other, dev: 'eth0', cidr: '10.123.0.1/24' });
-  runner = nsRunner(ns);
-  const input = backendInput({ backend: 'host-gw', peers: [peerLease(1, { vxlan: false })] });
-  log = captureLog();
-  const logger = log.logger;
-  const r = new Reconciler({ runner, logger, desired: () => desiredState(input), ensureForwarding: nsForwarding(ns), resyncMs: 600_000 });
-  const poll = (s: AbortSignal): Promise<void> => pollChains({ runner, logger, masq: () => desiredState(input).masq, intervalMs: 1_000, onDrift: (x) => r.trigger(x) }, s);
   const flood = { bytes: 50_000, windowMs: 5_000, cooldownMs: 600_000 };
-  loops = Promise.all([r.run(ctl.signal), runMonitors({ watch: nsWatch(ns), logger, ctx: { underlay: 'eth0' }, nft: true, onEvent: (s) => r.trigger(s), poll, flood }, ctl.signal)]);
-  await waitFor(() => r.lastPass()?.converged === true, { timeoutMs: 10_000, what: 'first converged pass' });
+  node = await startGuardedNode({ short: 'flood', input: backendInput({ backend: 'host-gw', peers: [peerLease(1, { vxlan: false })] }), watch: 'nft-then-poll', flood });
+  runner = node.runner;
+  log = node.log;
 });
-afterAll(async () => {
-  ctl.abort();
-  await loops;
-  await lab.destroy();
-});
+afterAll(() => node.stop());
 
 describe('nft monitor flooded by other programs', () => {
   it('switches to polling the chains, and still repairs a deleted rule', async () => {

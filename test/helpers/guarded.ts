@@ -1,0 +1,51 @@
+// A namespace whose dataplane is kept by a running reconciler with its
+// kernel monitors, as the daemon wires them, for the drift tests: an `eth0`
+// underlay (10.123.0.2/24, its peer end in a second namespace), a fixed
+// desired state, a resync timer too slow to help, and either nft monitor,
+// the chain poll, or nft monitor with the poll taking over when flooded.
+import { desiredState, type BackendInput } from '../../src/dataplane/backend.ts';
+import { pollChains, runMonitors, type FloodGuard } from '../../src/dataplane/monitor.ts';
+import { Reconciler } from '../../src/dataplane/reconciler.ts';
+import type { Runner } from '../../src/exec/runner.ts';
+import { captureLog, type CapturedLog } from './log.ts';
+import { NetnsLab, nsForwarding, nsRunner, nsWatch, sweepStaleNetns } from './netns.ts';
+import { waitFor } from './ports.ts';
+
+export interface GuardedNode {
+  readonly runner: Runner;
+  readonly log: CapturedLog;
+  /** how many passes so far repaired drift */
+  repairs(): number;
+  stop(): Promise<void>;
+}
+
+export async function startGuardedNode(o: { short: string; input: BackendInput; watch: 'nft' | 'poll' | 'nft-then-poll'; flood?: FloodGuard; settleMs?: number }): Promise<GuardedNode> {
+  await sweepStaleNetns();
+  const lab = new NetnsLab();
+  const ns = await lab.add(o.short);
+  const other = await lab.add(`${o.short}-peer`);
+  await lab.link({ ns, dev: 'eth0', cidr: '10.123.0.2/24' }, { ns: other, dev: 'eth0', cidr: '10.123.0.1/24' });
+  const runner = nsRunner(ns);
+  const log = captureLog();
+  const logger = log.logger;
+  const r = new Reconciler({ runner, logger, desired: () => desiredState(o.input), ensureForwarding: nsForwarding(ns), resyncMs: 600_000, ...(o.settleMs === undefined ? {} : { settleMs: o.settleMs }) });
+  const poll = (s: AbortSignal): Promise<void> => pollChains({ runner, logger, masq: () => desiredState(o.input).masq, intervalMs: 1_000, onDrift: (x) => r.trigger(x) }, s);
+  const ctl = new AbortController();
+  const monitors = { watch: nsWatch(ns), logger, ctx: { underlay: 'eth0' }, nft: o.watch !== 'poll', onEvent: (s: string) => r.trigger(s) };
+  const loops = Promise.all([
+    r.run(ctl.signal),
+    runMonitors(o.watch === 'nft-then-poll' ? { ...monitors, poll, ...(o.flood ? { flood: o.flood } : {}) } : monitors, ctl.signal),
+    o.watch === 'poll' ? poll(ctl.signal) : Promise.resolve(),
+  ]);
+  await waitFor(() => r.lastPass()?.converged === true, { timeoutMs: 10_000, what: 'first converged pass' });
+  return {
+    runner,
+    log,
+    repairs: () => log.lines.filter((l) => l.msg === 'repaired dataplane drift').length,
+    stop: async () => {
+      ctl.abort();
+      await loops;
+      await lab.destroy();
+    },
+  };
+}
