@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { run } from '../src/exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
 import { startEtcd, type EtcdServer } from '../test/helpers/etcd.ts';
-import { twillCommand } from '../lab/netns-cluster.ts';
+import { twillCommand } from '../lab/twill-command.ts';
 import { NetnsLab } from '../test/helpers/netns.ts';
 
 /** extra node flags for the daemon, for memory experiments: TWILL_BENCH_NODE_FLAGS="--max-semi-space-size=1" */

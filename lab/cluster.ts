@@ -2,7 +2,9 @@
 // implementations: network namespaces on this machine (netns-cluster.ts) and
 // Vagrant machines (vagrant-cluster.ts, commands over `vagrant ssh`). A drill
 // only ever runs commands on a node, a pod, the etcd host or the outside
-// host, and starts/stops twill and etcd; it never knows how they are made.
+// host, and starts/stops twill and etcd (and, when twill takes its leases
+// from the Kubernetes API, the kube-apiserver, which runs on the etcd host);
+// it never knows how they are made.
 
 /** Where a command runs. Pods live on a node; `outside` stands for the internet. */
 export type Target = { readonly node: string } | { readonly pod: string } | 'etcd' | 'outside';
@@ -25,6 +27,9 @@ export interface ShOptions {
   readonly input?: string;
 }
 
+/** Where twill takes its leases from: etcd (flannel's keys) or the Kubernetes API (Node objects). */
+export type StoreMode = 'etcd' | 'kube';
+
 export interface Cluster {
   /** a short description for tables and logs ("netns lab twlab", "vagrant lab") */
   readonly description: string;
@@ -34,6 +39,8 @@ export interface Cluster {
   readonly etcdEndpoint: string;
   /** the etcd key prefix twill uses */
   readonly etcdPrefix: string;
+  /** twill's lease store; in `kube` mode etcd only backs the kube-apiserver */
+  readonly store: StoreMode;
   nodes(): Promise<LabNode[]>;
   pods(): Promise<LabPod[]>;
   /** Runs argv on a target; resolves with stdout, rejects when it exits non-zero. */
@@ -46,12 +53,26 @@ export interface Cluster {
   logPath(node: string): string;
   /** The node's twill log so far. */
   twillLog(node: string): Promise<string>;
+  /** Runs kubectl as the cluster admin on the etcd host (kube mode only); stdout. */
+  kubectl(args: readonly string[], opts?: ShOptions): Promise<string>;
+  /** Stops the kube-apiserver (kube mode only); etcd keeps running. */
+  stopApiServer(): Promise<void>;
+  /** Starts the kube-apiserver again and waits until it is ready (kube mode only). */
+  startApiServer(): Promise<void>;
   stopEtcd(): Promise<void>;
   /** Starts etcd again; `wipe` first deletes its data directory. */
   startEtcd(opts: { wipe: boolean }): Promise<void>;
-  /** Adds nodes (started together), each with `pods` pods wired by twill-cni once its subnet.env exists. */
+  /**
+   * Adds nodes (started together), each with `pods` pods wired by twill-cni
+   * once its subnet.env exists. In kube mode each gets its Node object (with
+   * a podCIDR) before its twill starts.
+   */
   addNodes(names: readonly string[], pods: number): Promise<void>;
-  /** Stops twill on the node, removes its pods and the node itself (its lease stays: the drill decides). */
+  /**
+   * Stops twill on the node, removes its pods and the node itself. An etcd
+   * lease stays (the drill decides); a Node object is deleted right after
+   * twill stops, as a real node removal does.
+   */
   removeNode(node: string): Promise<void>;
   /** Names `addNodes` accepts, where nodes cannot be made on the fly (Vagrant); absent: any new name. */
   spareNodes?(): Promise<string[]>;

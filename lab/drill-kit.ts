@@ -1,10 +1,11 @@
-// What drills observe, through the Cluster interface only: the leases in
-// etcd, each node's owned kernel entries, the leftovers check (every node
-// holds exactly one entry set per live peer and nothing else), a steady ping
-// across an event, and waiting with a bound.
+// What drills are and observe, through the Cluster interface only: each
+// node's owned kernel entries, the leftovers check (every node holds exactly
+// one entry set per live peer and nothing else), a steady ping across an
+// event, log counts, and names for new nodes. The leases come from
+// store-view.ts, whichever the store.
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
-import { sleep } from '../src/util/abort.ts';
-import { etcdctl, type Cluster } from './cluster.ts';
+import type { Cluster, StoreMode } from './cluster.ts';
+import { backendOf, leases } from './store-view.ts';
 
 export interface DrillOutcome {
   /** ms until the drill's own recovery condition held (undefined: never, within the bound) */
@@ -13,6 +14,8 @@ export interface DrillOutcome {
   readonly notes: readonly string[];
 }
 
+export const BOTH_STORES: readonly StoreMode[] = ['etcd', 'kube'];
+
 export interface Drill {
   readonly name: string;
   readonly broke: string;
@@ -20,38 +23,9 @@ export interface Drill {
   readonly targetMs: number;
   /** only for this backend (others report "n/a") */
   readonly only?: 'vxlan';
+  /** the store modes it applies to (`drill all` runs these; others report "n/a") */
+  readonly stores: readonly StoreMode[];
   run(c: Cluster): Promise<DrillOutcome>;
-}
-
-
-export interface LeaseView {
-  /** "10.244.3.0-24" */
-  readonly key: string;
-  /** "10.244.3.0/24" */
-  readonly subnet: string;
-  readonly publicIp: string;
-}
-
-export async function leases(c: Cluster): Promise<LeaseView[]> {
-  const out = await etcdctl(c, ['get', '--prefix', `${c.etcdPrefix}/subnets/`]);
-  const lines = out.split('\n').filter(Boolean);
-  const views: LeaseView[] = [];
-  for (let i = 0; i + 1 < lines.length; i += 2) {
-    const key = (lines[i] ?? '').split('/').at(-1) ?? '';
-    const publicIp = String((JSON.parse(lines[i + 1] ?? '{}') as { PublicIP?: string }).PublicIP);
-    views.push({ key, subnet: key.replace(/-(\d+)$/, '/$1'), publicIp });
-  }
-  return views;
-}
-
-/** The lease of the node at `ip`, if any. */
-export async function leaseOf(c: Cluster, ip: string): Promise<LeaseView | undefined> {
-  return (await leases(c)).find((l) => l.publicIp === ip);
-}
-
-export async function backendOf(c: Cluster): Promise<string> {
-  const conf = JSON.parse(await etcdctl(c, ['get', '--print-value-only', `${c.etcdPrefix}/config`])) as { Backend?: { Type?: string } };
-  return conf.Backend?.Type ?? 'vxlan';
 }
 
 export interface Entries {
@@ -95,16 +69,6 @@ export async function leftovers(c: Cluster): Promise<string[]> {
   return problems;
 }
 
-/** Polls `check` every `everyMs` until true; ms it took from `since`, or undefined after `timeoutMs`. */
-export async function until(check: () => Promise<boolean>, o: { timeoutMs: number; since?: number; everyMs?: number }): Promise<number | undefined> {
-  const since = o.since ?? performance.now();
-  for (;;) {
-    if (await check()) return performance.now() - since;
-    if (performance.now() - since > o.timeoutMs) return undefined;
-    await sleep(o.everyMs ?? 10, AbortSignal.timeout(60_000));
-  }
-}
-
 export interface PingStats {
   readonly sent: number;
   readonly received: number;
@@ -123,4 +87,43 @@ export async function steadyPing(c: Cluster, o: { from: string; to: string; ms: 
 /** How many times `msg` appears in a node's twill log. */
 export async function logCount(c: Cluster, node: string, msg: string): Promise<number> {
   return (await c.twillLog(node)).split('\n').filter((l) => l.includes(`"msg":"${msg}"`)).length;
+}
+
+export async function snapshot(c: Cluster): Promise<Map<string, Entries>> {
+  const nodes = await c.nodes();
+  return new Map(await Promise.all(nodes.map(async (n) => [n.name, await entries(c, n.name)] as const)));
+}
+
+/** How many times any of `msgs` appears in all nodes' logs together. */
+export async function counts(c: Cluster, msgs: readonly string[]): Promise<number> {
+  let total = 0;
+  for (const n of await c.nodes()) for (const m of msgs) total += await logCount(c, n.name, m);
+  return total;
+}
+
+/** Names for `count` new nodes: spare machines where nodes cannot be made on the fly, else the next free numbers. */
+export async function nextNames(c: Cluster, count: number): Promise<string[]> {
+  if (c.spareNodes) {
+    const spare = await c.spareNodes();
+    if (spare.length < count) throw new Error(`${c.description}: this drill needs ${count} spare node(s), there are ${spare.length}`);
+    return spare.slice(0, count);
+  }
+  const nodes = await c.nodes();
+  const prefix = /^\D+/.exec(nodes[0]?.name ?? '')?.[0] ?? 'n';
+  const max = Math.max(0, ...nodes.map((n) => Number(n.name.replace(/^\D+/, '')) || 0));
+  return Array.from({ length: count }, (_, i) => `${prefix}${max + 1 + i}`);
+}
+
+/** How many pods the first node has (what a new node gets), at least 1. */
+export async function podsPerNode(c: Cluster): Promise<number> {
+  const first = (await c.nodes())[0]?.name;
+  return (await c.pods()).filter((p) => p.node === first).length || 1;
+}
+
+/** True when no node but `victim` holds a route, neighbour or FDB entry for its subnet. */
+export async function goneEverywhere(c: Cluster, victim: { name: string; ip: string; subnet: string }): Promise<boolean> {
+  const net = victim.subnet.split('/')[0] ?? '?';
+  const others = (await c.nodes()).filter((n) => n.name !== victim.name);
+  const all = await Promise.all(others.map((n) => entries(c, n.name)));
+  return all.every((e) => !e.routes.some((r) => r.startsWith(`${net}/`)) && !e.neighs.some((x) => x.startsWith(`${net} `)) && !e.fdb.some((f) => f.includes(`dst ${victim.ip} `)));
 }

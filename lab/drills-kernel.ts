@@ -1,9 +1,12 @@
 // Drills that break a node's kernel state or its twill process: the
 // masquerade rule, the nat table, a peer's route, neighbour and FDB entry,
-// the vxlan device; twill killed and restarted under a steady ping.
+// the vxlan device; twill killed and restarted under a steady ping. They
+// apply to both store modes.
 import type { Cluster } from './cluster.ts';
-import { entries, leaseOf, logCount, steadyPing, until, type Drill } from './drill-kit.ts';
+import { BOTH_STORES, entries, logCount, steadyPing, type Drill } from './drill-kit.ts';
 import { untilFull } from './matrix.ts';
+import { leaseOf } from './store-view.ts';
+import { until } from './wait.ts';
 
 export const first = async (c: Cluster, i: number): Promise<string> => (await c.nodes())[i]?.name ?? '';
 
@@ -13,6 +16,7 @@ function kernelDrill(o: { name: string; broke: string; only?: 'vxlan'; argv: (c:
     name: o.name,
     broke: o.broke,
     targetMs: 1_000,
+    stores: BOTH_STORES,
     ...(o.only ? { only: o.only } : {}),
     async run(c) {
       const node = await first(c, 0);
@@ -47,6 +51,7 @@ export const KERNEL_DRILLS: readonly Drill[] = [
     name: 'kill-restart',
     broke: 'twill SIGKILLed and restarted',
     targetMs: 10_000,
+    stores: BOTH_STORES,
     async run(c) {
       const [a, b] = await c.pods().then((ps) => [ps[0], ps.find((p) => p.node !== ps[0]?.node)]);
       const victim = b?.node ?? '';

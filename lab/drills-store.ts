@@ -1,42 +1,21 @@
 // Drills that break the lease store or the membership: a node's own lease
-// deleted, etcd stopped for a minute, etcd wiped, a node removed, a node
-// added, twenty nodes started at once.
+// deleted, etcd stopped for a minute, etcd wiped, a node removed (all four
+// etcd only), a node added, twenty nodes started at once (both stores).
 import { sleep } from '../src/util/abort.ts';
-import { etcdctl, type Cluster } from './cluster.ts';
-import { entries, leaseOf, leases, leftovers, logCount, steadyPing, until, type Drill, type Entries } from './drill-kit.ts';
+import { etcdctl } from './cluster.ts';
+import { BOTH_STORES, counts, goneEverywhere, leftovers, logCount, nextNames, podsPerNode, snapshot, steadyPing, type Drill } from './drill-kit.ts';
 import { connectivity, untilFull } from './matrix.ts';
+import { leaseOf, leases } from './store-view.ts';
+import { until } from './wait.ts';
 
 const ETCD_OUTAGE_MS = 60_000;
 const CHURN = ['dataplane updated', 'repaired dataplane drift'];
-
-async function snapshot(c: Cluster): Promise<Map<string, Entries>> {
-  const nodes = await c.nodes();
-  return new Map(await Promise.all(nodes.map(async (n) => [n.name, await entries(c, n.name)] as const)));
-}
-
-async function counts(c: Cluster, msgs: readonly string[]): Promise<number> {
-  let total = 0;
-  for (const n of await c.nodes()) for (const m of msgs) total += await logCount(c, n.name, m);
-  return total;
-}
-
-/** Names for `count` new nodes: spare machines where nodes cannot be made on the fly, else the next free numbers. */
-async function nextNames(c: Cluster, count: number): Promise<string[]> {
-  if (c.spareNodes) {
-    const spare = await c.spareNodes();
-    if (spare.length < count) throw new Error(`${c.description}: this drill needs ${count} spare node(s), there are ${spare.length}`);
-    return spare.slice(0, count);
-  }
-  const nodes = await c.nodes();
-  const prefix = /^\D+/.exec(nodes[0]?.name ?? '')?.[0] ?? 'n';
-  const max = Math.max(0, ...nodes.map((n) => Number(n.name.replace(/^\D+/, '')) || 0));
-  return Array.from({ length: count }, (_, i) => `${prefix}${max + 1 + i}`);
-}
 
 const ownLeaseDeleted: Drill = {
   name: 'own-lease',
   broke: "a node's own lease deleted",
   targetMs: 2_000,
+  stores: ['etcd'],
   async run(c) {
     const [node, other] = await c.nodes();
     const pods = await c.pods();
@@ -57,6 +36,7 @@ const etcdOutage: Drill = {
   name: 'etcd-outage',
   broke: `etcd stopped for ${ETCD_OUTAGE_MS / 1000} s`,
   targetMs: 30_000,
+  stores: ['etcd'],
   async run(c) {
     const before = await snapshot(c);
     const churn = await counts(c, CHURN);
@@ -80,6 +60,7 @@ const etcdWipe: Drill = {
   name: 'etcd-wipe',
   broke: 'etcd wiped, restarted empty, config put back',
   targetMs: 5_000,
+  stores: ['etcd'],
   async run(c) {
     const before = await leases(c);
     const config = await etcdctl(c, ['get', '--print-value-only', `${c.etcdPrefix}/config`]);
@@ -103,15 +84,14 @@ const nodeRemoved: Drill = {
   name: 'node-removed',
   broke: "a node removed (twill stopped, its lease deleted)",
   targetMs: 1_000,
+  stores: ['etcd'],
   async run(c) {
     const victim = (await c.nodes()).at(-1);
     const lease = await leaseOf(c, victim?.ip ?? '');
     await c.removeNode(victim?.name ?? '');
     const since = performance.now();
     await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease?.key ?? ''}`]);
-    const net = lease?.subnet.split('/')[0] ?? '?';
-    const gone = async (): Promise<boolean> =>
-      (await Promise.all((await c.nodes()).map((n) => entries(c, n.name)))).every((e) => !e.routes.some((r) => r.startsWith(`${net}/`)) && !e.neighs.some((x) => x.startsWith(`${net} `)) && !e.fdb.some((f) => f.includes(`dst ${victim?.ip ?? '?'} `)));
+    const gone = (): Promise<boolean> => goneEverywhere(c, { name: victim?.name ?? '?', ip: victim?.ip ?? '?', subnet: lease?.subnet ?? '?' });
     const healedMs = await until(gone, { timeoutMs: 10_000, since });
     return { healedMs, ok: healedMs !== undefined && healedMs <= 1_000, notes: [`${victim?.name} (${lease?.subnet}) gone from every peer in ${Math.round(healedMs ?? -1)} ms`] };
   },
@@ -121,10 +101,10 @@ const nodeAdded: Drill = {
   name: 'node-added',
   broke: 'a node added to the running lab',
   targetMs: 2_000,
+  stores: BOTH_STORES,
   async run(c) {
     const [name] = await nextNames(c, 1);
-    const firstNode = (await c.nodes())[0]?.name;
-    const perNode = (await c.pods()).filter((p) => p.node === firstNode).length || 1;
+    const perNode = await podsPerNode(c);
     const since = performance.now();
     await c.addNodes([name ?? 'n99'], perNode);
     const healedMs = await untilFull(c, 30_000, since);
@@ -136,6 +116,7 @@ const twentyNodes: Drill = {
   name: 'twenty-nodes',
   broke: '20 nodes started at once',
   targetMs: 90_000,
+  stores: BOTH_STORES,
   async run(c) {
     const names = await nextNames(c, 20);
     const since = performance.now();
@@ -147,11 +128,11 @@ const twentyNodes: Drill = {
     const missing = nodes.filter((n) => !all.some((l) => l.publicIp === n.ip)).map((n) => n.name);
     const notes = [`${nodes.length} nodes, ${all.length} leases, ${duplicates} duplicate subnets, full matrix in ${Math.round(healedMs ?? -1)} ms`];
     if (missing.length > 0) notes.push(`nodes without a lease: ${missing.join(', ')}`);
-    // leave the lab as it was: the twenty go, with their leases
+    // leave the lab as it was: the twenty go, with their leases (kube: removeNode deletes the Node)
     for (const name of names) {
       const lease = await leaseOf(c, nodes.find((n) => n.name === name)?.ip ?? '');
       await c.removeNode(name);
-      if (lease) await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease.key}`]);
+      if (lease && c.store === 'etcd') await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease.key}`]);
     }
     return { healedMs, ok: healedMs !== undefined && duplicates === 0 && missing.length === 0, notes };
   },

@@ -3,13 +3,23 @@
 // the runner checks that no pod's IP changed and that nothing leaked (every
 // node holds exactly one entry set per live peer). Written against the
 // Cluster interface only, so the same drills run on the netns and Vagrant labs.
-import type { Cluster } from './cluster.ts';
-import { backendOf, leftovers, until, type Drill, type DrillOutcome } from './drill-kit.ts';
+// Each drill names the store modes it applies to; `all` is those of the lab's.
+import type { Cluster, StoreMode } from './cluster.ts';
+import { leftovers, type Drill, type DrillOutcome } from './drill-kit.ts';
 import { KERNEL_DRILLS } from './drills-kernel.ts';
+import { KUBE_DRILLS } from './drills-kube.ts';
 import { STORE_DRILLS } from './drills-store.ts';
 import { untilFull } from './matrix.ts';
+import { backendOf } from './store-view.ts';
+import { until } from './wait.ts';
 
-export const DRILLS: readonly Drill[] = [...KERNEL_DRILLS, ...STORE_DRILLS];
+/** In the order `all` runs them (within one store mode). */
+export const DRILLS: readonly Drill[] = [...KERNEL_DRILLS, ...KUBE_DRILLS, ...STORE_DRILLS];
+
+/** The drills `all` runs on a lab with this store. */
+export function drillsFor(store: StoreMode): readonly Drill[] {
+  return DRILLS.filter((d) => d.stores.includes(store));
+}
 
 export interface DrillResult {
   readonly name: string;
@@ -22,10 +32,16 @@ export interface DrillResult {
   readonly pass: boolean;
 }
 
+/** "n/a: …" when the drill does not apply to this lab's store or backend. */
+async function notApplicable(c: Cluster, d: Drill): Promise<string | undefined> {
+  if (!d.stores.includes(c.store)) return `n/a: ${d.stores.join(' or ')} store only`;
+  if (d.only && (await backendOf(c)) !== d.only) return `n/a: ${d.only} only`;
+  return undefined;
+}
+
 export async function runDrill(c: Cluster, d: Drill): Promise<DrillResult> {
-  if (d.only && (await backendOf(c)) !== d.only) {
-    return { name: d.name, broke: d.broke, healedMs: null, targetMs: d.targetMs, ipChanged: [], leftovers: [], notes: [`n/a: ${d.only} only`], pass: true };
-  }
+  const na = await notApplicable(c, d);
+  if (na !== undefined) return { name: d.name, broke: d.broke, healedMs: null, targetMs: d.targetMs, ipChanged: [], leftovers: [], notes: [na], pass: true };
   const podsBefore = await c.pods();
   const out = await d.run(c).catch((err: unknown): DrillOutcome => ({ healedMs: undefined, ok: false, notes: [`failed: ${err instanceof Error ? err.message : String(err)}`] }));
   const full = await untilFull(c, 30_000);

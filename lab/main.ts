@@ -1,17 +1,21 @@
 // `npm run lab -- <command>`: the netns lab (as root).
-//   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw]   bring it up, print the matrix
+//   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw] [--store etcd|kube]
+//                                                         bring it up, print the matrix
 //   status                                                print the matrix and where the logs are
 //   down                                                  remove everything the lab made
 //   drill <name>|all [--json] [--vagrant]                 break things, measure the healing
+// `--store kube` runs a kube-apiserver next to etcd and twill with
+// --kube-subnet-mgr (Node objects instead of etcd leases; see netns-kube.ts).
 // `--name` (default twlab) names the lab: its namespaces are <name>-*, its
 // files /run/twill-lab/<name>; two labs with different names coexist.
 import { access } from 'node:fs/promises';
 import { Command, InvalidArgumentError } from 'commander';
 import { run } from '../src/exec/runner.ts';
-import type { Cluster } from './cluster.ts';
-import { DRILLS, renderDrills, runDrills } from './drills.ts';
+import type { Cluster, StoreMode } from './cluster.ts';
+import { DRILLS, drillsFor, renderDrills, runDrills } from './drills.ts';
 import { connectivity, renderMatrix, untilFull } from './matrix.ts';
-import { NetnsCluster, TWILL_CNI, TWILL_MAIN } from './netns-cluster.ts';
+import { NetnsCluster } from './netns-cluster.ts';
+import { TWILL_CNI, TWILL_MAIN } from './twill-command.ts';
 import { labNodeCount, VagrantCluster } from './vagrant-cluster.ts';
 
 function positive(value: string): number {
@@ -22,6 +26,11 @@ function positive(value: string): number {
 
 function backendOf(value: string): 'vxlan' | 'host-gw' {
   if (value !== 'vxlan' && value !== 'host-gw') throw new InvalidArgumentError(`${value} is not vxlan or host-gw`);
+  return value;
+}
+
+function storeOf(value: string): StoreMode {
+  if (value !== 'etcd' && value !== 'kube') throw new InvalidArgumentError(`${value} is not etcd or kube`);
   return value;
 }
 
@@ -45,17 +54,24 @@ async function printStatus(c: Cluster): Promise<boolean> {
   return m.failures.length === 0;
 }
 
-async function up(o: { name: string; nodes: number; pods: number; backend: 'vxlan' | 'host-gw' }): Promise<number> {
+interface UpOptions {
+  readonly nodes: number;
+  readonly pods: number;
+  readonly backend: 'vxlan' | 'host-gw';
+  readonly store: StoreMode;
+}
+
+async function up(o: UpOptions & { name: string }): Promise<number> {
   if (await NetnsCluster.open(o.name)) throw new Error(`a lab named ${o.name} is already up (npm run lab -- down${o.name === 'twlab' ? '' : ` --name ${o.name}`})`);
   await ensureBuilt();
-  const c = await NetnsCluster.create({ name: o.name, backend: o.backend });
+  const c = await NetnsCluster.create({ name: o.name, backend: o.backend, store: o.store });
   await c.addNodes(Array.from({ length: o.nodes }, (_, i) => `n${i + 1}`), o.pods);
   await untilFull(c, 30_000);
   return (await printStatus(c)) ? 0 : 1;
 }
 
 async function drill(c: Cluster, o: { which: string; json: boolean }): Promise<number> {
-  const names = o.which === 'all' ? DRILLS.map((d) => d.name) : [o.which];
+  const names = o.which === 'all' ? drillsFor(c.store).map((d) => d.name) : [o.which];
   const unknown = names.filter((n) => !DRILLS.some((d) => d.name === n));
   if (unknown.length > 0) throw new Error(`no drill named ${unknown.join(', ')} (have: ${DRILLS.map((d) => d.name).join(', ')}, all)`);
   const results = await runDrills(c, names, (line) => process.stderr.write(`${line}\n`));
@@ -73,7 +89,8 @@ async function main(argv: string[]): Promise<number> {
     .option('--nodes <n>', 'nodes', positive, 3)
     .option('--pods <n>', 'pods per node', positive, 2)
     .option('--backend <type>', 'vxlan or host-gw', backendOf, 'vxlan' as const)
-    .action(async (o: { nodes: number; pods: number; backend: 'vxlan' | 'host-gw' }) => void (code = await up({ name: name(), ...o })));
+    .option('--store <mode>', 'etcd, or kube (a kube-apiserver, Node objects, twill run --kube-subnet-mgr)', storeOf, 'etcd' as const)
+    .action(async (o: UpOptions) => void (code = await up({ name: name(), ...o })));
   program.command('status').action(async () => void (code = (await printStatus(await openLab(name()))) ? 0 : 1));
   program.command('down').action(async () => {
     const removed = await NetnsCluster.destroy(name());

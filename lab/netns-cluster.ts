@@ -2,21 +2,21 @@
 // machine. A router namespace holds the underlay bridge (10.123.0.254/24,
 // every node's default gateway) and a link to the "outside" namespace
 // (203.0.113.2, which knows no pod routes: only masquerade lets pods reach
-// it); etcd runs in its own namespace at 10.123.0.1; node k is 10.123.0.(10+k)
+// it); etcd runs in its own namespace at 10.123.0.1 (in kube mode with a
+// kube-apiserver next to it, see netns-kube.ts); node k is 10.123.0.(10+k)
 // and runs `twill run --ip-masq` as a real process; pods are namespaces wired
 // by the twill-cni executable, called as a runtime calls it. Every name
 // starts with the lab's name, so `down` finds everything, even after a crash.
 import { mkdir, readFile, rename, rm } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { run } from '../src/exec/runner.ts';
-import { sleep } from '../src/util/abort.ts';
-import type { Cluster, LabNode, LabPod, ShOptions, Target } from './cluster.ts';
+import type { Cluster, LabNode, LabPod, ShOptions, StoreMode, Target } from './cluster.ts';
+import { adminKubectl, applyRbac, kubeLab, nodeObject, prepareKubeLab, spawnLabApiServer, twillKubeFlags, untilLabApiServerReady, type KubeLab } from './netns-kube.ts';
 import { alive, killNamespaceProcesses, spawnDetached, stopPid } from './procs.ts';
 import { labDir, readState, writeState, type LabState, type NodeState } from './state.ts';
+import { TWILL_CNI, twillCommand } from './twill-command.ts';
+import { until } from './wait.ts';
 
-const ROOT = resolve(import.meta.dirname, '..');
-export const TWILL_MAIN = join(ROOT, 'dist/src/cli/main.js');
-export const TWILL_CNI = join(ROOT, 'dist/twill-cni');
 const ETCD_IP = '10.123.0.1';
 const OUTSIDE_IP = '203.0.113.2';
 /** every lab node serves /healthz, /readyz and /metrics here (each in its own namespace) */
@@ -26,17 +26,6 @@ async function ns(cmd: string[]): Promise<string> {
   return (await run('ip', cmd, { timeoutMs: 20_000 })).stdout;
 }
 
-/**
- * How to start the built `twill` command as it runs when installed: this
- * Node, the node flags on its shebang line (`extraNodeFlags` after them),
- * the built main. Shared by the lab and the benchmarks.
- */
-export async function twillCommand(extraNodeFlags: readonly string[] = []): Promise<string[]> {
-  const first = (await readFile(TWILL_MAIN, 'utf8')).split('\n')[0] ?? '';
-  const flags = first.replace(/^#!\/usr\/bin\/env (-S )?node ?/, '').split(' ').filter(Boolean);
-  return [process.execPath, ...flags, ...extraNodeFlags, TWILL_MAIN];
-}
-
 export class NetnsCluster implements Cluster {
   readonly description: string;
   readonly outsideIp = OUTSIDE_IP;
@@ -44,11 +33,17 @@ export class NetnsCluster implements Cluster {
   readonly etcdPrefix = '/coreos.com/network';
   private readonly state: LabState;
   private readonly dir: string;
+  private readonly kube: KubeLab;
 
   private constructor(state: LabState) {
     this.state = state;
     this.dir = labDir(state.name);
-    this.description = `netns lab ${state.name} (${state.backend})`;
+    this.kube = kubeLab(this.dir, ETCD_IP);
+    this.description = `netns lab ${state.name} (${state.backend}${state.store === 'kube' ? ', Kubernetes API' : ''})`;
+  }
+
+  get store(): StoreMode {
+    return this.state.store;
   }
 
   get backend(): 'vxlan' | 'host-gw' {
@@ -61,9 +56,14 @@ export class NetnsCluster implements Cluster {
     return state ? new NetnsCluster(state) : undefined;
   }
 
-  /** Router, underlay, outside and etcd (with the network config); no nodes yet. */
-  static async create(o: { name: string; backend: 'vxlan' | 'host-gw' }): Promise<NetnsCluster> {
-    const c = new NetnsCluster({ name: o.name, backend: o.backend, etcdPid: undefined, nodes: [], nextIndex: 1 });
+  /**
+   * Router, underlay, outside and etcd; no nodes yet. etcd mode: the network
+   * config in etcd. kube mode: the kube-apiserver, RBAC, kubeconfigs and
+   * net-conf.json (netns-kube.ts).
+   */
+  static async create(o: { name: string; backend: 'vxlan' | 'host-gw'; store?: StoreMode }): Promise<NetnsCluster> {
+    const store = o.store ?? 'etcd';
+    const c = new NetnsCluster({ name: o.name, backend: o.backend, store, etcdPid: undefined, apiServerPid: undefined, nodes: [], nextIndex: 1 });
     await mkdir(c.dir, { recursive: true });
     await writeState(c.state);
     const rt = await c.addNs('rt');
@@ -82,14 +82,20 @@ export class NetnsCluster implements Cluster {
     await ns(['-n', out, 'route', 'add', 'default', 'via', '203.0.113.1']);
     await c.attach('etcd', ETCD_IP);
     await c.startEtcd({ wipe: true });
-    await c.sh('etcd', ['etcdctl', '--endpoints', c.etcdEndpoint, 'put', `${c.etcdPrefix}/config`, `{"Network":"10.244.0.0/16","Backend":{"Type":"${o.backend}"}}`]);
+    if (store === 'etcd') {
+      await c.sh('etcd', ['etcdctl', '--endpoints', c.etcdEndpoint, 'put', `${c.etcdPrefix}/config`, `{"Network":"10.244.0.0/16","Backend":{"Type":"${o.backend}"}}`]);
+      return c;
+    }
+    await prepareKubeLab(c.kube, o.backend);
+    await c.startApiServer();
+    await applyRbac(c.kube, c.controlPlane);
     return c;
   }
 
   /** Removes every process, namespace and file of the lab `name`, whether or not its state survived. */
   static async destroy(name: string): Promise<string[]> {
     const state = await readState(name);
-    for (const pid of [state?.etcdPid, ...(state?.nodes ?? []).map((n) => n.pid)]) await stopPid(pid, 'kill');
+    for (const pid of [state?.apiServerPid, state?.etcdPid, ...(state?.nodes ?? []).map((n) => n.pid)]) await stopPid(pid, 'kill');
     const all = (await ns(['netns', 'list'])).split('\n').map((l) => l.split(' ')[0] ?? '');
     const mine = all.filter((n) => n.startsWith(`${name}-`));
     for (const n of mine) await killNamespaceProcesses(n);
@@ -156,7 +162,8 @@ export class NetnsCluster implements Cluster {
   async startTwill(name: string): Promise<void> {
     const n = this.node(name);
     if (alive(n.pid)) throw new Error(`twill already runs on ${name} (pid ${n.pid})`);
-    const argv = [...(await twillCommand()), 'run', '--etcd-endpoints', this.etcdEndpoint, '--iface', 'eth0', '--ip-masq', '--healthz-port', String(HEALTHZ_PORT), '--node-name', name, '--subnet-file', join(this.dir, name, 'subnet.env')];
+    const store = this.store === 'kube' ? twillKubeFlags(this.kube, name) : ['--etcd-endpoints', this.etcdEndpoint, '--node-name', name];
+    const argv = [...(await twillCommand()), 'run', ...store, '--iface', 'eth0', '--ip-masq', '--healthz-port', String(HEALTHZ_PORT), '--subnet-file', join(this.dir, name, 'subnet.env')];
     n.pid = spawnDetached(this.nsOf(name), argv, this.logPath(name));
     await writeState(this.state);
   }
@@ -166,6 +173,34 @@ export class NetnsCluster implements Cluster {
     await stopPid(n.pid, how);
     n.pid = undefined;
     await writeState(this.state);
+  }
+
+  /** Runs argv in the etcd namespace, where the kube-apiserver listens. */
+  private readonly controlPlane = (argv: readonly string[], opts?: ShOptions): Promise<string> => this.sh('etcd', argv, opts);
+
+  private kubeOnly(what: string): void {
+    if (this.store !== 'kube') throw new Error(`${this.description}: ${what} needs a lab in kube mode (up --store kube)`);
+  }
+
+  async kubectl(args: readonly string[], opts?: ShOptions): Promise<string> {
+    this.kubeOnly('kubectl');
+    return adminKubectl(this.kube, this.controlPlane, args, opts);
+  }
+
+  async stopApiServer(): Promise<void> {
+    this.kubeOnly('stopping the kube-apiserver');
+    await stopPid(this.state.apiServerPid, 'term');
+    this.state.apiServerPid = undefined;
+    await writeState(this.state);
+  }
+
+  async startApiServer(): Promise<void> {
+    this.kubeOnly('starting the kube-apiserver');
+    if (alive(this.state.apiServerPid)) throw new Error(`the kube-apiserver already runs (pid ${this.state.apiServerPid})`);
+    const pid = await spawnLabApiServer({ k: this.kube, ns: this.nsOf('etcd'), etcd: this.etcdEndpoint });
+    this.state.apiServerPid = pid;
+    await writeState(this.state);
+    await untilLabApiServerReady(this.kube, this.controlPlane, pid);
   }
 
   async stopEtcd(): Promise<void> {
@@ -182,13 +217,8 @@ export class NetnsCluster implements Cluster {
     const argv = ['etcd', '--name', 'lab', '--data-dir', data, '--listen-client-urls', url, '--advertise-client-urls', url, '--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer, '--initial-cluster', `lab=${peer}`, '--log-level', 'error'];
     this.state.etcdPid = spawnDetached(this.nsOf('etcd'), argv, join(this.dir, 'etcd.log'));
     await writeState(this.state);
-    const until = Date.now() + 20_000;
-    for (;;) {
-      const ok = await this.sh('etcd', ['etcdctl', '--endpoints', url, 'endpoint', 'health'], { timeoutMs: 3_000 }).then(() => true, () => false);
-      if (ok) return;
-      if (Date.now() > until) throw new Error(`etcd did not become healthy; see ${join(this.dir, 'etcd.log')}`);
-      await sleep(100, AbortSignal.timeout(1_000));
-    }
+    const healthy = (): Promise<boolean> => this.sh('etcd', ['etcdctl', '--endpoints', url, 'endpoint', 'health'], { timeoutMs: 3_000 }).then(() => true, () => false);
+    if ((await until(healthy, { timeoutMs: 20_000, everyMs: 100 })) === undefined) throw new Error(`etcd did not become healthy; see ${join(this.dir, 'etcd.log')}`);
   }
 
   async addNodes(names: readonly string[], pods: number): Promise<void> {
@@ -202,6 +232,8 @@ export class NetnsCluster implements Cluster {
       added.push(n);
     }
     await writeState(this.state);
+    // a controller-manager would give each Node its podCIDR: here the lab does, before twill starts
+    for (const n of added) if (this.store === 'kube') await this.kubectl(['create', '-f', '-'], { input: nodeObject(n.name, `10.244.${n.index}.0/24`) });
     for (const n of added) await this.startTwill(n.name);
     for (const n of added) await this.wirePods(n, pods);
   }
@@ -209,6 +241,7 @@ export class NetnsCluster implements Cluster {
   async removeNode(name: string): Promise<void> {
     const n = this.node(name);
     await this.stopTwill(name, 'term');
+    if (this.store === 'kube') await this.kubectl(['delete', 'node', name, '--ignore-not-found']);
     for (const p of n.pods) await ns(['netns', 'del', this.nsOf(p.name)]).catch(() => undefined);
     await killNamespaceProcesses(this.nsOf(name));
     await ns(['netns', 'del', this.nsOf(name)]).catch(() => undefined);
@@ -224,10 +257,11 @@ export class NetnsCluster implements Cluster {
   /** Waits for the node's subnet.env, then makes its pods with twill-cni ADD. */
   private async wirePods(n: NodeState, count: number): Promise<void> {
     const subnetFile = join(this.dir, n.name, 'subnet.env');
-    const until = Date.now() + 60_000;
-    while ((await readFile(subnetFile, 'utf8').catch(() => '')) === '') {
-      if (Date.now() > until) throw new Error(`${n.name}: no subnet.env after 60 s; see ${this.logPath(n.name)}`);
-      await sleep(25, AbortSignal.timeout(1_000));
+    // a twill that stopped (say on a bad flag) will not write it: no point waiting the full minute
+    const written = async (): Promise<boolean> => (await readFile(subnetFile, 'utf8').catch(() => '')) !== '' || !alive(n.pid);
+    await until(written, { timeoutMs: 60_000, everyMs: 25 });
+    if ((await readFile(subnetFile, 'utf8').catch(() => '')) === '') {
+      throw new Error(`${n.name}: no subnet.env ${alive(n.pid) ? 'after 60 s' : 'and its twill exited'}; see ${this.logPath(n.name)}`);
     }
     const conf = { cniVersion: '1.0.0', name: 'twill-lab', type: 'twill', subnetFile, dataDir: join(this.dir, n.name, 'ipam'), logFile: join(this.dir, n.name, 'cni.log') };
     for (let k = n.pods.length + 1; n.pods.length < count; k++) {

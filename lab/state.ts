@@ -1,8 +1,10 @@
 // The netns lab's state on disk, /run/twill-lab/<name>/state.json: which
-// nodes and pods exist and the pids of etcd and every twill, so `status`,
+// nodes and pods exist, the store mode, and the pids of etcd, the
+// kube-apiserver (kube mode) and every twill, so `status`,
 // `drill` and `down` (separate invocations) find the lab `up` made.
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { StoreMode } from './cluster.ts';
 
 export const LAB_ROOT = '/run/twill-lab';
 
@@ -22,7 +24,10 @@ export interface NodeState {
 export interface LabState {
   readonly name: string;
   readonly backend: 'vxlan' | 'host-gw';
+  readonly store: StoreMode;
   etcdPid: number | undefined;
+  /** kube mode: the kube-apiserver in the etcd namespace */
+  apiServerPid: number | undefined;
   nodes: NodeState[];
   nextIndex: number;
 }
@@ -33,7 +38,8 @@ export function labDir(name: string): string {
 
 export async function readState(name: string): Promise<LabState | undefined> {
   const text = await readFile(join(labDir(name), 'state.json'), 'utf8').catch(() => undefined);
-  return text === undefined ? undefined : (JSON.parse(text) as LabState);
+  // a state file from before the store mode existed is an etcd lab
+  return text === undefined ? undefined : { store: 'etcd', apiServerPid: undefined, ...(JSON.parse(text) as Partial<LabState>) } as LabState;
 }
 
 export async function writeState(state: LabState): Promise<void> {

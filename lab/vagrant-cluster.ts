@@ -6,7 +6,8 @@
 // node side of pods and membership is lab/vagrant/twill-lab on every node:
 // a node is in the lab while its twill.service is enabled. VMs cannot be
 // made on the fly, so addNodes only takes machines the Vagrantfile defines
-// that are not in the lab (e.g. after removeNode).
+// that are not in the lab (e.g. after removeNode). Its twill uses etcd:
+// kube mode (the Kubernetes API as the lease store) is netns-only for now.
 import { resolve } from 'node:path';
 import { TwillError } from '../src/errors.ts';
 import { run, type RunOptions } from '../src/exec/runner.ts';
@@ -65,11 +66,16 @@ export function parsePodList(node: string, text: string): LabPod[] {
   return pods;
 }
 
+function kubeNetnsOnly(what: string): TwillError {
+  return new TwillError('CONFIG_UNSUPPORTED', `vagrant lab: ${what}: kube mode is netns-only for now (npm run lab -- up --store kube); the Vagrant lab's twill uses etcd`);
+}
+
 export class VagrantCluster implements Cluster {
   readonly description: string;
   readonly outsideIp = VAGRANT_LAB.outsideIp;
   readonly etcdEndpoint = `http://${VAGRANT_LAB.etcdIp}:2379`;
   readonly etcdPrefix = '/coreos.com/network';
+  readonly store = 'etcd' as const;
   private readonly dir: string;
   private readonly exec: VagrantExec;
   private readonly machines: readonly LabNode[];
@@ -129,6 +135,18 @@ export class VagrantCluster implements Cluster {
 
   async twillLog(node: string): Promise<string> {
     return this.onVm(this.machine(node).name, [['cat', '--', VAGRANT_LAB.twillLog]]);
+  }
+
+  kubectl(): Promise<string> {
+    return Promise.reject(kubeNetnsOnly('kubectl'));
+  }
+
+  stopApiServer(): Promise<void> {
+    return Promise.reject(kubeNetnsOnly('stopping the kube-apiserver'));
+  }
+
+  startApiServer(): Promise<void> {
+    return Promise.reject(kubeNetnsOnly('starting the kube-apiserver'));
   }
 
   async stopEtcd(): Promise<void> {

@@ -1,0 +1,73 @@
+// Drills for the Kubernetes store (kube mode): a Node deleted (its twill
+// stopped first, as when a machine goes away, then `kubectl delete node`),
+// and the kube-apiserver stopped for 20 s while the pods keep talking, with
+// a node added after it came back.
+import type { Cluster } from './cluster.ts';
+import { counts, goneEverywhere, nextNames, podsPerNode, snapshot, type Drill } from './drill-kit.ts';
+import { connectivity, untilFull } from './matrix.ts';
+import { leaseOf } from './store-view.ts';
+import { until } from './wait.ts';
+
+const OUTAGE_MS = 20_000;
+const CHURN = ['dataplane updated', 'repaired dataplane drift'];
+
+const nodeDeleted: Drill = {
+  name: 'node-deleted',
+  broke: "a node's twill stopped, then its Node deleted (kubectl delete node)",
+  targetMs: 1_000,
+  stores: ['kube'],
+  async run(c) {
+    const victim = (await c.nodes()).at(-1);
+    const lease = await leaseOf(c, victim?.ip ?? '');
+    if (!victim || !lease) throw new Error(`no node with a Node object to delete (last node ${victim?.name ?? '-'})`);
+    // the machine goes away first: peers notice nothing until the Node object is deleted
+    await c.stopTwill(victim.name, 'term');
+    const since = performance.now();
+    // removeNode deletes the Node object first, then the namespaces; peers are polled meanwhile
+    const removal = c.removeNode(victim.name);
+    const healedMs = await until(() => goneEverywhere(c, { ...victim, subnet: lease.subnet }), { timeoutMs: 10_000, since });
+    await removal;
+    return { healedMs, ok: healedMs !== undefined && healedMs <= 1_000, notes: [`${victim.name} (${lease.subnet}) gone from every peer ${Math.round(healedMs ?? -1)} ms after kubectl delete node started`] };
+  },
+};
+
+/** Matrices, one after another, for `ms`: every failure seen, and how many rounds ran. */
+async function matricesFor(c: Cluster, ms: number): Promise<{ rounds: number; failures: Set<string> }> {
+  const failures = new Set<string>();
+  const end = performance.now() + ms;
+  let rounds = 0;
+  while (performance.now() < end) {
+    for (const f of (await connectivity(c)).failures) failures.add(f);
+    rounds++;
+  }
+  return { rounds, failures };
+}
+
+const apiServerOutage: Drill = {
+  name: 'apiserver-outage',
+  broke: `kube-apiserver stopped for ${OUTAGE_MS / 1000} s, then a node added`,
+  targetMs: 30_000,
+  stores: ['kube'],
+  async run(c) {
+    const before = await snapshot(c);
+    const churn = await counts(c, CHURN);
+    await c.stopApiServer();
+    const during = await matricesFor(c, OUTAGE_MS);
+    const unchanged = JSON.stringify([...(await snapshot(c))]) === JSON.stringify([...before]);
+    const quiet = (await counts(c, CHURN)) === churn;
+    await c.startApiServer();
+    const since = performance.now();
+    const [name] = await nextNames(c, 1);
+    const perNode = await podsPerNode(c);
+    await c.addNodes([name ?? 'n99'], perNode);
+    const healedMs = await untilFull(c, 30_000, since);
+    const notes = [
+      `${during.rounds} matrices while the apiserver was down: ${during.failures.size === 0 ? 'all full' : [...during.failures].join(', ')}`,
+      `kernel entries ${unchanged ? 'unchanged' : 'CHANGED'} during the outage, ${quiet ? 'no dataplane pass changed anything' : 'dataplane passes changed entries'}`,
+      `${name} added after the restart, reachable from every pod ${Math.round(healedMs ?? -1)} ms after the apiserver was ready`,
+    ];
+    return { healedMs, ok: healedMs !== undefined && healedMs <= 30_000 && during.failures.size === 0 && unchanged && quiet, notes };
+  },
+};
+
+export const KUBE_DRILLS: readonly Drill[] = [apiServerOutage, nodeDeleted];

@@ -1,0 +1,116 @@
+// The Kubernetes side of the netns lab in kube mode (`up --store kube`): a
+// real kube-apiserver in the etcd namespace (10.123.0.1:6443) backed by the
+// lab's etcd (it keeps its data under /registry), deploy/'s RBAC objects, a
+// kubeconfig for twill whose static token (user `twill`) is bound only to
+// twill's ClusterRole (as deploy/ binds the ServiceAccount), an admin
+// kubeconfig for kubectl, net-conf.json as a file, and a Node object with a
+// podCIDR per lab node. Every file lives under the lab directory, so `down`
+// removes it with the lab.
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import type { ShOptions } from './cluster.ts';
+import {
+  apiServerArgs,
+  apiServerFiles,
+  kubeApiServerBinary,
+  kubeconfigText,
+  kubectlArgv,
+  untilApiServerReady,
+  writeCredentials,
+} from './kube-apiserver.ts';
+import { alive, spawnDetached } from './procs.ts';
+import { until } from './wait.ts';
+
+export const KUBE_API_PORT = 6443;
+const DEPLOY = resolve(import.meta.dirname, '../deploy');
+/** deploy/'s objects that give twill its rights (the DaemonSet and ConfigMap are not needed here) */
+const RBAC_FILES = ['namespace.yaml', 'serviceaccount.yaml', 'clusterrole.yaml', 'clusterrolebinding.yaml'];
+
+/** Runs an argv in the etcd namespace (where the apiserver listens); stdout. */
+export type ControlPlaneExec = (argv: readonly string[], opts?: ShOptions) => Promise<string>;
+
+/** Where the kube side of a lab keeps its files, and how to reach the apiserver. */
+export interface KubeLab {
+  /** <lab dir>/kube: certificates, tokens, kubeconfigs, kubectl's cache, the apiserver log */
+  readonly dir: string;
+  readonly host: string;
+  readonly url: string;
+  readonly admin: { readonly kubeconfig: string; readonly cacheDir: string };
+  readonly twillKubeconfig: string;
+  readonly netConf: string;
+  readonly log: string;
+}
+
+export function kubeLab(labDir: string, host: string): KubeLab {
+  const dir = join(labDir, 'kube');
+  return {
+    dir,
+    host,
+    url: `https://${host}:${KUBE_API_PORT}`,
+    admin: { kubeconfig: join(dir, 'admin.kubeconfig'), cacheDir: join(dir, 'kubectl-cache') },
+    twillKubeconfig: join(dir, 'twill.kubeconfig'),
+    netConf: join(labDir, 'net-conf.json'),
+    log: join(dir, 'kube-apiserver.log'),
+  };
+}
+
+/** Writes the credentials, both kubeconfigs and net-conf.json. */
+export async function prepareKubeLab(k: KubeLab, backend: 'vxlan' | 'host-gw'): Promise<void> {
+  await mkdir(k.admin.cacheDir, { recursive: true });
+  const creds = await writeCredentials(k.dir);
+  const { caFile } = apiServerFiles(k.dir);
+  await writeFile(k.admin.kubeconfig, kubeconfigText({ url: k.url, caFile, token: creds.adminToken }), { mode: 0o600 });
+  await writeFile(k.twillKubeconfig, kubeconfigText({ url: k.url, caFile, token: creds.twillToken }), { mode: 0o600 });
+  await writeFile(k.netConf, `${JSON.stringify({ Network: '10.244.0.0/16', Backend: { Type: backend } })}\n`);
+}
+
+/** The apiserver binary; builds it (3 to 8 minutes, once) when there is no cached one. */
+export async function labApiServerBinary(): Promise<string> {
+  const cached = await kubeApiServerBinary({ cachedOnly: true }).catch(() => undefined);
+  if (cached !== undefined) return cached;
+  process.stderr.write('lab: no cached kube-apiserver; building one with scripts/kube-apiserver.sh (3 to 8 minutes, once)…\n');
+  return kubeApiServerBinary({ cachedOnly: false });
+}
+
+/** Starts the apiserver detached in namespace `ns` (it must be waited for: `untilLabApiServerReady`); its pid. */
+export async function spawnLabApiServer(o: { k: KubeLab; ns: string; etcd: string }): Promise<number> {
+  const binary = await labApiServerBinary();
+  const args = apiServerArgs({ dir: o.k.dir, host: o.k.host, port: KUBE_API_PORT, etcd: o.etcd });
+  return spawnDetached(o.ns, [binary, ...args], o.k.log);
+}
+
+export async function untilLabApiServerReady(k: KubeLab, exec: ControlPlaneExec, pid: number): Promise<void> {
+  const probe = (argv: readonly string[]): Promise<string> => exec(argv, { timeoutMs: 5_000 });
+  await untilApiServerReady({ dir: k.dir, kubectl: k.admin, exec: probe, exited: () => !alive(pid), timeoutMs: 60_000 }).catch((err: Error) => {
+    throw new Error(`${err.message}; see ${k.log}`);
+  });
+}
+
+/** kubectl as the admin, on the control-plane host. */
+export function adminKubectl(k: KubeLab, exec: ControlPlaneExec, args: readonly string[], opts?: ShOptions): Promise<string> {
+  return exec(kubectlArgv(k.admin, args), opts);
+}
+
+/**
+ * deploy/'s Namespace, ServiceAccount, ClusterRole and ClusterRoleBinding,
+ * and a binding of the static user `twill` to the same ClusterRole; waits
+ * until twill's kubeconfig may list Nodes (the authorizer learns of a
+ * binding through its informer, a moment later).
+ */
+export async function applyRbac(k: KubeLab, exec: ControlPlaneExec): Promise<void> {
+  await adminKubectl(k, exec, ['apply', ...RBAC_FILES.flatMap((f) => ['-f', join(DEPLOY, f)])], { timeoutMs: 60_000 });
+  await adminKubectl(k, exec, ['create', 'clusterrolebinding', 'twill-lab-user', '--clusterrole=twill', '--user=twill']);
+  const asTwill = kubectlArgv({ kubeconfig: k.twillKubeconfig, cacheDir: k.admin.cacheDir }, ['get', 'nodes', '-o', 'name']);
+  const bound = await until(() => exec(asTwill).then(() => true, () => false), { timeoutMs: 10_000, everyMs: 100 });
+  if (bound === undefined) throw new Error(`twill's kubeconfig (${k.twillKubeconfig}) still may not list Nodes 10 s after the binding`);
+}
+
+/** The Node object of lab node `name`: the podCIDR a controller-manager would allocate. */
+export function nodeObject(name: string, podCIDR: string): string {
+  return JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name }, spec: { podCIDR, podCIDRs: [podCIDR] } });
+}
+
+/** `twill run`'s store flags in kube mode. */
+export function twillKubeFlags(k: KubeLab, node: string): string[] {
+  return ['--kube-subnet-mgr', '--kubeconfig-file', k.twillKubeconfig, '--net-config-path', k.netConf, '--node-name', node];
+}
