@@ -1,0 +1,49 @@
+// End to end in Kubernetes mode, as a user runs it: `npm run lab -- up
+// --store kube` (a real kube-apiserver in the lab, Node objects with
+// podCIDRs, `twill run --kube-subnet-mgr` per node), then every kube drill,
+// then `down`. The pods reach each other, every Node carries the flannel
+// annotations and NetworkUnavailable=False, a deleted Node is gone from
+// every peer within 1 s, and `down` leaves no namespace, process or file.
+// Runs in the separate e2e pass (see package.json).
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { NetnsCluster } from '../../lab/netns-cluster.ts';
+import { ANNOTATION_PREFIX, nodeObjects } from '../../lab/store-view.ts';
+import { lab, labDrills, labLeftovers } from '../helpers/lab.ts';
+
+const KUBE_DRILLS = ['masq-rule', 'nat-flush', 'peer-route', 'peer-neigh', 'peer-fdb', 'vxlan-device', 'kill-restart', 'apiserver-outage', 'node-deleted', 'node-added', 'twenty-nodes'];
+
+/** Every Node's flannel annotations and NetworkUnavailable status, by name. */
+async function nodeView(name: string): Promise<Record<string, { annotations: Record<string, string>; networkUnavailable: string | undefined }>> {
+  const c = await NetnsCluster.open(name);
+  if (!c) throw new Error(`lab ${name} is not up`);
+  const view: Record<string, { annotations: Record<string, string>; networkUnavailable: string | undefined }> = {};
+  for (const n of await nodeObjects(c)) {
+    const annotations = Object.fromEntries(Object.entries(n.metadata.annotations ?? {}).filter(([k]) => k.startsWith(`${ANNOTATION_PREFIX}/`)).map(([k, v]) => [k.slice(ANNOTATION_PREFIX.length + 1), v]));
+    view[n.metadata.name] = { annotations, networkUnavailable: n.status?.conditions?.find((x) => x.type === 'NetworkUnavailable')?.status };
+  }
+  return view;
+}
+
+describe('the netns lab in Kubernetes mode over vxlan', () => {
+  it('comes up, the Nodes carry the flannel annotations, every kube drill passes, and down leaves nothing', { timeout: 600_000 }, async () => {
+    const name = `twk${process.pid % 100000}`;
+    onTestFinished(async () => void (await lab('--name', name, 'down').catch(() => '')));
+    const up = await lab('--name', name, 'up', '--store', 'kube', '--nodes', '3', '--pods', '2', '--backend', 'vxlan');
+    expect(up).toContain('full connectivity: 6 pods, every pod reaches every pod and outside');
+    const nodes = await nodeView(name);
+    expect(Object.keys(nodes).sort()).toEqual(['n1', 'n2', 'n3']);
+    for (const [node, v] of Object.entries(nodes)) {
+      const index = Number(node.slice(1));
+      expect(v.annotations, node).toMatchObject({ 'backend-type': 'vxlan', 'public-ip': `10.123.0.${10 + index}`, 'kube-subnet-manager': 'true' });
+      expect(JSON.parse(v.annotations['backend-data'] ?? 'null'), node).toMatchObject({ VNI: 1, VtepMAC: expect.stringMatching(/^([0-9a-f]{2}:){5}[0-9a-f]{2}$/) });
+      expect(v.networkUnavailable, node).toBe('False');
+    }
+    const results = await labDrills(name);
+    expect(results.map((r) => r.name)).toEqual(KUBE_DRILLS);
+    for (const r of results) expect(r, `${r.name}: ${r.notes.join('; ')} ${r.leftovers.join('; ')}`).toMatchObject({ pass: true, ipChanged: [], leftovers: [] });
+    expect(results.find((r) => r.name === 'node-deleted')?.healedMs).toBeLessThanOrEqual(1_000);
+    expect(await lab('--name', name, 'status')).toContain('full connectivity');
+    await lab('--name', name, 'down');
+    expect(await labLeftovers(name)).toEqual([]);
+  });
+});
