@@ -41,7 +41,7 @@ export interface RawKeys {
 export interface StoreHarness {
   network(netconf: string): Promise<TestNetwork>;
   /** present when the store allocates subnets (and its leases expire): runs the allocation part */
-  allocating?(netconf: string): Promise<{ net: TestNetwork; raw: RawKeys }>;
+  readonly allocating?: (netconf: string) => Promise<{ net: TestNetwork; raw: RawKeys }>;
 }
 
 const NETCONF = '{"Network":"10.10.0.0/16","Backend":{"Type":"vxlan","VNI":1}}';
