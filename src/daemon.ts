@@ -15,6 +15,7 @@ import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
 import { DaemonProbe } from './health/probe.ts';
 import { serveHealth } from './health/server.ts';
 import { LeaseKeeper } from './lease/keeper.ts';
+import { ReadyMark } from './lease/ready.ts';
 import { PeerTracker } from './lease/tracker.ts';
 import type { Lease, LeaseAttrs, LeaseEvent, LeaseStore } from './lease/types.ts';
 import type { Logger } from './log.ts';
@@ -141,7 +142,7 @@ export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: A
 async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonProbe }, signal: AbortSignal): Promise<void> {
   const { store, logger, runner } = deps;
   const { probe } = opts;
-  const { config, choice, attrs, lease } = await acquire(deps, opts, signal);
+  const { config, choice, lease } = await acquire(deps, opts, signal);
   const iptables = await detectIptables(runner, signal);
   const brProblem = await deps.bridgeNetfilterProblem();
   if (brProblem !== undefined) logger.warn(brProblem);
@@ -153,9 +154,9 @@ async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonPr
     opts.onState?.({ lease: keeper.current(), peers: tracker.list(), pass: reconciler.lastPass() });
   };
   const tracker = new PeerTracker({
-    context: { config, self: lease.subnet },
+    context: { config, self: lease.subnet, anySubnetSize: store.anySubnetSize === true },
     selfKey: lease.key,
-    selfPublicIp: attrs.publicIp,
+    selfAttrs: () => keeper.current().attrs,
     logger,
     onSelfLost: (why) => keeper.notifyLost(why),
     onPeersChanged: () => {
@@ -174,10 +175,15 @@ async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonPr
   };
   const reconciler = new Reconciler({
     runner, logger, desired, ensureForwarding: deps.ensureForwarding, resyncMs: opts.resyncMs, ready: listed.promise,
-    onPass: (r) => (probe.passDone(r), publish()),
+    onPass: (r) => {
+      probe.passDone(r);
+      publish();
+      if (r.converged && r.failures.length === 0) ready.converged();
+    },
     onPassStart: () => probe.passStarted(),
     onPassError: () => probe.passFailed(),
   });
+  const ready = new ReadyMark({ store, keeper, logger }, signal);
   probe.started({ keeper, subnetFile: opts.subnetFile, env: subnetEnvFor(config, choice, lease, opts.ipMasq), underlay: choice.iface.name });
   publish();
   const trigger = (source: string): void => reconciler.trigger(source);

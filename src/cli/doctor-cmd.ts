@@ -11,13 +11,14 @@ import { gather, readLeaseStore } from '../doctor/gather.ts';
 import { renderJson, renderTable } from '../doctor/report.ts';
 import { run } from '../exec/runner.ts';
 import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
-import { openStore } from './store.ts';
+import { nodeNameOf, openStore } from './store.ts';
 
 /** How long the store may take to answer (each etcd call, and the whole read). */
 const STORE_TIMEOUT_MS = 3_000;
 
-async function readStore(flags: RunFlags, signal: AbortSignal): Promise<StoreFact> {
-  const store = await openStore(flags, { callTimeoutMs: STORE_TIMEOUT_MS });
+async function readStore(flags: RunFlags, o: { signal: AbortSignal; nodeName: string }): Promise<StoreFact> {
+  const { signal } = o;
+  const store = await openStore(flags, { nodeName: o.nodeName, callTimeoutMs: STORE_TIMEOUT_MS });
   try {
     return await readLeaseStore(store, signal, STORE_TIMEOUT_MS);
   } finally {
@@ -25,10 +26,10 @@ async function readStore(flags: RunFlags, signal: AbortSignal): Promise<StoreFac
   }
 }
 
-async function doctor(flags: RunFlags, o: { json: boolean; bridge: string }, out: (text: string) => void): Promise<number> {
+async function doctor(flags: RunFlags, o: { json: boolean; bridge: string; nodeName: string }, out: (text: string) => void): Promise<number> {
   const signal = AbortSignal.timeout(60_000);
   const facts = await gather(
-    { runner: run, readText: (path) => readFile(path, 'utf8'), readStore: (s) => readStore(flags, s) },
+    { runner: run, readText: (path) => readFile(path, 'utf8'), readStore: (s) => readStore(flags, { signal: s, nodeName: o.nodeName }) },
     { iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp }, subnetFile: flags.subnetFile, bridge: o.bridge },
     signal,
   );
@@ -46,7 +47,8 @@ export function addDoctorCommand(program: Command, o: { env: NodeJS.ProcessEnv; 
     .option('--bridge <name>', 'the CNI bridge to inspect', 'cni0');
   addRunFlags(cmd).action(async () => {
     const own = cmd.opts<{ json?: boolean; bridge: string }>();
-    const code = await doctor(resolveRunFlags(cmd, o.env), { json: own.json === true, bridge: own.bridge }, (text) => process.stdout.write(text));
+    const flags = resolveRunFlags(cmd, o.env);
+    const code = await doctor(flags, { json: own.json === true, bridge: own.bridge, nodeName: nodeNameOf(flags, o.env) }, (text) => process.stdout.write(text));
     o.setExitCode(code);
   });
 }

@@ -3,7 +3,6 @@
 // process.argv and installs signal handlers. It builds the dependencies as a
 // plain object and hands them to the daemon.
 import { readFileSync } from 'node:fs';
-import { hostname } from 'node:os';
 import { dirname, join } from 'node:path';
 import { Command, CommanderError } from 'commander';
 import { runDaemon } from '../daemon.ts';
@@ -15,7 +14,7 @@ import { gatherStatus } from '../status/gather.ts';
 import { renderStatus } from '../status/render.ts';
 import { buildStatus } from '../status/report.ts';
 import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
-import { openStore } from './store.ts';
+import { nodeNameOf, openStore } from './store.ts';
 import { addDoctorCommand } from './doctor-cmd.ts';
 
 /** Exit codes: 0 clean stop, 1 runtime failure, 2 bad flags or config. */
@@ -35,8 +34,9 @@ function packageVersion(): string {
 }
 
 /** `twill status`: exit 0 when the kernel matches the desired state, 1 when it does not (or the views cannot be read). */
-async function statusCommand(flags: RunFlags, json: boolean): Promise<number> {
-  const store = await openStore(flags);
+async function statusCommand(flags: RunFlags, o: { json: boolean; env: NodeJS.ProcessEnv }): Promise<number> {
+  const { json } = o;
+  const store = await openStore(flags, { nodeName: nodeNameOf(flags, o.env) });
   try {
     const input = await gatherStatus({
       store,
@@ -55,13 +55,9 @@ async function statusCommand(flags: RunFlags, json: boolean): Promise<number> {
 }
 
 async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<number> {
-  const nodeName = flags.nodeName ?? env.NODE_NAME ?? hostname();
+  const nodeName = nodeNameOf(flags, env);
   const logger = createLogger({ level: flags.logLevel, node: nodeName });
-  if (flags.kubeSubnetMgr) {
-    logger.fatal('--kube-subnet-mgr: the Kubernetes lease store is not part of this version yet; use --etcd-endpoints');
-    return EXIT_USAGE;
-  }
-  const store = await openStore(flags);
+  const store = await openStore(flags, { nodeName });
   const root = new AbortController();
   const stop = (sig: string): void => {
     if (root.signal.aborted) process.exit(1);
@@ -111,7 +107,7 @@ async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
   });
   const statusCmd = program.command('status').description('this node: our lease, every peer and whether the kernel has its entries, the desired-vs-actual diff, the masquerade chains');
   addRunFlags(statusCmd).option('--json', 'print the report as JSON').action(async () => {
-    exitCode = await statusCommand(resolveRunFlags(statusCmd, env), statusCmd.opts<{ json?: boolean }>().json === true);
+    exitCode = await statusCommand(resolveRunFlags(statusCmd, env), { json: statusCmd.opts<{ json?: boolean }>().json === true, env });
   });
   addDoctorCommand(program, { env, setExitCode: (code) => (exitCode = code) });
   try {

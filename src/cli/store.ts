@@ -1,12 +1,26 @@
-// The etcd lease store from `twill run`'s flags: one place for `run`,
-// `status` and `doctor`, so the three look at the same store the same way.
-import { TwillError } from '../errors.ts';
+// The lease store from `twill run`'s flags: one place for `run`, `status`
+// and `doctor`, so the three look at the same store the same way. etcd by
+// default; with --kube-subnet-mgr the Kubernetes API (client-node is loaded
+// only then: it is large, and an etcd node has no use for it).
+import { hostname } from 'node:os';
 import { EtcdKv } from '../lease/etcd-kv.ts';
 import { KvLeaseStore } from '../lease/kv-store.ts';
+import type { LeaseStore } from '../lease/types.ts';
 import type { RunFlags } from './flags.ts';
 
-export async function openStore(flags: RunFlags, o: { callTimeoutMs?: number } = {}): Promise<KvLeaseStore> {
-  if (flags.kubeSubnetMgr) throw new TwillError('CONFIG_UNSUPPORTED', '--kube-subnet-mgr: the Kubernetes lease store is not part of this version yet; use --etcd-endpoints');
+/** This node's name: --node-name, else $NODE_NAME (the DaemonSet sets it from spec.nodeName), else the host name. */
+export function nodeNameOf(flags: RunFlags, env: NodeJS.ProcessEnv): string {
+  return flags.nodeName ?? env.NODE_NAME ?? hostname();
+}
+
+export async function openStore(flags: RunFlags, o: { nodeName: string; callTimeoutMs?: number }): Promise<LeaseStore> {
+  const timeout = o.callTimeoutMs === undefined ? {} : { callTimeoutMs: o.callTimeoutMs };
+  if (flags.kubeSubnetMgr) {
+    const { ClientKubeApi } = await import('../lease/kube-api.ts');
+    const { KubeLeaseStore } = await import('../lease/kube-store.ts');
+    const api = new ClientKubeApi({ kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl, ...timeout });
+    return new KubeLeaseStore({ api, nodeName: o.nodeName, netConfigPath: flags.netConfigPath, annotationPrefix: flags.kubeAnnotationPrefix });
+  }
   const kv = await EtcdKv.connect({
     endpoints: flags.etcdEndpoints,
     caFile: flags.etcdCafile,
@@ -14,7 +28,7 @@ export async function openStore(flags: RunFlags, o: { callTimeoutMs?: number } =
     keyFile: flags.etcdKeyfile,
     username: flags.etcdUsername,
     password: flags.etcdPassword,
-    ...(o.callTimeoutMs === undefined ? {} : { callTimeoutMs: o.callTimeoutMs }),
+    ...timeout,
   });
   return new KvLeaseStore({ kv, prefix: flags.etcdPrefix });
 }

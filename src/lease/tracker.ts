@@ -13,13 +13,14 @@ import type { Logger } from '../log.ts';
 import { formatCidr } from '../net/ipv4.ts';
 import { describeLease, encodeLeaseValue } from './codec.ts';
 import { peerProblem, type PeerContext } from './validate.ts';
-import type { Lease, LeaseEvent, LeaseRecord } from './types.ts';
+import type { Lease, LeaseAttrs, LeaseEvent, LeaseRecord } from './types.ts';
 
 export interface TrackerOptions {
   readonly context: PeerContext;
   /** our lease key; its record is watched for loss rather than treated as a peer */
   readonly selfKey: string;
-  readonly selfPublicIp: string;
+  /** the attributes our record must carry (the keeper's current lease) */
+  readonly selfAttrs: () => LeaseAttrs;
   readonly logger: Logger;
   /** our record vanished or is no longer ours */
   readonly onSelfLost: (why: string) => void;
@@ -129,9 +130,15 @@ export class PeerTracker {
   }
 
   private checkSelf(r: LeaseRecord): void {
-    if (!r.ok) this.opts.onSelfLost(`our lease ${r.key} now holds an invalid record (${r.reason})`);
-    else if (r.lease.attrs.publicIp !== this.opts.selfPublicIp) {
-      this.opts.onSelfLost(`our lease ${r.key} now names PublicIP ${r.lease.attrs.publicIp}`);
+    if (!r.ok) {
+      this.opts.onSelfLost(`our lease ${r.key} now holds an invalid record (${r.reason})`);
+      return;
+    }
+    const mine = this.opts.selfAttrs();
+    if (r.lease.attrs.publicIp !== mine.publicIp) this.opts.onSelfLost(`our lease ${r.key} now names PublicIP ${r.lease.attrs.publicIp}`);
+    else if (encodeLeaseValue(r.lease.attrs) !== encodeLeaseValue(mine)) {
+      // someone rewrote our attributes (a VtepMAC peers would use): publish ours again
+      this.opts.onSelfLost(`our lease ${r.key} now carries ${encodeLeaseValue(r.lease.attrs)}`);
     }
   }
 

@@ -1,5 +1,5 @@
-// The lease data model and the LeaseStore contract that the etcd store (and
-// later the Kubernetes store) implement. A lease is one node's subnet plus the
+// The lease data model and the LeaseStore contract that the etcd store and
+// the Kubernetes store implement. A lease is one node's subnet plus the
 // attributes peers need to reach it.
 import type { BackendType, NetConfig } from '../config/netconf.ts';
 import type { Cidr } from '../net/ipv4.ts';
@@ -68,5 +68,9 @@ export interface LeaseStore {
   watchLeases(opts: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void }): Promise<void>;
   /** When lease `key` expires unless renewed (epoch ms), where the store knows. */
   leaseExpiry?(key: string, signal: AbortSignal): Promise<number | undefined>;
+  /** True when subnets are allocated outside twill (Kubernetes podCIDRs): any size inside Network is valid. */
+  readonly anySubnetSize?: boolean;
+  /** Tells the store the dataplane is up (Kubernetes: NetworkUnavailable=False); called after the first converged pass. */
+  markReady?(lease: Lease, signal: AbortSignal): Promise<void>;
   close(): Promise<void>;
 }

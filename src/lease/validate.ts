@@ -9,12 +9,14 @@ export interface PeerContext {
   readonly config: NetConfig;
   /** our own subnet, when we hold one */
   readonly self: Cidr | undefined;
+  /** subnets come from elsewhere (Kubernetes podCIDRs): any prefix inside Network, not only SubnetLen */
+  readonly anySubnetSize?: boolean;
 }
 
 export function peerProblem(lease: Lease, ctx: PeerContext): string | undefined {
   const { config, self } = ctx;
   const subnet = formatCidr(lease.subnet);
-  if (lease.subnet.prefix !== config.subnetLen) {
+  if (!ctx.anySubnetSize && lease.subnet.prefix !== config.subnetLen) {
     return `subnet ${subnet} is not a /${config.subnetLen} (SubnetLen)`;
   }
   if (!containsCidr(config.network, lease.subnet)) {

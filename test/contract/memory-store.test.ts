@@ -7,17 +7,19 @@ import type { Kv } from '../../src/lease/kv.ts';
 import { MemoryKv } from '../../src/lease/memory-kv.ts';
 import type { LeaseEvent } from '../../src/lease/types.ts';
 import { waitFor } from '../helpers/ports.ts';
-import { leaseStoreContract, vxlanAttrs } from './lease-store.ts';
+import { kvHarness, leaseStoreContract, vxlanAttrs } from './lease-store.ts';
 
 const kv = new MemoryKv();
 afterAll(() => kv.close());
 
-leaseStoreContract('memory', () => ({
-  newStore: async (o) => new KvLeaseStore({ kv: shared(kv), ...o }),
-  putRaw: async (k, v) => kv.putRaw(k, v),
-  deleteRaw: async (k) => kv.deleteRaw(k),
-  getRaw: async (k) => (await kv.get(k))?.value,
-}));
+leaseStoreContract('memory', () =>
+  kvHarness({
+    newStore: async (o) => new KvLeaseStore({ kv: shared(kv), ...o }),
+    put: async (k, v) => kv.putRaw(k, v),
+    del: async (k) => kv.deleteRaw(k),
+    get: async (k) => (await kv.get(k))?.value,
+  }),
+);
 
 /** Stores share one MemoryKv; closing a store must not close it for the others. */
 function shared(inner: MemoryKv): Kv {

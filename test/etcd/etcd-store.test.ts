@@ -8,7 +8,7 @@ import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import { EtcdKv } from '../../src/lease/etcd-kv.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import type { LeaseEvent, LeaseStore } from '../../src/lease/types.ts';
-import { leaseStoreContract, vxlanAttrs } from '../contract/lease-store.ts';
+import { kvHarness, leaseStoreContract, vxlanAttrs } from '../contract/lease-store.ts';
 import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
 import { waitFor } from '../helpers/ports.ts';
 import { startProxy } from '../helpers/proxy.ts';
@@ -35,12 +35,14 @@ async function openStore(o: { prefix: string; ttlSeconds?: number; endpoint?: st
   return store;
 }
 
-leaseStoreContract('etcd', () => ({
-  newStore: openStore,
-  putRaw: async (k, v) => void (await admin.put(k).value(v)),
-  deleteRaw: async (k) => void (await admin.delete().key(k)),
-  getRaw: async (k) => (await admin.get(k).string()) ?? undefined,
-}));
+leaseStoreContract('etcd', () =>
+  kvHarness({
+    newStore: openStore,
+    put: async (k, v) => void (await admin.put(k).value(v)),
+    del: async (k) => void (await admin.delete().key(k)),
+    get: async (k) => (await admin.get(k).string()) ?? undefined,
+  }),
+);
 
 const NETCONF = '{"Network":"10.30.0.0/16","Backend":{"Type":"vxlan"}}';
 const config = parseNetConfig(NETCONF);

@@ -20,7 +20,7 @@ function tracker(lingerMs: number, deleteLingerMs = 0): { t: PeerTracker; change
   const t = new PeerTracker({
     context: { config: parseNetConfig('{"Network":"10.244.0.0/16"}'), self: SELF.ok ? SELF.lease.subnet : undefined },
     selfKey: SELF.key,
-    selfPublicIp: SELF.ok ? SELF.lease.attrs.publicIp : '',
+    selfAttrs: () => (SELF.ok ? SELF.lease.attrs : { publicIp: '', publicIpv6: null, backendType: 'host-gw', backendData: null }),
     logger: captureLog().logger,
     onSelfLost: (why) => lost.push(why),
     onPeersChanged: () => changes++,
@@ -90,5 +90,19 @@ describe('PeerTracker', () => {
     quick.handle({ type: 'snapshot', records: [SELF, record(1)], reason: 'initial list' });
     quick.handle({ type: 'snapshot', records: [SELF], reason: 'compacted' });
     expect(keys(quick)).toEqual([]);
+  });
+
+  it('reports our own record as lost when its attributes are rewritten, not when they are ours', () => {
+    const { t, lost } = tracker(0);
+    t.handle({ type: 'snapshot', records: [SELF, record(1)], reason: 'initial list' });
+    t.handle({ type: 'put', record: SELF });
+    expect(lost).toEqual([]);
+    if (!SELF.ok) throw new Error('SELF is a valid record');
+    const rewritten = { ...SELF.lease, attrs: { ...SELF.lease.attrs, backendData: { vni: 1, vtepMac: '02:99:99:99:99:99' } } };
+    t.handle({ type: 'put', record: { key: SELF.key, ok: true, lease: rewritten } });
+    expect(lost).toEqual([expect.stringContaining('02:99:99:99:99:99')]);
+    t.handle({ type: 'put', record: { key: SELF.key, ok: true, lease: { ...SELF.lease, attrs: { ...SELF.lease.attrs, publicIp: '192.0.2.99' } } } });
+    expect(lost[1]).toContain('now names PublicIP 192.0.2.99');
+    expect(keys(t)).toEqual(['10.244.1.0-24']);
   });
 });

@@ -1,0 +1,185 @@
+// flannel's Kubernetes format, pure: a Node object as twill sees it (name,
+// podCIDRs, annotations, resourceVersion), the lease record a Node stands
+// for, and the status patches twill publishes (the annotations under the
+// prefix, and the NetworkUnavailable=False condition). Node objects are
+// untrusted input: a malformed annotation makes a LEASE_INVALID record
+// naming the annotation and its value, never a half-read lease.
+import type { NetConfig } from '../config/netconf.ts';
+import { TwillError } from '../errors.ts';
+import { containsCidr, formatCidr, isIpv4, parseCidr, type Cidr } from '../net/ipv4.ts';
+import { decodeLeaseValue, parseUnicastMac } from './codec.ts';
+import type { LeaseAttrs, LeaseRecord } from './types.ts';
+
+export const DEFAULT_ANNOTATION_PREFIX = 'flannel.alpha.coreos.com';
+
+/** The parts of a Node twill reads. */
+export interface NodeView {
+  readonly name: string;
+  readonly resourceVersion: string;
+  /** spec.podCIDRs, else [spec.podCIDR], else [] */
+  readonly podCidrs: readonly string[];
+  readonly annotations: Readonly<Record<string, string>>;
+}
+
+export interface Annotations {
+  readonly backendType: string;
+  readonly backendData: string;
+  readonly publicIp: string;
+  readonly publicIpOverwrite: string;
+  readonly subnetManager: string;
+}
+
+/** The annotation names under `prefix` (flannel's: flannel.alpha.coreos.com/backend-type …). */
+export function annotationNames(prefix: string): Annotations {
+  const p = prefix.replace(/\/+$/, '');
+  return {
+    backendType: `${p}/backend-type`,
+    backendData: `${p}/backend-data`,
+    publicIp: `${p}/public-ip`,
+    publicIpOverwrite: `${p}/public-ip-overwrite`,
+    subnetManager: `${p}/kube-subnet-manager`,
+  };
+}
+
+function record(value: unknown): Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
+}
+
+function strings(value: unknown): string[] {
+  return Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : [];
+}
+
+/** Reads a Node from the API (typed client object or raw watch JSON, which share these field names). */
+export function nodeView(obj: unknown): NodeView | undefined {
+  const meta = record(record(obj).metadata);
+  const spec = record(record(obj).spec);
+  if (typeof meta.name !== 'string' || meta.name === '') return undefined;
+  const annotations = Object.fromEntries(Object.entries(record(meta.annotations)).filter((e): e is [string, string] => typeof e[1] === 'string'));
+  const list = strings(spec.podCIDRs);
+  const single = typeof spec.podCIDR === 'string' && spec.podCIDR !== '' ? [spec.podCIDR] : [];
+  return {
+    name: meta.name,
+    resourceVersion: typeof meta.resourceVersion === 'string' ? meta.resourceVersion : '',
+    podCidrs: list.length > 0 ? list : single,
+    annotations,
+  };
+}
+
+/** True when twill (or flannel) runs on the node in Kubernetes mode: only such nodes are peers. */
+export function isManaged(node: NodeView, names: Annotations): boolean {
+  return node.annotations[names.subnetManager] === 'true';
+}
+
+/** The node's IPv4 pod CIDR (dual-stack nodes list an IPv6 one too); undefined when none is allocated. */
+export function podCidr(node: NodeView): Cidr | undefined {
+  for (const text of node.podCidrs) {
+    const cidr = parseCidr(text, { strict: true });
+    if (cidr) return cidr;
+  }
+  return undefined;
+}
+
+function invalid(message: string): never {
+  throw new TwillError('LEASE_INVALID', message);
+}
+
+/** The lease attributes a managed Node publishes; LEASE_INVALID naming the annotation when one is bad. */
+export function nodeAttrs(node: NodeView, names: Annotations): LeaseAttrs {
+  const a = node.annotations;
+  const publicIp = a[names.publicIp];
+  if (publicIp === undefined || !isIpv4(publicIp)) invalid(`annotation ${names.publicIp} ${JSON.stringify(publicIp ?? null)} is not an IPv4 address`);
+  const backendType = a[names.backendType] ?? '';
+  const dataText = a[names.backendData] ?? 'null';
+  let data: unknown;
+  try {
+    data = JSON.parse(dataText);
+  } catch {
+    invalid(`annotation ${names.backendData} is not JSON: ${JSON.stringify(dataText.slice(0, 80))}`);
+  }
+  try {
+    return decodeLeaseValue(JSON.stringify({ PublicIP: publicIp, BackendType: backendType, ...(data === null ? {} : { BackendData: data }) }));
+  } catch (err) {
+    throw new TwillError('LEASE_INVALID', `node annotations (${names.backendType}, ${names.backendData}): ${(err as Error).message}`);
+  }
+}
+
+/** The lease record a Node stands for; its key is the node name. */
+export function nodeRecord(node: NodeView, names: Annotations): LeaseRecord {
+  const key = node.name;
+  const subnet = podCidr(node);
+  if (!subnet) {
+    const what = node.podCidrs.length === 0 ? 'has no spec.podCIDR' : `has no IPv4 spec.podCIDRs (${node.podCidrs.join(', ')})`;
+    return { key, ok: false, reason: `node ${key} ${what}` };
+  }
+  try {
+    const attrs = nodeAttrs(node, names);
+    return { key, ok: true, lease: { key, subnet, attrs, expiresAt: 0, version: node.resourceVersion } };
+  } catch (err) {
+    return { key, ok: false, reason: `node ${key}: ${(err as Error).message}` };
+  }
+}
+
+/**
+ * Our subnet: the node's podCIDR, which must lie inside Network and leave
+ * room for pods. No podCIDR yet is STORE_UNAVAILABLE (the daemon waits and
+ * retries); a podCIDR outside Network is CONFIG_INVALID (an operator fixes it).
+ */
+export function ownSubnet(node: NodeView, config: NetConfig): Cidr {
+  const subnet = podCidr(node);
+  if (!subnet) {
+    throw new TwillError(
+      'STORE_UNAVAILABLE',
+      `node ${node.name} has no IPv4 spec.podCIDR yet: the controller-manager must allocate node CIDRs (kube-controller-manager --allocate-node-cidrs=true --cluster-cidr=${formatCidr(config.network)}), or set spec.podCIDR when creating the Node; twill waits for it`,
+    );
+  }
+  if (!containsCidr(config.network, subnet)) {
+    throw new TwillError('CONFIG_INVALID', `node ${node.name} spec.podCIDR ${formatCidr(subnet)} is outside Network ${formatCidr(config.network)} of net-conf.json; make the controller-manager's --cluster-cidr and Network agree`);
+  }
+  if (subnet.prefix > 30) throw new TwillError('CONFIG_INVALID', `node ${node.name} spec.podCIDR ${formatCidr(subnet)} is too small for pods (at most /30)`);
+  return subnet;
+}
+
+/** The public-ip-overwrite annotation of our own Node, when set; CONFIG_INVALID when it is not an address. */
+export function publicIpOverwrite(node: NodeView, names: Annotations): string | undefined {
+  const value = node.annotations[names.publicIpOverwrite];
+  if (value === undefined || value === '') return undefined;
+  if (!isIpv4(value)) throw new TwillError('CONFIG_INVALID', `node ${node.name} annotation ${names.publicIpOverwrite} ${JSON.stringify(value)} is not an IPv4 address`);
+  return value;
+}
+
+/** The VtepMAC our own Node already publishes for this VNI: peers' FDB entries hold it. */
+export function publishedVtepMac(node: NodeView, names: Annotations, vni: number): string | undefined {
+  try {
+    const attrs = nodeAttrs(node, names);
+    if (attrs.backendData?.vni !== vni) return undefined;
+    return parseUnicastMac(attrs.backendData.vtepMac, 'VtepMAC');
+  } catch {
+    return undefined;
+  }
+}
+
+/** The annotation values twill publishes for `attrs`, exactly as flannel writes them. */
+export function annotationValues(attrs: LeaseAttrs, names: Annotations): Record<string, string> {
+  const data = attrs.backendData ? JSON.stringify({ VNI: attrs.backendData.vni, VtepMAC: attrs.backendData.vtepMac }) : 'null';
+  return {
+    [names.backendType]: attrs.backendType,
+    [names.backendData]: data,
+    [names.publicIp]: attrs.publicIp,
+    [names.subnetManager]: 'true',
+  };
+}
+
+/** True when the node already carries exactly these values. */
+export function publishes(node: NodeView, values: Record<string, string>): boolean {
+  return Object.entries(values).every(([k, v]) => node.annotations[k] === v);
+}
+
+/** The strategic-merge patch of nodes/status that sets NetworkUnavailable=False (merged by type). */
+export function networkAvailablePatch(now: Date): unknown {
+  const time = now.toISOString().replace(/\.\d+Z$/, 'Z');
+  return {
+    status: {
+      conditions: [{ type: 'NetworkUnavailable', status: 'False', reason: 'TwillIsUp', message: 'twill programmed the pod network on this node', lastTransitionTime: time, lastHeartbeatTime: time }],
+    },
+  };
+}

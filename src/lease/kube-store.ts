@@ -1,0 +1,195 @@
+// The LeaseStore over the Kubernetes API (`twill run --kube-subnet-mgr`), in
+// flannel's format: our subnet is our Node's spec.podCIDR (allocated by the
+// controller-manager, never by twill), our lease attributes are annotations
+// on our Node patched through nodes/status, and peers are the other Nodes
+// that carry `<prefix>/kube-subnet-manager: "true"`. A lease's key is the
+// node name. The network config is net-conf.json from a file (the ConfigMap).
+// Leases do not expire: "renewing" re-reads our Node and re-publishes the
+// annotations when someone changed them.
+import { readFile } from 'node:fs/promises';
+import { parseNetConfig, type NetConfig } from '../config/netconf.ts';
+import { TwillError, hasCode } from '../errors.ts';
+import { formatCidr, sameCidr, type Cidr } from '../net/ipv4.ts';
+import { Backoff, childController, sleep } from '../util/abort.ts';
+import type { KubeApi, NodeWatchEnd } from './kube-api.ts';
+import {
+  DEFAULT_ANNOTATION_PREFIX, annotationNames, annotationValues, isManaged, networkAvailablePatch, nodeRecord, ownSubnet, podCidr, publicIpOverwrite, publishedVtepMac, publishes,
+  type Annotations, type NodeView,
+} from './kube-node.ts';
+import type { AcquireRequest, Lease, LeaseAttrs, LeaseEvent, LeaseStore } from './types.ts';
+
+/** How often our Node is re-checked without a reason (the watch reports changes sooner). */
+const RECHECK_MS = 24 * 3600_000;
+
+export interface KubeLeaseStoreOptions {
+  readonly api: KubeApi;
+  readonly nodeName: string;
+  readonly netConfigPath: string;
+  /** annotation prefix, default flannel.alpha.coreos.com */
+  readonly annotationPrefix?: string;
+  /** re-list this often even when the watch is healthy (default 5 min) */
+  readonly relistIntervalMs?: number;
+  /** each watch request ends after this long and resumes from its last resourceVersion (default 25 s: client-node gives up on a watch silent for 30 s) */
+  readonly watchTimeoutSeconds?: number;
+}
+
+export class KubeLeaseStore implements LeaseStore {
+  readonly description: string;
+  /** podCIDRs come from the controller-manager, whatever SubnetLen says */
+  readonly anySubnetSize = true;
+  private readonly api: KubeApi;
+  private readonly nodeName: string;
+  private readonly names: Annotations;
+  private readonly netConfigPath: string;
+  private readonly relistMs: number;
+  private readonly watchTimeout: number;
+
+  constructor(o: KubeLeaseStoreOptions) {
+    this.api = o.api;
+    this.nodeName = o.nodeName;
+    this.netConfigPath = o.netConfigPath;
+    this.names = annotationNames(o.annotationPrefix ?? DEFAULT_ANNOTATION_PREFIX);
+    this.relistMs = o.relistIntervalMs ?? 5 * 60_000;
+    this.watchTimeout = o.watchTimeoutSeconds ?? 25;
+    this.description = `Kubernetes API ${o.api.server} node ${o.nodeName}`;
+  }
+
+  async getNetworkConfig(): Promise<NetConfig> {
+    let text: string;
+    try {
+      text = await readFile(this.netConfigPath, 'utf8');
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') throw new TwillError('CONFIG_MISSING', `--net-config-path ${this.netConfigPath}: no such file; mount net-conf.json there (deploy/ mounts the twill-cfg ConfigMap) or pass the right path`);
+      throw new TwillError('CONFIG_MISSING', `--net-config-path ${this.netConfigPath}: ${(err as Error).message}`);
+    }
+    try {
+      return parseNetConfig(text);
+    } catch (err) {
+      if (err instanceof TwillError) throw new TwillError(err.code, `${this.netConfigPath}: ${err.message}`, { cause: err });
+      throw err;
+    }
+  }
+
+  /** Our Node, or STORE_UNAVAILABLE while it is not registered (twill waits for the kubelet). */
+  private async ownNode(signal: AbortSignal): Promise<NodeView> {
+    const node = await this.api.readNode(this.nodeName, signal);
+    if (node) return node;
+    throw new TwillError('STORE_UNAVAILABLE', `node ${this.nodeName} does not exist in the Kubernetes API (yet): the kubelet registers it; check --node-name / NODE_NAME`);
+  }
+
+  /** The attributes we publish: ours, with the node's public-ip-overwrite and already published VtepMAC. */
+  private ownAttrs(node: NodeView, attrs: LeaseAttrs): LeaseAttrs {
+    const publicIp = publicIpOverwrite(node, this.names) ?? attrs.publicIp;
+    const data = attrs.backendData;
+    const vtepMac = data ? (publishedVtepMac(node, this.names, data.vni) ?? data.vtepMac) : undefined;
+    return { ...attrs, publicIp, backendData: data && vtepMac ? { vni: data.vni, vtepMac } : data };
+  }
+
+  /** Patches our annotations when they differ; the lease as it now stands. */
+  private async publish(node: NodeView, subnet: Cidr, attrs: LeaseAttrs, signal: AbortSignal): Promise<Lease> {
+    const values = annotationValues(attrs, this.names);
+    const current = publishes(node, values) ? node : await this.api.patchNodeStatus(this.nodeName, { metadata: { annotations: values } }, signal);
+    return { key: this.nodeName, subnet, attrs, expiresAt: Date.now() + RECHECK_MS, version: current.resourceVersion };
+  }
+
+  async acquireLease(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
+    const node = await this.ownNode(signal);
+    const subnet = ownSubnet(node, req.config);
+    return this.publish(node, subnet, this.ownAttrs(node, req.attrs), signal);
+  }
+
+  /** The node still has the podCIDR we hold; LEASE_TAKEN when it changed (a re-registered node). */
+  private sameSubnet(node: NodeView, lease: Lease): void {
+    const now = podCidr(node);
+    if (now && sameCidr(now, lease.subnet)) return;
+    const what = now ? `now has spec.podCIDR ${formatCidr(now)}` : 'no longer has a spec.podCIDR';
+    throw new TwillError('LEASE_TAKEN', `node ${this.nodeName} ${what}, not ${formatCidr(lease.subnet)}; restart twill to take the node's new subnet`);
+  }
+
+  async renewLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
+    const node = await this.api.readNode(this.nodeName, signal);
+    if (!node) throw new TwillError('LEASE_LOST', `node ${this.nodeName} was deleted from the Kubernetes API`);
+    this.sameSubnet(node, lease);
+    return this.publish(node, lease.subnet, lease.attrs, signal);
+  }
+
+  async reclaimLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
+    const node = await this.ownNode(signal);
+    this.sameSubnet(node, lease);
+    return this.publish(node, lease.subnet, lease.attrs, signal);
+  }
+
+  /** Sets NetworkUnavailable=False on our Node: the dataplane is up. */
+  async markReady(_lease: Lease, signal: AbortSignal): Promise<void> {
+    await this.api.patchNodeStatus(this.nodeName, networkAvailablePatch(new Date()), signal);
+  }
+
+  async watchLeases(opts: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void }): Promise<void> {
+    const { signal, onEvent } = opts;
+    const backoff = new Backoff(200, 5_000);
+    let reason = 'initial list';
+    while (!signal.aborted) {
+      let listing;
+      try {
+        listing = await this.api.listNodes(signal);
+      } catch (err) {
+        if (!hasCode(err, 'STORE_UNAVAILABLE') || signal.aborted) throw err;
+        onEvent({ type: 'connectivity', connected: false, detail: err.message });
+        await sleep(backoff.next(), signal);
+        continue;
+      }
+      const managed = listing.nodes.filter((n) => isManaged(n, this.names));
+      onEvent({ type: 'connectivity', connected: true, detail: `listed ${listing.nodes.length} nodes` });
+      onEvent({ type: 'snapshot', records: managed.map((n) => nodeRecord(n, this.names)), reason });
+      const end = await this.follow({ signal, onEvent, resourceVersion: listing.resourceVersion, known: new Set(managed.map((n) => n.name)), backoff });
+      reason = 'detail' in end ? `${end.reason === 'gone' ? 'resourceVersion expired (410)' : 'watch failed'}: ${end.detail}` : 'periodic re-list';
+      if (end.reason === 'failed') {
+        onEvent({ type: 'connectivity', connected: false, detail: end.detail });
+        await sleep(backoff.next(), signal);
+      }
+    }
+  }
+
+  /** Watches from `resourceVersion`, resuming after each server-side close, until a re-list is due. */
+  private async follow(o: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void; resourceVersion: string; known: Set<string>; backoff: Backoff }): Promise<NodeWatchEnd> {
+    const round = childController(o.signal);
+    const timer = setTimeout(() => round.abort(), this.relistMs);
+    let rv = o.resourceVersion;
+    try {
+      for (;;) {
+        const end = await this.api.watchNodes({
+          resourceVersion: rv,
+          timeoutSeconds: this.watchTimeout,
+          signal: round.signal,
+          onEvent: (ev) => {
+            o.backoff.reset();
+            if (ev.type === 'bookmark') rv = ev.resourceVersion || rv;
+            else rv = ev.node.resourceVersion || rv;
+            if (ev.type !== 'bookmark') this.nodeChanged(ev.type, ev.node, o);
+          },
+        });
+        if (end.reason !== 'closed') return end;
+      }
+    } finally {
+      clearTimeout(timer);
+      round.abort();
+    }
+  }
+
+  /** One Node event as lease events: a managed node is a put; a deleted or no longer managed one, a delete. */
+  private nodeChanged(type: 'put' | 'delete', node: NodeView, o: { onEvent: (ev: LeaseEvent) => void; known: Set<string> }): void {
+    const wasKnown = o.known.has(node.name) || node.name === this.nodeName;
+    if (type === 'put' && isManaged(node, this.names)) {
+      o.known.add(node.name);
+      o.onEvent({ type: 'put', record: nodeRecord(node, this.names) });
+    } else if (wasKnown) {
+      o.known.delete(node.name);
+      o.onEvent({ type: 'delete', key: node.name });
+    }
+  }
+
+  async close(): Promise<void> {
+    // client-node keeps no connection open between calls; watches end with their signals
+  }
+}

@@ -1,0 +1,80 @@
+// Test-side access to a real kube-apiserver (helpers/kube.ts) as its admin:
+// create, patch and delete Node objects the way the kubelet and the
+// controller-manager would, and give twill an identity bound only to
+// deploy/'s ClusterRole, so everything twill does in a test runs under the
+// RBAC it ships with.
+import { resolve } from 'node:path';
+import { CoreV1Api, KubeConfig, PatchStrategy, RbacAuthorizationV1Api, setHeaderOptions, type V1Node } from '@kubernetes/client-node';
+import { run } from '../../src/exec/runner.ts';
+import type { KubeApiServer } from './kube.ts';
+import { waitFor } from './ports.ts';
+
+const DEPLOY = resolve(import.meta.dirname, '../../deploy');
+const MERGE = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
+
+export interface KubeAdmin {
+  readonly api: CoreV1Api;
+  readonly kubeconfig: string;
+  createNode(name: string, o?: { podCidr?: string; annotations?: Record<string, string>; conditions?: { type: string; status: string }[] }): Promise<V1Node>;
+  /** a JSON merge patch of the Node (spec, metadata) */
+  patchNode(name: string, body: unknown): Promise<void>;
+  /** a JSON merge patch of nodes/status (annotations, conditions) */
+  patchNodeStatus(name: string, body: unknown): Promise<void>;
+  node(name: string): Promise<V1Node | undefined>;
+  deleteNode(name: string): Promise<void>;
+}
+
+export async function kubeAdmin(kube: KubeApiServer): Promise<KubeAdmin> {
+  const kubeconfig = await kube.kubeconfig(kube.adminToken);
+  const kc = new KubeConfig();
+  kc.loadFromFile(kubeconfig);
+  const api = kc.makeApiClient(CoreV1Api);
+  return {
+    api,
+    kubeconfig,
+    async createNode(name, o = {}) {
+      const spec = o.podCidr ? { podCIDR: o.podCidr, podCIDRs: [o.podCidr] } : {};
+      const status = o.conditions ? { conditions: o.conditions.map((c) => ({ ...c, reason: 'Test', message: 'set by the test' })) } : {};
+      return api.createNode({ body: { metadata: { name, ...(o.annotations ? { annotations: o.annotations } : {}) }, spec, status } });
+    },
+    async patchNode(name, body) {
+      await api.patchNode({ name, body }, MERGE);
+    },
+    async patchNodeStatus(name, body) {
+      await api.patchNodeStatus({ name, body }, MERGE);
+    },
+    async node(name) {
+      return api.readNode({ name }).catch((err: { code?: number }) => {
+        if (err.code === 404) return undefined;
+        throw err;
+      });
+    },
+    async deleteNode(name) {
+      await api.deleteNode({ name });
+    },
+  };
+}
+
+/**
+ * Applies deploy/ (the ClusterRole twill ships) and binds the static user
+ * `twill` to it; returns a kubeconfig for that user, ready once the
+ * authorizer has seen the binding.
+ */
+export async function twillIdentity(kube: KubeApiServer, admin: KubeAdmin): Promise<string> {
+  await run('kubectl', ['--kubeconfig', admin.kubeconfig, 'apply', '-k', DEPLOY], { timeoutMs: 60_000 });
+  const kc = new KubeConfig();
+  kc.loadFromFile(admin.kubeconfig);
+  await kc.makeApiClient(RbacAuthorizationV1Api).createClusterRoleBinding({
+    body: {
+      metadata: { name: 'twill-test-user' },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'twill' },
+      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: 'twill' }],
+    },
+  });
+  const path = await kube.kubeconfig(kube.twillToken);
+  const user = new KubeConfig();
+  user.loadFromFile(path);
+  const probe = user.makeApiClient(CoreV1Api);
+  await waitFor(async () => probe.listNode().then(() => true, () => false), { timeoutMs: 5000, what: 'the ClusterRoleBinding to take effect' });
+  return path;
+}
