@@ -120,10 +120,16 @@ export async function podsPerNode(c: Cluster): Promise<number> {
   return (await c.pods()).filter((p) => p.node === first).length || 1;
 }
 
-/** True when no node but `victim` holds a route, neighbour or FDB entry for its subnet. */
+/**
+ * True when no node but `victim` holds a route, neighbour or FDB entry for
+ * its subnet. Routes first (one `ip route` per node, cheap enough to poll
+ * every few ms without slowing the nodes down); the rest once they are gone.
+ */
 export async function goneEverywhere(c: Cluster, victim: { name: string; ip: string; subnet: string }): Promise<boolean> {
   const net = victim.subnet.split('/')[0] ?? '?';
   const others = (await c.nodes()).filter((n) => n.name !== victim.name);
+  const routes = await Promise.all(others.map((n) => c.sh({ node: n.name }, ['ip', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)]).catch(() => '')));
+  if (routes.some((t) => lines(t).some((r) => r.startsWith(`${net}/`)))) return false;
   const all = await Promise.all(others.map((n) => entries(c, n.name)));
   return all.every((e) => !e.routes.some((r) => r.startsWith(`${net}/`)) && !e.neighs.some((x) => x.startsWith(`${net} `)) && !e.fdb.some((f) => f.includes(`dst ${victim.ip} `)));
 }

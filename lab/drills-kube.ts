@@ -20,13 +20,14 @@ const nodeDeleted: Drill = {
     const victim = (await c.nodes()).at(-1);
     const lease = await leaseOf(c, victim?.ip ?? '');
     if (!victim || !lease) throw new Error(`no node with a Node object to delete (last node ${victim?.name ?? '-'})`);
-    // the machine goes away first: peers notice nothing until the Node object is deleted
+    // the machine goes away first: peers notice nothing until its Node object is deleted
     await c.stopTwill(victim.name, 'term');
     const since = performance.now();
-    // removeNode deletes the Node object first, then the namespaces; peers are polled meanwhile
-    const removal = c.removeNode(victim.name);
+    await c.kubectl(['delete', 'node', victim.name]);
     const healedMs = await until(() => goneEverywhere(c, { ...victim, subnet: lease.subnet }), { timeoutMs: 10_000, since });
-    await removal;
+    // then the rest of the removal (its Node is gone already); not while peers are polled, so the lab's own
+    // clean-up does not compete with the peers' twill for the CPU
+    await c.removeNode(victim.name);
     return { healedMs, ok: healedMs !== undefined && healedMs <= 1_000, notes: [`${victim.name} (${lease.subnet}) gone from every peer ${Math.round(healedMs ?? -1)} ms after kubectl delete node started`] };
   },
 };

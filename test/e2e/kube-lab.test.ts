@@ -4,13 +4,22 @@
 // then `down`. The pods reach each other, every Node carries the flannel
 // annotations and NetworkUnavailable=False, a deleted Node is gone from
 // every peer within 1 s, and `down` leaves no namespace, process or file.
-// Runs in the separate e2e pass (see package.json).
+// Over host-gw only what differs (the annotations, the matrix, a Node
+// deleted): the whole drill set costs 75 s a backend. Runs in the separate
+// e2e pass (see package.json).
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { NetnsCluster } from '../../lab/netns-cluster.ts';
 import { ANNOTATION_PREFIX, nodeObjects } from '../../lab/store-view.ts';
 import { lab, labDrills, labLeftovers } from '../helpers/lab.ts';
 
 const KUBE_DRILLS = ['masq-rule', 'nat-flush', 'peer-route', 'peer-neigh', 'peer-fdb', 'vxlan-device', 'kill-restart', 'apiserver-outage', 'node-deleted', 'node-added', 'twenty-nodes'];
+
+/** Brings lab `name` up in kube mode (3 nodes), checks the matrix; `down` when the test ends, pass or fail. */
+async function upKube(name: string, o: { backend: 'vxlan' | 'host-gw'; pods: number }): Promise<void> {
+  onTestFinished(async () => void (await lab('--name', name, 'down').catch(() => '')));
+  const up = await lab('--name', name, 'up', '--store', 'kube', '--nodes', '3', '--pods', String(o.pods), '--backend', o.backend);
+  expect(up).toContain(`full connectivity: ${3 * o.pods} pods, every pod reaches every pod and outside`);
+}
 
 /** Every Node's flannel annotations and NetworkUnavailable status, by name. */
 async function nodeView(name: string): Promise<Record<string, { annotations: Record<string, string>; networkUnavailable: string | undefined }>> {
@@ -26,10 +35,8 @@ async function nodeView(name: string): Promise<Record<string, { annotations: Rec
 
 describe('the netns lab in Kubernetes mode over vxlan', () => {
   it('comes up, the Nodes carry the flannel annotations, every kube drill passes, and down leaves nothing', { timeout: 600_000 }, async () => {
-    const name = `twk${process.pid % 100000}`;
-    onTestFinished(async () => void (await lab('--name', name, 'down').catch(() => '')));
-    const up = await lab('--name', name, 'up', '--store', 'kube', '--nodes', '3', '--pods', '2', '--backend', 'vxlan');
-    expect(up).toContain('full connectivity: 6 pods, every pod reaches every pod and outside');
+    const name = `twk${process.pid % 100000}v`;
+    await upKube(name, { backend: 'vxlan', pods: 2 });
     const nodes = await nodeView(name);
     expect(Object.keys(nodes).sort()).toEqual(['n1', 'n2', 'n3']);
     for (const [node, v] of Object.entries(nodes)) {
@@ -43,6 +50,22 @@ describe('the netns lab in Kubernetes mode over vxlan', () => {
     for (const r of results) expect(r, `${r.name}: ${r.notes.join('; ')} ${r.leftovers.join('; ')}`).toMatchObject({ pass: true, ipChanged: [], leftovers: [] });
     expect(results.find((r) => r.name === 'node-deleted')?.healedMs).toBeLessThanOrEqual(1_000);
     expect(await lab('--name', name, 'status')).toContain('full connectivity');
+    await lab('--name', name, 'down');
+    expect(await labLeftovers(name)).toEqual([]);
+  });
+});
+
+describe('the netns lab in Kubernetes mode over host-gw', () => {
+  it('comes up, the Nodes say host-gw, a deleted Node leaves every peer within 1 s, and down leaves nothing', { timeout: 300_000 }, async () => {
+    const name = `twk${process.pid % 100000}h`;
+    await upKube(name, { backend: 'host-gw', pods: 1 });
+    for (const [node, v] of Object.entries(await nodeView(name))) {
+      expect(v.annotations, node).toMatchObject({ 'backend-type': 'host-gw', 'backend-data': 'null', 'kube-subnet-manager': 'true' });
+      expect(v.networkUnavailable, node).toBe('False');
+    }
+    const [deleted] = await labDrills(name, 'node-deleted');
+    expect(deleted, deleted?.notes.join('; ')).toMatchObject({ name: 'node-deleted', pass: true, leftovers: [] });
+    expect(deleted?.healedMs).toBeLessThanOrEqual(1_000);
     await lab('--name', name, 'down');
     expect(await labLeftovers(name)).toEqual([]);
   });

@@ -14,14 +14,14 @@ export async function lab(...args: string[]): Promise<string> {
 }
 
 /**
- * `drill all --json` on lab `name`: the results, also when a drill failed
- * (the command then exits 1, and its JSON is what says why).
+ * `drill <which> --json` on lab `name`: the results, also when a drill
+ * failed (the command then exits 1, and its JSON is what says why).
  */
-export async function labDrills(name: string): Promise<DrillResult[]> {
+export async function labDrills(name: string, which = 'all'): Promise<DrillResult[]> {
   // arguments pass as "$@", never parsed by the shell; the exit code is dropped, the JSON kept
-  const argv = ['-c', '"$@"; exit 0', 'sh', process.execPath, LAB, '--name', name, 'drill', 'all', '--json'];
+  const argv = ['-c', '"$@"; exit 0', 'sh', process.execPath, LAB, '--name', name, 'drill', which, '--json'];
   const { stdout, stderr } = await run('sh', argv, { timeoutMs: 600_000 });
-  if (stdout.trim() === '') throw new Error(`drill all printed nothing; stderr: ${stderr.slice(-3000)}`);
+  if (stdout.trim() === '') throw new Error(`drill ${which} printed nothing; stderr: ${stderr.slice(-3000)}`);
   return JSON.parse(stdout) as DrillResult[];
 }
 
