@@ -94,11 +94,31 @@ export async function snapshot(c: Cluster): Promise<Map<string, Entries>> {
   return new Map(await Promise.all(nodes.map(async (n) => [n.name, await entries(c, n.name)] as const)));
 }
 
-/** How many times any of `msgs` appears in all nodes' logs together. */
-export async function counts(c: Cluster, msgs: readonly string[]): Promise<number> {
+const CHURN = ['dataplane updated', 'repaired dataplane drift'];
+
+/** How many dataplane passes changed something so far, on all nodes together (their log lines). */
+export async function churn(c: Cluster): Promise<number> {
   let total = 0;
-  for (const n of await c.nodes()) for (const m of msgs) total += await logCount(c, n.name, m);
+  for (const n of await c.nodes()) for (const m of CHURN) total += await logCount(c, n.name, m);
   return total;
+}
+
+export interface Stillness {
+  /** every node's owned kernel entries are as they were */
+  readonly unchanged: boolean;
+  /** no dataplane pass changed anything */
+  readonly quiet: boolean;
+  readonly note: string;
+}
+
+/** Takes every node's entries and the churn now; the function says later whether either changed. */
+export async function stillSince(c: Cluster): Promise<() => Promise<Stillness>> {
+  const [before, passes] = await Promise.all([snapshot(c), churn(c)]);
+  return async () => {
+    const unchanged = JSON.stringify([...(await snapshot(c))]) === JSON.stringify([...before]);
+    const quiet = (await churn(c)) === passes;
+    return { unchanged, quiet, note: `kernel entries ${unchanged ? 'unchanged' : 'CHANGED'}, ${quiet ? 'no dataplane pass changed anything' : 'dataplane passes changed entries'}` };
+  };
 }
 
 /** Names for `count` new nodes: spare machines where nodes cannot be made on the fly, else the next free numbers. */

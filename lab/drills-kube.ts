@@ -3,13 +3,12 @@
 // and the kube-apiserver stopped for 20 s while the pods keep talking, with
 // a node added after it came back.
 import type { Cluster } from './cluster.ts';
-import { counts, goneEverywhere, nextNames, podsPerNode, snapshot, type Drill } from './drill-kit.ts';
+import { goneEverywhere, nextNames, podsPerNode, stillSince, type Drill } from './drill-kit.ts';
 import { connectivity, untilFull } from './matrix.ts';
 import { leaseOf } from './store-view.ts';
 import { until } from './wait.ts';
 
 const OUTAGE_MS = 20_000;
-const CHURN = ['dataplane updated', 'repaired dataplane drift'];
 
 const nodeDeleted: Drill = {
   name: 'node-deleted',
@@ -50,12 +49,10 @@ const apiServerOutage: Drill = {
   targetMs: 30_000,
   stores: ['kube'],
   async run(c) {
-    const before = await snapshot(c);
-    const churn = await counts(c, CHURN);
+    const still = await stillSince(c);
     await c.stopApiServer();
     const during = await matricesFor(c, OUTAGE_MS);
-    const unchanged = JSON.stringify([...(await snapshot(c))]) === JSON.stringify([...before]);
-    const quiet = (await counts(c, CHURN)) === churn;
+    const s = await still();
     await c.startApiServer();
     const since = performance.now();
     const [name] = await nextNames(c, 1);
@@ -64,10 +61,10 @@ const apiServerOutage: Drill = {
     const healedMs = await untilFull(c, 30_000, since);
     const notes = [
       `${during.rounds} matrices while the apiserver was down: ${during.failures.size === 0 ? 'all full' : [...during.failures].join(', ')}`,
-      `kernel entries ${unchanged ? 'unchanged' : 'CHANGED'} during the outage, ${quiet ? 'no dataplane pass changed anything' : 'dataplane passes changed entries'}`,
+      `during the outage: ${s.note}`,
       `${name} added after the restart, reachable from every pod ${Math.round(healedMs ?? -1)} ms after the apiserver was ready`,
     ];
-    return { healedMs, ok: healedMs !== undefined && healedMs <= 30_000 && during.failures.size === 0 && unchanged && quiet, notes };
+    return { healedMs, ok: healedMs !== undefined && healedMs <= 30_000 && during.failures.size === 0 && s.unchanged && s.quiet, notes };
   },
 };
 

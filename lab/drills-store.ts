@@ -3,13 +3,12 @@
 // etcd only), a node added, twenty nodes started at once (both stores).
 import { sleep } from '../src/util/abort.ts';
 import { etcdctl } from './cluster.ts';
-import { BOTH_STORES, counts, goneEverywhere, leftovers, logCount, nextNames, podsPerNode, snapshot, steadyPing, type Drill } from './drill-kit.ts';
+import { BOTH_STORES, churn, goneEverywhere, leftovers, logCount, nextNames, podsPerNode, steadyPing, stillSince, type Drill } from './drill-kit.ts';
 import { connectivity, untilFull } from './matrix.ts';
 import { leaseOf, leases } from './store-view.ts';
 import { until } from './wait.ts';
 
 const ETCD_OUTAGE_MS = 60_000;
-const CHURN = ['dataplane updated', 'repaired dataplane drift'];
 
 const ownLeaseDeleted: Drill = {
   name: 'own-lease',
@@ -38,8 +37,7 @@ const etcdOutage: Drill = {
   targetMs: 30_000,
   stores: ['etcd'],
   async run(c) {
-    const before = await snapshot(c);
-    const churn = await counts(c, CHURN);
+    const still = await stillSince(c);
     const connected = await Promise.all((await c.nodes()).map((n) => logCount(c, n.name, 'lease store connected')));
     await c.stopEtcd();
     await sleep(ETCD_OUTAGE_MS / 2, AbortSignal.timeout(ETCD_OUTAGE_MS));
@@ -49,10 +47,9 @@ const etcdOutage: Drill = {
     await c.startEtcd({ wipe: false });
     const nodes = await c.nodes();
     const healedMs = await until(async () => (await Promise.all(nodes.map((n, i) => logCount(c, n.name, 'lease store connected').then((k) => k > (connected[i] ?? 0))))).every(Boolean), { timeoutMs: 30_000, since, everyMs: 100 });
-    const unchanged = JSON.stringify([...(await snapshot(c))]) === JSON.stringify([...before]);
-    const quiet = (await counts(c, CHURN)) === churn;
-    const notes = [`matrix while etcd was down: ${during.failures.length === 0 ? 'full' : during.failures.join(', ')}`, `kernel entries ${unchanged ? 'unchanged' : 'CHANGED'}, ${quiet ? 'no dataplane pass changed anything' : 'dataplane passes changed entries'}`, `every twill reconnected ${Math.round(healedMs ?? -1)} ms after etcd came back`];
-    return { healedMs, ok: healedMs !== undefined && unchanged && quiet && during.failures.length === 0, notes };
+    const s = await still();
+    const notes = [`matrix while etcd was down: ${during.failures.length === 0 ? 'full' : during.failures.join(', ')}`, s.note, `every twill reconnected ${Math.round(healedMs ?? -1)} ms after etcd came back`];
+    return { healedMs, ok: healedMs !== undefined && s.unchanged && s.quiet && during.failures.length === 0, notes };
   },
 };
 
@@ -64,7 +61,7 @@ const etcdWipe: Drill = {
   async run(c) {
     const before = await leases(c);
     const config = await etcdctl(c, ['get', '--print-value-only', `${c.etcdPrefix}/config`]);
-    const churn = await counts(c, CHURN);
+    const passes = await churn(c);
     await c.stopEtcd();
     const since = performance.now();
     await c.startEtcd({ wipe: true });
@@ -74,7 +71,7 @@ const etcdWipe: Drill = {
       return before.every((b) => now.some((l) => l.key === b.key && l.publicIp === b.publicIp)) && (await leftovers(c)).length === 0;
     };
     const healedMs = await until(same, { timeoutMs: 30_000, since, everyMs: 100 });
-    const quiet = (await counts(c, CHURN)) === churn;
+    const quiet = (await churn(c)) === passes;
     const notes = [`every node holds its old subnet and every peer's entries ${Math.round(healedMs ?? -1)} ms after etcd came back empty`, quiet ? 'no dataplane pass changed anything' : 'some dataplane passes changed entries'];
     return { healedMs, ok: healedMs !== undefined && healedMs <= 5_000, notes };
   },
