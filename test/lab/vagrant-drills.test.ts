@@ -1,8 +1,9 @@
 // The drills are written once against the Cluster interface: run on the
 // Vagrant implementation with a recording executor standing in for
 // `vagrant ssh`, a drill sends its breakage and its checks to the right VMs.
+// Each drill names its store modes; the Vagrant lab is etcd only.
 import { describe, expect, it } from 'vitest';
-import { DRILLS, runDrill } from '../../lab/drills.ts';
+import { DRILLS, drillsFor, runDrill } from '../../lab/drills.ts';
 import { VagrantCluster } from '../../lab/vagrant-cluster.ts';
 
 const LEASES = ['10.244.1.0-24', '192.168.56.11', '10.244.7.0-24', '192.168.56.12', '10.244.9.0-24', '192.168.56.13'];
@@ -45,5 +46,28 @@ describe('drills on the Vagrant cluster (recorded, no VMs)', () => {
     const onEtcd = sent.filter((s) => s.startsWith('etcd: '));
     expect(onEtcd.some((s) => s.includes('/var/lib/etcd/twill-lab'))).toBe(true);
     expect(onEtcd.some((s) => s.includes("put /coreos.com/network/config '{\"Network\":\"10.244.0.0/16\",\"Backend\":{\"Type\":\"vxlan\"}}'"))).toBe(true);
+  });
+});
+
+describe('store modes', () => {
+  it('drill all runs the etcd set on an etcd lab and the kube set on a kube lab, in that order', () => {
+    expect(drillsFor('etcd').map((d) => d.name)).toEqual(['masq-rule', 'nat-flush', 'peer-route', 'peer-neigh', 'peer-fdb', 'vxlan-device', 'kill-restart', 'own-lease', 'etcd-outage', 'etcd-wipe', 'node-removed', 'node-added', 'twenty-nodes']);
+    expect(drillsFor('kube').map((d) => d.name)).toEqual(['masq-rule', 'nat-flush', 'peer-route', 'peer-neigh', 'peer-fdb', 'vxlan-device', 'kill-restart', 'apiserver-outage', 'node-deleted', 'node-added', 'twenty-nodes']);
+  });
+
+  it('a kube drill on the Vagrant lab (etcd) is n/a and sends nothing', async () => {
+    const { cluster, sent } = recordingLab();
+    const drill = DRILLS.find((d) => d.name === 'node-deleted');
+    if (!drill) throw new Error('no node-deleted drill');
+    expect(await runDrill(cluster, drill)).toMatchObject({ pass: true, notes: ['n/a: kube store only'] });
+    expect(sent).toEqual([]);
+  });
+
+  it('the Vagrant lab refuses kubectl and the apiserver: kube mode is netns-only for now', async () => {
+    const { cluster } = recordingLab();
+    expect(cluster.store).toBe('etcd');
+    await expect(cluster.kubectl()).rejects.toThrow(/kube mode is netns-only for now/);
+    await expect(cluster.stopApiServer()).rejects.toThrow(/kube mode is netns-only for now/);
+    await expect(cluster.startApiServer()).rejects.toThrow(/kube mode is netns-only for now/);
   });
 });
