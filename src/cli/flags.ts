@@ -147,6 +147,8 @@ function checkFlags(flags: RunFlags): RunFlags {
   }
   if (flags.etcdEndpoints.length === 0) bad('etcd-endpoints', '', 'needs at least one endpoint');
   if (!flags.etcdPrefix.startsWith('/')) bad('etcd-prefix', flags.etcdPrefix, 'must start with /');
+  if (flags.kubeApiUrl !== undefined && !/^https?:\/\/[^/\s:]+(:\d{1,5})?\/?$/.test(flags.kubeApiUrl)) bad('kube-api-url', flags.kubeApiUrl, 'must look like https://host:port');
+  if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(flags.kubeAnnotationPrefix)) bad('kube-annotation-prefix', flags.kubeAnnotationPrefix, 'must be a DNS subdomain like flannel.alpha.coreos.com');
   for (const r of flags.ifaceRegex) {
     try {
       new RegExp(r);

@@ -27,7 +27,7 @@ export function checkSubnetEnv(f: DoctorFacts): CheckResult {
     return { check, verdict: 'fail', detail: `${file} does not exist: twill run has no lease yet (or uses another --subnet-file); the CNI plugin cannot wire pods`, fix: 'start twill run and look for "lease acquired" in its log, or pass the --subnet-file it uses' };
   }
   const head = `${file}: FLANNEL_NETWORK=${formatCidr(env.network)} FLANNEL_SUBNET=${formatIpv4(firstHost(env.subnet))}/${env.subnet.prefix}`;
-  if (!f.store.ok) return { check, verdict: 'warn', detail: `${head}; comparison with the lease skipped: ${f.store.error}`, fix: 'check --etcd-endpoints and that etcd is up' };
+  if (!f.store.ok) return { check, verdict: 'warn', detail: `${head}; comparison with the lease skipped: ${f.store.error}`, fix: 'check that the lease store is up and reachable: --etcd-endpoints and etcd, or with --kube-subnet-mgr the kubeconfig, the API server and RBAC' };
   if (!f.underlay.ok) return { check, verdict: 'warn', detail: `${head}; skipped: cannot tell our PublicIP (${f.underlay.error})`, fix: 'pass the --iface or --public-ip twill run uses' };
   const net = f.store.value.config.network;
   const restart = 'restart twill run (it rewrites subnet.env at start), then re-create pods wired from the old file';
@@ -75,7 +75,7 @@ export function checkBridgeSubnet(f: DoctorFacts): CheckResult {
 export function checkStaleRoutes(f: DoctorFacts): CheckResult {
   const check = 'stale-routes';
   if (!f.ownedRoutes.ok) return { check, verdict: 'warn', detail: `could not list routes: ${f.ownedRoutes.error}`, fix: '' };
-  if (!f.store.ok) return { check, verdict: 'warn', detail: `skipped: ${f.store.error}`, fix: 'check --etcd-endpoints and that etcd is up' };
+  if (!f.store.ok) return { check, verdict: 'warn', detail: `skipped: ${f.store.error}`, fix: 'check that the lease store is up and reachable: --etcd-endpoints and etcd, or with --kube-subnet-mgr the kubeconfig, the API server and RBAC' };
   const ip = f.underlay.ok ? f.underlay.value.publicIp : undefined;
   const explained = new Set(f.store.value.leases.flatMap((r) => (r.ok && r.lease.attrs.publicIp !== ip ? [formatCidr(r.lease.subnet)] : [])));
   const stale = f.ownedRoutes.value.filter((r) => !explained.has(r.dst));

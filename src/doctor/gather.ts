@@ -117,7 +117,7 @@ export async function gather(deps: GatherDeps, o: GatherOptions, signal: AbortSi
       return { name: c.iface.name, mtu: c.iface.mtu, publicIp: c.publicIp };
     }),
     attempt(() => readSubnetEnv(o.subnetFile)),
-    deps.readStore(signal).then(got, (err: unknown) => failed<StoreFact>(hasCode(err, 'STORE_UNAVAILABLE') ? `etcd unreachable (${describeError(err)})` : `store: ${describeError(err)}`)),
+    deps.readStore(signal).then(got, (err: unknown) => failed<StoreFact>(hasCode(err, 'STORE_UNAVAILABLE') ? `lease store unreachable (${describeError(err)})` : `store: ${describeError(err)}`)),
     attempt(async () => parseRoutes(await runJson(runner, 'ip', ['-json', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)], opts))),
   ]);
   const facts: DoctorFacts = { ipForward, bridgeNf, rpFilter: new Map(), iptables, inputChain, foreignChains: foreign, links, underlay, subnetFile: o.subnetFile, subnetEnv, store, ownedRoutes, bridge: o.bridge };

@@ -64,6 +64,16 @@ function requestMiddleware(signal: AbortSignal, contentType: string | undefined)
   };
 }
 
+/** An http(s) URL with a host and a valid port (in-cluster config without its variables gives "https://undefined:undefined"). */
+function isHttpUrl(text: string): boolean {
+  try {
+    const url = new URL(text);
+    return (url.protocol === 'https:' || url.protocol === 'http:') && url.hostname !== '' && url.hostname !== 'undefined';
+  } catch {
+    return false;
+  }
+}
+
 export function loadKubeConfig(o: KubeAccess): KubeConfig {
   const kc = new KubeConfig();
   try {
@@ -73,7 +83,7 @@ export function loadKubeConfig(o: KubeAccess): KubeConfig {
     throw new TwillError('CONFIG_INVALID', `--kubeconfig-file ${JSON.stringify(o.kubeconfigFile)}: ${describeError(err)}`, { cause: err });
   }
   const cluster = kc.getCurrentCluster();
-  if (!cluster || (o.apiUrl === undefined && !/^https?:\/\/[^:/]+(:\d+)?/.test(cluster.server))) {
+  if (!cluster || (o.apiUrl === undefined && !isHttpUrl(cluster.server))) {
     const from = o.kubeconfigFile === undefined ? 'in-cluster config: KUBERNETES_SERVICE_HOST/PORT are not set (not in a pod?); pass --kubeconfig-file or --kube-api-url' : `--kubeconfig-file ${o.kubeconfigFile}: no current cluster with a server URL`;
     throw new TwillError('CONFIG_INVALID', from);
   }

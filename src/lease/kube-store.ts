@@ -158,6 +158,7 @@ export class KubeLeaseStore implements LeaseStore {
     let rv = o.resourceVersion;
     try {
       for (;;) {
+        const started = Date.now();
         const end = await this.api.watchNodes({
           resourceVersion: rv,
           timeoutSeconds: this.watchTimeout,
@@ -170,6 +171,8 @@ export class KubeLeaseStore implements LeaseStore {
           },
         });
         if (end.reason !== 'closed') return end;
+        // a server (or proxy) that ends every watch at once must not make this a busy loop
+        if (Date.now() - started < 1_000) await sleep(o.backoff.next(), round.signal);
       }
     } finally {
       clearTimeout(timer);

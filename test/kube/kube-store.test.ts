@@ -136,6 +136,15 @@ describe('Kubernetes lease store', () => {
     await w.stop();
   }, 60_000);
 
+  it('ends a watch from a resourceVersion the apiserver no longer holds as "gone" (410), so the store re-lists', async () => {
+    const api = new ClientKubeApi({ kubeconfigFile: kubeconfig });
+    const end = await api.watchNodes({ resourceVersion: '1', timeoutSeconds: 5, signal: AbortSignal.timeout(10_000), onEvent: () => undefined });
+    expect(end).toMatchObject({ reason: 'gone', detail: expect.stringContaining('410') });
+    const listed = await api.listNodes(signal);
+    const quiet = await api.watchNodes({ resourceVersion: listed.resourceVersion, timeoutSeconds: 1, signal: AbortSignal.timeout(10_000), onEvent: () => undefined });
+    expect(quiet).toEqual({ reason: 'closed' });
+  });
+
   it('renews by re-publishing changed annotations; a deleted Node is a lost lease, a new podCIDR a taken one', async () => {
     await admin.createNode('n4', { podCidr: '10.244.4.0/24' });
     const s = store('n4');

@@ -108,13 +108,13 @@ describe('twill doctor in a network namespace', () => {
     expectHealthy(await doctor());
   });
 
-  it('with etcd unreachable, the store checks warn "skipped: etcd unreachable" and the rest still run', async () => {
+  it('with etcd unreachable, the store checks warn "skipped: lease store unreachable" and the rest still run', async () => {
     const started = Date.now();
     const r = await doctor(['--etcd-endpoints', 'http://10.123.0.1:2390']);
     expect(Date.now() - started).toBeLessThan(15_000);
     expect(r.code).toBe(hostHasBrNetfilter ? 0 : 1);
     for (const check of ['subnet-env', 'stale-routes']) {
-      expect(r.checks.find((c) => c.check === check)).toMatchObject({ verdict: 'warn', detail: expect.stringContaining('etcd unreachable (') });
+      expect(r.checks.find((c) => c.check === check)).toMatchObject({ verdict: 'warn', detail: expect.stringContaining('lease store unreachable (etcd') });
     }
     expect(r.checks.find((c) => c.check === 'mtu')?.verdict).toBe('ok');
   });

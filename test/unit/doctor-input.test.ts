@@ -92,7 +92,7 @@ describe('gather', () => {
     expect(f.iptables).toMatchObject({ ok: true, value: { backend: 'nf_tables', otherRules: { ok: false } } });
     expect(f.links.ok).toBe(false);
     expect(f.subnetEnv).toEqual(got(undefined));
-    expect(f.store).toEqual({ ok: false, error: 'etcd unreachable (etcd get /coreos.com/network/config: deadline exceeded)' });
+    expect(f.store).toEqual({ ok: false, error: 'lease store unreachable (etcd get /coreos.com/network/config: deadline exceeded)' });
     const results = runChecks(f);
     expect(resultOf(results, 'stale-routes').detail).toBe('could not list routes: ip -json route show table main proto 151: exit code 127: not found');
     expect(resultOf(results, 'br-netfilter').verdict).toBe('fail');

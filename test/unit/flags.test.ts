@@ -153,6 +153,9 @@ describe('resolveRunFlags: bad values', () => {
     ['TWILL_ETCD_ENDPOINTS empty', [], { TWILL_ETCD_ENDPOINTS: ' , ' }, '--etcd-endpoints', 'at least one'],
     ['--etcd-prefix relative', ['--etcd-prefix', 'coreos.com/network'], {}, '--etcd-prefix', 'coreos.com/network'],
     ['--iface-regex (', ['--iface-regex', '('], {}, '--iface-regex', '('],
+    ['--kube-api-url without scheme', ['--kube-api-url', '10.0.0.1:6443'], {}, '--kube-api-url', '10.0.0.1:6443'],
+    ['--kube-api-url with a path', ['--kube-api-url', 'https://api:6443/x'], {}, '--kube-api-url', 'https://api:6443/x'],
+    ['--kube-annotation-prefix with a slash', ['--kube-annotation-prefix', 'a.io/b'], {}, '--kube-annotation-prefix', 'a.io/b'],
   ])('%s', (_name, argv: string[], env: NodeJS.ProcessEnv, flag, value) => {
     const err = failure(argv, env);
     expect(err.code).toBe('FLAG_INVALID');
