@@ -187,8 +187,9 @@ export class KubeLeaseStore implements LeaseStore {
       o.known.add(node.name);
       o.onEvent({ type: 'put', record: nodeRecord(node, this.names) });
     } else if (wasKnown) {
+      // a deleted Node is gone for good; one that lost its annotation may be re-published by its twill at once
       o.known.delete(node.name);
-      o.onEvent({ type: 'delete', key: node.name });
+      o.onEvent({ type: 'delete', key: node.name, ...(type === 'delete' ? { gone: true } : {}) });
     }
   }
 

@@ -8,7 +8,8 @@
 // meanwhile. A peer deleted by an event lingers `deleteLingerMs` (500 ms):
 // a running node whose key was deleted re-creates it within milliseconds,
 // and its peers must not cut its pods off meanwhile; a node that is really
-// gone is dropped well within a second.
+// gone is dropped well within a second, and one whose store says so (a
+// deleted Node object) at once.
 import type { Logger } from '../log.ts';
 import { formatCidr } from '../net/ipv4.ts';
 import { describeLease, encodeLeaseValue } from './codec.ts';
@@ -72,7 +73,7 @@ export class PeerTracker {
       case 'delete':
         if (ev.key === this.opts.selfKey) this.opts.onSelfLost(`our lease ${ev.key} was deleted`);
         this.invalid.delete(ev.key);
-        this.deleted(ev.key);
+        this.deleted(ev.key, ev.gone === true);
         break;
       case 'connectivity':
         this.connectivity(ev.connected, ev.detail);
@@ -155,9 +156,9 @@ export class PeerTracker {
     else this.opts.logger.info(fields, msg);
   }
 
-  /** A delete event: the peer lingers briefly (its owner may be re-creating the key), or goes at once. */
-  private deleted(key: string): void {
-    const ms = this.opts.deleteLingerMs ?? DEFAULT_DELETE_LINGER_MS;
+  /** A delete event: the peer lingers briefly (its owner may be re-creating the key), or goes at once when it is gone for good. */
+  private deleted(key: string, gone: boolean): void {
+    const ms = gone ? 0 : (this.opts.deleteLingerMs ?? DEFAULT_DELETE_LINGER_MS);
     const lease = this.peers.get(key) ?? this.lingering.get(key)?.lease;
     if (!lease) return;
     if (ms <= 0) {

@@ -38,7 +38,8 @@ export type LeaseEvent =
   /** the complete set of records (after a list or re-list) */
   | { readonly type: 'snapshot'; readonly records: readonly LeaseRecord[]; readonly reason: string }
   | { readonly type: 'put'; readonly record: LeaseRecord }
-  | { readonly type: 'delete'; readonly key: string }
+  /** `gone`: its owner is gone for good (a deleted Node), so peers drop it without the short grace */
+  | { readonly type: 'delete'; readonly key: string; readonly gone?: boolean }
   /** the store connection went down or came back */
   | { readonly type: 'connectivity'; readonly connected: boolean; readonly detail: string };
 

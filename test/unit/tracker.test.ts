@@ -105,4 +105,15 @@ describe('PeerTracker', () => {
     expect(lost[1]).toContain('now names PublicIP 192.0.2.99');
     expect(keys(t)).toEqual(['10.244.1.0-24']);
   });
+
+  it('drops a peer whose delete says it is gone for good at once, despite the delete grace', () => {
+    const { t, changes } = tracker(10_000, 10_000);
+    t.handle({ type: 'snapshot', records: [SELF, record(1), record(2)], reason: 'initial list' });
+    const before = changes();
+    t.handle({ type: 'delete', key: '10.244.1.0-24' });
+    expect(keys(t)).toEqual(['10.244.1.0-24', '10.244.2.0-24']);
+    t.handle({ type: 'delete', key: '10.244.2.0-24', gone: true });
+    expect(keys(t)).toEqual(['10.244.1.0-24']);
+    expect(changes()).toBe(before + 1);
+  });
 });
