@@ -3,14 +3,21 @@
 // controller-manager would, and give twill an identity bound only to
 // deploy/'s ClusterRole, so everything twill does in a test runs under the
 // RBAC it ships with.
-import { resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { CoreV1Api, KubeConfig, PatchStrategy, RbacAuthorizationV1Api, setHeaderOptions, type V1Node } from '@kubernetes/client-node';
 import { run } from '../../src/exec/runner.ts';
+import { kubectlArgv } from '../../lab/kube-apiserver.ts';
 import type { KubeApiServer } from './kube.ts';
 import { waitFor } from './ports.ts';
 
 const DEPLOY = resolve(import.meta.dirname, '../../deploy');
 const MERGE = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
+
+/** kubectl with `kubeconfig`, its discovery cache beside the kubeconfig (removed with the apiserver's files, not left in ~/.kube). */
+export async function kubectl(kubeconfig: string, args: readonly string[]): Promise<string> {
+  const [cmd = 'kubectl', ...rest] = kubectlArgv({ kubeconfig, cacheDir: join(dirname(kubeconfig), 'kubectl-cache') }, args);
+  return (await run(cmd, rest, { timeoutMs: 60_000 })).stdout;
+}
 
 export interface KubeAdmin {
   readonly api: CoreV1Api;
@@ -61,7 +68,7 @@ export async function kubeAdmin(kube: KubeApiServer): Promise<KubeAdmin> {
  * authorizer has seen the binding.
  */
 export async function twillIdentity(kube: KubeApiServer, admin: KubeAdmin): Promise<string> {
-  await run('kubectl', ['--kubeconfig', admin.kubeconfig, 'apply', '-k', DEPLOY], { timeoutMs: 60_000 });
+  await kubectl(admin.kubeconfig, ['apply', '-k', DEPLOY]);
   const kc = new KubeConfig();
   kc.loadFromFile(admin.kubeconfig);
   await kc.makeApiClient(RbacAuthorizationV1Api).createClusterRoleBinding({

@@ -9,9 +9,10 @@ import { resolve } from 'node:path';
 import { AppsV1Api, CoreV1Api, KubeConfig, RbacAuthorizationV1Api, type V1DaemonSet } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseNetConf } from '../../cni/config.ts';
-import { run, type CommandError } from '../../src/exec/runner.ts';
+import type { CommandError } from '../../src/exec/runner.ts';
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { startKubeApiServer, type KubeApiServer } from '../helpers/kube.ts';
+import { kubectl as kubectlIn } from '../helpers/kube-nodes.ts';
 
 const DEPLOY = resolve(import.meta.dirname, '../../deploy');
 const NS = 'twill-system';
@@ -20,8 +21,7 @@ let adminConfig: string;
 let kc: KubeConfig;
 
 async function kubectl(args: string[]): Promise<string> {
-  const { stdout } = await run('kubectl', ['--kubeconfig', adminConfig, ...args], { timeoutMs: 60_000 });
-  return stdout;
+  return kubectlIn(adminConfig, args);
 }
 
 beforeAll(async () => {

@@ -17,8 +17,8 @@ import {
   setHeaderOptions,
 } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run } from '../../src/exec/runner.ts';
 import { startKubeApiServer, type KubeApiServer } from '../helpers/kube.ts';
+import { kubectl } from '../helpers/kube-nodes.ts';
 import { waitFor } from '../helpers/ports.ts';
 
 const DEPLOY = resolve(import.meta.dirname, '../../deploy');
@@ -75,7 +75,7 @@ beforeAll(async () => {
   const adminKc = new KubeConfig();
   adminKc.loadFromFile(adminConfig);
   admin = adminKc.makeApiClient(CoreV1Api);
-  await run('kubectl', ['--kubeconfig', adminConfig, 'apply', '-k', DEPLOY], { timeoutMs: 60_000 });
+  await kubectl(adminConfig, ['apply', '-k', DEPLOY]);
   await admin.createNode({ body: { metadata: { name: NODE }, spec: { podCIDR: '10.244.1.0/24', podCIDRs: ['10.244.1.0/24'] } } });
   await admin.createNamespacedSecret({ namespace: 'default', body: { metadata: { name: 'secret' }, stringData: { password: 'hunter2' } } });
   identities['static user twill'] = await kubeConfigFor(kube.twillToken);
