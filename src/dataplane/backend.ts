@@ -5,7 +5,7 @@
 import type { NetConfig, VxlanBackend } from '../config/netconf.ts';
 import type { Lease } from '../lease/types.ts';
 import type { IfaceChoice } from '../net/iface.ts';
-import { containsAddr, formatCidr, formatIpv4, parseCidr, parseIpv4 } from '../net/ipv4.ts';
+import { containsAddr, formatCidr, formatIpv4, lastAddress, parseCidr, parseIpv4 } from '../net/ipv4.ts';
 import type { DesiredState, FdbSpec, MasqSpec, NeighSpec, PeerProblem, RouteSpec, VxlanDevice } from './model.ts';
 
 export interface BackendInput {
@@ -111,15 +111,38 @@ export function masqSpec(o: { config: NetConfig; self: Lease; ipMasq: boolean; r
 }
 
 /** The whole desired state for one pass. Peers are sorted so output is stable. */
+/**
+ * Peers whose subnets overlap an earlier one (by address, then the larger
+ * block, then key: the same winner on every node) are problems, not entries:
+ * two routes for one subnet would flip the kernel on every pass. Keys that
+ * are subnets (etcd) cannot collide; node names (Kubernetes) can.
+ */
+function withoutOverlaps(peers: readonly Lease[]): { peers: Lease[]; problems: PeerProblem[] } {
+  const sorted = [...peers].sort((a, b) => a.subnet.base - b.subnet.base || a.subnet.prefix - b.subnet.prefix || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  const kept: Lease[] = [];
+  const problems: PeerProblem[] = [];
+  let widest: Lease | undefined;
+  for (const peer of sorted) {
+    if (widest && peer.subnet.base <= lastAddress(widest.subnet)) {
+      problems.push({ key: peer.key, subnet: formatCidr(peer.subnet), reason: `subnet overlaps ${formatCidr(widest.subnet)} of peer ${widest.key}` });
+      continue;
+    }
+    kept.push(peer);
+    if (!widest || lastAddress(peer.subnet) > lastAddress(widest.subnet)) widest = peer;
+  }
+  return { peers: kept, problems };
+}
+
 export function desiredState(input: BackendInput): DesiredState {
-  const peers = [...input.peers].sort((a, b) => a.subnet.base - b.subnet.base);
-  const sorted = { ...input, peers };
+  const distinct = withoutOverlaps(input.peers);
+  const sorted = { ...input, peers: distinct.peers };
   const backend = input.config.backend;
   const vxlan = backend.type === 'vxlan' ? vxlanDevice(sorted, backend) : null;
   const entries = vxlan && backend.type === 'vxlan' ? vxlanEntries(sorted, vxlan, backend) : hostGwEntries(sorted);
   return {
     vxlan,
     ...entries,
+    problems: [...distinct.problems, ...entries.problems],
     masq: masqSpec(input),
   };
 }

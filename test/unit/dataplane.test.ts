@@ -64,6 +64,21 @@ describe('backends', () => {
     ]);
   });
 
+  it('peers with overlapping subnets (Kubernetes keys are node names): the same one wins on every node, the others are problems', () => {
+    const named = (n: number, key: string, subnet?: { base: number; prefix: number }) => ({ ...peerLease(n, { vxlan: true }), key, ...(subnet ? { subnet } : {}) });
+    const seven = peerLease(7, { vxlan: true }).subnet;
+    const peers = [named(8, 'node-b', seven), named(7, 'node-a'), named(9, 'node-c', { base: seven.base + 128, prefix: 25 }), named(1, 'node-d')];
+    for (const order of [peers, [...peers].reverse()]) {
+      const d = desiredState(backendInput({ backend: 'vxlan', peers: order }));
+      expect(d.routes.map((r) => r.dst)).toEqual(['10.244.1.0/24', '10.244.7.0/24']);
+      expect(d.fdb.map((f) => f.dst)).toEqual(['10.123.0.1', '10.123.0.7']);
+      expect(d.problems).toEqual([
+        { key: 'node-b', subnet: '10.244.7.0/24', reason: 'subnet overlaps 10.244.7.0/24 of peer node-a' },
+        { key: 'node-c', subnet: '10.244.7.128/25', reason: 'subnet overlaps 10.244.7.0/24 of peer node-a' },
+      ]);
+    }
+  });
+
   it('host-gw: routes via the peer address on the interface; off-link peers become problems', () => {
     const d = desiredState(backendInput({ backend: 'host-gw', peers: [peerLease(6, { vxlan: false, ipBase: '198.51.100' }), peerLease(1, { vxlan: false })] }));
     expect(d.vxlan).toBeNull();
