@@ -14,7 +14,24 @@ export interface KeeperOptions {
   readonly logger: Logger;
   /** called with every new version of our lease */
   readonly onLease?: (lease: Lease) => void;
+  /** default FLAP_LIMITS (tests shrink them) */
+  readonly flapLimits?: FlapLimits;
 }
+
+/**
+ * A loss within `windowMs` of the last reclaim is a flap: someone else keeps
+ * rewriting our record. The n-th flap in a row waits baseMs · 2^(n-1), at
+ * most maxMs, before reclaiming; `max` flaps in a row (about 3 minutes of
+ * waiting) end the daemon with LEASE_TAKEN.
+ */
+export interface FlapLimits {
+  readonly windowMs: number;
+  readonly baseMs: number;
+  readonly maxMs: number;
+  readonly max: number;
+}
+
+export const FLAP_LIMITS: FlapLimits = { windowMs: 10_000, baseMs: 500, maxMs: 60_000, max: 10 };
 
 /** When to renew: `margin` before expiry, but never in a busy loop. */
 export function renewDelay(lease: Lease, marginMs: number, now: number): number {
@@ -26,6 +43,10 @@ export function renewDelay(lease: Lease, marginMs: number, now: number): number 
 export class LeaseKeeper {
   private lease: Lease;
   private lostReason: string | undefined;
+  /** when our lease was last reclaimed (epoch ms), and how many losses in a row came soon after one */
+  private lastReclaimAt = 0;
+  private flaps = 0;
+  private flapWaitMs = 0;
   private wake: AbortController | undefined;
   private readonly opts: KeeperOptions;
 
@@ -43,11 +64,30 @@ export class LeaseKeeper {
     return this.lostReason;
   }
 
-  /** Our record is gone or not ours: reclaim now. */
+  /** Our record is gone or not ours: reclaim now (or after a growing wait, when it keeps being taken away). */
   notifyLost(reason: string): void {
-    if (this.lostReason === undefined) this.opts.logger.warn({ reason }, 'own lease lost; reclaiming it');
+    if (this.lostReason === undefined) {
+      const limits = this.opts.flapLimits ?? FLAP_LIMITS;
+      const sinceMs = Date.now() - this.lastReclaimAt;
+      this.flaps = sinceMs < limits.windowMs ? this.flaps + 1 : 0;
+      this.flapWaitMs = this.flaps === 0 ? 0 : Math.min(limits.maxMs, limits.baseMs * 2 ** (this.flaps - 1));
+      if (this.flaps === 0) this.opts.logger.warn({ reason }, 'own lease lost; reclaiming it');
+      else this.opts.logger.warn({ reason, sinceReclaimMs: sinceMs, flaps: this.flaps, waitMs: this.flapWaitMs }, 'own lease lost again right after it was restored: another writer? waiting before reclaiming');
+    }
     this.lostReason ??= reason;
     this.wake?.abort();
+  }
+
+  /** Waits out a flap; LEASE_TAKEN once our record has been taken away too often in a row. */
+  private async flapPause(signal: AbortSignal): Promise<void> {
+    if (this.flapWaitMs === 0) return;
+    const limits = this.opts.flapLimits ?? FLAP_LIMITS;
+    if (this.flaps >= limits.max) {
+      throw new TwillError('LEASE_TAKEN', `our lease ${this.lease.key} was changed by someone else ${this.flaps} times in a row, each time within ${limits.windowMs} ms of twill restoring it (last: ${this.lostReason ?? '?'}); is a second twill running with the same node name, or a tool rewriting the record?`);
+    }
+    const wait = this.flapWaitMs;
+    this.flapWaitMs = 0;
+    await sleep(wait, signal);
   }
 
   async run(signal: AbortSignal): Promise<void> {
@@ -61,6 +101,8 @@ export class LeaseKeeper {
         if (signal.aborted) return;
       }
       try {
+        if (this.lostReason !== undefined) await this.flapPause(signal);
+        if (signal.aborted) return;
         await this.step(signal);
         backoff.reset();
         retryIn = undefined;
@@ -85,6 +127,7 @@ export class LeaseKeeper {
     this.lease = next;
     if (lost !== undefined) {
       this.lostReason = undefined;
+      this.lastReclaimAt = Date.now();
       this.opts.logger.info({ key: next.key, reason: lost }, 'own lease reclaimed');
     } else {
       this.opts.logger.debug({ key: next.key, expiresAt: new Date(next.expiresAt).toISOString() }, 'lease renewed');
