@@ -147,8 +147,11 @@ function checkFlags(flags: RunFlags): RunFlags {
   }
   if (flags.etcdEndpoints.length === 0) bad('etcd-endpoints', '', 'needs at least one endpoint');
   if (!flags.etcdPrefix.startsWith('/')) bad('etcd-prefix', flags.etcdPrefix, 'must start with /');
-  if (flags.kubeApiUrl !== undefined && !/^https?:\/\/[^/\s:]+(:\d{1,5})?\/?$/.test(flags.kubeApiUrl)) bad('kube-api-url', flags.kubeApiUrl, 'must look like https://host:port');
-  if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(flags.kubeAnnotationPrefix)) bad('kube-annotation-prefix', flags.kubeAnnotationPrefix, 'must be a DNS subdomain like flannel.alpha.coreos.com');
+  if (flags.kubeApiUrl !== undefined && !/^https:\/\/[^/\s:]+(:\d{1,5})?\/?$/.test(flags.kubeApiUrl)) bad('kube-api-url', flags.kubeApiUrl, 'must look like https://host:port (client-node refuses plain http)');
+  const labels = flags.kubeAnnotationPrefix.split('.');
+  if (flags.kubeAnnotationPrefix.length > 253 || !labels.every((l) => /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(l))) {
+    bad('kube-annotation-prefix', flags.kubeAnnotationPrefix, 'must be a DNS subdomain like flannel.alpha.coreos.com (lower-case labels of 1-63 letters, digits and inner dashes)');
+  }
   for (const r of flags.ifaceRegex) {
     try {
       new RegExp(r);

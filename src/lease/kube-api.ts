@@ -45,11 +45,34 @@ function statusOf(err: unknown): number | undefined {
   return typeof e.statusCode === 'number' ? e.statusCode : undefined;
 }
 
-function unavailable(what: string, err: unknown, server: string): TwillError {
+/** The apiserver's own explanation (a Status object's message), when the error carries one. */
+function serverMessage(err: unknown): string | undefined {
+  const body = (err as { body?: unknown }).body;
+  let obj: unknown = body;
+  if (typeof body === 'string') {
+    try {
+      obj = JSON.parse(body);
+    } catch {
+      return body.slice(0, 200) || undefined;
+    }
+  }
+  const message = (obj as { message?: unknown } | null)?.message;
+  return typeof message === 'string' ? message : undefined;
+}
+
+/**
+ * A failed call as a TwillError: a request the apiserver refuses as invalid
+ * (400, 413, 422) will not succeed by retrying, so it is CONFIG_INVALID (exit
+ * 2); everything else (unreachable, 5xx, 429, 401/403 while RBAC is applied,
+ * 404 on a list) is STORE_UNAVAILABLE and waited out.
+ */
+function apiError(what: string, err: unknown, server: string): TwillError {
   const status = statusOf(err);
-  const hint = status === 401 || status === 403 ? ': twill needs nodes get/list/watch and nodes/status patch (deploy/rbac.yaml)' : '';
-  const detail = status === undefined ? describeError(err).split('\n')[0] : `HTTP ${status}`;
-  return new TwillError('STORE_UNAVAILABLE', `Kubernetes API ${server}: ${what}: ${detail}${hint}`, { cause: err });
+  const said = serverMessage(err);
+  const hint = status === 401 || status === 403 ? '; twill needs nodes get/list/watch and nodes/status patch (deploy/clusterrole.yaml)' : '';
+  const detail = status === undefined ? describeError(err).split('\n')[0] : `HTTP ${status}${said ? ` ${said}` : ''}`;
+  const code = status === 400 || status === 413 || status === 422 ? 'CONFIG_INVALID' : 'STORE_UNAVAILABLE';
+  return new TwillError(code, `Kubernetes API ${server}: ${what}: ${detail}${hint}`, { cause: err });
 }
 
 /** Wires the caller's signal (and a Content-Type, for patches) into one request. */
@@ -114,7 +137,7 @@ export class ClientKubeApi implements KubeApi {
     try {
       return await fn({ middleware: [requestMiddleware(bounded, contentType)], middlewareMergeStrategy: 'append' });
     } catch (err) {
-      throw err instanceof TwillError ? err : unavailable(what, err, this.server);
+      throw err instanceof TwillError ? err : apiError(what, err, this.server);
     }
   }
 
@@ -129,7 +152,8 @@ export class ClientKubeApi implements KubeApi {
 
   async listNodes(signal: AbortSignal): Promise<NodeListing> {
     return this.call('list nodes', signal, async (opts) => {
-      const list = await this.api.listNode({}, opts);
+      // resourceVersion 0: served from the apiserver's watch cache, not a quorum read of etcd (as informers list)
+      const list = await this.api.listNode({ resourceVersion: '0' }, opts);
       const nodes = list.items.flatMap((n) => nodeView(n) ?? []);
       return { nodes, resourceVersion: list.metadata?.resourceVersion ?? '' };
     });
@@ -143,37 +167,52 @@ export class ClientKubeApi implements KubeApi {
   }
 
   async watchNodes(o: { resourceVersion: string; timeoutSeconds: number; signal: AbortSignal; onEvent: (ev: NodeWatchEvent) => void }): Promise<NodeWatchEnd> {
+    if (o.signal.aborted) return { reason: 'aborted' };
     const ended = Promise.withResolvers<NodeWatchEnd>();
     const ctl = childController(o.signal);
+    let request: AbortController | undefined;
+    // a stop answers at once, even while the watch is still connecting (the request is cut when it arrives)
+    ctl.signal.addEventListener('abort', () => (request?.abort(), o.signal.aborted && ended.resolve({ reason: 'aborted' })), { once: true });
+    const fail = (detail: string): void => (ended.resolve({ reason: 'failed', detail }), ctl.abort());
     const onEvent = (type: string, obj: unknown): void => {
-      if (type === 'ERROR') {
-        const status = obj as { code?: number; message?: string };
-        ended.resolve({ reason: status.code === 410 ? 'gone' : 'failed', detail: `watch error ${status.code ?? '?'}: ${status.message ?? ''}` });
-        ctl.abort();
-        return;
+      if (ctl.signal.aborted) return;
+      try {
+        this.dispatch(type, obj, o.onEvent, (end) => (ended.resolve(end), ctl.abort()));
+      } catch (err) {
+        // client-node swallows a callback's exceptions: end the watch so the store re-lists
+        fail(`handling a ${type} event failed: ${describeError(err)}`);
       }
-      if (type === 'BOOKMARK') {
-        const rv = nodeView({ metadata: { name: '-', ...((obj as { metadata?: object }).metadata ?? {}) } })?.resourceVersion ?? '';
-        o.onEvent({ type: 'bookmark', resourceVersion: rv });
-        return;
-      }
-      const node = nodeView(obj);
-      if (node) o.onEvent({ type: type === 'DELETED' ? 'delete' : 'put', node });
     };
     const done = (err: unknown): void => {
       if (o.signal.aborted) ended.resolve({ reason: 'aborted' });
       else if (err === null || err === undefined) ended.resolve({ reason: 'closed' });
-      else ended.resolve({ reason: 'failed', detail: unavailable('watch nodes', err, this.server).message });
+      else fail(apiError('watch nodes', err, this.server).message);
     };
     const query = { resourceVersion: o.resourceVersion, allowWatchBookmarks: true, timeoutSeconds: o.timeoutSeconds };
-    const req = await this.watcher.watch('/api/v1/nodes', query, onEvent, done).catch((err: unknown) => (done(err), undefined));
-    const stop = (): void => req?.abort();
-    ctl.signal.addEventListener('abort', stop, { once: true });
-    if (ctl.signal.aborted) stop();
+    this.watcher.watch('/api/v1/nodes', query, onEvent, done).then(
+      (c) => ((request = c), ctl.signal.aborted && c.abort()),
+      (err: unknown) => done(err),
+    );
     try {
       return await ended.promise;
     } finally {
       ctl.abort();
     }
+  }
+
+  /** One watch event: ERROR ends the watch (410: gone), BOOKMARK moves the resourceVersion, the rest are Nodes. */
+  private dispatch(type: string, obj: unknown, onEvent: (ev: NodeWatchEvent) => void, end: (e: NodeWatchEnd) => void): void {
+    if (type === 'ERROR') {
+      const status = obj as { code?: number; message?: string };
+      end({ reason: status.code === 410 ? 'gone' : 'failed', detail: `watch error ${status.code ?? '?'}: ${status.message ?? ''}` });
+      return;
+    }
+    if (type === 'BOOKMARK') {
+      const rv = nodeView({ metadata: { name: '-', ...((obj as { metadata?: object }).metadata ?? {}) } })?.resourceVersion ?? '';
+      onEvent({ type: 'bookmark', resourceVersion: rv });
+      return;
+    }
+    const node = nodeView(obj);
+    if (node) onEvent({ type: type === 'DELETED' ? 'delete' : 'put', node });
   }
 }

@@ -19,6 +19,8 @@ export interface NodeView {
   /** spec.podCIDRs, else [spec.podCIDR], else [] */
   readonly podCidrs: readonly string[];
   readonly annotations: Readonly<Record<string, string>>;
+  /** the status of the NetworkUnavailable condition ("True", "False"), when the Node has one */
+  readonly networkUnavailable: string | undefined;
 }
 
 export interface Annotations {
@@ -57,11 +59,14 @@ export function nodeView(obj: unknown): NodeView | undefined {
   const annotations = Object.fromEntries(Object.entries(record(meta.annotations)).filter((e): e is [string, string] => typeof e[1] === 'string'));
   const list = strings(spec.podCIDRs);
   const single = typeof spec.podCIDR === 'string' && spec.podCIDR !== '' ? [spec.podCIDR] : [];
+  const conditions = record(record(obj).status).conditions;
+  const network = (Array.isArray(conditions) ? conditions : []).map(record).find((c) => c.type === 'NetworkUnavailable');
   return {
     name: meta.name,
     resourceVersion: typeof meta.resourceVersion === 'string' ? meta.resourceVersion : '',
     podCidrs: list.length > 0 ? list : single,
     annotations,
+    networkUnavailable: typeof network?.status === 'string' ? network.status : undefined,
   };
 }
 

@@ -27,7 +27,7 @@ export interface KubeLeaseStoreOptions {
   readonly netConfigPath: string;
   /** annotation prefix, default flannel.alpha.coreos.com */
   readonly annotationPrefix?: string;
-  /** re-list this often even when the watch is healthy (default 5 min) */
+  /** re-list about this often even when the watch is healthy (default 30 min, ±20 %; the watch resumes every 25 s and re-lists on 410 anyway) */
   readonly relistIntervalMs?: number;
   /** each watch request ends after this long and resumes from its last resourceVersion (default 25 s: client-node gives up on a watch silent for 30 s) */
   readonly watchTimeoutSeconds?: number;
@@ -49,7 +49,7 @@ export class KubeLeaseStore implements LeaseStore {
     this.nodeName = o.nodeName;
     this.netConfigPath = o.netConfigPath;
     this.names = annotationNames(o.annotationPrefix ?? DEFAULT_ANNOTATION_PREFIX);
-    this.relistMs = o.relistIntervalMs ?? 5 * 60_000;
+    this.relistMs = o.relistIntervalMs ?? 30 * 60_000;
     this.watchTimeout = o.watchTimeoutSeconds ?? 25;
     this.description = `Kubernetes API ${o.api.server} node ${o.nodeName}`;
   }
@@ -99,12 +99,12 @@ export class KubeLeaseStore implements LeaseStore {
     return this.publish(node, subnet, this.ownAttrs(node, req.attrs), signal);
   }
 
-  /** The node still has the podCIDR we hold; LEASE_TAKEN when it changed (a re-registered node). */
+  /** The node still has the podCIDR we hold: none yet (re-registered) is a wait, another one LEASE_TAKEN. */
   private sameSubnet(node: NodeView, lease: Lease): void {
     const now = podCidr(node);
     if (now && sameCidr(now, lease.subnet)) return;
-    const what = now ? `now has spec.podCIDR ${formatCidr(now)}` : 'no longer has a spec.podCIDR';
-    throw new TwillError('LEASE_TAKEN', `node ${this.nodeName} ${what}, not ${formatCidr(lease.subnet)}; restart twill to take the node's new subnet`);
+    if (!now) throw new TwillError('STORE_UNAVAILABLE', `node ${this.nodeName} has no spec.podCIDR (registered again, not yet allocated); waiting for ${formatCidr(lease.subnet)}`);
+    throw new TwillError('LEASE_TAKEN', `node ${this.nodeName} now has spec.podCIDR ${formatCidr(now)}, not ${formatCidr(lease.subnet)}; restart twill to take the node's new subnet`);
   }
 
   async renewLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
@@ -122,6 +122,8 @@ export class KubeLeaseStore implements LeaseStore {
 
   /** Sets NetworkUnavailable=False on our Node: the dataplane is up. */
   async markReady(_lease: Lease, signal: AbortSignal): Promise<void> {
+    // already False: patching again would only move lastTransitionTime
+    if ((await this.api.readNode(this.nodeName, signal))?.networkUnavailable === 'False') return;
     await this.api.patchNodeStatus(this.nodeName, networkAvailablePatch(new Date()), signal);
   }
 
@@ -154,10 +156,12 @@ export class KubeLeaseStore implements LeaseStore {
   /** Watches from `resourceVersion`, resuming after each server-side close, until a re-list is due. */
   private async follow(o: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void; resourceVersion: string; known: Set<string>; backoff: Backoff }): Promise<NodeWatchEnd> {
     const round = childController(o.signal);
-    const timer = setTimeout(() => round.abort(), this.relistMs);
+    // jittered, so a thousand nodes started together do not re-list together
+    const timer = setTimeout(() => round.abort(), Math.round(this.relistMs * (0.8 + Math.random() * 0.4)));
     let rv = o.resourceVersion;
     try {
       for (;;) {
+        if (round.signal.aborted) return { reason: 'aborted' };
         const started = Date.now();
         const end = await this.api.watchNodes({
           resourceVersion: rv,

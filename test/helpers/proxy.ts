@@ -1,11 +1,13 @@
 // A TCP proxy on loopback that a test can cut (drop every connection and
-// refuse new ones) and restore: a broken network between twill and etcd,
-// without touching the host's links or firewall.
+// refuse new ones), hold (accept new connections and forward nothing: a
+// server that never answers) and restore: a broken network between twill
+// and its store, without touching the host's links or firewall.
 import { createServer, connect, type Socket } from 'node:net';
 
 export interface TcpProxy {
   readonly endpoint: string;
   cut(): void;
+  hold(): void;
   restore(): void;
   close(): Promise<void>;
 }
@@ -13,9 +15,16 @@ export interface TcpProxy {
 export async function startProxy(target: { host: string; port: number }): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
   let open = true;
+  let holding = false;
   const server = createServer((client) => {
     if (!open) {
       client.destroy();
+      return;
+    }
+    if (holding) {
+      sockets.add(client);
+      client.on('close', () => sockets.delete(client));
+      client.on('error', () => client.destroy());
       return;
     }
     const upstream = connect(target.port, target.host);
@@ -37,8 +46,12 @@ export async function startProxy(target: { host: string; port: number }): Promis
       open = false;
       for (const s of sockets) s.destroy();
     },
+    hold() {
+      holding = true;
+    },
     restore() {
       open = true;
+      holding = false;
     },
     async close() {
       open = false;

@@ -4,13 +4,14 @@
 // are published and a restart keeps the VtepMAC, public-ip-overwrite wins,
 // NetworkUnavailable=False is set without touching other conditions, peers
 // come and go with their Node objects, hostile annotations become invalid
-// records, and the watch carries on after the apiserver restarts.
+// records, and the watch carries on after the apiserver restarts, resumes
+// short watches without loss, re-lists after a cut, and stops at once.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
-import { ClientKubeApi } from '../../src/lease/kube-api.ts';
+import { ClientKubeApi, type KubeApi } from '../../src/lease/kube-api.ts';
 import { KubeLeaseStore } from '../../src/lease/kube-store.ts';
 import type { LeaseAttrs, LeaseEvent } from '../../src/lease/types.ts';
 import { formatCidr } from '../../src/net/ipv4.ts';
@@ -18,6 +19,7 @@ import { vxlanAttrs } from '../contract/lease-store.ts';
 import { startKubeApiServer, type KubeApiServer } from '../helpers/kube.ts';
 import { kubeAdmin, twillIdentity, type KubeAdmin } from '../helpers/kube-nodes.ts';
 import { waitFor } from '../helpers/ports.ts';
+import { startProxy } from '../helpers/proxy.ts';
 
 const P = 'flannel.alpha.coreos.com';
 const NETCONF = '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}';
@@ -42,8 +44,18 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-function store(nodeName: string, o: { relistIntervalMs?: number } = {}): KubeLeaseStore {
-  return new KubeLeaseStore({ api: new ClientKubeApi({ kubeconfigFile: kubeconfig, callTimeoutMs: 3000 }), nodeName, netConfigPath: netConf, ...o });
+function store(nodeName: string, o: { api?: KubeApi; watchTimeoutSeconds?: number; annotationPrefix?: string } = {}): KubeLeaseStore {
+  const { api, ...rest } = o;
+  return new KubeLeaseStore({ api: api ?? new ClientKubeApi({ kubeconfigFile: kubeconfig, callTimeoutMs: 3000 }), nodeName, netConfigPath: netConf, ...rest });
+}
+
+/** The API through a TCP proxy the test can cut or hold (the apiserver's certificate names 127.0.0.1 on any port). */
+async function proxiedApi(): Promise<{ api: ClientKubeApi; proxy: Awaited<ReturnType<typeof startProxy>> }> {
+  const port = Number(new URL(kube.url).port);
+  const proxy = await startProxy({ host: '127.0.0.1', port });
+  onTestFinished(() => proxy.close());
+  const apiUrl = proxy.endpoint.replace('http://', 'https://');
+  return { api: new ClientKubeApi({ kubeconfigFile: kubeconfig, apiUrl, callTimeoutMs: 3000 }), proxy };
 }
 
 function watch(s: KubeLeaseStore): { events: LeaseEvent[]; stop: () => Promise<void> } {
@@ -72,6 +84,10 @@ describe('Kubernetes lease store', () => {
     await s.markReady(lease, signal);
     const conditions = (await admin.node('n1'))?.status?.conditions?.map((c) => `${c.type}=${c.status}`);
     expect(conditions?.sort()).toEqual(['NetworkUnavailable=False', 'Ready=True']);
+    const since = (await admin.node('n1'))?.status?.conditions?.find((c) => c.type === 'NetworkUnavailable')?.lastTransitionTime;
+    await new Promise((r) => setTimeout(r, 1_100));
+    await s.markReady(lease, signal);
+    expect((await admin.node('n1'))?.status?.conditions?.find((c) => c.type === 'NetworkUnavailable')?.lastTransitionTime).toEqual(since);
   });
 
   it('waits with a clear error while the Node is missing or has no podCIDR; refuses one outside Network', async () => {
@@ -123,7 +139,7 @@ describe('Kubernetes lease store', () => {
     await w.stop();
   });
 
-  it('keeps watching across an apiserver restart and learns what changed meanwhile', async () => {
+  it('keeps watching across an apiserver restart and learns a Node added after it', async () => {
     const s = store('n1');
     const w = watch(s);
     await waitFor(() => w.events.some((e) => e.type === 'snapshot'), { timeoutMs: 5000, what: 'snapshot' });
@@ -135,6 +151,66 @@ describe('Kubernetes lease store', () => {
     expect(w.events.filter((e) => e.type === 'connectivity').at(-1)).toMatchObject({ connected: true });
     await w.stop();
   }, 60_000);
+
+  it('learns what changed while its connection was cut: a re-list replaces the peer set', async () => {
+    const { api, proxy } = await proxiedApi();
+    await admin.createNode('m1', { podCidr: '10.244.31.0/24', annotations: annotations(vxlanAttrs(31)) });
+    await admin.createNode('m2', { podCidr: '10.244.32.0/24', annotations: annotations(vxlanAttrs(32)) });
+    const w = watch(store('n1', { api }));
+    await waitFor(() => w.events.some((e) => e.type === 'snapshot'), { timeoutMs: 5000, what: 'snapshot' });
+    proxy.cut();
+    await waitFor(() => w.events.some((e) => e.type === 'connectivity' && !e.connected), { timeoutMs: 35_000, what: 'connectivity lost' });
+    await admin.deleteNode('m1');
+    await admin.patchNodeStatus('m2', { metadata: { annotations: annotations(vxlanAttrs(42)) } });
+    await admin.createNode('m3', { podCidr: '10.244.33.0/24', annotations: annotations(vxlanAttrs(33)) });
+    proxy.restore();
+    const last = (): LeaseEvent | undefined => w.events.filter((e) => e.type === 'snapshot').at(-1);
+    await waitFor(() => w.events.filter((e) => e.type === 'snapshot').length === 2, { timeoutMs: 15_000, what: 'a re-list' });
+    const snap = last();
+    const seen = snap?.type === 'snapshot' ? snap.records.map((r) => `${r.key} ${r.ok ? r.lease.attrs.publicIp : 'invalid'}`).filter((t) => t.startsWith('m')).sort() : [];
+    expect(seen).toEqual(['m2 192.0.2.42', 'm3 192.0.2.33']);
+    await w.stop();
+    await admin.deleteNode('m2');
+    await admin.deleteNode('m3');
+  }, 60_000);
+
+  it('resumes each short watch from its last resourceVersion without missing a change or re-listing', async () => {
+    const real = new ClientKubeApi({ kubeconfigFile: kubeconfig });
+    let watches = 0;
+    const counting: KubeApi = { server: real.server, readNode: (n, s) => real.readNode(n, s), listNodes: (s) => real.listNodes(s), patchNodeStatus: (n, p, s) => real.patchNodeStatus(n, p, s), watchNodes: (o) => (watches++, real.watchNodes(o)) };
+    const w = watch(store('n1', { api: counting, watchTimeoutSeconds: 1 }));
+    await waitFor(() => w.events.some((e) => e.type === 'snapshot'), { timeoutMs: 5000, what: 'snapshot' });
+    for (let i = 0; i < 8; i++) {
+      await admin.createNode(`r${i}`, { podCidr: `10.244.${50 + i}.0/24`, annotations: annotations(vxlanAttrs(50 + i)) });
+      await new Promise((r) => setTimeout(r, 400));
+    }
+    await waitFor(() => w.events.some((e) => e.type === 'put' && e.record.key === 'r7'), { timeoutMs: 5000, what: 'r7' });
+    expect(w.events.flatMap((e) => (e.type === 'put' ? [e.record.key] : []))).toEqual(['r0', 'r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7']);
+    expect(w.events.filter((e) => e.type === 'snapshot')).toHaveLength(1);
+    expect(watches).toBeGreaterThanOrEqual(3);
+    await w.stop();
+    for (let i = 0; i < 8; i++) await admin.deleteNode(`r${i}`);
+  }, 30_000);
+
+  it('stops a watch at once while the apiserver has not answered', async () => {
+    const { api, proxy } = await proxiedApi();
+    proxy.hold();
+    const ctl = new AbortController();
+    const watching = api.watchNodes({ resourceVersion: '0', timeoutSeconds: 25, signal: ctl.signal, onEvent: () => undefined });
+    await new Promise((r) => setTimeout(r, 200));
+    const t0 = Date.now();
+    ctl.abort();
+    expect(await watching).toEqual({ reason: 'aborted' });
+    expect(Date.now() - t0).toBeLessThan(1_000);
+  });
+
+  it('stops with CONFIG_INVALID and the apiserver\'s words when a patch is refused as invalid (422)', async () => {
+    await admin.createNode('n5', { podCidr: '10.244.5.0/24' });
+    await expect(store('n5', { annotationPrefix: 'Bad_Prefix' }).acquireLease({ config, attrs: vxlanAttrs(5), previous: undefined }, signal)).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      message: expect.stringMatching(/HTTP 422 .*Bad_Prefix/),
+    });
+  });
 
   it('ends a watch from a resourceVersion the apiserver no longer holds as "gone" (410), so the store re-lists', async () => {
     const api = new ClientKubeApi({ kubeconfigFile: kubeconfig });
@@ -158,6 +234,9 @@ describe('Kubernetes lease store', () => {
     await admin.createNode('n4', { podCidr: '10.244.4.0/24' });
     expect((await s.reclaimLease(lease, signal)).key).toBe('n4');
     expect((await admin.node('n4'))?.metadata?.annotations?.[`${P}/kube-subnet-manager`]).toBe('true');
+    await admin.deleteNode('n4');
+    await admin.createNode('n4');
+    await expect(s.reclaimLease(lease, signal)).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE', message: expect.stringContaining('not yet allocated') });
     await admin.deleteNode('n4');
     await admin.createNode('n4', { podCidr: '10.244.40.0/24' });
     await expect(s.reclaimLease(lease, signal)).rejects.toMatchObject({ code: 'LEASE_TAKEN', message: expect.stringContaining('10.244.40.0/24') });

@@ -156,6 +156,9 @@ describe('resolveRunFlags: bad values', () => {
     ['--kube-api-url without scheme', ['--kube-api-url', '10.0.0.1:6443'], {}, '--kube-api-url', '10.0.0.1:6443'],
     ['--kube-api-url with a path', ['--kube-api-url', 'https://api:6443/x'], {}, '--kube-api-url', 'https://api:6443/x'],
     ['--kube-annotation-prefix with a slash', ['--kube-annotation-prefix', 'a.io/b'], {}, '--kube-annotation-prefix', 'a.io/b'],
+    ['--kube-annotation-prefix with an empty label', ['--kube-annotation-prefix', 'a..b'], {}, '--kube-annotation-prefix', 'a..b'],
+    ['--kube-annotation-prefix with a dash at a label edge', ['--kube-annotation-prefix', 'a-.b'], {}, '--kube-annotation-prefix', 'a-.b'],
+    ['--kube-api-url over plain http', ['--kube-api-url', 'http://api:8080'], {}, '--kube-api-url', 'http://api:8080'],
   ])('%s', (_name, argv: string[], env: NodeJS.ProcessEnv, flag, value) => {
     const err = failure(argv, env);
     expect(err.code).toBe('FLAG_INVALID');
