@@ -138,7 +138,8 @@ export function leaseStoreContract(name: string, harness: () => StoreHarness): v
       await waitFor(() => events.some((e) => e.type === 'snapshot'), { timeoutMs: 5000, what: 'snapshot' });
       const snap = events.find((e) => e.type === 'snapshot');
       expect(snap?.type === 'snapshot' && snap.records.map((r) => r.key)).toEqual([seven]);
-      const mine = await store.acquireLease({ config, attrs: vxlanAttrs(8), previous: undefined }, signal);
+      // a fixed subnet where the store allocates, so the peers written by hand never land on ours
+      const mine = await store.acquireLease({ config, attrs: vxlanAttrs(8), previous: parseCidr('10.10.8.0/24', { strict: true }) }, signal);
       const six = await net.writePeer(6, 'not json');
       await net.deletePeer(seven);
       await waitFor(() => events.some((e) => e.type === 'delete'), { timeoutMs: 5000, what: 'delete event' });
