@@ -120,6 +120,11 @@ export class KubeLeaseStore implements LeaseStore {
     return this.publish(node, lease.subnet, lease.attrs, signal);
   }
 
+  /** A Kubernetes lease never expires (twill status shows "never"). */
+  async leaseExpiry(): Promise<number> {
+    return Number.POSITIVE_INFINITY;
+  }
+
   /** Sets NetworkUnavailable=False on our Node: the dataplane is up. */
   async markReady(_lease: Lease, signal: AbortSignal): Promise<void> {
     // already False: patching again would only move lastTransitionTime

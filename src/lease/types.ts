@@ -67,7 +67,7 @@ export interface LeaseStore {
    * resume, a store that was wiped) it re-lists and reports a new snapshot.
    */
   watchLeases(opts: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void }): Promise<void>;
-  /** When lease `key` expires unless renewed (epoch ms), where the store knows. */
+  /** When lease `key` expires unless renewed (epoch ms; Infinity: never), where the store knows. */
   leaseExpiry?(key: string, signal: AbortSignal): Promise<number | undefined>;
   /** True when subnets are allocated outside twill (Kubernetes podCIDRs): any size inside Network is valid. */
   readonly anySubnetSize?: boolean;

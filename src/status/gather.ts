@@ -62,5 +62,5 @@ export async function gatherStatus(o: GatherOptions): Promise<StatusInput> {
   const self = mine?.ok ? { ...mine.lease, expiresAt: expiresAt ?? 0 } : undefined;
   const device = config.backend.type === 'vxlan' ? vxlanDeviceName(config.backend.vni) : undefined;
   const observed = await observe(runner, device, signal);
-  return { config, self, records, choice, ipMasq: env?.ipMasq ?? false, randomFully: iptables.randomFully, observed, daemon };
+  return { config, self, records, choice, ipMasq: env?.ipMasq ?? false, randomFully: iptables.randomFully, observed, daemon, anySubnetSize: store.anySubnetSize === true };
 }

@@ -24,6 +24,8 @@ export interface StatusInput {
   readonly observed: ObservedState;
   /** is a `twill run` for this node running, and what its /readyz said if known */
   readonly daemon: { readonly running: boolean; readonly detail: string };
+  /** the store allocates outside twill (Kubernetes podCIDRs): peers of any subnet size are valid, as in the daemon */
+  readonly anySubnetSize?: boolean;
 }
 
 export interface PeerRow {
@@ -104,9 +106,15 @@ function chainState(d: ChainDiff | undefined): string {
   return [d.missing.length ? `${d.missing.length} missing` : '', d.extra.length ? `${d.extra.length} extra` : '', ...d.different].filter(Boolean).join(', ');
 }
 
+/** An expiry for people: a time, "never" (Kubernetes leases), or null when unknown. */
+function expiry(at: number): string | null {
+  if (at === Number.POSITIVE_INFINITY) return 'never';
+  return at > 0 ? new Date(at).toISOString() : null;
+}
+
 export function buildStatus(i: StatusInput): StatusReport {
   const self = i.self;
-  const context = { config: i.config, self: self?.subnet };
+  const context = { config: i.config, self: self?.subnet, anySubnetSize: i.anySubnetSize === true };
   const peers = i.records.filter((r) => r.key !== self?.key);
   const valid = peers.flatMap((r) => (r.ok && peerProblem(r.lease, context) === undefined ? [r.lease] : []));
   const want = self ? desiredState({ config: i.config, self, peers: valid, choice: i.choice, ipMasq: i.ipMasq, randomFully: i.randomFully }) : undefined;
@@ -123,7 +131,7 @@ export function buildStatus(i: StatusInput): StatusReport {
   return {
     daemon: i.daemon,
     lease: self
-      ? { key: self.key, subnet: formatCidr(self.subnet), publicIp: self.attrs.publicIp, backend: self.attrs.backendType, vtepMac: self.attrs.backendData?.vtepMac ?? null, expiresAt: self.expiresAt > 0 ? new Date(self.expiresAt).toISOString() : null }
+      ? { key: self.key, subnet: formatCidr(self.subnet), publicIp: self.attrs.publicIp, backend: self.attrs.backendType, vtepMac: self.attrs.backendData?.vtepMac ?? null, expiresAt: expiry(self.expiresAt) }
       : null,
     peers: rows,
     diff: bucket(ops, [post, fwd].filter((c): c is ChainDiff => c !== undefined)),

@@ -80,7 +80,7 @@ describe('deploy/', () => {
     expect(main?.env?.find((e) => e.name === 'NODE_NAME')?.valueFrom?.fieldRef?.fieldPath).toBe('spec.nodeName');
     expect(main?.livenessProbe?.httpGet).toMatchObject({ path: '/healthz', port: 9810 });
     expect(main?.readinessProbe?.httpGet).toMatchObject({ path: '/readyz', port: 9810 });
-    expect(main?.resources?.requests).toMatchObject({ cpu: '50m', memory: '128Mi' });
+    expect(main?.resources?.requests).toMatchObject({ cpu: '50m', memory: '192Mi' });
     // no container of the pod is privileged
     expect([...(pod?.initContainers ?? []), ...(pod?.containers ?? [])].filter((c) => c.securityContext?.privileged)).toEqual([]);
     expect(hostPaths(ds)).toEqual({
