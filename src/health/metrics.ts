@@ -34,7 +34,7 @@ export class TwillMetrics {
     this.passDuration = new Histogram({ name: 'twill_reconcile_pass_duration_seconds', help: 'duration of a dataplane pass (observe, diff, apply)', buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5], registers });
     this.ops = new Counter({ name: 'twill_dataplane_ops_total', help: 'kernel changes applied, by kind (link, addr, route, neigh, fdb, masquerade) and action', labelNames: ['kind', 'action'], registers });
     this.drift = new Counter({ name: 'twill_drift_repaired_total', help: 'kernel changes made because the kernel drifted (not because leases changed), by kind: route, neigh, fdb, link, masquerade', labelNames: ['kind'], registers });
-    this.relists = new Counter({ name: 'twill_store_watch_restarts_total', help: 'times the lease watch re-listed everything, by reason (compacted, wiped, reconnected, failed, periodic)', labelNames: ['reason'], registers });
+    this.relists = new Counter({ name: 'twill_store_watch_restarts_total', help: 'times the lease watch re-listed everything, by reason (etcd: compacted, wiped, reconnected; Kubernetes: gone (410); both: failed, periodic)', labelNames: ['reason'], registers });
     this.storeConnected = new Gauge({ name: 'twill_store_connected', help: '1 while the lease store watch is connected', registers });
     this.invalidPeers = new Gauge({ name: 'twill_invalid_peer_leases', help: 'peer lease records skipped as invalid right now', registers });
     this.unprogrammable = new Gauge({ name: 'twill_unprogrammable_peers', help: 'valid peers the backend cannot program (e.g. host-gw peer not on-link, duplicate VtepMAC)', registers });

@@ -8,9 +8,10 @@
 // annotations when someone changed them.
 import { readFile } from 'node:fs/promises';
 import { parseNetConfig, type NetConfig } from '../config/netconf.ts';
-import { TwillError, hasCode } from '../errors.ts';
+import { TwillError } from '../errors.ts';
 import { formatCidr, sameCidr, type Cidr } from '../net/ipv4.ts';
-import { Backoff, childController, sleep } from '../util/abort.ts';
+import { sleep, type Backoff } from '../util/abort.ts';
+import { listAndWatch } from './list-watch.ts';
 import type { KubeApi, NodeWatchEnd } from './kube-api.ts';
 import {
   DEFAULT_ANNOTATION_PREFIX, annotationNames, annotationValues, isManaged, networkAvailablePatch, nodeRecord, ownSubnet, podCidr, publicIpOverwrite, publishedVtepMac, publishes,
@@ -133,59 +134,46 @@ export class KubeLeaseStore implements LeaseStore {
   }
 
   async watchLeases(opts: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void }): Promise<void> {
-    const { signal, onEvent } = opts;
-    const backoff = new Backoff(200, 5_000);
-    let reason = 'initial list';
-    while (!signal.aborted) {
-      let listing;
-      try {
-        listing = await this.api.listNodes(signal);
-      } catch (err) {
-        if (!hasCode(err, 'STORE_UNAVAILABLE') || signal.aborted) throw err;
-        onEvent({ type: 'connectivity', connected: false, detail: err.message });
-        await sleep(backoff.next(), signal);
-        continue;
-      }
-      const managed = listing.nodes.filter((n) => isManaged(n, this.names));
-      onEvent({ type: 'connectivity', connected: true, detail: `listed ${listing.nodes.length} nodes` });
-      onEvent({ type: 'snapshot', records: managed.map((n) => nodeRecord(n, this.names)), reason });
-      const end = await this.follow({ signal, onEvent, resourceVersion: listing.resourceVersion, known: new Set(managed.map((n) => n.name)), backoff });
-      reason = 'detail' in end ? `${end.reason === 'gone' ? 'resourceVersion expired (410)' : 'watch failed'}: ${end.detail}` : 'periodic re-list';
-      if (end.reason === 'failed') {
-        onEvent({ type: 'connectivity', connected: false, detail: end.detail });
-        await sleep(backoff.next(), signal);
-      }
-    }
+    const { onEvent } = opts;
+    // managed nodes reported so far: a Node that stops being managed is a delete
+    let known = new Set<string>();
+    await listAndWatch<string>({
+      ...opts,
+      relistMs: this.relistMs,
+      list: async (signal) => {
+        const listing = await this.api.listNodes(signal);
+        const managed = listing.nodes.filter((n) => isManaged(n, this.names));
+        known = new Set(managed.map((n) => n.name));
+        return { records: managed.map((n) => nodeRecord(n, this.names)), detail: `listed ${listing.nodes.length} nodes`, cursor: listing.resourceVersion };
+      },
+      watch: async (w) => {
+        const end = await this.follow({ ...w, onEvent, known });
+        if (!('detail' in end)) return { reason: 'aborted' };
+        return end.reason === 'gone' ? { reason: 'relist', kind: 'gone', detail: `resourceVersion expired (410): ${end.detail}` } : { reason: 'failed', kind: 'failed', detail: end.detail };
+      },
+    });
   }
 
-  /** Watches from `resourceVersion`, resuming after each server-side close, until a re-list is due. */
-  private async follow(o: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void; resourceVersion: string; known: Set<string>; backoff: Backoff }): Promise<NodeWatchEnd> {
-    const round = childController(o.signal);
-    // jittered, so a thousand nodes started together do not re-list together
-    const timer = setTimeout(() => round.abort(), Math.round(this.relistMs * (0.8 + Math.random() * 0.4)));
-    let rv = o.resourceVersion;
-    try {
-      for (;;) {
-        if (round.signal.aborted) return { reason: 'aborted' };
-        const started = Date.now();
-        const end = await this.api.watchNodes({
-          resourceVersion: rv,
-          timeoutSeconds: this.watchTimeout,
-          signal: round.signal,
-          onEvent: (ev) => {
-            o.backoff.reset();
-            if (ev.type === 'bookmark') rv = ev.resourceVersion || rv;
-            else rv = ev.node.resourceVersion || rv;
-            if (ev.type !== 'bookmark') this.nodeChanged(ev.type, ev.node, o);
-          },
-        });
-        if (end.reason !== 'closed') return end;
-        // a server (or proxy) that ends every watch at once must not make this a busy loop
-        if (Date.now() - started < 1_000) await sleep(o.backoff.next(), round.signal);
-      }
-    } finally {
-      clearTimeout(timer);
-      round.abort();
+  /** Watches from `cursor` (a resourceVersion), resuming after each server-side close, until `signal` ends the round. */
+  private async follow(o: { cursor: string; signal: AbortSignal; progress: () => void; backoff: Backoff; onEvent: (ev: LeaseEvent) => void; known: Set<string> }): Promise<NodeWatchEnd> {
+    let rv = o.cursor;
+    for (;;) {
+      if (o.signal.aborted) return { reason: 'aborted' };
+      const started = Date.now();
+      const end = await this.api.watchNodes({
+        resourceVersion: rv,
+        timeoutSeconds: this.watchTimeout,
+        signal: o.signal,
+        onEvent: (ev) => {
+          o.progress();
+          if (ev.type === 'bookmark') rv = ev.resourceVersion || rv;
+          else rv = ev.node.resourceVersion || rv;
+          if (ev.type !== 'bookmark') this.nodeChanged(ev.type, ev.node, o);
+        },
+      });
+      if (end.reason !== 'closed') return end;
+      // a server (or proxy) that ends every watch at once must not make this a busy loop
+      if (Date.now() - started < 1_000) await sleep(o.backoff.next(), o.signal);
     }
   }
 

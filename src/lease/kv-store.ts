@@ -4,12 +4,13 @@
 // owns the acquisition order, renewal, reclaim, and the list+watch loop that
 // re-lists whenever changes may have been missed.
 import { parseNetConfig, type NetConfig } from '../config/netconf.ts';
-import { TwillError, describeError, hasCode } from '../errors.ts';
+import { TwillError, describeError } from '../errors.ts';
 import { formatCidr, overlaps, sameCidr, type Cidr } from '../net/ipv4.ts';
-import { Backoff, childController, sleep } from '../util/abort.ts';
+import { sleep } from '../util/abort.ts';
 import { fitsConfig, pickFreeSubnet } from './allocate.ts';
 import { decodeLeaseValue, encodeLeaseValue, parseSubnetKey, subnetKey } from './codec.ts';
 import type { Kv, KvEntry } from './kv.ts';
+import { listAndWatch } from './list-watch.ts';
 import type { AcquireRequest, Lease, LeaseAttrs, LeaseEvent, LeaseRecord, LeaseStore } from './types.ts';
 
 export const DEFAULT_ETCD_PREFIX = '/coreos.com/network';
@@ -22,7 +23,7 @@ export interface KvLeaseStoreOptions {
   readonly prefix?: string;
   /** TTL of each lease; a test knob, 24 h in production */
   readonly ttlSeconds?: number;
-  /** re-list this often even when the watch is healthy (default 5 min) */
+  /** re-list about this often even when the watch is healthy (default 5 min, ±20 %) */
   readonly relistIntervalMs?: number;
   readonly random?: () => number;
 }
@@ -160,41 +161,30 @@ export class KvLeaseStore implements LeaseStore {
   }
 
   async watchLeases(opts: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void }): Promise<void> {
-    const { signal, onEvent } = opts;
-    const backoff = new Backoff(200, 5_000);
-    let reason = 'initial list';
-    while (!signal.aborted) {
-      let listing;
-      try {
-        listing = await this.kv.list(this.subnetsPrefix, signal);
-      } catch (err) {
-        if (!hasCode(err, 'STORE_UNAVAILABLE')) throw err;
-        onEvent({ type: 'connectivity', connected: false, detail: err.message });
-        await sleep(backoff.next(), signal);
-        continue;
-      }
-      onEvent({ type: 'connectivity', connected: true, detail: `listed ${listing.entries.length} leases` });
-      onEvent({ type: 'snapshot', records: listing.entries.map((e) => this.decode(e)), reason });
-      const round = childController(signal);
-      const timer = setTimeout(() => round.abort(), this.relistMs);
-      const end = await this.kv.watch(this.subnetsPrefix, {
-        fromRevision: listing.revision + 1n,
-        signal: round.signal,
-        onChanges: (changes) => {
-          backoff.reset();
-          for (const c of changes) {
-            if (c.type === 'put') onEvent({ type: 'put', record: this.decode(c.entry) });
-            else onEvent({ type: 'delete', key: c.key.slice(this.subnetsPrefix.length) });
-          }
-        },
-        onConnectivity: (connected, detail) => onEvent({ type: 'connectivity', connected, detail }),
-      });
-      clearTimeout(timer);
-      round.abort();
-      reason = end.reason === 'aborted' ? 'periodic re-list' : `${end.reason}: ${end.detail}`;
-      // only a watch that could not be set up waits; compaction, a wipe or a reconnect re-list at once
-      if (end.reason === 'failed') await sleep(backoff.next(), signal);
-    }
+    const { onEvent } = opts;
+    await listAndWatch<bigint>({
+      ...opts,
+      relistMs: this.relistMs,
+      list: async (signal) => {
+        const listing = await this.kv.list(this.subnetsPrefix, signal);
+        return { records: listing.entries.map((e) => this.decode(e)), detail: `listed ${listing.entries.length} leases`, cursor: listing.revision + 1n };
+      },
+      watch: async (w) => {
+        const end = await this.kv.watch(this.subnetsPrefix, {
+          fromRevision: w.cursor,
+          signal: w.signal,
+          onChanges: (changes) => {
+            w.progress();
+            for (const c of changes) {
+              if (c.type === 'put') onEvent({ type: 'put', record: this.decode(c.entry) });
+              else onEvent({ type: 'delete', key: c.key.slice(this.subnetsPrefix.length) });
+            }
+          },
+          onConnectivity: (connected, detail) => onEvent({ type: 'connectivity', connected, detail }),
+        });
+        return end.reason === 'aborted' ? end : { reason: end.reason === 'failed' ? 'failed' : 'relist', kind: end.reason, detail: end.detail };
+      },
+    });
   }
 
   async close(): Promise<void> {
