@@ -7,7 +7,7 @@ import { dirname, join, resolve } from 'node:path';
 import { CoreV1Api, KubeConfig, PatchStrategy, RbacAuthorizationV1Api, setHeaderOptions, type V1Node } from '@kubernetes/client-node';
 import { run } from '../../src/exec/runner.ts';
 import { kubectlArgv } from '../../lab/kube-apiserver.ts';
-import type { KubeApiServer } from './kube.ts';
+import { startKubeApiServer, type KubeApiServer } from './kube.ts';
 import { waitFor } from './ports.ts';
 
 const DEPLOY = resolve(import.meta.dirname, '../../deploy');
@@ -84,4 +84,26 @@ export async function twillIdentity(kube: KubeApiServer, admin: KubeAdmin): Prom
   const probe = user.makeApiClient(CoreV1Api);
   await waitFor(async () => probe.listNode().then(() => true, () => false), { timeoutMs: 5000, what: 'the ClusterRoleBinding to take effect' });
   return path;
+}
+
+export interface KubeTestCluster {
+  readonly kube: KubeApiServer;
+  readonly admin: KubeAdmin;
+  /** twill's kubeconfig: the static user bound only to deploy/'s ClusterRole */
+  readonly kubeconfig: string;
+  /** a scratch directory that goes with the apiserver's files (kube.stop() removes it) */
+  readonly dir: string;
+}
+
+/** A real kube-apiserver with its admin, twill's RBAC-bound identity and a scratch directory. */
+export async function startKubeTestCluster(): Promise<KubeTestCluster> {
+  const kube = await startKubeApiServer();
+  try {
+    const admin = await kubeAdmin(kube);
+    const kubeconfig = await twillIdentity(kube, admin);
+    return { kube, admin, kubeconfig, dir: dirname(kubeconfig) };
+  } catch (err) {
+    await kube.stop();
+    throw err;
+  }
 }

@@ -4,16 +4,15 @@
 // other's route, neighbour and FDB entry, publishes the flannel annotations
 // and NetworkUnavailable=False, and when a Node object is deleted its entries
 // leave the other node's kernel within a second.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ClientKubeApi } from '../../src/lease/kube-api.ts';
 import { KubeLeaseStore } from '../../src/lease/kube-store.ts';
 import { kernelView } from '../helpers/dataplane.ts';
 import { startTestDaemon, type TestNode } from '../helpers/daemon.ts';
-import { startKubeApiServer, type KubeApiServer } from '../helpers/kube.ts';
-import { kubeAdmin, twillIdentity, type KubeAdmin } from '../helpers/kube-nodes.ts';
+import type { KubeApiServer } from '../helpers/kube.ts';
+import { startKubeTestCluster, type KubeAdmin } from '../helpers/kube-nodes.ts';
 import { nsRunner } from '../helpers/netns.ts';
 import { waitFor } from '../helpers/ports.ts';
 
@@ -24,16 +23,10 @@ let kubeconfig: string;
 let dir: string;
 
 beforeAll(async () => {
-  kube = await startKubeApiServer();
-  admin = await kubeAdmin(kube);
-  kubeconfig = await twillIdentity(kube, admin);
-  dir = await mkdtemp(join(tmpdir(), 'twill-kdaemon-'));
+  ({ kube, admin, kubeconfig, dir } = await startKubeTestCluster());
   await writeFile(join(dir, 'net-conf.json'), '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}');
 }, 60_000);
-afterAll(async () => {
-  await kube?.stop();
-  if (dir) await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => kube?.stop());
 
 async function startNode(n: number): Promise<TestNode> {
   const name = `kn${n}`;

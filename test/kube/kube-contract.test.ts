@@ -4,15 +4,14 @@
 // node's Node object with a podCIDR (Kubernetes allocates, not twill, so the
 // allocation part of the contract does not apply), writes peers' Nodes with
 // flannel's annotations, and reads a lease back from the annotations alone.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
 import { ClientKubeApi } from '../../src/lease/kube-api.ts';
 import { KubeLeaseStore } from '../../src/lease/kube-store.ts';
 import { leaseStoreContract, type TestNetwork } from '../contract/lease-store.ts';
-import { startKubeApiServer, type KubeApiServer } from '../helpers/kube.ts';
-import { kubeAdmin, twillIdentity, type KubeAdmin } from '../helpers/kube-nodes.ts';
+import type { KubeApiServer } from '../helpers/kube.ts';
+import { startKubeTestCluster, type KubeAdmin } from '../helpers/kube-nodes.ts';
 
 const P = 'flannel.alpha.coreos.com';
 const NAMES = ['backend-type', 'backend-data', 'public-ip', 'kube-subnet-manager'].map((n) => `${P}/${n}`);
@@ -22,16 +21,8 @@ let kubeconfig: string;
 let dir: string;
 let seq = 0;
 
-beforeAll(async () => {
-  kube = await startKubeApiServer();
-  admin = await kubeAdmin(kube);
-  kubeconfig = await twillIdentity(kube, admin);
-  dir = await mkdtemp(join(tmpdir(), 'twill-kcontract-'));
-}, 60_000);
-afterAll(async () => {
-  await kube?.stop();
-  if (dir) await rm(dir, { recursive: true, force: true });
-});
+beforeAll(async () => void ({ kube, admin, kubeconfig, dir } = await startKubeTestCluster()), 60_000);
+afterAll(() => kube?.stop());
 
 /** Flannel's lease JSON for a peer, as annotations. */
 function peerAnnotations(n: number, value: string): Record<string, string> {

@@ -6,8 +6,7 @@
 // come and go with their Node objects, hostile annotations become invalid
 // records, and the watch carries on after the apiserver restarts, resumes
 // short watches without loss, re-lists after a cut, and stops at once.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
@@ -16,8 +15,8 @@ import { KubeLeaseStore } from '../../src/lease/kube-store.ts';
 import type { LeaseAttrs, LeaseEvent } from '../../src/lease/types.ts';
 import { formatCidr } from '../../src/net/ipv4.ts';
 import { vxlanAttrs } from '../contract/lease-store.ts';
-import { startKubeApiServer, type KubeApiServer } from '../helpers/kube.ts';
-import { kubeAdmin, twillIdentity, type KubeAdmin } from '../helpers/kube-nodes.ts';
+import type { KubeApiServer } from '../helpers/kube.ts';
+import { startKubeTestCluster, type KubeAdmin } from '../helpers/kube-nodes.ts';
 import { waitFor } from '../helpers/ports.ts';
 import { startProxy } from '../helpers/proxy.ts';
 
@@ -32,17 +31,11 @@ let dir: string;
 let netConf: string;
 
 beforeAll(async () => {
-  kube = await startKubeApiServer();
-  admin = await kubeAdmin(kube);
-  kubeconfig = await twillIdentity(kube, admin);
-  dir = await mkdtemp(join(tmpdir(), 'twill-kstore-'));
+  ({ kube, admin, kubeconfig, dir } = await startKubeTestCluster());
   netConf = join(dir, 'net-conf.json');
   await writeFile(netConf, NETCONF);
 }, 60_000);
-afterAll(async () => {
-  await kube?.stop();
-  if (dir) await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => kube?.stop());
 
 function store(nodeName: string, o: { api?: KubeApi; watchTimeoutSeconds?: number; annotationPrefix?: string } = {}): KubeLeaseStore {
   const { api, ...rest } = o;
