@@ -54,6 +54,11 @@ export function decodeLeaseValue(text: string): LeaseAttrs {
   } catch {
     invalid(`value is not JSON: ${JSON.stringify(text.slice(0, 80))}`);
   }
+  return decodeLeaseObject(raw);
+}
+
+/** Decodes an already parsed lease value (Kubernetes annotations are assembled into one). */
+export function decodeLeaseObject(raw: unknown): LeaseAttrs {
   const obj = CiObject.from('value', raw, 'LEASE_INVALID');
   const publicIp = obj.string('PublicIP');
   if (publicIp === undefined || !isIpv4(publicIp)) invalid(`PublicIP ${JSON.stringify(publicIp ?? null)} is not an IPv4 address`);

@@ -87,11 +87,11 @@ function requestMiddleware(signal: AbortSignal, contentType: string | undefined)
   };
 }
 
-/** An http(s) URL with a host and a valid port (in-cluster config without its variables gives "https://undefined:undefined"). */
+/** An http(s) URL (in-cluster config without its variables gives "https://undefined:undefined", which is none). */
 function isHttpUrl(text: string): boolean {
   try {
     const url = new URL(text);
-    return (url.protocol === 'https:' || url.protocol === 'http:') && url.hostname !== '' && url.hostname !== 'undefined';
+    return (url.protocol === 'https:' || url.protocol === 'http:') && url.hostname !== '';
   } catch {
     return false;
   }
@@ -208,8 +208,8 @@ export class ClientKubeApi implements KubeApi {
       return;
     }
     if (type === 'BOOKMARK') {
-      const rv = nodeView({ metadata: { name: '-', ...((obj as { metadata?: object }).metadata ?? {}) } })?.resourceVersion ?? '';
-      onEvent({ type: 'bookmark', resourceVersion: rv });
+      const rv = (obj as { metadata?: { resourceVersion?: unknown } } | null)?.metadata?.resourceVersion;
+      onEvent({ type: 'bookmark', resourceVersion: typeof rv === 'string' ? rv : '' });
       return;
     }
     const node = nodeView(obj);

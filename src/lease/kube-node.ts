@@ -7,7 +7,7 @@
 import type { NetConfig } from '../config/netconf.ts';
 import { TwillError } from '../errors.ts';
 import { containsCidr, formatCidr, isIpv4, parseCidr, type Cidr } from '../net/ipv4.ts';
-import { decodeLeaseValue, parseUnicastMac } from './codec.ts';
+import { decodeLeaseObject } from './codec.ts';
 import type { LeaseAttrs, LeaseRecord } from './types.ts';
 
 export const DEFAULT_ANNOTATION_PREFIX = 'flannel.alpha.coreos.com';
@@ -102,7 +102,7 @@ export function nodeAttrs(node: NodeView, names: Annotations): LeaseAttrs {
     invalid(`annotation ${names.backendData} is not JSON: ${JSON.stringify(dataText.slice(0, 80))}`);
   }
   try {
-    return decodeLeaseValue(JSON.stringify({ PublicIP: publicIp, BackendType: backendType, ...(data === null ? {} : { BackendData: data }) }));
+    return decodeLeaseObject({ PublicIP: publicIp, BackendType: backendType, ...(data === null ? {} : { BackendData: data }) });
   } catch (err) {
     throw new TwillError('LEASE_INVALID', `node annotations (${names.backendType}, ${names.backendData}): ${(err as Error).message}`);
   }
@@ -155,9 +155,9 @@ export function publicIpOverwrite(node: NodeView, names: Annotations): string | 
 /** The VtepMAC our own Node already publishes for this VNI: peers' FDB entries hold it. */
 export function publishedVtepMac(node: NodeView, names: Annotations, vni: number): string | undefined {
   try {
-    const attrs = nodeAttrs(node, names);
-    if (attrs.backendData?.vni !== vni) return undefined;
-    return parseUnicastMac(attrs.backendData.vtepMac, 'VtepMAC');
+    // decoding checked and normalised the MAC
+    const data = nodeAttrs(node, names).backendData;
+    return data?.vni === vni ? data.vtepMac : undefined;
   } catch {
     return undefined;
   }
