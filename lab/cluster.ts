@@ -45,10 +45,18 @@ export interface Cluster {
   pods(): Promise<LabPod[]>;
   /** Runs argv on a target; resolves with stdout, rejects when it exits non-zero. */
   sh(target: Target, argv: readonly string[], opts?: ShOptions): Promise<string>;
+  /**
+   * Runs a long-lived argv on a target (`ip monitor`, say) and hands each
+   * stdout line to `onLine` until `signal` aborts (then it resolves); rejects
+   * when the program exits on its own.
+   */
+  watch(target: Target, argv: readonly string[], opts: { readonly signal: AbortSignal; readonly onLine: (line: string) => void }): Promise<void>;
   /** Starts twill on a node (it must not be running). */
   startTwill(node: string): Promise<void>;
   /** Stops twill on a node with SIGTERM (waits for it) or SIGKILL. */
   stopTwill(node: string, how: 'term' | 'kill'): Promise<void>;
+  /** CPU ms twill on the node has used so far, with the processes it spawned and reaped; undefined when it does not run. */
+  twillCpuMs(node: string): Promise<number | undefined>;
   /** Where the node's twill log is (for people; drills read it through `twillLog`). */
   logPath(node: string): string;
   /** The node's twill log so far. */

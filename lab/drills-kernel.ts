@@ -3,14 +3,20 @@
 // the vxlan device; twill killed and restarted under a steady ping. They
 // apply to both store modes.
 import type { Cluster } from './cluster.ts';
-import { BOTH_STORES, entries, logCount, steadyPing, type Drill } from './drill-kit.ts';
-import { untilFull } from './matrix.ts';
+import { BOTH_STORES, entries, logCount, ownState, SLOW_MACHINE_FACTOR, steadyPing, type Drill } from './drill-kit.ts';
+import { QUIET_MS, timeRepair, watchKernel, type Healing } from './kernel-watch.ts';
+import { passesBetween, renderStages } from './pass-log.ts';
 import { leaseOf } from './store-view.ts';
 import { until } from './wait.ts';
 
 export const first = async (c: Cluster, i: number): Promise<string> => (await c.nodes())[i]?.name ?? '';
 
-/** Break something on one node, then time the way back to a full matrix. */
+/**
+ * Break something on one node and time the repair from the node's kernel
+ * (kernel-watch.ts): the break's event to the last repair event before the
+ * node held exactly what it held before. Connectivity, no changed pod IP and
+ * no leftovers are checked after, by the runner (drills.ts).
+ */
 function kernelDrill(o: { name: string; broke: string; only?: 'vxlan'; argv: (c: Cluster) => Promise<string[]> }): Drill {
   return {
     name: o.name,
@@ -21,12 +27,24 @@ function kernelDrill(o: { name: string; broke: string; only?: 'vxlan'; argv: (c:
     async run(c) {
       const node = await first(c, 0);
       const argv = await o.argv(c);
-      const since = performance.now();
-      await c.sh({ node }, argv);
-      const healedMs = await untilFull(c, 15_000, since);
-      return { healedMs, ok: healedMs !== undefined && healedMs <= 1_000, notes: [`on ${node}: ${argv.join(' ')}`] };
+      const before = await ownState(c, node);
+      const w = await watchKernel(c, node);
+      try {
+        const h = await timeRepair(w, { breakIt: () => c.sh({ node }, argv), whole: async () => (await ownState(c, node)) === before, boundMs: SLOW_MACHINE_FACTOR * 1_000 });
+        const notes = [`on ${node}: ${argv.join(' ')}`, observed(h)];
+        if (h.brokeAt !== undefined && h.healedAt !== undefined) notes.push(...renderStages(passesBetween(await c.twillLog(node), h.brokeAt, h.healedAt + 2_000), h.brokeAt));
+        return { healedMs: h.healedMs, ok: h.healedMs !== undefined, notes };
+      } finally {
+        await w.stop();
+      }
     },
   };
+}
+
+/** How the time was taken, and what taking it cost. */
+function observed(h: Healing): string {
+  const lag = h.breakLagMs === undefined ? 'no break event seen' : `break event stamped ${Math.round(h.breakLagMs)} ms after the break command started`;
+  return `timed by ip/nft monitors in the node's namespace: ${lag}; ${h.checks} state check(s), each after ${QUIET_MS} ms without events`;
 }
 
 const peerSubnet = async (c: Cluster): Promise<string> => (await leaseOf(c, (await c.nodes())[1]?.ip ?? ''))?.subnet ?? '';

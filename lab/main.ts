@@ -1,6 +1,7 @@
 // `npm run lab -- <command>`: the netns lab (as root).
-//   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw] [--store etcd|kube]
+//   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw] [--store etcd|kube] [--slow F]
 //                                                         bring it up, print the matrix
+//                                                         (--slow: as on a machine F times slower)
 //   status                                                print the matrix and where the logs are
 //   down                                                  remove everything the lab made
 //   drill <name>|all [--json] [--vagrant]                 break things, measure the healing
@@ -54,7 +55,14 @@ async function printStatus(c: Cluster): Promise<boolean> {
   return m.failures.length === 0;
 }
 
+function slowFactor(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n < 1 || n > 50) throw new InvalidArgumentError(`${value} is not a factor from 1 to 50`);
+  return n;
+}
+
 interface UpOptions {
+  readonly slow?: number;
   readonly nodes: number;
   readonly pods: number;
   readonly backend: 'vxlan' | 'host-gw';
@@ -64,7 +72,8 @@ interface UpOptions {
 async function up(o: UpOptions & { name: string }): Promise<number> {
   if (await NetnsCluster.open(o.name)) throw new Error(`a lab named ${o.name} is already up (npm run lab -- down${o.name === 'twlab' ? '' : ` --name ${o.name}`})`);
   await ensureBuilt();
-  const c = await NetnsCluster.create({ name: o.name, backend: o.backend, store: o.store });
+  const c = await NetnsCluster.create({ name: o.name, backend: o.backend, store: o.store, ...(o.slow === undefined ? {} : { slow: o.slow }) });
+  if (o.slow !== undefined) process.stderr.write(`lab: slow mode: etcd, the apiserver and every twill (with what it spawns) get 1/${o.slow} of this machine's CPU\n`);
   await c.addNodes(Array.from({ length: o.nodes }, (_, i) => `n${i + 1}`), o.pods);
   await untilFull(c, 30_000);
   return (await printStatus(c)) ? 0 : 1;
@@ -90,6 +99,7 @@ async function main(argv: string[]): Promise<number> {
     .option('--pods <n>', 'pods per node', positive, 2)
     .option('--backend <type>', 'vxlan or host-gw', backendOf, 'vxlan' as const)
     .option('--store <mode>', 'etcd, or kube (a kube-apiserver, Node objects, twill run --kube-subnet-mgr)', storeOf, 'etcd' as const)
+    .option('--slow <factor>', 'run the lab as on a machine <factor> times slower: its processes share 1/<factor> of the CPUs (a cgroup CPU quota)', slowFactor)
     .action(async (o: UpOptions) => void (code = await up({ name: name(), ...o })));
   program.command('status').action(async () => void (code = (await printStatus(await openLab(name()))) ? 0 : 1));
   program.command('down').action(async () => {

@@ -9,11 +9,12 @@
 // starts with the lab's name, so `down` finds everything, even after a crash.
 import { mkdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { run } from '../src/exec/runner.ts';
+import { run, watchLines } from '../src/exec/runner.ts';
 import type { Cluster, LabNode, LabPod, ShOptions, StoreMode, Target } from './cluster.ts';
 import { adminKubectl, applyRbac, kubeLab, nodeObject, prepareKubeLab, spawnLabApiServer, twillKubeFlags, untilLabApiServerReady, type KubeLab } from './netns-kube.ts';
 import { alive, killNamespaceProcesses, spawnDetached, stopPid } from './procs.ts';
 import { labDir, readState, writeState, type LabState, type NodeState } from './state.ts';
+import { createThrottle, joinThrottle, processCpuMs, removeThrottle } from './throttle.ts';
 import { TWILL_CNI, twillCommand } from './twill-command.ts';
 import { until } from './wait.ts';
 
@@ -61,11 +62,12 @@ export class NetnsCluster implements Cluster {
    * config in etcd. kube mode: the kube-apiserver, RBAC, kubeconfigs and
    * net-conf.json (netns-kube.ts).
    */
-  static async create(o: { name: string; backend: 'vxlan' | 'host-gw'; store?: StoreMode }): Promise<NetnsCluster> {
+  static async create(o: { name: string; backend: 'vxlan' | 'host-gw'; store?: StoreMode; slow?: number }): Promise<NetnsCluster> {
     const store = o.store ?? 'etcd';
-    const c = new NetnsCluster({ name: o.name, backend: o.backend, store, etcdPid: undefined, apiServerPid: undefined, nodes: [], nextIndex: 1 });
+    const c = new NetnsCluster({ name: o.name, backend: o.backend, store, etcdPid: undefined, apiServerPid: undefined, nodes: [], nextIndex: 1, ...(o.slow === undefined ? {} : { slow: o.slow }) });
     await mkdir(c.dir, { recursive: true });
     await writeState(c.state);
+    if (o.slow !== undefined) await createThrottle(o.name, o.slow);
     const rt = await c.addNs('rt');
     // a fixed MAC: a bridge otherwise takes its lowest port MAC, which changes as nodes come and go,
     // and every node's cached ARP entry for the gateway then points nowhere for half a minute
@@ -101,6 +103,7 @@ export class NetnsCluster implements Cluster {
     for (const n of mine) await killNamespaceProcesses(n);
     for (const n of mine) await ns(['netns', 'del', n]).catch(() => undefined);
     await rm(labDir(name), { recursive: true, force: true });
+    await removeThrottle(name);
     return mine;
   }
 
@@ -137,6 +140,10 @@ export class NetnsCluster implements Cluster {
     return r.stdout;
   }
 
+  async watch(t: Target, argv: readonly string[], opts: { signal: AbortSignal; onLine: (line: string) => void }): Promise<void> {
+    await watchLines('nsenter', [`--net=/run/netns/${this.targetNs(t)}`, ...argv], opts);
+  }
+
   async nodes(): Promise<LabNode[]> {
     return this.state.nodes.map((n) => ({ name: n.name, ip: n.ip }));
   }
@@ -149,6 +156,22 @@ export class NetnsCluster implements Cluster {
     const n = this.state.nodes.find((x) => x.name === name);
     if (!n) throw new Error(`${this.description}: no node ${name}`);
     return n;
+  }
+
+  /** `up --slow`: how much slower than this machine the lab's processes run, if they do. */
+  get slow(): number | undefined {
+    return this.state.slow;
+  }
+
+  /** Starts a lab process (etcd, the apiserver, twill) in a namespace: in the slow lab's CPU group, when it has one. */
+  private async spawnIn(ns: string, argv: readonly string[], log: string): Promise<number> {
+    const pid = spawnDetached(ns, argv, log);
+    if (this.state.slow !== undefined) await joinThrottle(this.state.name, pid);
+    return pid;
+  }
+
+  async twillCpuMs(node: string): Promise<number | undefined> {
+    return processCpuMs(this.node(node).pid);
   }
 
   logPath(node: string): string {
@@ -164,7 +187,7 @@ export class NetnsCluster implements Cluster {
     if (alive(n.pid)) throw new Error(`twill already runs on ${name} (pid ${n.pid})`);
     const store = this.store === 'kube' ? twillKubeFlags(this.kube, name) : ['--etcd-endpoints', this.etcdEndpoint, '--node-name', name];
     const argv = [...(await twillCommand()), 'run', ...store, '--iface', 'eth0', '--ip-masq', '--healthz-port', String(HEALTHZ_PORT), '--subnet-file', join(this.dir, name, 'subnet.env')];
-    n.pid = spawnDetached(this.nsOf(name), argv, this.logPath(name));
+    n.pid = await this.spawnIn(this.nsOf(name), argv, this.logPath(name));
     await writeState(this.state);
   }
 
@@ -198,6 +221,7 @@ export class NetnsCluster implements Cluster {
     this.kubeOnly('starting the kube-apiserver');
     if (alive(this.state.apiServerPid)) throw new Error(`the kube-apiserver already runs (pid ${this.state.apiServerPid})`);
     const pid = await spawnLabApiServer({ k: this.kube, ns: this.nsOf('etcd'), etcd: this.etcdEndpoint });
+    if (this.state.slow !== undefined) await joinThrottle(this.state.name, pid);
     this.state.apiServerPid = pid;
     await writeState(this.state);
     await untilLabApiServerReady(this.kube, this.controlPlane, pid);
@@ -215,7 +239,7 @@ export class NetnsCluster implements Cluster {
     const url = this.etcdEndpoint;
     const peer = 'http://127.0.0.1:2380';
     const argv = ['etcd', '--name', 'lab', '--data-dir', data, '--listen-client-urls', url, '--advertise-client-urls', url, '--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer, '--initial-cluster', `lab=${peer}`, '--log-level', 'error'];
-    this.state.etcdPid = spawnDetached(this.nsOf('etcd'), argv, join(this.dir, 'etcd.log'));
+    this.state.etcdPid = await this.spawnIn(this.nsOf('etcd'), argv, join(this.dir, 'etcd.log'));
     await writeState(this.state);
     const healthy = (): Promise<boolean> => this.sh('etcd', ['etcdctl', '--endpoints', url, 'endpoint', 'health'], { timeoutMs: 3_000 }).then(() => true, () => false);
     if ((await until(healthy, { timeoutMs: 20_000, everyMs: 100 })) === undefined) throw new Error(`etcd did not become healthy; see ${join(this.dir, 'etcd.log')}`);

@@ -30,6 +30,8 @@ export interface LabState {
   apiServerPid: number | undefined;
   nodes: NodeState[];
   nextIndex: number;
+  /** `up --slow F`: the lab's processes run with 1/F of the machine's CPU (throttle.ts) */
+  slow?: number;
 }
 
 export function labDir(name: string): string {

@@ -10,9 +10,10 @@
 // kube mode (the Kubernetes API as the lease store) is netns-only for now.
 import { resolve } from 'node:path';
 import { TwillError } from '../src/errors.ts';
-import { run, type RunOptions } from '../src/exec/runner.ts';
+import { run, watchLines, type LineWatcher, type RunOptions } from '../src/exec/runner.ts';
 import type { Cluster, LabNode, LabPod, ShOptions, Target } from './cluster.ts';
 import { sudoChain } from './shell-quote.ts';
+import { cpuMsOfStat } from './throttle.ts';
 
 /** Runs one local program; production passes `run` (src/exec/runner.ts), tests a recorder. */
 export type VagrantExec = (file: string, args: readonly string[], opts?: RunOptions) => Promise<{ readonly stdout: string }>;
@@ -34,6 +35,8 @@ export interface VagrantClusterOptions {
   /** how many node VMs the Vagrantfile defines (its TWILL_LAB_NODES); default 3 */
   readonly nodes?: number;
   readonly exec?: VagrantExec;
+  /** streams a long-lived local program's lines; production passes `watchLines`, tests a recorder */
+  readonly watcher?: LineWatcher;
 }
 
 /** What `vagrant ssh` itself costs per call (Ruby start-up, ssh handshake), added to every timeout. */
@@ -78,6 +81,7 @@ export class VagrantCluster implements Cluster {
   readonly store = 'etcd' as const;
   private readonly dir: string;
   private readonly exec: VagrantExec;
+  private readonly watcher: LineWatcher;
   private readonly machines: readonly LabNode[];
   private readonly podNode = new Map<string, string>();
 
@@ -88,6 +92,7 @@ export class VagrantCluster implements Cluster {
     }
     this.dir = opts.dir ?? REPO_ROOT;
     this.exec = opts.exec ?? run;
+    this.watcher = opts.watcher ?? watchLines;
     this.machines = Array.from({ length: count }, (_, i) => ({ name: `node${i + 1}`, ip: `${VAGRANT_LAB.underlay}.${11 + i}` }));
     this.description = `vagrant lab (${count} node VMs, ${this.dir}/Vagrantfile)`;
   }
@@ -120,6 +125,18 @@ export class VagrantCluster implements Cluster {
     return this.onVm(node, [['ip', 'netns', 'exec', `${VAGRANT_LAB.podNetnsPrefix}${target.pod}`, ...argv]], opts);
   }
 
+  /** The VM a target lives on. */
+  private async vmOf(target: Target): Promise<string> {
+    if (target === 'etcd' || target === 'outside') return target;
+    if ('node' in target) return this.machine(target.node).name;
+    return this.podHome(target.pod);
+  }
+
+  async watch(target: Target, argv: readonly string[], opts: { signal: AbortSignal; onLine: (line: string) => void }): Promise<void> {
+    const inPod = typeof target === 'object' && 'pod' in target ? ['ip', 'netns', 'exec', `${VAGRANT_LAB.podNetnsPrefix}${target.pod}`] : [];
+    await this.watcher('env', this.sshArgs(await this.vmOf(target), [[...inPod, ...argv]]), opts);
+  }
+
   async startTwill(node: string): Promise<void> {
     await this.onVm(this.machine(node).name, [['systemctl', 'start', 'twill']]);
   }
@@ -127,6 +144,11 @@ export class VagrantCluster implements Cluster {
   async stopTwill(node: string, how: 'term' | 'kill'): Promise<void> {
     const cmd = how === 'term' ? ['systemctl', 'stop', 'twill'] : ['twill-lab', 'kill'];
     await this.onVm(this.machine(node).name, [cmd], { timeoutMs: 45_000 });
+  }
+
+  async twillCpuMs(node: string): Promise<number | undefined> {
+    const stat = await this.onVm(this.machine(node).name, [['sh', '-c', 'cat /proc/$(systemctl show -p MainPID --value twill)/stat']]).catch(() => '');
+    return stat.trim() === '' ? undefined : cpuMsOfStat(stat);
   }
 
   logPath(node: string): string {
@@ -195,9 +217,14 @@ export class VagrantCluster implements Cluster {
     return node;
   }
 
+  /** `env` arguments that run commands as root on a VM, one after the other. */
+  private sshArgs(vm: string, commands: readonly (readonly string[])[]): string[] {
+    return [`VAGRANT_CWD=${this.dir}`, 'vagrant', 'ssh', vm, '-c', sudoChain(commands), '--', '-T'];
+  }
+
   /** Runs commands as root on a VM, one after the other (`&&`), and resolves with their stdout. */
   private async onVm(vm: string, commands: readonly (readonly string[])[], opts: ShOptions = {}): Promise<string> {
-    const args = [`VAGRANT_CWD=${this.dir}`, 'vagrant', 'ssh', vm, '-c', sudoChain(commands), '--', '-T'];
+    const args = this.sshArgs(vm, commands);
     const timeoutMs = (opts.timeoutMs ?? SH_TIMEOUT_MS) + VAGRANT_OVERHEAD_MS;
     const { stdout } = await this.exec('env', args, { timeoutMs, input: opts.input ?? '' });
     return stdout;

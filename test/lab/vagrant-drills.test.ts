@@ -25,7 +25,14 @@ function recordingLab(): { cluster: VagrantCluster; sent: string[] } {
     }
     return { stdout: '' };
   };
-  return { cluster: new VagrantCluster({ dir: '/lab', nodes: 3, exec }), sent };
+  // a monitor answers with what shows it listens (kernel-watch.ts's probes), then streams nothing until stopped
+  const watcher = async (_file: string, args: readonly string[], o: { signal: AbortSignal; onLine: (line: string) => void }): Promise<void> => {
+    sent.push(`${args[3] ?? ''}: ${args[5] ?? ''} (streamed)`);
+    o.onLine(`[${new Date().toISOString().slice(0, -1)}] 1: lo    inet 127.0.0.77/32 scope host lo`);
+    o.onLine('add table ip twlprobe');
+    await new Promise((r) => o.signal.addEventListener('abort', r, { once: true }));
+  };
+  return { cluster: new VagrantCluster({ dir: '/lab', nodes: 3, exec, watcher }), sent };
 }
 
 describe('drills on the Vagrant cluster (recorded, no VMs)', () => {
@@ -34,6 +41,8 @@ describe('drills on the Vagrant cluster (recorded, no VMs)', () => {
     const drill = DRILLS.find((d) => d.name === 'peer-route');
     if (!drill) throw new Error('no peer-route drill');
     await runDrill(cluster, drill);
+    expect(sent).toContain('node1: sudo -n -- ip -ts monitor link address route neigh (streamed)');
+    expect(sent).toContain('node1: sudo -n -- nft monitor (streamed)');
     expect(sent).toContain('node1: sudo -n -- ip route del 10.244.7.0/24');
     expect(sent.some((s) => /^node\d: sudo -n -- ip netns exec twpod-node\d-pod1 ping /.test(s) || /^node\d: .*ping .*10\.244\.\d\.2/.test(s))).toBe(true);
   });

@@ -1,0 +1,143 @@
+// Timing a repair from the kernel's side. Monitors in the node's own
+// network namespace (`ip -ts monitor` for links, addresses, routes,
+// neighbours and FDB entries; `nft monitor` for rules) record every event
+// about twill's objects with the time it happened. The drill's break and
+// twill's repair are events of the same streams, so "healed" is the last
+// repair event minus the break event, whatever observing costs; and the
+// drill checks the node's state only once the streams have gone quiet, so
+// the check does not compete with twill for the CPU while it repairs.
+import type { Cluster } from './cluster.ts';
+import { sleep } from '../src/util/abort.ts';
+
+export interface KernelEvent {
+  /** epoch ms: `ip -ts`'s own stamp, or when the line arrived (nft prints none) */
+  readonly at: number;
+  readonly line: string;
+}
+
+const IP_MONITOR = ['ip', '-ts', 'monitor', 'link', 'address', 'route', 'neigh'];
+const NFT_MONITOR = ['nft', 'monitor'];
+const PROBE_ADDR = '127.0.0.77/32';
+const PROBE_TABLE = 'twlprobe';
+
+/** "[2026-11-24T02:53:49.080603] rest" → epoch ms (local time, as ip prints it) and the rest. */
+export function parseStamped(raw: string): { at: number; line: string } | undefined {
+  const m = /^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?\]\s?(.*)$/.exec(raw);
+  if (!m) return undefined;
+  const at = new Date(m[1] ?? '').getTime() + Number(`0${m[2] ?? ''}`) * 1000;
+  return Number.isFinite(at) ? { at, line: m[3] ?? '' } : undefined;
+}
+
+/**
+ * Whether a monitor line is about something twill owns: its device, routes
+ * with its protocol, its chains and the jumps to them. IPv6 lines are the
+ * kernel's own link-local churn on twill's device (twill is IPv4-only).
+ */
+export function concernsTwill(line: string): boolean {
+  if (line.includes('inet6') || line.includes('::')) return false;
+  return /\btwill\.\d+\b|\bproto 151\b|TWILL-|\b(nat|filter) (POSTROUTING|FORWARD)\b/.test(line);
+}
+
+export interface KernelWatch {
+  /** every event about twill's objects so far, in arrival order */
+  readonly events: readonly KernelEvent[];
+  /** when the last such event arrived here (performance.now()) */
+  readonly lastArrival: number;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts both monitors on a node and returns once each has shown it is
+ * listening (a probe address on lo and a probe nft table, added and
+ * removed: neither is anything twill watches).
+ */
+export async function watchKernel(c: Cluster, node: string): Promise<KernelWatch> {
+  const ctl = new AbortController();
+  const events: KernelEvent[] = [];
+  const seen = { ip: false, nft: false };
+  const w = { events, lastArrival: 0, stop: async (): Promise<void> => undefined };
+  const take = (at: number, line: string): void => {
+    if (!concernsTwill(line)) return;
+    events.push({ at, line });
+    w.lastArrival = performance.now();
+  };
+  const onIp = (raw: string): void => {
+    const s = parseStamped(raw);
+    if (!s) return;
+    if (s.line.includes(PROBE_ADDR.split('/')[0] ?? '?')) seen.ip = true;
+    take(s.at, s.line);
+  };
+  const onNft = (line: string): void => {
+    if (line.includes(PROBE_TABLE)) seen.nft = true;
+    take(Date.now(), line);
+  };
+  const running = [c.watch({ node }, IP_MONITOR, { signal: ctl.signal, onLine: onIp }), c.watch({ node }, NFT_MONITOR, { signal: ctl.signal, onLine: onNft })];
+  const failed = Promise.race(running).then(() => new Error('a monitor ended'), (err: unknown) => (err instanceof Error ? err : new Error(String(err))));
+  w.stop = async () => {
+    ctl.abort();
+    await Promise.allSettled(running);
+  };
+  const probe = ['sh', '-c', `ip addr add ${PROBE_ADDR} dev lo && ip addr del ${PROBE_ADDR} dev lo; nft add table ip ${PROBE_TABLE} && nft delete table ip ${PROBE_TABLE}`];
+  const bound = performance.now() + 20_000;
+  let problem: Error | undefined;
+  void failed.then((e) => (problem = e));
+  while (!(seen.ip && seen.nft)) {
+    if (problem || performance.now() > bound) {
+      await w.stop();
+      throw new Error(`the kernel monitors on ${node} did not start: ${problem?.message ?? 'no probe event within 20 s'}`);
+    }
+    await c.sh({ node }, probe).catch(() => '');
+    await sleep(100, AbortSignal.timeout(5_000));
+  }
+  return w;
+}
+
+export interface Healing {
+  /** epoch ms of the first event about twill after the break command started */
+  readonly brokeAt: number | undefined;
+  /** epoch ms of the last event before the state check that found the node whole */
+  readonly healedAt: number | undefined;
+  /** healedAt − brokeAt; undefined when the node was not whole within the bound */
+  readonly healedMs: number | undefined;
+  /** state checks run (each only after the monitors were quiet for QUIET_MS) */
+  readonly checks: number;
+  /** how long after the break command started its event was stamped (spawning the command included) */
+  readonly breakLagMs: number | undefined;
+}
+
+/** How long the monitors must be silent before the state is checked. */
+export const QUIET_MS = 250;
+
+/**
+ * Runs the break, then waits until the node's state is whole again (`whole`,
+ * checked only after QUIET_MS without events, at most until `boundMs`).
+ */
+export async function timeRepair(w: KernelWatch, o: { breakIt: () => Promise<unknown>; whole: () => Promise<boolean>; boundMs: number }): Promise<Healing> {
+  const from = w.events.length;
+  const started = Date.now();
+  const deadline = performance.now() + o.boundMs;
+  await o.breakIt();
+  // the break's own event first: a check before it arrives could find the node whole too early
+  const firstBound = Math.min(deadline, performance.now() + 2_000);
+  while (w.events.length === from && performance.now() < firstBound) await sleep(5, AbortSignal.timeout(5_000));
+  let checks = 0;
+  let healedAt: number | undefined;
+  for (;;) {
+    const quietFor = performance.now() - w.lastArrival;
+    if (quietFor < QUIET_MS && performance.now() < deadline) {
+      await sleep(QUIET_MS - quietFor + 5, AbortSignal.timeout(5_000));
+      continue;
+    }
+    const upTo = w.events.length;
+    checks++;
+    if (await o.whole()) {
+      healedAt = w.events.slice(from, upTo).at(-1)?.at;
+      break;
+    }
+    if (performance.now() >= deadline) break;
+    await sleep(50, AbortSignal.timeout(5_000));
+  }
+  const brokeAt = w.events.slice(from).find((e) => e.at >= started - 5)?.at;
+  const healedMs = healedAt !== undefined && brokeAt !== undefined ? Math.max(0, healedAt - brokeAt) : healedAt !== undefined ? 0 : undefined;
+  return { brokeAt, healedAt, healedMs, checks, breakLagMs: brokeAt === undefined ? undefined : brokeAt - started };
+}
