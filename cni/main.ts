@@ -39,7 +39,7 @@ function start(): void {
 
 /**
  * Runs the code paths of a call once while the snapshot is built, so that the
- * snapshot holds them compiled: a first spawn through execa costs ~7 ms of
+ * snapshot holds them compiled: a first spawn costs ~7 ms of
  * lazy compilation otherwise.
  */
 function warmUp(): void {

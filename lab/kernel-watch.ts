@@ -47,15 +47,32 @@ export interface KernelWatch {
 }
 
 /**
- * Starts both monitors on a node and returns once each has shown it is
- * listening (a probe address on lo and a probe nft table, added and
- * removed: neither is anything twill watches).
+ * Starts both monitors on each node and returns once every one has shown it
+ * is listening (a probe address on lo and a probe nft table, added and
+ * removed: neither is anything twill watches). Their events go to one list.
  */
-export async function watchKernel(c: Cluster, node: string): Promise<KernelWatch> {
+export async function watchKernel(c: Cluster, nodes: string | readonly string[]): Promise<KernelWatch> {
   const ctl = new AbortController();
   const events: KernelEvent[] = [];
-  const seen = { ip: false, nft: false };
   const w = { events, lastArrival: 0, stop: async (): Promise<void> => undefined };
+  const running: Promise<void>[] = [];
+  w.stop = async () => {
+    ctl.abort();
+    await Promise.allSettled(running);
+  };
+  try {
+    for (const node of typeof nodes === 'string' ? [nodes] : nodes) await watchNode(c, node, { w, running, signal: ctl.signal });
+  } catch (err) {
+    await w.stop();
+    throw err;
+  }
+  return w;
+}
+
+async function watchNode(c: Cluster, node: string, o: { w: { events: KernelEvent[]; lastArrival: number }; running: Promise<void>[]; signal: AbortSignal }): Promise<void> {
+  const { w, signal } = o;
+  const { events } = w;
+  const seen = { ip: false, nft: false };
   const take = (at: number, line: string): void => {
     if (!concernsTwill(line)) return;
     events.push({ at, line });
@@ -71,29 +88,24 @@ export async function watchKernel(c: Cluster, node: string): Promise<KernelWatch
     if (line.includes(PROBE_TABLE)) seen.nft = true;
     take(Date.now(), line);
   };
-  const running = [c.watch({ node }, IP_MONITOR, { signal: ctl.signal, onLine: onIp }), c.watch({ node }, NFT_MONITOR, { signal: ctl.signal, onLine: onNft })];
+  const running = [c.watch({ node }, IP_MONITOR, { signal, onLine: onIp }), c.watch({ node }, NFT_MONITOR, { signal, onLine: onNft })];
+  o.running.push(...running);
   const failed = Promise.race(running).then(() => new Error('a monitor ended'), (err: unknown) => (err instanceof Error ? err : new Error(String(err))));
-  w.stop = async () => {
-    ctl.abort();
-    await Promise.allSettled(running);
-  };
   const probe = ['sh', '-c', `ip addr add ${PROBE_ADDR} dev lo && ip addr del ${PROBE_ADDR} dev lo; nft add table ip ${PROBE_TABLE} && nft delete table ip ${PROBE_TABLE}`];
   const bound = performance.now() + 20_000;
   let problem: Error | undefined;
   void failed.then((e) => (problem = e));
   while (!(seen.ip && seen.nft)) {
     if (problem || performance.now() > bound) {
-      await w.stop();
       throw new Error(`the kernel monitors on ${node} did not start: ${problem?.message ?? 'no probe event within 20 s'}`);
     }
     await c.sh({ node }, probe).catch(() => '');
     await sleep(100, AbortSignal.timeout(5_000));
   }
-  return w;
 }
 
 export interface Healing {
-  /** epoch ms of the first event about twill after the break command started */
+  /** epoch ms of the first event about twill after the break command started (or, `fromBreakDone`, when the command ended) */
   readonly brokeAt: number | undefined;
   /** epoch ms of the last event before the state check that found the node whole */
   readonly healedAt: number | undefined;
@@ -112,11 +124,12 @@ export const QUIET_MS = 250;
  * Runs the break, then waits until the node's state is whole again (`whole`,
  * checked only after QUIET_MS without events, at most until `boundMs`).
  */
-export async function timeRepair(w: KernelWatch, o: { breakIt: () => Promise<unknown>; whole: () => Promise<boolean>; boundMs: number }): Promise<Healing> {
+export async function timeRepair(w: KernelWatch, o: { breakIt: () => Promise<unknown>; whole: () => Promise<boolean>; boundMs: number; fromBreakDone?: boolean }): Promise<Healing> {
   const from = w.events.length;
   const started = Date.now();
   const deadline = performance.now() + o.boundMs;
   await o.breakIt();
+  const done = Date.now();
   // the break's own event first: a check before it arrives could find the node whole too early
   const firstBound = Math.min(deadline, performance.now() + 2_000);
   while (w.events.length === from && performance.now() < firstBound) await sleep(5, AbortSignal.timeout(5_000));
@@ -137,7 +150,7 @@ export async function timeRepair(w: KernelWatch, o: { breakIt: () => Promise<unk
     if (performance.now() >= deadline) break;
     await sleep(50, AbortSignal.timeout(5_000));
   }
-  const brokeAt = w.events.slice(from).find((e) => e.at >= started - 5)?.at;
+  const brokeAt = o.fromBreakDone ? done : w.events.slice(from).find((e) => e.at >= started - 5)?.at;
   const healedMs = healedAt !== undefined && brokeAt !== undefined ? Math.max(0, healedAt - brokeAt) : healedAt !== undefined ? 0 : undefined;
   return { brokeAt, healedAt, healedMs, checks, breakLagMs: brokeAt === undefined ? undefined : brokeAt - started };
 }

@@ -8,7 +8,7 @@ import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { LineWatcher, Runner } from './exec/runner.ts';
 import { desiredState, masqSpec, vxlanDeviceName } from './dataplane/backend.ts';
-import { pollChains, runMonitors, type FloodGuard } from './dataplane/monitor.ts';
+import { pollChains, runMonitors, type FloodGuard, type Touch } from './dataplane/monitor.ts';
 import { detectIptables } from './dataplane/observe.ts';
 import type { DesiredState, MasqSpec } from './dataplane/model.ts';
 import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
@@ -160,7 +160,7 @@ async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonPr
     logger,
     onSelfLost: (why) => keeper.notifyLost(why),
     onPeersChanged: () => {
-      reconciler.trigger('leases', true);
+      reconciler.leasesChanged();
       publish();
     },
   });
@@ -186,7 +186,7 @@ async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonPr
   const ready = new ReadyMark({ store, keeper, logger }, signal);
   probe.started({ keeper, subnetFile: opts.subnetFile, env: subnetEnvFor(config, choice, lease, opts.ipMasq), underlay: choice.iface.name });
   publish();
-  const trigger = (source: string): void => reconciler.trigger(source);
+  const trigger = (source: string, touch?: Touch): void => (touch ? reconciler.touch(source, touch) : reconciler.trigger(source));
   // the poll needs only the chains' inputs, not the whole desired state (5,000 peers sorted every second)
   const masq = (): MasqSpec => masqSpec({ config, self: keeper.current(), ipMasq: opts.ipMasq, randomFully: iptables.randomFully });
   const poll = (s: AbortSignal): Promise<void> => pollChains({ runner, logger, masq, intervalMs: 1_000, onDrift: trigger }, s);

@@ -31,7 +31,7 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
   { name: 'subnet-file', kind: 'string', arg: 'path', help: 'where to write subnet.env', default: '/run/twill/subnet.env' },
   { name: 'subnet-lease-renew-margin', kind: 'int', arg: 'minutes', help: 'renew the lease this many minutes before it expires', default: '60' },
   { name: 'ip-masq', kind: 'bool', help: 'masquerade traffic leaving the pod network (FLANNEL_IPMASQ)' },
-  { name: 'iptables-resync', kind: 'int', arg: 'seconds', help: 'period of the full dataplane resync (routes, neighbours, FDB, chains); kernel monitors repair drift sooner', default: '5' },
+  { name: 'iptables-resync', kind: 'int', arg: 'seconds', help: 'period of the full safety-net dataplane pass (routes, neighbours, FDB, chains), ±10 %; kernel monitors repair drift at once', default: '60' },
   { name: 'healthz-ip', kind: 'string', arg: 'ip', help: 'address of the health endpoint', default: '0.0.0.0' },
   { name: 'healthz-port', kind: 'int', arg: 'port', help: 'port of the health endpoint (0: disabled)', default: '0' },
   { name: 'node-name', kind: 'string', arg: 'name', help: 'this node\'s name (default: $NODE_NAME, then the host name)' },

@@ -64,7 +64,7 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
     logger.info({ signal: sig }, 'shutting down; the lease is kept for the next start');
     root.abort();
   };
-  // `on`, not `once`: execa's exit hook re-raises a signal that has no other listener left
+  // `on`, not `once`: a second signal while shutting down must still reach stop(), which then exits at once
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
   logger.info({ version: packageVersion(), store: store.description }, 'twill starting');

@@ -109,6 +109,41 @@ function diffFdb(want: DesiredState, seen: ObservedState, fresh: boolean): Op[] 
   return ops;
 }
 
+/** Entries a kernel event showed drifting, to be re-applied as they should be (no observing). */
+export interface Repairs {
+  /** route destinations */
+  readonly routes: ReadonlySet<string>;
+  /** neighbour IPs */
+  readonly neighs: ReadonlySet<string>;
+  /** FDB destinations (the peers' public IPs) */
+  readonly fdbDsts: ReadonlySet<string>;
+}
+
+/**
+ * The ops that put back just the given desired entries, in flannel's order.
+ * Neighbours and FDB entries are replaced (they are twill's on twill's
+ * device); a route is added, never replaced, so a foreign route that took
+ * its place makes the op fail and a full pass decide.
+ */
+export function repairOps(want: DesiredState, r: Repairs): Op[] {
+  const ops: Op[] = [];
+  for (const n of want.neighs) {
+    if (r.neighs.has(n.ip)) ops.push({ kind: 'neigh', action: 'change', phase: 'ip-pre', line: `neigh replace ${n.ip} lladdr ${n.mac} dev ${n.dev} nud permanent` });
+  }
+  for (const f of want.fdb) {
+    if (r.fdbDsts.has(f.dst)) ops.push({ kind: 'fdb', action: 'change', phase: 'bridge', line: `fdb replace ${f.mac} dev ${f.dev} dst ${f.dst} self permanent` });
+  }
+  for (const route of want.routes) {
+    if (r.routes.has(route.dst)) ops.push({ kind: 'route', action: 'add', phase: 'ip-post', line: `route add ${routeLine(route)}` });
+  }
+  return ops;
+}
+
+/** Whether a route the kernel reports is exactly the desired one. */
+export function sameRoute(a: RouteSpec, b: RouteSpec): boolean {
+  return routeLine(a) === routeLine(b);
+}
+
 /** The ops that take the kernel from `seen` to `want`, in apply order within each phase. */
 export function diff(want: DesiredState, seen: ObservedState): Op[] {
   const links = diffLinks(want.vxlan, seen);
@@ -121,7 +156,7 @@ export function diff(want: DesiredState, seen: ObservedState): Op[] {
     ...diffNeighs(want, seen, links.fresh),
     ...diffFdb(want, seen, links.fresh),
     ...links.ops.filter((o) => o.phase === 'ip-post'),
-    ...diffChain(chains.postrouting, seen.postrouting),
-    ...diffChain(chains.forward, seen.forward),
+    ...(seen.postrouting ? diffChain(chains.postrouting, seen.postrouting) : []),
+    ...(seen.forward ? diffChain(chains.forward, seen.forward) : []),
   ];
 }

@@ -106,8 +106,9 @@ export interface ObservedState {
   readonly routes: readonly RouteSpec[];
   readonly neighs: readonly ObservedNeigh[];
   readonly fdb: readonly ObservedFdb[];
-  readonly postrouting: ObservedChain;
-  readonly forward: ObservedChain;
+  /** twill's chains; undefined when the pass did not read them (then they are left as they are) */
+  readonly postrouting: ObservedChain | undefined;
+  readonly forward: ObservedChain | undefined;
 }
 
 export type OpKind = 'link' | 'addr' | 'route' | 'neigh' | 'fdb' | 'masquerade';

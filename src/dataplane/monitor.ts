@@ -1,9 +1,11 @@
 // Kernel event triggers: `ip monitor` (links, addresses, routes, neighbours
 // and FDB entries) and, when iptables uses the nf_tables backend,
-// `nft monitor rules`. An event only says "look again" (the pass is
-// level-triggered), so lines are filtered down to what concerns twill's own
-// objects, and a host whose other programs churn (pods, kube-proxy) does not
-// keep twill busy. With iptables-legacy there is no rule event stream, so
+// `nft monitor rules`. Lines are filtered down to what concerns twill's own
+// objects, so a host whose other programs churn (pods, kube-proxy) does not
+// keep twill busy, and each line says what it touched (a Touch): one route,
+// neighbour or FDB entry, one table's chains, or "anything" (a link, an
+// address, a line twill does not read), so a known drift is repaired by
+// re-applying just what it touched and the rest gets a full pass. With iptables-legacy there is no rule event stream, so
 // twill's two chains are polled instead (four `iptables -S`, by default every
 // second). A monitor that dies is restarted with backoff, and every
 // (re)start triggers a pass, since events may have been missed meanwhile.
@@ -12,7 +14,7 @@ import type { LineWatcher, Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { Backoff, childController, sleep } from '../util/abort.ts';
 import { chainSpecs, diffChain, type ChainSpec } from './masq.ts';
-import { ROUTE_PROTOCOL, type MasqSpec } from './model.ts';
+import { ROUTE_PROTOCOL, type MasqSpec, type RouteSpec } from './model.ts';
 import { observeChain } from './observe.ts';
 
 export interface MonitorContext {
@@ -37,13 +39,65 @@ export function nftEventMatters(line: string): boolean {
   return / ip (nat|filter) (POSTROUTING|FORWARD|TWILL-[A-Z]+) /.test(`${line} `);
 }
 
+/** What a kernel event touched, as far as twill can tell from its line. */
+export type Touch =
+  /** a route with twill's protocol; `route` is undefined when the line holds more than twill writes */
+  | { readonly kind: 'route'; readonly deleted: boolean; readonly dst: string; readonly route: RouteSpec | undefined }
+  /** an entry of the neighbour family on a twill device: a neighbour (its IP) or an FDB entry (its dst) */
+  | { readonly kind: 'neigh'; readonly deleted: boolean; readonly dev: string; readonly ip: string; readonly mac: string | undefined; readonly permanent: boolean }
+  /** rules of one table (twill's chain or the built-in chain jumping to it) */
+  | { readonly kind: 'chains'; readonly tables: readonly ('nat' | 'filter')[] }
+  /** anything else: only a full pass can tell */
+  | { readonly kind: 'all' };
+
+const IPV4 = /^\d{1,3}(\.\d{1,3}){3}(\/\d{1,2})?$/;
+const ROUTE_WORDS = new Set(['via', 'dev', 'proto']);
+
+/** Reads an `ip monitor` line that matters (ipEventMatters) into what it touched. */
+export function ipTouch(line: string): Touch {
+  const deleted = line.startsWith('Deleted ');
+  const words = (deleted ? line.slice('Deleted '.length) : line).trim().split(/\s+/);
+  const first = words[0] ?? '';
+  if (!IPV4.test(first)) return { kind: 'all' };
+  const after = (w: string): string | undefined => {
+    const i = words.indexOf(w);
+    return i < 0 ? undefined : words[i + 1];
+  };
+  if (after('proto') === String(ROUTE_PROTOCOL)) {
+    const dst = first.includes('/') ? first : `${first}/32`;
+    // only "dst via X dev Y proto 151 [onlink]" is a shape twill writes; anything more is left to a full pass
+    let plain = true;
+    for (let i = 1; i < words.length; i++) {
+      const w = words[i] ?? '';
+      if (ROUTE_WORDS.has(w)) i++;
+      else if (w !== 'onlink') plain = false;
+    }
+    const via = after('via');
+    const dev = after('dev');
+    const route = plain && via !== undefined && dev !== undefined ? { dst, via, dev, onlink: words.includes('onlink') } : undefined;
+    return { kind: 'route', deleted, dst, route };
+  }
+  const dev = after('dev');
+  if (dev !== undefined && /^twill\.\d+$/.test(dev) && !first.includes('/')) {
+    return { kind: 'neigh', deleted, dev, ip: first, mac: after('lladdr')?.toLowerCase(), permanent: words.includes('PERMANENT') };
+  }
+  return { kind: 'all' };
+}
+
+/** Reads an `nft monitor rules` line that matters (nftEventMatters) into the tables it touched. */
+export function nftTouch(line: string): Touch {
+  const tables = (['nat', 'filter'] as const).filter((t) => line.includes(`ip ${t}`));
+  return { kind: 'chains', tables: tables.length > 0 ? tables : ['nat', 'filter'] };
+}
+
 export interface MonitorOptions {
   readonly watch: LineWatcher;
   readonly logger: Logger;
   readonly ctx: MonitorContext;
   /** also watch nftables (iptables uses the nf_tables backend) */
   readonly nft: boolean;
-  readonly onEvent: (source: string) => void;
+  /** an event (with what it touched; none: look at everything) */
+  readonly onEvent: (source: string, touch?: Touch) => void;
   /** polls twill's chains until the signal aborts: used while `nft monitor` is flooded */
   readonly poll?: (signal: AbortSignal) => Promise<void>;
   /** when `nft monitor` counts as flooded, and for how long polling replaces it */
@@ -79,6 +133,7 @@ interface WatchSpec {
   readonly args: string[];
   readonly needles: string[];
   readonly matters: (l: string) => boolean;
+  readonly touch: (l: string) => Touch;
   readonly onBytes?: (n: number) => void;
 }
 
@@ -88,7 +143,7 @@ async function keepWatching(o: MonitorOptions, spec: WatchSpec, signal: AbortSig
     o.onEvent(`${spec.name} (re)started`);
     const started = Date.now();
     try {
-      const onLine = (line: string): void => void (spec.matters(line) && o.onEvent(spec.name));
+      const onLine = (line: string): void => void (spec.matters(line) && o.onEvent(spec.name, spec.touch(line)));
       await o.watch(spec.file, spec.args, { signal, needles: spec.needles, onLine, ...(spec.onBytes ? { onBytes: spec.onBytes } : {}) });
     } catch (err) {
       if (signal.aborted) return;
@@ -103,7 +158,7 @@ async function keepWatching(o: MonitorOptions, spec: WatchSpec, signal: AbortSig
 /** Runs the monitors until `signal` aborts. */
 export async function runMonitors(o: MonitorOptions, signal: AbortSignal): Promise<void> {
   const watchers = [
-    keepWatching(o, { name: 'ip monitor', file: 'ip', args: ['monitor', 'link', 'address', 'route', 'neigh'], needles: ipNeedles(o.ctx), matters: (l) => ipEventMatters(l, o.ctx) }, signal),
+    keepWatching(o, { name: 'ip monitor', file: 'ip', args: ['monitor', 'link', 'address', 'route', 'neigh'], needles: ipNeedles(o.ctx), matters: (l) => ipEventMatters(l, o.ctx), touch: ipTouch }, signal),
   ];
   if (o.nft) watchers.push(watchNft(o, signal));
   await Promise.all(watchers);
@@ -122,7 +177,7 @@ async function watchNft(o: MonitorOptions, signal: AbortSignal): Promise<void> {
       bytes += n;
       if (bytes > guard.bytes && o.poll) ctl.abort();
     };
-    await keepWatching(o, { name: 'nft monitor', file: 'nft', args: ['monitor', 'rules'], needles: NFT_NEEDLES, matters: nftEventMatters, onBytes }, ctl.signal);
+    await keepWatching(o, { name: 'nft monitor', file: 'nft', args: ['monitor', 'rules'], needles: NFT_NEEDLES, matters: nftEventMatters, touch: nftTouch, onBytes }, ctl.signal);
     if (signal.aborted || !o.poll) return;
     o.logger.info({ bytes, windowMs: guard.windowMs, pollForMs: guard.cooldownMs }, 'nft monitor flooded by other programs\' rule changes; polling twill\'s chains every second instead for a while');
     const cool = childController(signal);
@@ -137,7 +192,7 @@ export interface ChainPollOptions {
   readonly logger: Logger;
   readonly masq: () => MasqSpec;
   readonly intervalMs: number;
-  readonly onDrift: (source: string) => void;
+  readonly onDrift: (source: string, touch: Touch) => void;
 }
 
 async function chainDrifted(runner: Runner, spec: ChainSpec, signal: AbortSignal): Promise<boolean> {
@@ -152,8 +207,9 @@ export async function pollChains(o: ChainPollOptions, signal: AbortSignal): Prom
     if (signal.aborted) return;
     try {
       const specs = chainSpecs(o.masq());
-      const drifted = await Promise.all([chainDrifted(o.runner, specs.postrouting, signal), chainDrifted(o.runner, specs.forward, signal)]);
-      if (drifted.some(Boolean)) o.onDrift('iptables poll');
+      const [nat, filter] = await Promise.all([chainDrifted(o.runner, specs.postrouting, signal), chainDrifted(o.runner, specs.forward, signal)]);
+      const tables = [...(nat ? ['nat' as const] : []), ...(filter ? ['filter' as const] : [])];
+      if (tables.length > 0) o.onDrift('iptables poll', { kind: 'chains', tables });
     } catch (err) {
       if (!signal.aborted) o.logger.debug({ err: describeError(err) }, 'iptables poll failed');
     }

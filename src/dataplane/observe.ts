@@ -73,8 +73,12 @@ export async function observeChain(runner: Runner, o: { table: string; parent: s
   return { jumps: parent === null ? [] : jumpRules(parent, o.parent, o.chain), rules: own === null ? null : chainRules(own) };
 }
 
-/** Reads the kernel's view of everything twill owns; `dev` is the vxlan device whose entries matter. */
-export async function observe(runner: Runner, dev: string | undefined, signal: AbortSignal): Promise<ObservedState> {
+/**
+ * Reads the kernel's view of what twill owns; `dev` is the vxlan device whose
+ * entries matter. Without `chains`, the chains are not read (a lease change
+ * cannot have changed them): `postrouting` and `forward` are then undefined.
+ */
+export async function observe(runner: Runner, dev: string | undefined, signal: AbortSignal, o: { chains: boolean } = { chains: true }): Promise<ObservedState> {
   const opts = { signal, timeoutMs: 30_000 };
   const links = parseLinks(await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show', 'type', 'vxlan'], opts));
   const present = dev !== undefined && links.some((l) => l.name === dev);
@@ -82,8 +86,8 @@ export async function observe(runner: Runner, dev: string | undefined, signal: A
     runJson(runner, 'ip', ['-json', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)], opts).then(parseRoutes),
     present ? runJson(runner, 'ip', ['-json', 'neigh', 'show', 'dev', dev], opts).then((j) => parseNeighs(j, dev)) : [],
     present ? runJson(runner, 'bridge', ['-json', 'fdb', 'show', 'dev', dev], opts).then((j) => parseFdb(j, dev)) : [],
-    observeChain(runner, { table: 'nat', parent: 'POSTROUTING', chain: MASQ_CHAIN }, signal),
-    observeChain(runner, { table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN }, signal),
+    o.chains ? observeChain(runner, { table: 'nat', parent: 'POSTROUTING', chain: MASQ_CHAIN }, signal) : undefined,
+    o.chains ? observeChain(runner, { table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN }, signal) : undefined,
   ]);
   return { links, routes, neighs, fdb, postrouting, forward };
 }

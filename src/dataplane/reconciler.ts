@@ -1,32 +1,60 @@
-// The reconciler: one pass at a time — desired state, observe, diff, apply —
-// run whenever something may have changed. Triggers (lease events, kernel
-// events, the resync timer) only mark the state dirty, so any burst of them
-// coalesces into one pass. A pass that changed something is followed by a
-// verification pass; the state is converged when a pass finds nothing to do.
-// Failed passes, and passes that keep finding work although the leases did
-// not change, back off and retry; a lease change cuts the back-off short.
-// No pass runs before `ready` (the first complete peer list): a pass on an
-// empty peer set would sweep every peer's entries on a restart.
+// The reconciler: one pass at a time, run whenever something may have
+// changed. Triggers only record what needs looking at, so any burst of them
+// coalesces into one pass. Four kinds of pass:
+//   full     desired state, observe everything, diff, apply: at start, on
+//            the safety-net timer, when a monitor (re)starts, after a
+//            failure. One that changed something is followed by a
+//            verification pass; the state is converged when a pass finds
+//            nothing to do.
+//   entries  the same without the chains (which depend on our own lease
+//            only): for lease changes and kernel events about links,
+//            addresses or anything twill cannot pin down.
+//   repair   a kernel event showed one of twill's routes, neighbours or FDB
+//            entries deleted or changed: just those entries are re-applied
+//            from the desired state of the last observed pass, with no observing
+//            (one or two processes). Their own events then match the desired
+//            state and trigger nothing. If the repair fails, an entries pass.
+//   chains   a rule event: only the touched table's two chains are observed,
+//            diffed and rewritten.
+// Failed passes, and full passes that keep finding work although the leases
+// did not change, back off and retry; a lease change cuts the back-off
+// short. No pass runs before `ready` (the first complete peer list): a pass
+// on an empty peer set would sweep every peer's entries on a restart.
 import { describeError } from '../errors.ts';
 import type { Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { Backoff, sleep } from '../util/abort.ts';
 import { applyOps } from './apply.ts';
-import { diff } from './diff.ts';
-import type { DesiredState, Op, PeerProblem } from './model.ts';
-import { observe } from './observe.ts';
+import { diff, repairOps, sameRoute } from './diff.ts';
+import { chainSpecs, diffChain } from './masq.ts';
+import type { DesiredState, FdbSpec, NeighSpec, Op, PeerProblem, RouteSpec } from './model.ts';
+import type { Touch } from './monitor.ts';
+import { observe, observeChain } from './observe.ts';
+
+export type PassKind = 'full' | 'entries' | 'repair' | 'chains';
 
 export interface PassReport {
   /** epoch ms when the pass ended */
   readonly at: number;
+  readonly kind: PassKind;
   readonly durationMs: number;
   readonly ops: readonly Op[];
   readonly failures: readonly string[];
-  /** the kernel matched the desired state (no ops were needed) */
+  /** the kernel matches the desired state: a full or chains pass needed no ops, or a repair put back what had drifted */
   readonly converged: boolean;
   /** ops were needed although the desired state had not changed since the last converged pass */
   readonly drift: boolean;
   readonly problems: readonly PeerProblem[];
+  /** stages: what asked for the pass first, how long it waited to start, observing, applying, processes run */
+  readonly stages: PassStages;
+}
+
+export interface PassStages {
+  readonly trigger: string;
+  readonly waitedMs: number;
+  readonly observeMs: number;
+  readonly applyMs: number;
+  readonly spawns: number;
 }
 
 export interface ReconcilerOptions {
@@ -36,7 +64,7 @@ export interface ReconcilerOptions {
   readonly desired: () => DesiredState;
   /** sets net.ipv4.ip_forward=1 when it is not; true when it had to */
   readonly ensureForwarding: () => Promise<boolean>;
-  /** period of the safety-net pass */
+  /** period of the safety-net full pass (jittered by ±10 %, so nodes started together spread out) */
   readonly resyncMs: number;
   /** how long a trigger waits for more to coalesce before the pass starts (default 10 ms) */
   readonly settleMs?: number;
@@ -52,29 +80,103 @@ export interface ReconcilerOptions {
 /** Passes that keep finding work this many times in a row are treated as failing. */
 const MAX_UNSETTLED = 5;
 
+/** What the next pass must look at. */
+interface Pending {
+  /** links, routes, neighbours and FDB entries: observe and diff them all */
+  entries: boolean;
+  /** the chains of these tables: observe and diff them */
+  readonly tables: Set<'nat' | 'filter'>;
+  readonly routes: Set<string>;
+  readonly neighs: Set<string>;
+  readonly fdbDsts: Set<string>;
+  /** the first trigger since the last pass started, and when (performance.now()) */
+  first: { source: string; at: number } | undefined;
+}
+
+const nothing = (): Pending => ({ entries: false, tables: new Set(), routes: new Set(), neighs: new Set(), fdbDsts: new Set(), first: undefined });
+const isEmpty = (p: Pending): boolean => !p.entries && p.tables.size + p.routes.size + p.neighs.size + p.fdbDsts.size === 0;
+const everything = (p: Pending): void => {
+  p.entries = true;
+  p.tables.add('nat').add('filter');
+};
+
+/** The last observed pass's desired state, indexed for judging kernel events. */
+interface Known {
+  readonly want: DesiredState;
+  readonly generation: number;
+  readonly routes: ReadonlyMap<string, RouteSpec>;
+  readonly neighs: ReadonlyMap<string, NeighSpec>;
+  readonly fdb: ReadonlyMap<string, readonly FdbSpec[]>;
+}
+
+function index(want: DesiredState, generation: number): Known {
+  const fdb = new Map<string, FdbSpec[]>();
+  for (const f of want.fdb) fdb.set(f.dst, [...(fdb.get(f.dst) ?? []), f]);
+  return { want, generation, routes: new Map(want.routes.map((r) => [r.dst, r])), neighs: new Map(want.neighs.map((n) => [n.ip, n])), fdb };
+}
+
 export class Reconciler {
   private readonly o: ReconcilerOptions;
-  private dirty = true;
+  private pending: Pending = { ...nothing(), entries: true, tables: new Set(['nat', 'filter']), first: { source: 'start', at: performance.now() } };
   private generation = 0;
   private convergedGeneration = -1;
+  private known: Known | undefined;
   /** ends an idle wait: any trigger while idle, only a lease change while backing off */
   private wakeAny: (() => void) | undefined;
   private wakeOnLeases: (() => void) | undefined;
   private readonly problems = new Map<string, string>();
   private last: PassReport | undefined;
+  private spawns = 0;
+  private readonly runner: Runner;
 
   constructor(o: ReconcilerOptions) {
     this.o = o;
+    this.runner = (file, args, opts) => {
+      this.spawns++;
+      return o.runner(file, args, opts);
+    };
   }
 
-  /** Asks for a pass. `desiredChanged`: the leases changed, so ops that follow are not drift. */
-  trigger(source: string, desiredChanged = false): void {
-    this.o.logger.trace({ source }, 'pass triggered');
-    this.dirty = true;
-    if (desiredChanged) {
-      this.generation++;
-      this.wakeOnLeases?.();
+  /** Asks for a full pass (entries and chains). */
+  trigger(source: string): void {
+    this.mark(source, everything);
+  }
+
+  /** The leases changed: a pass over the entries (ops that follow are not drift), cutting any back-off short. */
+  leasesChanged(): void {
+    this.generation++;
+    this.wakeOnLeases?.();
+    this.mark('leases', (p) => (p.entries = true));
+  }
+
+  /** A kernel event: asks for the least work that puts back what it touched (nothing, when it matches the desired state). */
+  touch(source: string, t: Touch): void {
+    const k = this.known;
+    const entries = (): void => this.mark(source, (p) => (p.entries = true));
+    if (t.kind === 'chains') return this.mark(source, (p) => t.tables.forEach((x) => p.tables.add(x)));
+    if (t.kind === 'all' || k === undefined || k.generation !== this.generation) return entries();
+    if (t.kind === 'route') {
+      const want = k.routes.get(t.dst);
+      if (t.deleted) return want ? this.mark(source, (p) => p.routes.add(t.dst)) : undefined;
+      // one of ours that is exactly as wanted (our own repair, say) needs nothing; anything else, an entries pass
+      return want && t.route && sameRoute(want, t.route) ? undefined : entries();
     }
+    if (t.dev !== k.want.vxlan?.name) return entries();
+    const neigh = k.neighs.get(t.ip);
+    const fdb = k.fdb.get(t.ip);
+    const asWanted = (mac: string): boolean => !t.deleted && t.permanent && t.mac === mac.toLowerCase();
+    if (neigh === undefined && fdb === undefined) {
+      // the kernel's own entries come and go; a permanent one twill does not want is for an entries pass to remove
+      return t.deleted || !t.permanent ? undefined : entries();
+    }
+    if (neigh && !asWanted(neigh.mac)) this.mark(source, (p) => p.neighs.add(t.ip));
+    if (fdb && !fdb.some((f) => asWanted(f.mac))) this.mark(source, (p) => p.fdbDsts.add(t.ip));
+  }
+
+  private mark(source: string, f: (p: Pending) => void): void {
+    this.o.logger.trace({ source }, 'pass triggered');
+    f(this.pending);
+    this.pending.first ??= { source, at: performance.now() };
     this.wakeAny?.();
   }
 
@@ -82,20 +184,69 @@ export class Reconciler {
     return this.last;
   }
 
-  /** One observe → diff → apply pass. */
+  /** One full observe → diff → apply pass. */
   async pass(signal: AbortSignal): Promise<PassReport> {
-    const started = performance.now();
-    this.o.onPassStart?.();
+    return this.observedPass(signal, { chains: true, first: { source: 'direct', at: performance.now() } });
+  }
+
+  /** Observe → diff → apply over the entries, and the chains too when `chains` (a full pass). */
+  private async observedPass(signal: AbortSignal, o: { chains: boolean; first: { source: string; at: number } }): Promise<PassReport> {
+    const started = this.begin();
     const generation = this.generation;
     const want = this.o.desired();
+    // before applying: the events of our own changes are judged against what this pass wants
+    this.known = index(want, generation);
     if (await this.o.ensureForwarding()) this.o.logger.warn('net.ipv4.ip_forward was 0; set it to 1');
-    const seen = await observe(this.o.runner, want.vxlan?.name, signal);
+    const seen = await observe(this.runner, want.vxlan?.name, signal, { chains: o.chains });
+    const observed = performance.now();
     const ops = diff(want, seen);
     const drift = ops.length > 0 && generation === this.convergedGeneration;
-    const { failures } = ops.length > 0 ? await applyOps(this.o.runner, ops, signal) : { failures: [] };
+    const { failures } = ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     if (ops.length === 0) this.convergedGeneration = generation;
     this.noteProblems(want.problems);
-    const report: PassReport = { at: Date.now(), durationMs: performance.now() - started, ops, failures, converged: ops.length === 0, drift, problems: want.problems };
+    return this.finish({ kind: o.chains ? 'full' : 'entries', ops, failures, converged: ops.length === 0, drift, problems: want.problems }, { started, observed, first: o.first });
+  }
+
+  /** Re-applies the drifted entries from the last observed pass's desired state; undefined when that is out of date or the repair fails (then an entries pass). */
+  private async repairPass(signal: AbortSignal, p: Pending, first: { source: string; at: number }): Promise<PassReport | undefined> {
+    const k = this.known;
+    if (k === undefined || k.generation !== this.generation) return undefined;
+    const started = this.begin();
+    const ops = repairOps(k.want, { routes: p.routes, neighs: p.neighs, fdbDsts: p.fdbDsts });
+    const { failures } = ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
+    if (failures.length > 0) {
+      this.o.logger.debug({ failures: failures.slice(0, 5) }, 'repair did not apply; an entries pass decides');
+      return undefined;
+    }
+    const converged = this.convergedGeneration === k.generation;
+    return this.finish({ kind: 'repair', ops, failures, converged, drift: ops.length > 0 && converged, problems: k.want.problems }, { started, observed: started, first });
+  }
+
+  /** Observes, diffs and rewrites only the chains of the given tables. */
+  private async chainsPass(signal: AbortSignal, tables: ReadonlySet<'nat' | 'filter'>, first: { source: string; at: number }): Promise<PassReport> {
+    const started = this.begin();
+    const want = this.known?.want ?? this.o.desired();
+    const specs = chainSpecs(want.masq);
+    const chosen = [...(tables.has('nat') ? [specs.postrouting] : []), ...(tables.has('filter') ? [specs.forward] : [])];
+    const seen = await Promise.all(chosen.map((spec) => observeChain(this.runner, spec, signal)));
+    const observed = performance.now();
+    const ops = chosen.flatMap((spec, i) => diffChain(spec, seen[i] ?? { jumps: [], rules: null }));
+    const { failures } = ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
+    const converged = ops.length === 0 && this.convergedGeneration === this.generation;
+    return this.finish({ kind: 'chains', ops, failures, converged, drift: ops.length > 0 && this.convergedGeneration === this.generation, problems: want.problems }, { started, observed, first });
+  }
+
+  private begin(): number {
+    this.o.onPassStart?.();
+    this.spawns = 0;
+    return performance.now();
+  }
+
+  private finish(r: Omit<PassReport, 'at' | 'durationMs' | 'stages'>, t: { started: number; observed: number; first: { source: string; at: number } }): PassReport {
+    const now = performance.now();
+    const applyMs = r.ops.length > 0 ? now - t.observed : 0;
+    const stages: PassStages = { trigger: t.first.source, waitedMs: t.started - t.first.at, observeMs: t.observed - t.started, applyMs, spawns: this.spawns };
+    const report: PassReport = { ...r, at: Date.now(), durationMs: now - t.started, stages };
     this.logPass(report);
     this.last = report;
     this.o.onPass?.(report);
@@ -108,23 +259,39 @@ export class Reconciler {
     const backoff = new Backoff(200, 5_000);
     let unsettled = 0;
     while (!signal.aborted) {
-      if (!this.dirty) await this.idle(signal, { ms: this.o.resyncMs, anyTrigger: true });
+      if (isEmpty(this.pending)) {
+        const jittered = this.o.resyncMs * (0.9 + Math.random() * 0.2);
+        const woke = await this.idle(signal, { ms: jittered, anyTrigger: true });
+        if (!woke) this.mark('resync', everything);
+      }
       await sleep(this.o.settleMs ?? 10, signal);
       if (signal.aborted) return;
-      this.dirty = false;
+      const p = this.pending;
+      this.pending = nothing();
+      const first = p.first ?? { source: 'resync', at: performance.now() };
       const generation = this.generation;
       let delay = 0;
       try {
-        const r = await this.pass(signal);
-        // leases changing faster than passes run is not a kernel that refuses to settle
-        unsettled = r.converged || this.generation !== generation ? 0 : unsettled + 1;
-        if (r.failures.length > 0 || unsettled >= MAX_UNSETTLED) delay = backoff.next();
-        else backoff.reset();
-        if (!r.converged) this.dirty = true;
+        const repairs = p.routes.size + p.neighs.size + p.fdbDsts.size > 0;
+        const repaired = !p.entries && repairs ? await this.repairPass(signal, p, first) : undefined;
+        if (p.entries || (repairs && repaired === undefined)) {
+          const chains = p.tables.size > 0;
+          const r = await this.observedPass(signal, { chains, first });
+          // leases changing faster than passes run is not a kernel that refuses to settle
+          unsettled = r.converged || this.generation !== generation ? 0 : unsettled + 1;
+          if (r.failures.length > 0 || unsettled >= MAX_UNSETTLED) delay = backoff.next();
+          else backoff.reset();
+          if (!r.converged) this.mark('verification', (q) => (chains ? everything(q) : (q.entries = true)));
+        } else if (p.tables.size > 0) {
+          const r = await this.chainsPass(signal, p.tables, first);
+          if (r.failures.length > 0) delay = backoff.next();
+          // verify what was rewritten (with iptables-legacy no event would say it went wrong)
+          if (r.ops.length > 0) this.mark('verification', (q) => p.tables.forEach((x) => q.tables.add(x)));
+        }
       } catch (err) {
         if (signal.aborted) return;
         delay = backoff.next();
-        this.dirty = true;
+        this.mark('retry', everything);
         this.o.onPassError?.(err);
         this.o.logger.warn({ err: describeError(err), retryInMs: delay }, 'dataplane pass failed; retrying');
       }
@@ -132,20 +299,21 @@ export class Reconciler {
     }
   }
 
-  /** Waits `ms`, or less: until any trigger (`anyTrigger`) or a lease change, or the abort. */
-  private async idle(signal: AbortSignal, o: { ms: number; anyTrigger: boolean }): Promise<void> {
-    await new Promise<void>((resolve) => {
-      const done = (): void => {
+  /** Waits `ms`, or less: until any trigger (`anyTrigger`) or a lease change, or the abort. True when woken early. */
+  private async idle(signal: AbortSignal, o: { ms: number; anyTrigger: boolean }): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const done = (early: boolean): void => {
         clearTimeout(timer);
-        signal.removeEventListener('abort', done);
+        signal.removeEventListener('abort', onAbort);
         this.wakeAny = undefined;
         this.wakeOnLeases = undefined;
-        resolve();
+        resolve(early);
       };
-      const timer = setTimeout(done, o.ms);
-      if (o.anyTrigger) this.wakeAny = done;
-      this.wakeOnLeases = done;
-      signal.addEventListener('abort', done, { once: true });
+      const onAbort = (): void => done(true);
+      const timer = setTimeout(() => done(false), o.ms);
+      if (o.anyTrigger) this.wakeAny = () => done(true);
+      this.wakeOnLeases = () => done(true);
+      signal.addEventListener('abort', onAbort, { once: true });
     });
   }
 
@@ -153,7 +321,8 @@ export class Reconciler {
     if (r.ops.length === 0) return;
     const byKind: Record<string, number> = {};
     for (const op of r.ops) byKind[`${op.kind} ${op.action}`] = (byKind[`${op.kind} ${op.action}`] ?? 0) + 1;
-    const fields = { ops: byKind, durationMs: Math.round(r.durationMs) };
+    const s = r.stages;
+    const fields = { kind: r.kind, ops: byKind, durationMs: Math.round(r.durationMs), trigger: s.trigger, waitedMs: Math.round(s.waitedMs), observeMs: Math.round(s.observeMs), applyMs: Math.round(s.applyMs), spawns: s.spawns };
     if (r.failures.length > 0) this.o.logger.warn({ ...fields, failures: r.failures.slice(0, 20) }, 'dataplane pass could not apply every change');
     else if (r.drift) this.o.logger.warn(fields, 'repaired dataplane drift');
     else this.o.logger.info(fields, 'dataplane updated');

@@ -1,16 +1,18 @@
 // Tells the store once the dataplane is up (Kubernetes: NetworkUnavailable=False
 // on our Node). Called after every converged pass; it acts when the lease
 // has a version it has not marked yet (the first pass, and again after a
-// reclaim), one call at a time, and a failed call is retried by the next
-// converged pass (the safety-net resync brings one every few seconds).
+// reclaim), one call at a time; a failed call is retried with backoff
+// (1 s doubling to 10 s; passes are rare on a quiet node).
 import { describeError } from '../errors.ts';
 import type { Logger } from '../log.ts';
+import { Backoff } from '../util/abort.ts';
 import type { LeaseKeeper } from './keeper.ts';
 import type { LeaseStore } from './types.ts';
 
 export class ReadyMark {
   private marked: string | undefined;
   private busy = false;
+  private readonly retry = new Backoff(1_000, 10_000);
   private readonly o: { store: LeaseStore; keeper: LeaseKeeper; logger: Logger };
   private readonly signal: AbortSignal;
 
@@ -29,9 +31,14 @@ export class ReadyMark {
       () => {
         if (this.marked === undefined) logger.info({ key: lease.key }, 'dataplane up: marked the node network available');
         this.marked = version;
+        this.retry.reset();
       },
       (err: unknown) => {
-        if (!this.signal.aborted) logger.warn({ err: describeError(err) }, 'could not mark the node network available; retrying after the next pass');
+        if (this.signal.aborted) return;
+        const retryInMs = this.retry.next();
+        logger.warn({ err: describeError(err), retryInMs }, 'could not mark the node network available; retrying');
+        const timer = setTimeout(() => this.converged(), retryInMs);
+        this.signal.addEventListener('abort', () => clearTimeout(timer), { once: true });
       },
     ).finally(() => (this.busy = false));
   }

@@ -34,7 +34,7 @@ export interface TrackerOptions {
 }
 
 const DEFAULT_LINGER_MS = 10_000;
-const DEFAULT_DELETE_LINGER_MS = 500;
+export const DEFAULT_DELETE_LINGER_MS = 500;
 /** snapshots larger than this log one summary line instead of a line per peer */
 const QUIET_ABOVE = 20;
 

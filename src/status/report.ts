@@ -126,8 +126,8 @@ export function buildStatus(i: StatusInput): StatusReport {
     return { key: r.key, subnet: formatCidr(r.lease.subnet), publicIp: r.lease.attrs.publicIp, vtepMac: r.lease.attrs.backendData?.vtepMac ?? null, kernel };
   });
   const specs = want ? chainSpecs(want.masq) : undefined;
-  const post = specs ? chainDiff(specs.postrouting, i.observed.postrouting) : undefined;
-  const fwd = specs ? chainDiff(specs.forward, i.observed.forward) : undefined;
+  const post = specs && i.observed.postrouting ? chainDiff(specs.postrouting, i.observed.postrouting) : undefined;
+  const fwd = specs && i.observed.forward ? chainDiff(specs.forward, i.observed.forward) : undefined;
   return {
     daemon: i.daemon,
     lease: self

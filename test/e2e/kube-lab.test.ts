@@ -48,7 +48,6 @@ describe('the netns lab in Kubernetes mode over vxlan', () => {
     const results = await labDrills(name);
     expect(results.map((r) => r.name)).toEqual(KUBE_DRILLS);
     for (const r of results) expect(r, `${r.name}: ${r.notes.join('; ')} ${r.leftovers.join('; ')}`).toMatchObject({ pass: true, ipChanged: [], leftovers: [] });
-    expect(results.find((r) => r.name === 'node-deleted')?.healedMs).toBeLessThanOrEqual(1_000);
     expect(await lab('--name', name, 'status')).toContain('full connectivity');
     await lab('--name', name, 'down');
     expect(await labLeftovers(name)).toEqual([]);
@@ -65,7 +64,6 @@ describe('the netns lab in Kubernetes mode over host-gw', () => {
     }
     const [deleted] = await labDrills(name, 'node-deleted');
     expect(deleted, deleted?.notes.join('; ')).toMatchObject({ name: 'node-deleted', pass: true, leftovers: [] });
-    expect(deleted?.healedMs).toBeLessThanOrEqual(1_000);
     await lab('--name', name, 'down');
     expect(await labLeftovers(name)).toEqual([]);
   });

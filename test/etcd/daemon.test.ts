@@ -11,7 +11,7 @@ import { EtcdKv } from '../../src/lease/etcd-kv.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
 import { startTestDaemon, type TestNode } from '../helpers/daemon.ts';
-import { waitFor } from '../helpers/ports.ts';
+import { slowBound, waitFor } from '../helpers/ports.ts';
 
 const NETCONF = '{"Network":"10.40.0.0/16","Backend":{"Type":"vxlan"}}';
 let etcd: EtcdServer;
@@ -72,8 +72,8 @@ describe('daemon against a real etcd', () => {
     const bKey = ownKey(b);
     await b.stop();
     await admin.delete().key(`/peers/subnets/${bKey}`);
-    const gone = await waitFor(() => peerKeys(a).length === 0, { timeoutMs: 5000, what: 'peer removed' });
-    expect(gone).toBeLessThan(1000);
+    const gone = await waitFor(() => peerKeys(a).length === 0, { timeoutMs: slowBound(1_000), what: 'peer removed' });
+    expect(gone).toBeLessThan(slowBound(1_000));
   });
 
   it('takes its own deleted key back within 2 seconds', async () => {
@@ -81,8 +81,8 @@ describe('daemon against a real etcd', () => {
     const a = await startNode({ n: 3, prefix: '/own' });
     const key = `/own/subnets/${ownKey(a)}`;
     await admin.delete().key(key);
-    const ms = await waitFor(async () => (await admin.get(key).string()) !== null, { timeoutMs: 2000, what: 'reclaim' });
-    expect(ms).toBeLessThan(2000);
+    const ms = await waitFor(async () => (await admin.get(key).string()) !== null, { timeoutMs: slowBound(2_000), what: 'reclaim' });
+    expect(ms).toBeLessThan(slowBound(2_000));
     expect(ownKey(a)).toBe(key.split('/').at(-1));
   });
 
@@ -94,11 +94,11 @@ describe('daemon against a real etcd', () => {
     await etcd.stop({ wipe: true });
     await etcd.start();
     await admin.put('/wipe/config').value(NETCONF);
-    const ms = await waitFor(async () => Object.keys(await admin.getAll().prefix('/wipe/subnets/').strings()).length === 3, { timeoutMs: 10_000, what: 'leases back' });
+    const ms = await waitFor(async () => Object.keys(await admin.getAll().prefix('/wipe/subnets/').strings()).length === 3, { timeoutMs: slowBound(5_000), what: 'leases back' });
     expect(Object.keys(await admin.getAll().prefix('/wipe/subnets/').strings()).map((k) => k.split('/').at(-1)).sort()).toEqual([...before].sort());
     await waitFor(() => nodes.every((n) => peerKeys(n).length === 2), { timeoutMs: 5000, what: 'peers re-learned' });
     expect(nodes.map(ownKey)).toEqual(before);
-    expect(ms).toBeLessThan(5000);
+    expect(ms).toBeLessThan(slowBound(5_000));
   });
 
   it('renews a short TTL so the lease outlives it', async () => {

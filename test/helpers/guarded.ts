@@ -4,7 +4,7 @@
 // desired state, a resync timer too slow to help, and either nft monitor,
 // the chain poll, or nft monitor with the poll taking over when flooded.
 import { desiredState, type BackendInput } from '../../src/dataplane/backend.ts';
-import { pollChains, runMonitors, type FloodGuard } from '../../src/dataplane/monitor.ts';
+import { pollChains, runMonitors, type FloodGuard, type Touch } from '../../src/dataplane/monitor.ts';
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { captureLog, type CapturedLog } from './log.ts';
@@ -16,6 +16,8 @@ export interface GuardedNode {
   readonly log: CapturedLog;
   /** how many passes so far repaired drift */
   repairs(): number;
+  /** the kinds (full, repair, chains) and process counts of the passes that repaired drift, in order */
+  repairPasses(): { kind: string; spawns: number }[];
   stop(): Promise<void>;
 }
 
@@ -29,9 +31,9 @@ export async function startGuardedNode(o: { short: string; input: BackendInput; 
   const log = captureLog();
   const logger = log.logger;
   const r = new Reconciler({ runner, logger, desired: () => desiredState(o.input), ensureForwarding: nsForwarding(ns), resyncMs: 600_000, ...(o.settleMs === undefined ? {} : { settleMs: o.settleMs }) });
-  const poll = (s: AbortSignal): Promise<void> => pollChains({ runner, logger, masq: () => desiredState(o.input).masq, intervalMs: 1_000, onDrift: (x) => r.trigger(x) }, s);
+  const poll = (s: AbortSignal): Promise<void> => pollChains({ runner, logger, masq: () => desiredState(o.input).masq, intervalMs: 1_000, onDrift: (x, t) => r.touch(x, t) }, s);
   const ctl = new AbortController();
-  const monitors = { watch: nsWatch(ns), logger, ctx: { underlay: 'eth0' }, nft: o.watch !== 'poll', onEvent: (s: string) => r.trigger(s) };
+  const monitors = { watch: nsWatch(ns), logger, ctx: { underlay: 'eth0' }, nft: o.watch !== 'poll', onEvent: (s: string, t?: Touch) => (t ? r.touch(s, t) : r.trigger(s)) };
   const loops = Promise.all([
     r.run(ctl.signal),
     runMonitors(o.watch === 'nft-then-poll' ? { ...monitors, poll, ...(o.flood ? { flood: o.flood } : {}) } : monitors, ctl.signal),
@@ -42,6 +44,7 @@ export async function startGuardedNode(o: { short: string; input: BackendInput; 
     runner,
     log,
     repairs: () => log.lines.filter((l) => l.msg === 'repaired dataplane drift').length,
+    repairPasses: () => log.lines.filter((l) => l.msg === 'repaired dataplane drift').map((l) => ({ kind: String(l.kind), spawns: Number(l.spawns) })),
     stop: async () => {
       ctl.abort();
       await loops;

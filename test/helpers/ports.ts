@@ -1,5 +1,16 @@
-// Free TCP ports on loopback for test servers (etcd, proxies).
+// Free TCP ports on loopback for test servers (etcd, proxies), and waiting
+// with a bound.
 import { createServer } from 'node:net';
+import { SLOW_MACHINE_FACTOR } from '../../lab/drill-kit.ts';
+
+/**
+ * A test's bound for something promised within `ms`: loose enough for a
+ * machine ten times slower than a fast day, since tests check that it
+ * happens and the bench and the drill table check how fast.
+ */
+export function slowBound(ms: number): number {
+  return ms * SLOW_MACHINE_FACTOR;
+}
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {

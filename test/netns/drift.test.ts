@@ -1,7 +1,11 @@
 // Drift repair on a real kernel: the reconciler runs with its kernel monitors
 // (ip monitor, nft monitor) and a resync timer too slow to help, and every
-// kind of damage an operator or another program can do is undone within one
-// second, back to exactly the state it had, chain order included.
+// kind of damage an operator or another program can do is undone, back to
+// exactly the state it had, chain order included, by the least work that
+// can: a deleted route, neighbour or FDB entry by a repair pass that only
+// re-applies it (one process, no observing), a rule change by a pass over
+// the chains alone, a device by a pass over the entries (not the chains). How fast is the bench's and
+// the drills' business; the bound here holds on a machine ten times slower.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease, type KernelView } from '../helpers/dataplane.ts';
@@ -27,33 +31,34 @@ afterAll(() => node.stop());
 
 const MASQ_RULE = ['-s', '10.244.0.0/16', '!', '-d', '224.0.0.0/4', '-m', 'comment', '--comment', 'twill masq', '-j', 'MASQUERADE', '--random-fully'];
 
-const DRIFTS: [string, string[][] | (() => Promise<unknown>)][] = [
-  ['peer route deleted', [['ip', 'route', 'del', '10.244.1.0/24']]],
-  ['neighbour deleted', [['ip', 'neigh', 'del', '10.244.2.0', 'dev', 'twill.1']]],
-  ['FDB entry deleted', [['bridge', 'fdb', 'del', '02:00:00:00:00:04', 'dev', 'twill.1', 'dst', '10.123.0.4', 'self']]],
-  ['vxlan device deleted', [['ip', 'link', 'del', 'twill.1']]],
-  ['vxlan device down', [['ip', 'link', 'set', 'twill.1', 'down']]],
-  ['MASQUERADE rule deleted', [['iptables', '-t', 'nat', '-D', 'TWILL-POSTRTG', ...MASQ_RULE]]],
-  ['whole nat table flushed', [['iptables', '-t', 'nat', '-F']]],
-  ['nat table deleted (nft)', [['nft', 'delete', 'table', 'ip', 'nat']]],
-  ['jump to the chain deleted', [['iptables', '-t', 'nat', '-D', 'POSTROUTING', '-m', 'comment', '--comment', 'twill masq', '-j', 'TWILL-POSTRTG']]],
-  ['rule order swapped', [['iptables', '-t', 'nat', '-D', 'TWILL-POSTRTG', ...MASQ_RULE], ['iptables', '-t', 'nat', '-I', 'TWILL-POSTRTG', '1', ...MASQ_RULE]]],
-  ['duplicate rule', [['iptables', '-t', 'nat', '-A', 'TWILL-POSTRTG', ...MASQ_RULE]]],
-  ['forward chain flushed', [['iptables', '-t', 'filter', '-F', 'TWILL-FWD']]],
+const DRIFTS: [string, string[][], 'repair' | 'chains' | 'entries'][] = [
+  ['peer route deleted', [['ip', 'route', 'del', '10.244.1.0/24']], 'repair'],
+  ['neighbour deleted', [['ip', 'neigh', 'del', '10.244.2.0', 'dev', 'twill.1']], 'repair'],
+  ['neighbour changed', [['ip', 'neigh', 'replace', '10.244.2.0', 'lladdr', '02:00:00:00:00:99', 'dev', 'twill.1', 'nud', 'permanent']], 'repair'],
+  ['FDB entry deleted', [['bridge', 'fdb', 'del', '02:00:00:00:00:04', 'dev', 'twill.1', 'dst', '10.123.0.4', 'self']], 'repair'],
+  ['peer route replaced by another of twill\'s protocol', [['ip', 'route', 'replace', '10.244.1.0/24', 'via', '10.123.0.1', 'dev', 'eth0', 'proto', '151']], 'entries'],
+  ['vxlan device deleted', [['ip', 'link', 'del', 'twill.1']], 'entries'],
+  ['vxlan device down', [['ip', 'link', 'set', 'twill.1', 'down']], 'entries'],
+  ['MASQUERADE rule deleted', [['iptables', '-t', 'nat', '-D', 'TWILL-POSTRTG', ...MASQ_RULE]], 'chains'],
+  ['whole nat table flushed', [['iptables', '-t', 'nat', '-F']], 'chains'],
+  ['nat table deleted (nft)', [['nft', 'delete', 'table', 'ip', 'nat']], 'chains'],
+  ['jump to the chain deleted', [['iptables', '-t', 'nat', '-D', 'POSTROUTING', '-m', 'comment', '--comment', 'twill masq', '-j', 'TWILL-POSTRTG']], 'chains'],
+  ['rule order swapped', [['iptables', '-t', 'nat', '-D', 'TWILL-POSTRTG', ...MASQ_RULE], ['iptables', '-t', 'nat', '-I', 'TWILL-POSTRTG', '1', ...MASQ_RULE]], 'chains'],
+  ['duplicate rule', [['iptables', '-t', 'nat', '-A', 'TWILL-POSTRTG', ...MASQ_RULE]], 'chains'],
+  ['forward chain flushed', [['iptables', '-t', 'filter', '-F', 'TWILL-FWD']], 'chains'],
 ];
 
 describe('drift repair with kernel monitors', () => {
-  for (const [what, commands] of DRIFTS) {
-    it(`repairs: ${what}, within 1 s, exactly`, async () => {
-      const started = performance.now();
+  for (const [what, commands, kind] of DRIFTS) {
+    it(`repairs: ${what}, exactly, by a ${kind} pass`, async () => {
       const before = repairs();
-      if (typeof commands === 'function') await commands();
-      else for (const c of commands) await sh(c);
-      const broken = performance.now();
+      for (const c of commands) await sh(c);
       // twill saw the damage and repaired it (not merely: the state looks right)
-      await waitFor(async () => repairs() > before && JSON.stringify(await kernelView(runner)) === JSON.stringify(baseline), { timeoutMs: 5_000, what: `repair of ${what}` });
-      const repairMs = performance.now() - broken;
-      expect(repairMs, `${what} repaired in ${Math.round(repairMs)} ms (broken in ${Math.round(broken - started)} ms)`).toBeLessThan(1_000);
+      await waitFor(async () => repairs() > before && JSON.stringify(await kernelView(runner)) === JSON.stringify(baseline), { timeoutMs: 10_000, what: `repair of ${what}` });
+      const first = node.repairPasses()[before];
+      expect(first?.kind, what).toBe(kind);
+      // a repair re-applies what it touched: one ip or bridge batch, nothing read back
+      if (kind === 'repair') expect(first?.spawns, what).toBe(1);
     });
   }
 });

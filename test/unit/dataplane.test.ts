@@ -5,10 +5,10 @@
 import { describe, expect, it } from 'vitest';
 import { renderBatches, batchFailures } from '../../src/dataplane/apply.ts';
 import { desiredState } from '../../src/dataplane/backend.ts';
-import { diff } from '../../src/dataplane/diff.ts';
+import { diff, repairOps } from '../../src/dataplane/diff.ts';
 import { chainRules, jumpRules, diffChain, chainSpecs } from '../../src/dataplane/masq.ts';
 import type { DesiredState, ObservedState } from '../../src/dataplane/model.ts';
-import { ipEventMatters, nftEventMatters } from '../../src/dataplane/monitor.ts';
+import { ipEventMatters, ipTouch, nftEventMatters, nftTouch } from '../../src/dataplane/monitor.ts';
 import { parseIptablesVersion, parseLinks } from '../../src/dataplane/observe.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';
 
@@ -237,5 +237,39 @@ describe('kernel output readers', () => {
     expect(nftEventMatters('delete table ip nat')).toBe(true);
     expect(nftEventMatters('add rule ip nat KUBE-POSTROUTING counter return')).toBe(false);
     expect(nftEventMatters('add rule ip nat KUBE-SVC-ABC counter jump KUBE-SEP-XYZ')).toBe(false);
+  });
+});
+
+describe('what a kernel event touched', () => {
+  it('reads routes of twill\'s protocol, with their shape when it is one twill writes', () => {
+    expect(ipTouch('Deleted 10.244.2.0/24 via 10.244.2.0 dev twill.1 proto 151 onlink ')).toEqual({ kind: 'route', deleted: true, dst: '10.244.2.0/24', route: { dst: '10.244.2.0/24', via: '10.244.2.0', dev: 'twill.1', onlink: true } });
+    expect(ipTouch('10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151 ')).toEqual({ kind: 'route', deleted: false, dst: '10.244.7.0/24', route: { dst: '10.244.7.0/24', via: '10.123.0.9', dev: 'eth0', onlink: false } });
+    // more than twill writes (a metric): the shape is unknown, so a full pass judges it
+    expect(ipTouch('10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151 metric 5')).toMatchObject({ kind: 'route', route: undefined });
+  });
+
+  it('reads neighbour and FDB entries on twill\'s device (FDB entries show their dst as the address)', () => {
+    expect(ipTouch('10.244.2.0 dev twill.1 lladdr 02:AA:00:00:00:02 PERMANENT ')).toEqual({ kind: 'neigh', deleted: false, dev: 'twill.1', ip: '10.244.2.0', mac: '02:aa:00:00:00:02', permanent: true });
+    expect(ipTouch('Deleted 10.244.2.0 dev twill.1 FAILED ')).toEqual({ kind: 'neigh', deleted: true, dev: 'twill.1', ip: '10.244.2.0', mac: undefined, permanent: false });
+    expect(ipTouch('Deleted 10.123.0.12 dev twill.1 lladdr 02:00:00:00:00:02 NOARP PERMANENT ')).toMatchObject({ kind: 'neigh', deleted: true, ip: '10.123.0.12', mac: '02:00:00:00:00:02' });
+  });
+
+  it('leaves links, addresses and anything else to a full pass; rules name their table', () => {
+    expect(ipTouch('7: twill.1: <BROADCAST,MULTICAST> mtu 1450 qdisc noop state DOWN')).toEqual({ kind: 'all' });
+    expect(ipTouch('Deleted 3: eth0    inet 10.123.0.2/24 scope global eth0')).toEqual({ kind: 'all' });
+    expect(ipTouch('local 10.244.3.0 dev twill.1 table local proto kernel scope host src 10.244.3.0')).toEqual({ kind: 'all' });
+    expect(nftTouch('delete rule ip nat TWILL-POSTRTG handle 2')).toEqual({ kind: 'chains', tables: ['nat'] });
+    expect(nftTouch('delete rule ip filter FORWARD handle 9')).toEqual({ kind: 'chains', tables: ['filter'] });
+    expect(nftTouch('flush ruleset')).toEqual({ kind: 'chains', tables: ['nat', 'filter'] });
+  });
+
+  it('re-applies just the touched entries, neighbour and FDB before the route, a route only by adding', () => {
+    const ops = repairOps(vxlan, { routes: new Set(['10.244.4.0/24']), neighs: new Set(['10.244.4.0']), fdbDsts: new Set(['10.123.0.4']) });
+    expect(renderBatches(ops).map((b) => [b.file, b.input])).toEqual([
+      ['ip', 'neigh replace 10.244.4.0 lladdr 02:00:00:00:00:04 dev twill.1 nud permanent\n'],
+      ['bridge', 'fdb replace 02:00:00:00:00:04 dev twill.1 dst 10.123.0.4 self permanent\n'],
+      ['ip', 'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\n'],
+    ]);
+    expect(repairOps(vxlan, { routes: new Set(['10.244.99.0/24']), neighs: new Set(), fdbDsts: new Set() })).toEqual([]);
   });
 });

@@ -39,7 +39,7 @@ describe('resolveRunFlags: defaults', () => {
       subnetFile: '/run/twill/subnet.env',
       subnetLeaseRenewMargin: 60,
       ipMasq: false,
-      iptablesResync: 5,
+      iptablesResync: 60,
       healthzIp: '0.0.0.0',
       healthzPort: 0,
       nodeName: undefined,

@@ -5,7 +5,7 @@ import { liveness, readiness, STARTUP_GRACE_MS, type HealthFacts } from '../../s
 import type { PassReport } from '../../src/dataplane/reconciler.ts';
 
 const NOW = 1_000_000_000;
-const pass = (o: Partial<PassReport> = {}): PassReport => ({ at: NOW - 1_000, durationMs: 5, ops: [], failures: [], converged: true, drift: false, problems: [], ...o });
+const pass = (o: Partial<PassReport> = {}): PassReport => ({ at: NOW - 1_000, kind: 'full', durationMs: 5, ops: [], failures: [], converged: true, drift: false, problems: [], stages: { trigger: 'test', waitedMs: 0, observeMs: 1, applyMs: 0, spawns: 6 }, ...o });
 const facts = (o: Partial<HealthFacts> = {}): HealthFacts => ({
   now: NOW,
   startedAt: NOW - 10_000,
