@@ -126,12 +126,33 @@ const nodeAdded: Drill = {
   async run(c) {
     const [name] = await nextNames(c, 1);
     const perNode = await podsPerNode(c);
-    const since = performance.now();
+    const peers = (await c.nodes()).map((n) => n.name);
+    const [since, epoch] = [performance.now(), Date.now()];
     await c.addNodes([name ?? 'n99'], perNode);
-    const healedMs = await untilFull(c, 30_000, since);
-    return { healedMs, ok: healedMs !== undefined, notes: [`${name} started, its ${perNode} pods wired and reachable from every pod in ${Math.round(healedMs ?? -1)} ms`] };
+    const wiredMs = performance.now() - since;
+    const healedMs = await untilFull(c, SLOW_MACHINE_FACTOR * 2_000, since);
+    const notes = [`${name} started, its ${perNode} pods wired and reachable from every pod in ${Math.round(healedMs ?? -1)} ms`];
+    // where the time went: the new twill's start-up, the lab wiring its pods, the peers' passes, the matrix
+    const at = async (node: string, msg: string): Promise<string> => {
+      const t = firstLogTime(await c.twillLog(node), msg, epoch);
+      return t === undefined ? 'never' : `+${Math.round(t - epoch)} ms`;
+    };
+    const own = name ?? 'n99';
+    notes.push(`stages: ${own} twill starting ${await at(own, 'twill starting')}, lease acquired ${await at(own, 'lease acquired')}, its first pass ${await at(own, 'dataplane updated')}; pods wired (the lab's CNI calls) +${Math.round(wiredMs)} ms`);
+    for (const p of peers) notes.push(...renderStages(passesBetween(await c.twillLog(p), epoch, epoch + (healedMs ?? 0)), epoch).map((l) => `${p}: ${l}`));
+    return { healedMs, ok: healedMs !== undefined, notes };
   },
 };
+
+/** The epoch ms of the first log line with `msg` at or after `from`. */
+function firstLogTime(log: string, msg: string, from: number): number | undefined {
+  for (const line of log.split('\n')) {
+    if (!line.includes(`"msg":"${msg}"`)) continue;
+    const t = Number(/"time":(\d+)/.exec(line)?.[1]);
+    if (t >= from) return t;
+  }
+  return undefined;
+}
 
 const twentyNodes: Drill = {
   name: 'twenty-nodes',

@@ -139,6 +139,23 @@ export function repairOps(want: DesiredState, r: Repairs): Op[] {
   return ops;
 }
 
+/**
+ * The kernel as it is when it matches `want` (the chains left out): what a
+ * lease change is diffed against when the last pass left the kernel matching
+ * the desired state, so the change is applied without reading the kernel.
+ */
+export function assumedFrom(want: DesiredState): ObservedState {
+  const d = want.vxlan;
+  return {
+    links: d ? [{ name: d.name, vni: d.vni, local: d.local, underlay: d.underlay, port: d.port, learning: d.learning, gbp: d.gbp, mtu: d.mtu, mac: d.mac, up: true, addresses: [d.address] }] : [],
+    routes: want.routes,
+    neighs: want.neighs.map((n) => ({ ...n, permanent: true })),
+    fdb: want.fdb.map((f) => ({ ...f, permanent: true })),
+    postrouting: undefined,
+    forward: undefined,
+  };
+}
+
 /** Whether a route the kernel reports is exactly the desired one. */
 export function sameRoute(a: RouteSpec, b: RouteSpec): boolean {
   return routeLine(a) === routeLine(b);

@@ -1,14 +1,19 @@
 // The reconciler: one pass at a time, run whenever something may have
 // changed. Triggers only record what needs looking at, so any burst of them
-// coalesces into one pass. Four kinds of pass:
+// coalesces into one pass. Five kinds of pass:
 //   full     desired state, observe everything, diff, apply: at start, on
 //            the safety-net timer, when a monitor (re)starts, after a
 //            failure. One that changed something is followed by a
 //            verification pass; the state is converged when a pass finds
 //            nothing to do.
 //   entries  the same without the chains (which depend on our own lease
-//            only): for lease changes and kernel events about links,
-//            addresses or anything twill cannot pin down.
+//            only): for kernel events about links, addresses or anything
+//            twill cannot pin down.
+//   delta    the leases changed and the last pass left the kernel matching
+//            its desired state: the new desired state is diffed against the
+//            old one and the difference applied, without reading the kernel
+//            (a new peer: one ip, one bridge, one ip batch). If anything
+//            fails, or the device or chains would change, an entries pass.
 //   repair   a kernel event showed one of twill's routes, neighbours or FDB
 //            entries deleted or changed: just those entries are re-applied
 //            from the desired state of the last observed pass, with no observing
@@ -25,13 +30,13 @@ import type { Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { Backoff, sleep } from '../util/abort.ts';
 import { applyOps } from './apply.ts';
-import { diff, repairOps, sameRoute } from './diff.ts';
+import { assumedFrom, diff, repairOps, sameRoute } from './diff.ts';
 import { chainSpecs, diffChain } from './masq.ts';
 import type { DesiredState, FdbSpec, NeighSpec, Op, PeerProblem, RouteSpec } from './model.ts';
 import type { Touch } from './monitor.ts';
 import { observe, observeChain } from './observe.ts';
 
-export type PassKind = 'full' | 'entries' | 'repair' | 'chains';
+export type PassKind = 'full' | 'entries' | 'delta' | 'repair' | 'chains';
 
 export interface PassReport {
   /** epoch ms when the pass ended */
@@ -84,6 +89,8 @@ const MAX_UNSETTLED = 5;
 interface Pending {
   /** links, routes, neighbours and FDB entries: observe and diff them all */
   entries: boolean;
+  /** the leases changed: apply the change to the desired state */
+  leases: boolean;
   /** the chains of these tables: observe and diff them */
   readonly tables: Set<'nat' | 'filter'>;
   readonly routes: Set<string>;
@@ -93,8 +100,8 @@ interface Pending {
   first: { source: string; at: number } | undefined;
 }
 
-const nothing = (): Pending => ({ entries: false, tables: new Set(), routes: new Set(), neighs: new Set(), fdbDsts: new Set(), first: undefined });
-const isEmpty = (p: Pending): boolean => !p.entries && p.tables.size + p.routes.size + p.neighs.size + p.fdbDsts.size === 0;
+const nothing = (): Pending => ({ entries: false, leases: false, tables: new Set(), routes: new Set(), neighs: new Set(), fdbDsts: new Set(), first: undefined });
+const isEmpty = (p: Pending): boolean => !p.entries && !p.leases && p.tables.size + p.routes.size + p.neighs.size + p.fdbDsts.size === 0;
 const everything = (p: Pending): void => {
   p.entries = true;
   p.tables.add('nat').add('filter');
@@ -146,7 +153,7 @@ export class Reconciler {
   leasesChanged(): void {
     this.generation++;
     this.wakeOnLeases?.();
-    this.mark('leases', (p) => (p.entries = true));
+    this.mark('leases', (p) => (p.leases = true));
   }
 
   /** A kernel event: asks for the least work that puts back what it touched (nothing, when it matches the desired state). */
@@ -205,6 +212,27 @@ export class Reconciler {
     if (ops.length === 0) this.convergedGeneration = generation;
     this.noteProblems(want.problems);
     return this.finish({ kind: o.chains ? 'full' : 'entries', ops, failures, converged: ops.length === 0, drift, problems: want.problems }, { started, observed, first: o.first });
+  }
+
+  /** Applies a lease change as the difference between the old and new desired states; undefined when an observed pass must do it. */
+  private async deltaPass(signal: AbortSignal, first: { source: string; at: number }): Promise<PassReport | undefined> {
+    const k = this.known;
+    // only from a kernel known to match the last desired state
+    if (k === undefined || this.convergedGeneration !== k.generation) return undefined;
+    const generation = this.generation;
+    const want = this.o.desired();
+    if (JSON.stringify([want.vxlan, want.masq]) !== JSON.stringify([k.want.vxlan, k.want.masq])) return undefined;
+    const started = this.begin();
+    this.known = index(want, generation);
+    const ops = diff(want, assumedFrom(k.want));
+    const { failures } = ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
+    if (failures.length > 0) {
+      this.o.logger.debug({ failures: failures.slice(0, 5) }, 'lease change did not apply; an entries pass decides');
+      return undefined;
+    }
+    this.convergedGeneration = generation;
+    this.noteProblems(want.problems);
+    return this.finish({ kind: 'delta', ops, failures, converged: true, drift: false, problems: want.problems }, { started, observed: started, first });
   }
 
   /** Re-applies the drifted entries from the last observed pass's desired state; undefined when that is out of date or the repair fails (then an entries pass). */
@@ -273,8 +301,10 @@ export class Reconciler {
       let delay = 0;
       try {
         const repairs = p.routes.size + p.neighs.size + p.fdbDsts.size > 0;
-        const repaired = !p.entries && repairs ? await this.repairPass(signal, p, first) : undefined;
-        if (p.entries || (repairs && repaired === undefined)) {
+        let observed = p.entries;
+        if (!observed && p.leases) observed = (await this.deltaPass(signal, first)) === undefined;
+        if (!observed && repairs) observed = (await this.repairPass(signal, p, first)) === undefined;
+        if (observed) {
           const chains = p.tables.size > 0;
           const r = await this.observedPass(signal, { chains, first });
           // leases changing faster than passes run is not a kernel that refuses to settle

@@ -160,4 +160,32 @@ describe('dataplane programmer on a real kernel', () => {
     expect(many.filter((f) => f === 'ip' || f === 'bridge' || f === 'iptables-restore')).toHaveLength(few.filter((f) => f === 'ip' || f === 'bridge' || f === 'iptables-restore').length);
     expect(many.length).toBeLessThanOrEqual(12);
   });
+
+  it('applies a lease change without reading the kernel when the last pass left it matching', async () => {
+    let peers = VXLAN_PEERS;
+    const log = captureLog();
+    const r = new Reconciler({ runner, logger: log.logger, desired: () => desiredState(backendInput({ backend: 'vxlan', peers })), ensureForwarding: nsForwarding(ns), resyncMs: 600_000 });
+    const ctl = new AbortController();
+    const loop = r.run(ctl.signal);
+    onTestFinished(async () => {
+      ctl.abort();
+      await loop;
+    });
+    await waitFor(() => r.lastPass()?.converged === true, { timeoutMs: slowBound(2_000), what: 'converged' });
+    const passes = (): { kind: string; spawns: number }[] => log.lines.filter((l) => l.msg === 'dataplane updated').map((l) => ({ kind: String(l.kind), spawns: Number(l.spawns) }));
+    const before = passes().length;
+    // a new peer: its neighbour, FDB entry and route, in three batches, nothing read
+    peers = [...VXLAN_PEERS, peerLease(5, { vxlan: true })];
+    r.leasesChanged();
+    await waitFor(async () => (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.includes('proto 151'), { timeoutMs: slowBound(1_000), what: 'the new peer route' });
+    expect(passes().slice(before)).toEqual([{ kind: 'delta', spawns: 3 }]);
+    const view = await kernelView(runner);
+    expect(view.routes).toHaveLength(4);
+    // a peer gone: its entries go the same way
+    peers = VXLAN_PEERS;
+    r.leasesChanged();
+    await waitFor(async () => (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.trim() === '', { timeoutMs: slowBound(1_000), what: 'the peer route gone' });
+    expect(passes().slice(before + 1)).toEqual([{ kind: 'delta', spawns: 3 }]);
+    await waitFor(async () => (await kernelView(runner)).neighs.length === 3 && (await kernelView(runner)).fdb.length === 3, { timeoutMs: slowBound(1_000), what: 'its neighbour and FDB entry gone' });
+  });
 });
