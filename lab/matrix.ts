@@ -41,11 +41,15 @@ export async function connectivity(c: Cluster, o: { timeoutS?: number } = {}): P
   return { pods, columns: targets.map((t) => t.name), reach, failures };
 }
 
-/** Polls the matrix until it is full or `timeoutMs` passes; ms until full, or undefined. */
-export async function untilFull(c: Cluster, timeoutMs: number, since = performance.now()): Promise<number | undefined> {
+/**
+ * Polls the matrix until it is full or `timeoutMs` passes; ms until full, or
+ * undefined. A round that fails waits out its pings' timeout (`timeoutS`,
+ * default 0.3 s), which is how late it can notice the network came back.
+ */
+export async function untilFull(c: Cluster, timeoutMs: number, since = performance.now(), o: { timeoutS?: number } = {}): Promise<number | undefined> {
   const until = since + timeoutMs;
   for (;;) {
-    const m = await connectivity(c);
+    const m = await connectivity(c, o);
     if (m.failures.length === 0) return performance.now() - since;
     if (performance.now() > until) return undefined;
   }

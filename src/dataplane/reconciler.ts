@@ -180,8 +180,9 @@ export class Reconciler {
     if (fdb && !fdb.some((f) => asWanted(f.mac))) this.mark(source, (p) => p.fdbDsts.add(t.ip));
   }
 
-  private mark(source: string, f: (p: Pending) => void): void {
-    this.o.logger.trace({ source }, 'pass triggered');
+  /** Records what the next pass must do; `internal` (resync, verification, retry): not a trigger from outside, not logged as one. */
+  private mark(source: string, f: (p: Pending) => void, internal = false): void {
+    if (!internal) this.o.logger.trace({ source }, 'pass triggered');
     f(this.pending);
     this.pending.first ??= { source, at: performance.now() };
     this.wakeAny?.();
@@ -290,7 +291,7 @@ export class Reconciler {
       if (isEmpty(this.pending)) {
         const jittered = this.o.resyncMs * (0.9 + Math.random() * 0.2);
         const woke = await this.idle(signal, { ms: jittered, anyTrigger: true });
-        if (!woke) this.mark('resync', everything);
+        if (!woke) this.mark('resync', everything, true);
       }
       await sleep(this.o.settleMs ?? 10, signal);
       if (signal.aborted) return;
@@ -311,17 +312,17 @@ export class Reconciler {
           unsettled = r.converged || this.generation !== generation ? 0 : unsettled + 1;
           if (r.failures.length > 0 || unsettled >= MAX_UNSETTLED) delay = backoff.next();
           else backoff.reset();
-          if (!r.converged) this.mark('verification', (q) => (chains ? everything(q) : (q.entries = true)));
+          if (!r.converged) this.mark('verification', (q) => (chains ? everything(q) : (q.entries = true)), true);
         } else if (p.tables.size > 0) {
           const r = await this.chainsPass(signal, p.tables, first);
           if (r.failures.length > 0) delay = backoff.next();
           // verify what was rewritten (with iptables-legacy no event would say it went wrong)
-          if (r.ops.length > 0) this.mark('verification', (q) => p.tables.forEach((x) => q.tables.add(x)));
+          if (r.ops.length > 0) this.mark('verification', (q) => p.tables.forEach((x) => q.tables.add(x)), true);
         }
       } catch (err) {
         if (signal.aborted) return;
         delay = backoff.next();
-        this.mark('retry', everything);
+        this.mark('retry', everything, true);
         this.o.onPassError?.(err);
         this.o.logger.warn({ err: describeError(err), retryInMs: delay }, 'dataplane pass failed; retrying');
       }
