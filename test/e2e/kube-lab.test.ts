@@ -3,7 +3,8 @@
 // podCIDRs, `twill run --kube-subnet-mgr` per node), then every kube drill,
 // then `down`. The pods reach each other, every Node carries the flannel
 // annotations and NetworkUnavailable=False, a deleted Node is gone from
-// every peer within 1 s, and `down` leaves no namespace, process or file.
+// every peer (how fast is the drill table's `met`), and `down` leaves no
+// namespace, process or file.
 // Over host-gw only what differs (the annotations, the matrix, a Node
 // deleted): the whole drill set costs 75 s a backend. Runs in the separate
 // e2e pass (see package.json).
