@@ -84,6 +84,12 @@ export interface ReconcilerOptions {
 
 /** Passes that keep finding work this many times in a row are treated as failing. */
 const MAX_UNSETTLED = 5;
+/**
+ * More drifted entries than this at once (a device deleted takes thousands
+ * of neighbours and FDB entries with it) are not re-applied blindly: reading
+ * the kernel is cheaper than a batch of thousands of lines that may all fail.
+ */
+const MAX_REPAIRS = 64;
 
 /** What the next pass must look at. */
 interface Pending {
@@ -301,8 +307,9 @@ export class Reconciler {
       const generation = this.generation;
       let delay = 0;
       try {
-        const repairs = p.routes.size + p.neighs.size + p.fdbDsts.size > 0;
-        let observed = p.entries;
+        const repairCount = p.routes.size + p.neighs.size + p.fdbDsts.size;
+        const repairs = repairCount > 0;
+        let observed = p.entries || repairCount > MAX_REPAIRS;
         if (!observed && p.leases) observed = (await this.deltaPass(signal, first)) === undefined;
         if (!observed && repairs) observed = (await this.repairPass(signal, p, first)) === undefined;
         if (observed) {
