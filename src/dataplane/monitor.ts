@@ -36,6 +36,8 @@ export function ipEventMatters(line: string, ctx: MonitorContext): boolean {
 /** Whether an `nft monitor rules` line concerns twill's chains or the built-in chains that jump to them. */
 export function nftEventMatters(line: string): boolean {
   if (/^(flush|delete) (ruleset|table ip (nat|filter))\b/.test(line)) return true;
+  // "# ERROR: We lost some netlink events!": anything may have changed meanwhile
+  if (line.startsWith('# ERROR')) return true;
   return / ip (nat|filter) (POSTROUTING|FORWARD|TWILL-[A-Z]+) /.test(`${line} `);
 }
 
@@ -125,7 +127,7 @@ export const DEFAULT_FLOOD: FloodGuard = { bytes: 256 * 1024, windowMs: 10_000, 
 export function ipNeedles(ctx: MonitorContext): string[] {
   return ['twill.', `proto ${ROUTE_PROTOCOL}`, ctx.underlay];
 }
-export const NFT_NEEDLES = ['TWILL-', ' POSTROUTING ', ' FORWARD ', 'ruleset', 'table ip nat', 'table ip filter'];
+export const NFT_NEEDLES = ['TWILL-', ' POSTROUTING ', ' FORWARD ', 'ruleset', 'table ip nat', 'table ip filter', '# ERROR'];
 
 interface WatchSpec {
   readonly name: string;
@@ -144,7 +146,9 @@ async function keepWatching(o: MonitorOptions, spec: WatchSpec, signal: AbortSig
     const started = Date.now();
     try {
       const onLine = (line: string): void => void (spec.matters(line) && o.onEvent(spec.name, spec.touch(line)));
-      await o.watch(spec.file, spec.args, { signal, needles: spec.needles, onLine, ...(spec.onBytes ? { onBytes: spec.onBytes } : {}) });
+      // `ip monitor` keeps running when the kernel drops events (ENOBUFS) and says so on stderr: events may be lost, look at everything
+      const onStderr = (text: string): void => o.onEvent(`${spec.name}: ${text.trim().slice(0, 100)}`);
+      await o.watch(spec.file, spec.args, { signal, needles: spec.needles, onLine, onStderr, ...(spec.onBytes ? { onBytes: spec.onBytes } : {}) });
     } catch (err) {
       if (signal.aborted) return;
       if (Date.now() - started > 60_000) backoff.reset(); // it ran fine for a while: a fresh failure

@@ -141,6 +141,8 @@ export class Reconciler {
   private last: PassReport | undefined;
   private spawns = 0;
   private readonly runner: Runner;
+  /** when the next safety-net full pass is due (performance.now()); only a full pass moves it, so other passes cannot put it off */
+  private fullDueAt = 0;
 
   constructor(o: ReconcilerOptions) {
     this.o = o;
@@ -183,7 +185,13 @@ export class Reconciler {
       return t.deleted || !t.permanent ? undefined : entries();
     }
     if (neigh && !asWanted(neigh.mac)) this.mark(source, (p) => p.neighs.add(t.ip));
-    if (fdb && !fdb.some((f) => asWanted(f.mac))) this.mark(source, (p) => p.fdbDsts.add(t.ip));
+    if (fdb) {
+      const ours = fdb.some((f) => f.mac.toLowerCase() === t.mac);
+      // an entry with another MAC towards a peer's address is not ours: gone, nothing to do; added, an entries pass judges it
+      if (ours || t.mac === undefined) {
+        if (!fdb.some((f) => asWanted(f.mac))) this.mark(source, (p) => p.fdbDsts.add(t.ip));
+      } else if (!t.deleted && t.permanent) entries();
+    }
   }
 
   /** Records what the next pass must do; `internal` (resync, verification, retry): not a trigger from outside, not logged as one. */
@@ -211,6 +219,7 @@ export class Reconciler {
     // before applying: the events of our own changes are judged against what this pass wants
     this.known = index(want, generation);
     if (await this.o.ensureForwarding()) this.o.logger.warn('net.ipv4.ip_forward was 0; set it to 1');
+    if (o.chains) this.fullDueAt = performance.now() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
     const seen = await observe(this.runner, want.vxlan?.name, signal, { chains: o.chains });
     const observed = performance.now();
     const ops = diff(want, seen);
@@ -229,9 +238,12 @@ export class Reconciler {
     const generation = this.generation;
     const want = this.o.desired();
     if (JSON.stringify([want.vxlan, want.masq]) !== JSON.stringify([k.want.vxlan, k.want.masq])) return undefined;
+    const ops = diff(want, assumedFrom(k.want));
+    // a changed route is a `route replace`, which would also replace a foreign route the monitors never saw (it has
+    // no proto 151): only an observed pass may decide that
+    if (ops.some((op) => op.kind === 'route' && op.action === 'change')) return undefined;
     const started = this.begin();
     this.known = index(want, generation);
-    const ops = diff(want, assumedFrom(k.want));
     const { failures } = ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     if (failures.length > 0) {
       this.o.logger.debug({ failures: failures.slice(0, 5) }, 'lease change did not apply; an entries pass decides');
@@ -293,10 +305,12 @@ export class Reconciler {
     if (this.o.ready && !signal.aborted) await Promise.race([this.o.ready, new Promise((r) => signal.addEventListener('abort', r, { once: true }))]);
     const backoff = new Backoff(200, 5_000);
     let unsettled = 0;
+    let chainsUnsettled = 0;
+    this.fullDueAt = performance.now();
     while (!signal.aborted) {
+      if (performance.now() >= this.fullDueAt) this.mark('resync', everything, true);
       if (isEmpty(this.pending)) {
-        const jittered = this.o.resyncMs * (0.9 + Math.random() * 0.2);
-        const woke = await this.idle(signal, { ms: jittered, anyTrigger: true });
+        const woke = await this.idle(signal, { ms: Math.max(0, this.fullDueAt - performance.now()), anyTrigger: true });
         if (!woke) this.mark('resync', everything, true);
       }
       await sleep(this.o.settleMs ?? 10, signal);
@@ -310,7 +324,8 @@ export class Reconciler {
         const repairCount = p.routes.size + p.neighs.size + p.fdbDsts.size;
         const repairs = repairCount > 0;
         let observed = p.entries || repairCount > MAX_REPAIRS;
-        if (!observed && p.leases) observed = (await this.deltaPass(signal, first)) === undefined;
+        // a delta assumes the kernel matches the last desired state: not while a drift is pending
+        if (!observed && p.leases) observed = repairs || (await this.deltaPass(signal, first)) === undefined;
         if (!observed && repairs) observed = (await this.repairPass(signal, p, first)) === undefined;
         if (observed) {
           const chains = p.tables.size > 0;
@@ -322,7 +337,9 @@ export class Reconciler {
           if (!r.converged) this.mark('verification', (q) => (chains ? everything(q) : (q.entries = true)), true);
         } else if (p.tables.size > 0) {
           const r = await this.chainsPass(signal, p.tables, first);
-          if (r.failures.length > 0) delay = backoff.next();
+          // chains that keep needing a rewrite (another program fighting us) back off like a failure
+          chainsUnsettled = r.ops.length > 0 ? chainsUnsettled + 1 : 0;
+          if (r.failures.length > 0 || chainsUnsettled >= MAX_UNSETTLED) delay = backoff.next();
           // verify what was rewritten (with iptables-legacy no event would say it went wrong)
           if (r.ops.length > 0) this.mark('verification', (q) => p.tables.forEach((x) => q.tables.add(x)), true);
         }

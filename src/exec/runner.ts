@@ -115,6 +115,8 @@ export interface WatchOptions {
   readonly needles?: readonly string[];
   /** called with the size of every stdout chunk (to notice a flood) */
   readonly onBytes?: (n: number) => void;
+  /** called with what the program writes to stderr while it runs (`ip monitor` reports lost events there) */
+  readonly onStderr?: (text: string) => void;
 }
 
 /** Feeds stdout chunks in, calls `onLine` for each complete line (holding a needle, when there are any). */
@@ -152,6 +154,7 @@ export const watchLines: LineWatcher = (file, args, opts) =>
     let stderr = '';
     child.stderr?.on('data', (d: Buffer) => {
       if (stderr.length < 4096) stderr += d.toString();
+      opts.onStderr?.(d.toString());
     });
     const split = lineSplitter(opts.needles, opts.onLine);
     child.stdout?.on('data', (chunk: Buffer) => {

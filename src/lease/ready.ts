@@ -37,8 +37,12 @@ export class ReadyMark {
         if (this.signal.aborted) return;
         const retryInMs = this.retry.next();
         logger.warn({ err: describeError(err), retryInMs }, 'could not mark the node network available; retrying');
-        const timer = setTimeout(() => this.converged(), retryInMs);
-        this.signal.addEventListener('abort', () => clearTimeout(timer), { once: true });
+        const stop = (): void => clearTimeout(timer);
+        const timer = setTimeout(() => {
+          this.signal.removeEventListener('abort', stop);
+          this.converged();
+        }, retryInMs);
+        this.signal.addEventListener('abort', stop, { once: true });
       },
     ).finally(() => (this.busy = false));
   }

@@ -36,6 +36,7 @@ const DRIFTS: [string, string[][], 'repair' | 'chains' | 'entries'][] = [
   ['neighbour deleted', [['ip', 'neigh', 'del', '10.244.2.0', 'dev', 'twill.1']], 'repair'],
   ['neighbour changed', [['ip', 'neigh', 'replace', '10.244.2.0', 'lladdr', '02:00:00:00:00:99', 'dev', 'twill.1', 'nud', 'permanent']], 'repair'],
   ['FDB entry deleted', [['bridge', 'fdb', 'del', '02:00:00:00:00:04', 'dev', 'twill.1', 'dst', '10.123.0.4', 'self']], 'repair'],
+  ['foreign FDB entry towards a peer', [['bridge', 'fdb', 'append', '02:00:00:00:00:77', 'dev', 'twill.1', 'dst', '10.123.0.4', 'self', 'permanent']], 'entries'],
   ['peer route replaced by another of twill\'s protocol', [['ip', 'route', 'replace', '10.244.1.0/24', 'via', '10.123.0.1', 'dev', 'eth0', 'proto', '151']], 'entries'],
   ['vxlan device deleted', [['ip', 'link', 'del', 'twill.1']], 'entries'],
   ['vxlan device down', [['ip', 'link', 'set', 'twill.1', 'down']], 'entries'],

@@ -261,6 +261,9 @@ describe('what a kernel event touched', () => {
     expect(nftTouch('delete rule ip nat TWILL-POSTRTG handle 2')).toEqual({ kind: 'chains', tables: ['nat'] });
     expect(nftTouch('delete rule ip filter FORWARD handle 9')).toEqual({ kind: 'chains', tables: ['filter'] });
     expect(nftTouch('flush ruleset')).toEqual({ kind: 'chains', tables: ['nat', 'filter'] });
+    // nft monitor lost events: any rule may have changed meanwhile
+    expect(nftEventMatters('# ERROR: We lost some netlink events!')).toBe(true);
+    expect(nftTouch('# ERROR: We lost some netlink events!')).toEqual({ kind: 'chains', tables: ['nat', 'filter'] });
   });
 
   it('re-applies just the touched entries, neighbour and FDB before the route, a route only by adding', () => {
