@@ -120,26 +120,6 @@ export interface Repairs {
 }
 
 /**
- * The ops that put back just the given desired entries, in flannel's order.
- * Neighbours and FDB entries are replaced (they are twill's on twill's
- * device); a route is added, never replaced, so a foreign route that took
- * its place makes the op fail and a full pass decide.
- */
-export function repairOps(want: DesiredState, r: Repairs): Op[] {
-  const ops: Op[] = [];
-  for (const n of want.neighs) {
-    if (r.neighs.has(n.ip)) ops.push({ kind: 'neigh', action: 'change', phase: 'ip-pre', line: `neigh replace ${n.ip} lladdr ${n.mac} dev ${n.dev} nud permanent` });
-  }
-  for (const f of want.fdb) {
-    if (r.fdbDsts.has(f.dst)) ops.push({ kind: 'fdb', action: 'change', phase: 'bridge', line: `fdb replace ${f.mac} dev ${f.dev} dst ${f.dst} self permanent` });
-  }
-  for (const route of want.routes) {
-    if (r.routes.has(route.dst)) ops.push({ kind: 'route', action: 'add', phase: 'ip-post', line: `route add ${routeLine(route)}` });
-  }
-  return ops;
-}
-
-/**
  * The kernel as it is when it matches `want` (the chains left out): what a
  * lease change is diffed against when the last pass left the kernel matching
  * the desired state, so the change is applied without reading the kernel.
@@ -153,6 +133,23 @@ export function assumedFrom(want: DesiredState): ObservedState {
     fdb: want.fdb.map((f) => ({ ...f, permanent: true })),
     postrouting: undefined,
     forward: undefined,
+  };
+}
+
+/**
+ * The kernel as it is when it matches `want` except for the drifted entries,
+ * which are missing: diffing `want` against it puts back just those, with
+ * the same ops (and order) as any pass: a neighbour replaced, an FDB entry
+ * appended, a route added (never replaced, so a foreign route that took its
+ * place makes the op fail and an observed pass decide).
+ */
+export function assumedWithout(want: DesiredState, r: Repairs): ObservedState {
+  const s = assumedFrom(want);
+  return {
+    ...s,
+    routes: s.routes.filter((x) => !r.routes.has(x.dst)),
+    neighs: s.neighs.filter((n) => !r.neighs.has(n.ip)),
+    fdb: s.fdb.filter((f) => !r.fdbDsts.has(f.dst ?? '')),
   };
 }
 

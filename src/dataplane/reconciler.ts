@@ -30,7 +30,7 @@ import type { Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { Backoff, sleep } from '../util/abort.ts';
 import { applyOps } from './apply.ts';
-import { assumedFrom, diff, repairOps, sameRoute } from './diff.ts';
+import { assumedFrom, assumedWithout, diff, sameRoute } from './diff.ts';
 import { chainSpecs, diffChain } from './masq.ts';
 import type { DesiredState, FdbSpec, NeighSpec, Op, PeerProblem, RouteSpec } from './model.ts';
 import type { Touch } from './monitor.ts';
@@ -259,7 +259,7 @@ export class Reconciler {
     const k = this.known;
     if (k === undefined || k.generation !== this.generation) return undefined;
     const started = this.begin();
-    const ops = repairOps(k.want, { routes: p.routes, neighs: p.neighs, fdbDsts: p.fdbDsts });
+    const ops = diff(k.want, assumedWithout(k.want, { routes: p.routes, neighs: p.neighs, fdbDsts: p.fdbDsts }));
     const { failures } = ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     if (failures.length > 0) {
       this.o.logger.debug({ failures: failures.slice(0, 5) }, 'repair did not apply; an entries pass decides');
