@@ -30,9 +30,10 @@ import type { Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { Backoff, sleep } from '../util/abort.ts';
 import { applyOps } from './apply.ts';
-import { assumedFrom, assumedWithout, diff, sameRoute } from './diff.ts';
+import { assumedFrom, assumedWithout, diff } from './diff.ts';
+import { everything, indexDesired, isEmpty, judge, nothing, addWork, type Known, type Pending } from './judge.ts';
 import { chainSpecs, diffChain } from './masq.ts';
-import type { DesiredState, FdbSpec, NeighSpec, Op, PeerProblem, RouteSpec } from './model.ts';
+import type { DesiredState, Op, PeerProblem } from './model.ts';
 import type { Touch } from './monitor.ts';
 import { observe, observeChain } from './observe.ts';
 
@@ -91,43 +92,6 @@ const MAX_UNSETTLED = 5;
  */
 const MAX_REPAIRS = 64;
 
-/** What the next pass must look at. */
-interface Pending {
-  /** links, routes, neighbours and FDB entries: observe and diff them all */
-  entries: boolean;
-  /** the leases changed: apply the change to the desired state */
-  leases: boolean;
-  /** the chains of these tables: observe and diff them */
-  readonly tables: Set<'nat' | 'filter'>;
-  readonly routes: Set<string>;
-  readonly neighs: Set<string>;
-  readonly fdbDsts: Set<string>;
-  /** the first trigger since the last pass started, and when (performance.now()) */
-  first: { source: string; at: number } | undefined;
-}
-
-const nothing = (): Pending => ({ entries: false, leases: false, tables: new Set(), routes: new Set(), neighs: new Set(), fdbDsts: new Set(), first: undefined });
-const isEmpty = (p: Pending): boolean => !p.entries && !p.leases && p.tables.size + p.routes.size + p.neighs.size + p.fdbDsts.size === 0;
-const everything = (p: Pending): void => {
-  p.entries = true;
-  p.tables.add('nat').add('filter');
-};
-
-/** The last observed pass's desired state, indexed for judging kernel events. */
-interface Known {
-  readonly want: DesiredState;
-  readonly generation: number;
-  readonly routes: ReadonlyMap<string, RouteSpec>;
-  readonly neighs: ReadonlyMap<string, NeighSpec>;
-  readonly fdb: ReadonlyMap<string, readonly FdbSpec[]>;
-}
-
-function index(want: DesiredState, generation: number): Known {
-  const fdb = new Map<string, FdbSpec[]>();
-  for (const f of want.fdb) fdb.set(f.dst, [...(fdb.get(f.dst) ?? []), f]);
-  return { want, generation, routes: new Map(want.routes.map((r) => [r.dst, r])), neighs: new Map(want.neighs.map((n) => [n.ip, n])), fdb };
-}
-
 export class Reconciler {
   private readonly o: ReconcilerOptions;
   private pending: Pending = { ...nothing(), entries: true, tables: new Set(['nat', 'filter']), first: { source: 'start', at: performance.now() } };
@@ -166,32 +130,8 @@ export class Reconciler {
 
   /** A kernel event: asks for the least work that puts back what it touched (nothing, when it matches the desired state). */
   touch(source: string, t: Touch): void {
-    const k = this.known;
-    const entries = (): void => this.mark(source, (p) => (p.entries = true));
-    if (t.kind === 'chains') return this.mark(source, (p) => t.tables.forEach((x) => p.tables.add(x)));
-    if (t.kind === 'all' || k === undefined || k.generation !== this.generation) return entries();
-    if (t.kind === 'route') {
-      const want = k.routes.get(t.dst);
-      if (t.deleted) return want ? this.mark(source, (p) => p.routes.add(t.dst)) : undefined;
-      // one of ours that is exactly as wanted (our own repair, say) needs nothing; anything else, an entries pass
-      return want && t.route && sameRoute(want, t.route) ? undefined : entries();
-    }
-    if (t.dev !== k.want.vxlan?.name) return entries();
-    const neigh = k.neighs.get(t.ip);
-    const fdb = k.fdb.get(t.ip);
-    const asWanted = (mac: string): boolean => !t.deleted && t.permanent && t.mac === mac.toLowerCase();
-    if (neigh === undefined && fdb === undefined) {
-      // the kernel's own entries come and go; a permanent one twill does not want is for an entries pass to remove
-      return t.deleted || !t.permanent ? undefined : entries();
-    }
-    if (neigh && !asWanted(neigh.mac)) this.mark(source, (p) => p.neighs.add(t.ip));
-    if (fdb) {
-      const ours = fdb.some((f) => f.mac.toLowerCase() === t.mac);
-      // an entry with another MAC towards a peer's address is not ours: gone, nothing to do; added, an entries pass judges it
-      if (ours || t.mac === undefined) {
-        if (!fdb.some((f) => asWanted(f.mac))) this.mark(source, (p) => p.fdbDsts.add(t.ip));
-      } else if (!t.deleted && t.permanent) entries();
-    }
+    const work = judge(t, this.known, this.generation);
+    if (work.length > 0) this.mark(source, (p) => work.forEach((w) => addWork(p, w)));
   }
 
   /** Records what the next pass must do; `internal` (resync, verification, retry): not a trigger from outside, not logged as one. */
@@ -217,7 +157,7 @@ export class Reconciler {
     const generation = this.generation;
     const want = this.o.desired();
     // before applying: the events of our own changes are judged against what this pass wants
-    this.known = index(want, generation);
+    this.known = indexDesired(want, generation);
     if (await this.o.ensureForwarding()) this.o.logger.warn('net.ipv4.ip_forward was 0; set it to 1');
     if (o.chains) this.fullDueAt = performance.now() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
     const seen = await observe(this.runner, want.vxlan?.name, signal, { chains: o.chains });
@@ -243,7 +183,7 @@ export class Reconciler {
     // no proto 151): only an observed pass may decide that
     if (ops.some((op) => op.kind === 'route' && op.action === 'change')) return undefined;
     const started = this.begin();
-    this.known = index(want, generation);
+    this.known = indexDesired(want, generation);
     const { failures } = ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     if (failures.length > 0) {
       this.o.logger.debug({ failures: failures.slice(0, 5) }, 'lease change did not apply; an entries pass decides');
