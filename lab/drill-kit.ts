@@ -45,11 +45,17 @@ export interface Entries {
 
 const lines = (t: string): string[] => t.split('\n').map((l) => l.trim()).filter(Boolean).sort();
 
+/** A node's routes with twill's protocol (one `ip route`, cheap enough to poll), sorted lines. */
+export async function ownRoutes(c: Cluster, node: string): Promise<string[]> {
+  const all = await c.sh({ node }, ['ip', 'route', 'show', 'table', 'main']).catch(() => '');
+  return lines(all).filter((l) => l.includes(`proto ${ROUTE_PROTOCOL}`));
+}
+
 /** A node's owned entries: routes with twill's protocol, permanent neighbours and FDB entries on twill.1. */
 export async function entries(c: Cluster, node: string): Promise<Entries> {
   const sh = (argv: string[]): Promise<string> => c.sh({ node }, argv).catch(() => '');
   const [routes, neighs, fdb] = await Promise.all([
-    sh(['ip', 'route', 'show', 'table', 'main']).then((t) => lines(t).filter((l) => l.includes(`proto ${ROUTE_PROTOCOL}`))),
+    ownRoutes(c, node),
     sh(['ip', 'neigh', 'show', 'dev', 'twill.1', 'nud', 'permanent']).then(lines),
     sh(['bridge', 'fdb', 'show', 'dev', 'twill.1']).then((t) => lines(t).filter((l) => l.includes('permanent'))),
   ]);
@@ -174,8 +180,8 @@ export async function podsPerNode(c: Cluster): Promise<number> {
 export async function goneEverywhere(c: Cluster, victim: { name: string; ip: string; subnet: string }): Promise<boolean> {
   const net = victim.subnet.split('/')[0] ?? '?';
   const others = (await c.nodes()).filter((n) => n.name !== victim.name);
-  const routes = await Promise.all(others.map((n) => c.sh({ node: n.name }, ['ip', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)]).catch(() => '')));
-  if (routes.some((t) => lines(t).some((r) => r.startsWith(`${net}/`)))) return false;
+  const routes = await Promise.all(others.map((n) => ownRoutes(c, n.name)));
+  if (routes.some((rs) => rs.some((r) => r.startsWith(`${net}/`)))) return false;
   const all = await Promise.all(others.map((n) => entries(c, n.name)));
   return all.every((e) => !e.routes.some((r) => r.startsWith(`${net}/`)) && !e.neighs.some((x) => x.startsWith(`${net} `)) && !e.fdb.some((f) => f.includes(`dst ${victim.ip} `)));
 }

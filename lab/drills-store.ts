@@ -3,13 +3,12 @@
 // etcd only), a node added, twenty nodes started at once (both stores).
 import { sleep } from '../src/util/abort.ts';
 import { etcdctl } from './cluster.ts';
-import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
 import { DEFAULT_DELETE_LINGER_MS } from '../src/lease/tracker.ts';
 import type { Cluster } from './cluster.ts';
-import { BOTH_STORES, SLOW_MACHINE_FACTOR, churn, goneEverywhere, leftovers, logCount, nextNames, podsPerNode, steadyPing, stillSince, type Drill } from './drill-kit.ts';
+import { BOTH_STORES, ownRoutes, SLOW_MACHINE_FACTOR, churn, goneEverywhere, leftovers, logCount, nextNames, podsPerNode, steadyPing, stillSince, type Drill } from './drill-kit.ts';
 import { connectivity, untilFull } from './matrix.ts';
 import { QUIET_MS, timeRepair, watchKernel } from './kernel-watch.ts';
-import { passesBetween, renderStages } from './pass-log.ts';
+import { firstLogTime, passesBetween, renderStages } from './pass-log.ts';
 import { leaseOf, leases } from './store-view.ts';
 import { until } from './wait.ts';
 
@@ -145,16 +144,6 @@ const nodeAdded: Drill = {
   },
 };
 
-/** The epoch ms of the first log line with `msg` at or after `from`. */
-function firstLogTime(log: string, msg: string, from: number): number | undefined {
-  for (const line of log.split('\n')) {
-    if (!line.includes(`"msg":"${msg}"`)) continue;
-    const t = Number(/"time":(\d+)/.exec(line)?.[1]);
-    if (t >= from) return t;
-  }
-  return undefined;
-}
-
 const twentyNodes: Drill = {
   name: 'twenty-nodes',
   broke: '20 nodes started at once',
@@ -191,8 +180,8 @@ async function everyNodeRoutesEveryLease(c: Cluster): Promise<boolean> {
   const [nodes, all] = await Promise.all([c.nodes(), leases(c)]);
   for (const n of nodes) {
     const want = all.filter((l) => l.publicIp !== n.ip).map((l) => l.subnet);
-    const have = await c.sh({ node: n.name }, ['ip', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)]).catch(() => '');
-    if (want.some((w) => !have.includes(`${w} `))) return false;
+    const have = await ownRoutes(c, n.name);
+    if (want.some((w) => !have.some((r) => r.startsWith(`${w} `)))) return false;
   }
   return true;
 }

@@ -20,17 +20,28 @@ export interface PassLine {
 const PASS_MESSAGES = new Set(['repaired dataplane drift', 'dataplane updated', 'dataplane pass could not apply every change']);
 const num = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
 
+/** The records of a JSON-lines log (other lines skipped). */
+function* records(log: string): Generator<Record<string, unknown>> {
+  for (const raw of log.split('\n')) {
+    if (!raw.startsWith('{') || !raw.includes('"msg":"')) continue;
+    try {
+      yield JSON.parse(raw) as Record<string, unknown>;
+    } catch {
+      // a line cut short by a crash: not a record
+    }
+  }
+}
+
+/** The epoch ms of the first log record with `msg` at or after `from`. */
+export function firstLogTime(log: string, msg: string, from: number): number | undefined {
+  for (const rec of records(log)) if (rec.msg === msg && num(rec.time) >= from) return num(rec.time);
+  return undefined;
+}
+
 /** The passes in a JSON-lines log that ended within [from, to] (epoch ms). */
 export function passesBetween(log: string, from: number, to: number): PassLine[] {
   const out: PassLine[] = [];
-  for (const raw of log.split('\n')) {
-    if (!raw.includes('"msg":"') || !raw.startsWith('{')) continue;
-    let rec: Record<string, unknown>;
-    try {
-      rec = JSON.parse(raw) as Record<string, unknown>;
-    } catch {
-      continue;
-    }
+  for (const rec of records(log)) {
     const time = num(rec.time);
     if (!PASS_MESSAGES.has(String(rec.msg)) || time < from || time > to) continue;
     out.push({

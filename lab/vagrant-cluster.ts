@@ -147,7 +147,10 @@ export class VagrantCluster implements Cluster {
   }
 
   async twillCpuMs(node: string): Promise<number | undefined> {
-    const stat = await this.onVm(this.machine(node).name, [['sh', '-c', 'cat /proc/$(systemctl show -p MainPID --value twill)/stat']]).catch(() => '');
+    const vm = this.machine(node).name;
+    const pid = (await this.onVm(vm, [['systemctl', 'show', '--property', 'MainPID', '--value', 'twill']]).catch(() => '')).trim();
+    if (!/^[1-9]\d*$/.test(pid)) return undefined;
+    const stat = await this.onVm(vm, [['cat', '--', `/proc/${pid}/stat`]]).catch(() => '');
     return stat.trim() === '' ? undefined : cpuMsOfStat(stat);
   }
 

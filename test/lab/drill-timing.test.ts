@@ -3,7 +3,7 @@
 // and a process's CPU from /proc/<pid>/stat.
 import { describe, expect, it } from 'vitest';
 import { concernsTwill, parseStamped } from '../../lab/kernel-watch.ts';
-import { passesBetween, renderStages } from '../../lab/pass-log.ts';
+import { firstLogTime, passesBetween, renderStages } from '../../lab/pass-log.ts';
 import { cpuMsOfStat } from '../../lab/throttle.ts';
 
 describe('kernel-side timing', () => {
@@ -37,6 +37,12 @@ describe("twill's own account of a repair", () => {
   it('finds the passes that changed something within a window, with their stages', () => {
     expect(passesBetween(log, 1100, 2000)).toEqual([{ time: 1120, kind: 'repair', trigger: 'ip monitor', waitedMs: 11, observeMs: 0, applyMs: 7, spawns: 1, durationMs: 8 }]);
     expect(passesBetween(log, 0, 10_000).map((p) => p.kind)).toEqual(['repair', 'delta']);
+  });
+
+  it('finds when a message was first logged from a given moment', () => {
+    expect(firstLogTime(log, 'twill starting', 0)).toBe(1000);
+    expect(firstLogTime(log, 'twill starting', 1001)).toBeUndefined();
+    expect(firstLogTime(log, 'dataplane updated', 2000)).toBe(5000);
   });
 
   it('prints each pass relative to the break', () => {

@@ -175,3 +175,24 @@ describe('VagrantCluster state', () => {
     expect(() => new VagrantCluster({ nodes: 0 })).toThrow(/nodes=0/);
   });
 });
+
+describe('VagrantCluster twill CPU', () => {
+  it('reads twill.service\'s main process from /proc, each command an argv, and nothing when twill does not run', async () => {
+    const sent: string[] = [];
+    const exec = async (_file: string, args: readonly string[]): Promise<{ stdout: string }> => {
+      const command = args[5] ?? '';
+      sent.push(`${args[3] ?? ''}: ${command}`);
+      if (command.includes('systemctl show')) return { stdout: args[3] === 'node1' ? '4242\n' : '0\n' };
+      if (command.includes('/proc/4242/stat')) return { stdout: '4242 (node) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 30 20 20 0 11 0 100 0 0\n' };
+      return { stdout: '' };
+    };
+    const cluster = new VagrantCluster({ dir: DIR, nodes: 3, exec });
+    expect(await cluster.twillCpuMs('node1')).toBe(2_500);
+    expect(await cluster.twillCpuMs('node2')).toBeUndefined();
+    expect(sent).toEqual([
+      'node1: sudo -n -- systemctl show --property MainPID --value twill',
+      'node1: sudo -n -- cat -- /proc/4242/stat',
+      'node2: sudo -n -- systemctl show --property MainPID --value twill',
+    ]);
+  });
+});
