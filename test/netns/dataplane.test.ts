@@ -23,6 +23,19 @@ function reconciler(input: () => BackendInput, r: Runner = runner): Reconciler {
 
 const VXLAN_PEERS = [1, 2, 4].map((n) => peerLease(n, { vxlan: true }));
 
+/** A reconciler running its loop over vxlan peers (read on every pass) until the test ends, with its log. */
+function running(peers: () => BackendInput['peers']): { r: Reconciler; log: ReturnType<typeof captureLog> } {
+  const log = captureLog();
+  const r = new Reconciler({ runner, logger: log.logger, desired: () => desiredState(backendInput({ backend: 'vxlan', peers: peers() })), ensureForwarding: nsForwarding(ns), resyncMs: 600_000 });
+  const ctl = new AbortController();
+  const loop = r.run(ctl.signal);
+  onTestFinished(async () => {
+    ctl.abort();
+    await loop;
+  });
+  return { r, log };
+}
+
 beforeAll(async () => {
   await sweepStaleNetns();
   ns = await lab.add('dp');
@@ -122,14 +135,7 @@ describe('dataplane programmer on a real kernel', () => {
     await runner('ip', ['route', 'add', '10.244.4.0/24', 'via', '10.123.0.44', 'dev', 'eth0', 'proto', 'static']);
     onTestFinished(() => runner('ip', ['route', 'del', '10.244.4.0/24', 'proto', 'static']).then(() => undefined, () => undefined));
     let peers = VXLAN_PEERS;
-    const log = captureLog();
-    const r = new Reconciler({ runner, logger: log.logger, desired: () => desiredState(backendInput({ backend: 'vxlan', peers })), ensureForwarding: nsForwarding(ns), resyncMs: 60_000 });
-    const ctl = new AbortController();
-    const loop = r.run(ctl.signal);
-    onTestFinished(async () => {
-      ctl.abort();
-      await loop;
-    });
+    const { r, log } = running(() => peers);
     // the foreign route makes every pass fail, and the back-off grow
     await waitFor(() => log.lines.filter((l) => l.msg === 'dataplane pass could not apply every change').length >= 4, { timeoutMs: 10_000, what: 'failing passes' });
     expect(JSON.stringify(log.lines.find((l) => l.msg === 'dataplane pass could not apply every change'))).toContain('route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151: ');
@@ -163,14 +169,7 @@ describe('dataplane programmer on a real kernel', () => {
 
   it('applies a lease change without reading the kernel when the last pass left it matching', async () => {
     let peers = VXLAN_PEERS;
-    const log = captureLog();
-    const r = new Reconciler({ runner, logger: log.logger, desired: () => desiredState(backendInput({ backend: 'vxlan', peers })), ensureForwarding: nsForwarding(ns), resyncMs: 600_000 });
-    const ctl = new AbortController();
-    const loop = r.run(ctl.signal);
-    onTestFinished(async () => {
-      ctl.abort();
-      await loop;
-    });
+    const { r, log } = running(() => peers);
     await waitFor(() => r.lastPass()?.converged === true, { timeoutMs: slowBound(2_000), what: 'converged' });
     const passes = (): { kind: string; spawns: number }[] => log.lines.filter((l) => l.msg === 'dataplane updated').map((l) => ({ kind: String(l.kind), spawns: Number(l.spawns) }));
     const before = passes().length;
