@@ -3,10 +3,10 @@
 // and the kube-apiserver stopped for 20 s while the pods keep talking, with
 // a node added after it came back.
 import type { Cluster } from './cluster.ts';
-import { goneEverywhere, nextNames, podsPerNode, stillSince, type Drill } from './drill-kit.ts';
+import { nextNames, podsPerNode, stillSince, type Drill } from './drill-kit.ts';
+import { timeGoneFromPeers } from './kernel-watch.ts';
 import { connectivity, untilFull } from './matrix.ts';
 import { leaseOf } from './store-view.ts';
-import { until } from './wait.ts';
 
 const OUTAGE_MS = 20_000;
 
@@ -21,13 +21,11 @@ const nodeDeleted: Drill = {
     if (!victim || !lease) throw new Error(`no node with a Node object to delete (last node ${victim?.name ?? '-'})`);
     // the machine goes away first: peers notice nothing until its Node object is deleted
     await c.stopTwill(victim.name, 'term');
-    const since = performance.now();
-    await c.kubectl(['delete', 'node', victim.name]);
-    const healedMs = await until(() => goneEverywhere(c, { ...victim, subnet: lease.subnet }), { timeoutMs: 10_000, since });
-    // then the rest of the removal (its Node is gone already); not while peers are polled, so the lab's own
+    const outcome = await timeGoneFromPeers(c, { victim: { ...victim, subnet: lease.subnet }, remove: () => c.kubectl(['delete', 'node', victim.name]), what: 'kubectl delete node', graceMs: 0 });
+    // then the rest of the removal (its Node is gone already); not while peers are watched, so the lab's own
     // clean-up does not compete with the peers' twill for the CPU
     await c.removeNode(victim.name);
-    return { healedMs, ok: healedMs !== undefined, notes: [`${victim.name} (${lease.subnet}) gone from every peer ${Math.round(healedMs ?? -1)} ms after kubectl delete node started`] };
+    return outcome;
   },
 };
 

@@ -5,9 +5,9 @@ import { sleep } from '../src/util/abort.ts';
 import { etcdctl } from './cluster.ts';
 import { DEFAULT_DELETE_LINGER_MS } from '../src/lease/tracker.ts';
 import type { Cluster } from './cluster.ts';
-import { BOTH_STORES, ownRoutes, SLOW_MACHINE_FACTOR, churn, goneEverywhere, leftovers, logCount, nextNames, podsPerNode, steadyPing, stillSince, type Drill } from './drill-kit.ts';
+import { BOTH_STORES, ownRoutes, SLOW_MACHINE_FACTOR, churn, leftovers, logCount, nextNames, podsPerNode, steadyPing, stillSince, type Drill } from './drill-kit.ts';
 import { connectivity, untilFull } from './matrix.ts';
-import { QUIET_MS, timeRepair, watchKernel } from './kernel-watch.ts';
+import { timeGoneFromPeers } from './kernel-watch.ts';
 import { firstLogTime, passesBetween, renderStages } from './pass-log.ts';
 import { leaseOf, leases } from './store-view.ts';
 import { until } from './wait.ts';
@@ -87,33 +87,12 @@ const nodeRemoved: Drill = {
   targetMs: 1_000,
   stores: ['etcd'],
   async run(c) {
-    const nodes = await c.nodes();
-    const victim = nodes.at(-1);
+    const victim = (await c.nodes()).at(-1);
     const lease = await leaseOf(c, victim?.ip ?? '');
-    await c.removeNode(victim?.name ?? '');
-    const peers = nodes.filter((n) => n !== victim).map((n) => n.name);
-    // timed from the peers' kernels: from the moment the delete is done (etcdctl returned) to the last peer's last removal
-    const w = await watchKernel(c, peers);
-    try {
-      let deleteMs = 0;
-      const breakIt = async (): Promise<void> => {
-        const t = performance.now();
-        await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease?.key ?? ''}`]);
-        deleteMs = performance.now() - t;
-      };
-      const gone = (): Promise<boolean> => goneEverywhere(c, { name: victim?.name ?? '?', ip: victim?.ip ?? '?', subnet: lease?.subnet ?? '?' });
-      const h = await timeRepair(w, { breakIt, whole: gone, boundMs: SLOW_MACHINE_FACTOR * 1_000, fromBreakDone: true });
-      const notes = [
-        `${victim?.name} (${lease?.subnet}) gone from every peer ${Math.round(h.healedMs ?? -1)} ms after etcdctl del returned (it took ${Math.round(deleteMs)} ms); ${DEFAULT_DELETE_LINGER_MS} ms of that is twill's delete grace (a running node re-creates a deleted key meanwhile)`,
-        `timed by ip monitors in the peers' namespaces; ${h.checks} state check(s), each after ${QUIET_MS} ms without events`,
-      ];
-      if (h.brokeAt !== undefined && h.healedAt !== undefined) {
-        for (const p of peers) notes.push(...renderStages(passesBetween(await c.twillLog(p), h.brokeAt, h.healedAt + 2_000), h.brokeAt).map((l) => `${p}: ${l}`));
-      }
-      return { healedMs: h.healedMs, ok: h.healedMs !== undefined, notes };
-    } finally {
-      await w.stop();
-    }
+    if (!victim || !lease) throw new Error(`no node with a lease to remove (last node ${victim?.name ?? '-'})`);
+    await c.removeNode(victim.name);
+    const del = (): Promise<string> => etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease.key}`]);
+    return timeGoneFromPeers(c, { victim: { ...victim, subnet: lease.subnet }, remove: del, what: 'etcdctl del', graceMs: DEFAULT_DELETE_LINGER_MS });
   },
 };
 

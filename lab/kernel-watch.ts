@@ -6,8 +6,10 @@
 // repair event minus the break event, whatever observing costs; and the
 // drill checks the node's state only once the streams have gone quiet, so
 // the check does not compete with twill for the CPU while it repairs.
-import type { Cluster } from './cluster.ts';
 import { sleep } from '../src/util/abort.ts';
+import type { Cluster } from './cluster.ts';
+import { goneEverywhere, SLOW_MACHINE_FACTOR, type DrillOutcome } from './drill-kit.ts';
+import { passesBetween, renderStages } from './pass-log.ts';
 
 export interface KernelEvent {
   /** epoch ms: `ip -ts`'s own stamp, or when the line arrived (nft prints none) */
@@ -153,4 +155,34 @@ export async function timeRepair(w: KernelWatch, o: { breakIt: () => Promise<unk
   const brokeAt = o.fromBreakDone ? done : w.events.slice(from).find((e) => e.at >= started - 5)?.at;
   const healedMs = healedAt !== undefined && brokeAt !== undefined ? Math.max(0, healedAt - brokeAt) : healedAt !== undefined ? 0 : undefined;
   return { brokeAt, healedAt, healedMs, checks, breakLagMs: brokeAt === undefined ? undefined : brokeAt - started };
+}
+
+/**
+ * A node gone: times, from its peers' kernels, how long after `remove` (the
+ * lease deleted, the Node deleted) returned every peer held no route,
+ * neighbour or FDB entry for it any more, and says where the time went.
+ */
+export async function timeGoneFromPeers(c: Cluster, o: { victim: { name: string; ip: string; subnet: string }; remove: () => Promise<unknown>; what: string; graceMs: number }): Promise<DrillOutcome> {
+  const peers = (await c.nodes()).filter((n) => n.name !== o.victim.name).map((n) => n.name);
+  const w = await watchKernel(c, peers);
+  try {
+    let removeMs = 0;
+    const breakIt = async (): Promise<void> => {
+      const t = performance.now();
+      await o.remove();
+      removeMs = performance.now() - t;
+    };
+    const h = await timeRepair(w, { breakIt, whole: () => goneEverywhere(c, o.victim), boundMs: SLOW_MACHINE_FACTOR * 1_000, fromBreakDone: true });
+    const grace = o.graceMs > 0 ? `; ${o.graceMs} ms of that is twill's delete grace (a running node re-creates a deleted key meanwhile)` : '';
+    const notes = [
+      `${o.victim.name} (${o.victim.subnet}) gone from every peer ${Math.round(h.healedMs ?? -1)} ms after ${o.what} returned (it took ${Math.round(removeMs)} ms)${grace}`,
+      `timed by ip monitors in the peers' namespaces; ${h.checks} state check(s), each after ${QUIET_MS} ms without events`,
+    ];
+    if (h.brokeAt !== undefined && h.healedAt !== undefined) {
+      for (const p of peers) notes.push(...renderStages(passesBetween(await c.twillLog(p), h.brokeAt, h.healedAt + 2_000), h.brokeAt).map((l) => `${p}: ${l}`));
+    }
+    return { healedMs: h.healedMs, ok: h.healedMs !== undefined, notes };
+  } finally {
+    await w.stop();
+  }
 }

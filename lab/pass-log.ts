@@ -60,7 +60,8 @@ export function passesBetween(log: string, from: number, to: number): PassLine[]
 
 /** One line per pass, times relative to the break ("+12 ms"). */
 export function renderStages(passes: readonly PassLine[], brokeAt: number): string[] {
-  const rel = (t: number): string => `+${Math.round(t - brokeAt)} ms`;
+  // an event can reach twill before the command that caused it has returned: then it is before the break's mark
+  const rel = (t: number): string => `${t < brokeAt ? '-' : '+'}${Math.abs(Math.round(t - brokeAt))} ms`;
   return passes.map((p, i) => {
     const start = p.time - p.durationMs;
     return `twill pass ${i + 1}/${passes.length} (${p.kind}): trigger "${p.trigger}" ${rel(start - p.waitedMs)}, waited ${Math.round(p.waitedMs)} ms, observe ${Math.round(p.observeMs)} ms, apply ${Math.round(p.applyMs)} ms, ${p.spawns} spawns, done ${rel(p.time)}`;
