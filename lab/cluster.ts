@@ -30,6 +30,44 @@ export interface ShOptions {
 /** Where twill takes its leases from: etcd (flannel's keys) or the Kubernetes API (Node objects). */
 export type StoreMode = 'etcd' | 'kube';
 
+/**
+ * How the lab runs twill: by hand with either store, or (`kubelet`) as
+ * deploy/'s DaemonSet under real kubelets, with the Kubernetes API as store.
+ */
+export type LabMode = StoreMode | 'kubelet';
+
+/** A twill DaemonSet pod as the kubelet drills see it. */
+export interface TwillPodView {
+  readonly name: string;
+  readonly uid: string;
+  readonly ready: boolean;
+  readonly restarts: number;
+}
+
+/** What a kubelet lab (`up --kubelet`) adds: its nodes' own processes, and waiting on Kubernetes. */
+export interface KubeletControl {
+  /** SIGTERM to kubelet, then a new kubelet (pods keep running) */
+  restartKubelet(node: string): Promise<void>;
+  /** SIGTERM to containerd (its shims keep the containers), then a new containerd */
+  restartContainerd(node: string): Promise<void>;
+  /** every process of the node killed at once, tmpfs state wiped, then started again */
+  reboot(node: string): Promise<void>;
+  /** the node's live twill pod */
+  twillPodOf(node: string): Promise<TwillPodView | undefined>;
+  /** waits until the nodes are Ready with NetworkUnavailable cleared; ms */
+  untilNodesSetUp(names: readonly string[], timeoutMs?: number): Promise<number>;
+  /** waits until each node runs at least `perNode` ready test pods; ms */
+  untilPodsReady(nodes: readonly string[], perNode: number, timeoutMs?: number): Promise<number>;
+  /** the node's ready test pods, each with its container's id (a new id: the pod was made anew) */
+  testPodContainers(node: string): Promise<Map<string, string>>;
+  /** the addresses twill-cni's IPAM holds reserved on the node */
+  ipamReserved(node: string): Promise<string[]>;
+  /** a test pod manifest (toolbox, serving its name over HTTP on port 8080) pinned to `node` */
+  testPodManifest(name: string, node: string): string;
+  /** the file the node's twill writes, as the node's CNI plugin reads it */
+  subnetEnvPath(node: string): string;
+}
+
 export interface Cluster {
   /** a short description for tables and logs ("netns lab twlab", "vagrant lab") */
   readonly description: string;
@@ -41,6 +79,8 @@ export interface Cluster {
   readonly etcdPrefix: string;
   /** twill's lease store; in `kube` mode etcd only backs the kube-apiserver */
   readonly store: StoreMode;
+  /** how twill runs: the store mode, or `kubelet` (store `kube`) */
+  readonly mode: LabMode;
   nodes(): Promise<LabNode[]>;
   pods(): Promise<LabPod[]>;
   /** Runs argv on a target; resolves with stdout, rejects when it exits non-zero. */
@@ -82,6 +122,8 @@ export interface Cluster {
    * twill stops, as a real node removal does.
    */
   removeNode(node: string): Promise<void>;
+  /** kubelet mode only: the nodes' kubelets, containerds and what Kubernetes reports */
+  readonly kubeletControl?: KubeletControl;
   /** Names `addNodes` accepts, where nodes cannot be made on the fly (Vagrant); absent: any new name. */
   spareNodes?(): Promise<string[]>;
 }

@@ -4,7 +4,7 @@
 // event, log counts, and names for new nodes. The leases come from
 // store-view.ts, whichever the store.
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
-import type { Cluster, StoreMode } from './cluster.ts';
+import type { Cluster, LabMode } from './cluster.ts';
 import { backendOf, leases } from './store-view.ts';
 
 export interface DrillOutcome {
@@ -23,7 +23,7 @@ export interface DrillOutcome {
  */
 export const SLOW_MACHINE_FACTOR = 10;
 
-export const BOTH_STORES: readonly StoreMode[] = ['etcd', 'kube'];
+export const BOTH_STORES: readonly LabMode[] = ['etcd', 'kube'];
 
 export interface Drill {
   readonly name: string;
@@ -32,8 +32,10 @@ export interface Drill {
   readonly targetMs: number;
   /** only for this backend (others report "n/a") */
   readonly only?: 'vxlan';
-  /** the store modes it applies to (`drill all` runs these; others report "n/a") */
-  readonly stores: readonly StoreMode[];
+  /** the lab modes it applies to (`drill all` runs these; others report "n/a") */
+  readonly stores: readonly LabMode[];
+  /** pods may get new addresses (their sandboxes are made anew); the runner then checks they stay in their node's subnet */
+  readonly podsRecreated?: boolean;
   run(c: Cluster): Promise<DrillOutcome>;
 }
 

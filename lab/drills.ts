@@ -4,21 +4,22 @@
 // node holds exactly one entry set per live peer). Written against the
 // Cluster interface only, so the same drills run on the netns and Vagrant labs.
 // Each drill names the store modes it applies to; `all` is those of the lab's.
-import type { Cluster, StoreMode } from './cluster.ts';
+import type { Cluster, LabMode } from './cluster.ts';
 import { leftovers, SLOW_MACHINE_FACTOR, type Drill, type DrillOutcome } from './drill-kit.ts';
 import { KERNEL_DRILLS } from './drills-kernel.ts';
 import { KUBE_DRILLS } from './drills-kube.ts';
+import { KUBELET_DRILLS } from './drills-kubelet.ts';
 import { STORE_DRILLS } from './drills-store.ts';
 import { untilFull } from './matrix.ts';
 import { backendOf } from './store-view.ts';
 import { until } from './wait.ts';
 
 /** In the order `all` runs them (within one store mode). */
-export const DRILLS: readonly Drill[] = [...KERNEL_DRILLS, ...KUBE_DRILLS, ...STORE_DRILLS];
+export const DRILLS: readonly Drill[] = [...KERNEL_DRILLS, ...KUBE_DRILLS, ...STORE_DRILLS, ...KUBELET_DRILLS];
 
-/** The drills `all` runs on a lab with this store. */
-export function drillsFor(store: StoreMode): readonly Drill[] {
-  return DRILLS.filter((d) => d.stores.includes(store));
+/** The drills `all` runs on a lab of this mode. */
+export function drillsFor(mode: LabMode): readonly Drill[] {
+  return DRILLS.filter((d) => d.stores.includes(mode));
 }
 
 export interface DrillResult {
@@ -41,7 +42,7 @@ export interface DrillResult {
 
 /** "n/a: …" when the drill does not apply to this lab's store or backend. */
 async function notApplicable(c: Cluster, d: Drill): Promise<string | undefined> {
-  if (!d.stores.includes(c.store)) return `n/a: ${d.stores.join(' or ')} store only`;
+  if (!d.stores.includes(c.mode)) return `n/a: ${d.stores.join(' or ')} lab only`;
   if (d.only && (await backendOf(c)) !== d.only) return `n/a: ${d.only} only`;
   return undefined;
 }
@@ -53,7 +54,8 @@ export async function runDrill(c: Cluster, d: Drill): Promise<DrillResult> {
   const out = await d.run(c).catch((err: unknown): DrillOutcome => ({ healedMs: undefined, ok: false, notes: [`failed: ${err instanceof Error ? err.message : String(err)}`] }));
   const full = await untilFull(c, 30_000);
   const podsAfter = new Map((await c.pods()).map((p) => [p.name, p.ip]));
-  const ipChanged = podsBefore.filter((p) => podsAfter.has(p.name) && podsAfter.get(p.name) !== p.ip).map((p) => `${p.name} ${p.ip} → ${podsAfter.get(p.name)}`);
+  // a drill that recreates pods checks their new addresses itself (each in its node's subnet)
+  const ipChanged = d.podsRecreated === true ? [] : podsBefore.filter((p) => podsAfter.has(p.name) && podsAfter.get(p.name) !== p.ip).map((p) => `${p.name} ${p.ip} → ${podsAfter.get(p.name)}`);
   const left = await settledLeftovers(c);
   const notes = [...out.notes];
   if (full === undefined) notes.push('no full connectivity 30 s after the drill');

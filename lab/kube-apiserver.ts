@@ -7,23 +7,39 @@
 // readiness probe. Starting and stopping the process stays with the caller
 // (a child process in tests, a detached one in the lab).
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { run } from '../src/exec/runner.ts';
 import { sleep } from '../src/util/abort.ts';
 
-export const KUBE_APISERVER_SCRIPT = resolve(import.meta.dirname, '../scripts/kube-apiserver.sh');
+export const KUBERNETES_SCRIPT = resolve(import.meta.dirname, '../scripts/kubernetes.sh');
+
+/** The Kubernetes v1.20.2 binaries scripts/kubernetes.sh builds and caches. */
+export type KubeBinary = 'kube-apiserver' | 'kubelet' | 'kube-proxy' | 'kube-controller-manager' | 'kube-scheduler' | 'kubectl';
 
 /**
- * The binary: $TWILL_KUBE_APISERVER or the cached build. `cachedOnly`
- * never builds (tests: `npm test` builds it first); otherwise a missing
- * binary is built, which takes 3 to 8 minutes once.
+ * A binary: its $TWILL_<NAME> override or the cached build. `cachedOnly`
+ * never builds (tests: `npm test` builds them first); otherwise missing
+ * binaries are built, which takes 3 to 20 minutes once.
  */
-export async function kubeApiServerBinary(o: { cachedOnly: boolean }): Promise<string> {
-  const args = o.cachedOnly ? ['--cached-only'] : [];
-  const { stdout } = await run(KUBE_APISERVER_SCRIPT, args, { timeoutMs: o.cachedOnly ? 10_000 : 1_800_000 });
+export async function kubeBinary(name: KubeBinary, o: { cachedOnly: boolean }): Promise<string> {
+  const args = o.cachedOnly ? ['--cached-only', name] : [name];
+  const { stdout } = await run(KUBERNETES_SCRIPT, args, { timeoutMs: o.cachedOnly ? 10_000 : 3_600_000 });
   return stdout.trim();
+}
+
+export function kubeApiServerBinary(o: { cachedOnly: boolean }): Promise<string> {
+  return kubeBinary('kube-apiserver', o);
+}
+
+let kubectlPath: string | undefined;
+
+/** The cached kubectl (built with the apiserver, from the same source); found once per process. */
+export function kubectlBinary(): string {
+  kubectlPath ??= execFileSync(KUBERNETES_SCRIPT, ['--cached-only', 'kubectl'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).trim();
+  return kubectlPath;
 }
 
 /** The files of one apiserver under `dir`. */
@@ -50,8 +66,11 @@ export function apiServerArgs(o: { dir: string; host: string; port: number; etcd
     '--authorization-mode=Node,RBAC',
     '--service-cluster-ip-range=10.96.0.0/12',
     '--allow-privileged=true',
-    // the `kubernetes` Service's endpoint would be a loopback address
-    '--endpoint-reconciler-type=none',
+    // `kubectl exec` and `logs` reach a kubelet by its address (lab nodes' names resolve nowhere)
+    '--kubelet-preferred-address-types=InternalIP',
+    // on loopback the `kubernetes` Service's endpoint would be a loopback address: no endpoint then;
+    // elsewhere (the lab) pods reach the apiserver through that Service, as in-cluster clients do
+    ...(o.host.startsWith('127.') ? ['--endpoint-reconciler-type=none'] : []),
     '--profiling=false',
     '--v=1',
   ];
@@ -91,7 +110,7 @@ export function kubeconfigText(o: { url: string; caFile: string; token: string }
  * there instead of ~/.kube/cache (the lab leaves no file behind).
  */
 export function kubectlArgv(o: { kubeconfig: string; cacheDir: string }, args: readonly string[]): string[] {
-  return ['kubectl', '--kubeconfig', o.kubeconfig, '--cache-dir', o.cacheDir, ...args];
+  return [kubectlBinary(), '--kubeconfig', o.kubeconfig, '--cache-dir', o.cacheDir, ...args];
 }
 
 /** Runs an argv where the apiserver is reachable (here, or inside a namespace); rejects on a non-zero exit. */

@@ -2,21 +2,30 @@
 //   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw] [--store etcd|kube] [--slow F]
 //                                                         bring it up, print the matrix
 //                                                         (--slow: as on a machine F times slower)
+//   up --kubelet [--nodes 3] [--pods 2]                   a real cluster: kubelet, containerd and
+//                                                         kube-proxy per node, deploy/ as shipped
 //   status                                                print the matrix and where the logs are
+//                                                         (kubelet mode: nodes, twill pods, test pods)
+//   kubectl ARGS…                                         kubectl as the lab's admin (kube and kubelet modes)
+//   kubeconfig                                            print the admin kubeconfig's path
 //   down                                                  remove everything the lab made
 //   drill <name>|all [--json] [--vagrant]                 break things, measure the healing
 // `--store kube` runs a kube-apiserver next to etcd and twill with
 // --kube-subnet-mgr (Node objects instead of etcd leases; see netns-kube.ts).
+// `--kubelet` (kubelet-cluster.ts) runs a control plane (apiserver,
+// controller-manager, scheduler) and real nodes, and twill as deploy/'s
+// DaemonSet. `up` first installs the Debian packages the lab needs
+// (scripts/host-deps.sh) and builds what is missing.
 // `--name` (default twlab) names the lab: its namespaces are <name>-*, its
 // files /run/twill-lab/<name>; two labs with different names coexist.
-import { access } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { run } from '../src/exec/runner.ts';
 import type { Cluster, StoreMode } from './cluster.ts';
 import { DRILLS, drillsFor, renderDrills, runDrills } from './drills.ts';
 import { connectivity, renderMatrix, untilFull } from './matrix.ts';
 import { NetnsCluster } from './netns-cluster.ts';
-import { TWILL_CNI, TWILL_MAIN } from './twill-command.ts';
 import { labNodeCount, VagrantCluster } from './vagrant-cluster.ts';
 
 function positive(value: string): number {
@@ -35,9 +44,15 @@ function storeOf(value: string): StoreMode {
   return value;
 }
 
+const HOST_DEPS = resolve(import.meta.dirname, '../scripts/host-deps.sh');
+
+/**
+ * The Debian packages the lab needs (etcd, iproute2, containerd…), when
+ * missing, and a fresh build of twill and twill-cni: the lab runs what the
+ * tree holds now (the kubelet lab's image is made from dist/).
+ */
 async function ensureBuilt(): Promise<void> {
-  const built = await Promise.all([access(TWILL_MAIN), access(TWILL_CNI)]).then(() => true, () => false);
-  if (built) return;
+  await run(HOST_DEPS, [], { timeoutMs: 1_800_000 });
   process.stderr.write('lab: building twill and twill-cni (npm run build)…\n');
   await run('npm', ['run', 'build'], { timeoutMs: 600_000 });
 }
@@ -51,8 +66,16 @@ async function openLab(name: string): Promise<NetnsCluster> {
 async function printStatus(c: Cluster): Promise<boolean> {
   const m = await connectivity(c);
   const nodes = await c.nodes();
-  process.stdout.write(`${c.description}\n${renderMatrix(m)}\nlogs:\n${nodes.map((n) => `  ${n.name} (${n.ip}): ${c.logPath(n.name)}`).join('\n')}\n`);
+  const kube = c instanceof NetnsCluster && c.mode === 'kubelet' ? `${await kubeletStatus(c)}\n` : '';
+  process.stdout.write(`${c.description}\n${kube}${renderMatrix(m)}\nlogs:\n${nodes.map((n) => `  ${n.name} (${n.ip}): ${c.logPath(n.name)}`).join('\n')}\n`);
   return m.failures.length === 0;
+}
+
+/** Nodes, twill pods and test pods, as kubectl shows them. */
+async function kubeletStatus(c: NetnsCluster): Promise<string> {
+  const wide = (args: string[]): Promise<string> => c.kubectl([...args, '-o', 'wide']).catch((err: Error) => `(${err.message})\n`);
+  const [nodes, twill, pods] = await Promise.all([wide(['get', 'nodes']), wide(['get', 'pods', '-n', 'twill-system']), wide(['get', 'pods', '-n', 'default'])]);
+  return `nodes:\n${nodes}twill pods:\n${twill}test pods:\n${pods}kubeconfig: ${c.adminKubeconfig}`;
 }
 
 function slowFactor(value: string): number {
@@ -67,20 +90,22 @@ interface UpOptions {
   readonly pods: number;
   readonly backend: 'vxlan' | 'host-gw';
   readonly store: StoreMode;
+  readonly kubelet?: boolean;
 }
 
 async function up(o: UpOptions & { name: string }): Promise<number> {
   if (await NetnsCluster.open(o.name)) throw new Error(`a lab named ${o.name} is already up (npm run lab -- down${o.name === 'twlab' ? '' : ` --name ${o.name}`})`);
   await ensureBuilt();
-  const c = await NetnsCluster.create({ name: o.name, backend: o.backend, store: o.store, ...(o.slow === undefined ? {} : { slow: o.slow }) });
+  if (o.kubelet === true && (o.slow !== undefined || o.backend !== 'vxlan' || o.store !== 'etcd')) throw new Error('--kubelet runs deploy/ as shipped (vxlan, the Kubernetes API as store) at full speed: no --backend, --store or --slow');
+  const c = await NetnsCluster.create({ name: o.name, backend: o.backend, store: o.store, ...(o.slow === undefined ? {} : { slow: o.slow }), ...(o.kubelet === true ? { kubelet: true } : {}) });
   if (o.slow !== undefined) process.stderr.write(`lab: slow mode: etcd, the apiserver and every twill (with what it spawns) get 1/${o.slow} of this machine's CPU\n`);
   await c.addNodes(Array.from({ length: o.nodes }, (_, i) => `n${i + 1}`), o.pods);
-  await untilFull(c, 30_000);
+  await untilFull(c, o.kubelet === true ? 120_000 : 30_000);
   return (await printStatus(c)) ? 0 : 1;
 }
 
 async function drill(c: Cluster, o: { which: string; json: boolean }): Promise<number> {
-  const names = o.which === 'all' ? drillsFor(c.store).map((d) => d.name) : [o.which];
+  const names = o.which === 'all' ? drillsFor(c.mode).map((d) => d.name) : [o.which];
   const unknown = names.filter((n) => !DRILLS.some((d) => d.name === n));
   if (unknown.length > 0) throw new Error(`no drill named ${unknown.join(', ')} (have: ${DRILLS.map((d) => d.name).join(', ')}, all)`);
   const results = await runDrills(c, names, (line) => process.stderr.write(`${line}\n`));
@@ -88,7 +113,32 @@ async function drill(c: Cluster, o: { which: string; json: boolean }): Promise<n
   return results.every((r) => r.pass) ? 0 : 1;
 }
 
+/** `[--name N] kubectl ARGS…`: ARGS go to kubectl untouched (flags, `--` and all), so commander never sees them. */
+function kubectlPassThrough(argv: readonly string[]): { name: string; args: string[] } | undefined {
+  const named = argv[0] === '--name' ? 2 : argv[0]?.startsWith('--name=') === true ? 1 : 0;
+  if (argv[named] !== 'kubectl') return undefined;
+  const name = named === 2 ? (argv[1] ?? 'twlab') : named === 1 ? (argv[0] ?? '').slice('--name='.length) : 'twlab';
+  return { name, args: argv.slice(named + 1) };
+}
+
+/** kubectl as the lab's admin, with this terminal (so `kubectl exec -it` works); its exit code. */
+async function kubectl(name: string, args: readonly string[]): Promise<number> {
+  const [file = '', ...rest] = (await openLab(name)).kubectlArgv(args);
+  return new Promise<number>((done, fail) => {
+    const child = spawn(file, rest, { stdio: 'inherit' });
+    child.on('error', fail);
+    child.on('exit', (exitCode, signal) => done(exitCode ?? (signal === null ? 1 : 128)));
+  });
+}
+
 async function main(argv: string[]): Promise<number> {
+  const pass = kubectlPassThrough(argv);
+  if (pass) {
+    return kubectl(pass.name, pass.args).catch((err: unknown) => {
+      process.stderr.write(`lab: ${err instanceof Error ? err.message : String(err)}\n`);
+      return 1;
+    });
+  }
   let code = 0;
   const program = new Command('lab').description('the twill lab: nodes, pods and etcd in network namespaces, and failure drills').exitOverride();
   program.option('--name <name>', 'the lab name (namespace and directory prefix)', 'twlab');
@@ -100,7 +150,10 @@ async function main(argv: string[]): Promise<number> {
     .option('--backend <type>', 'vxlan or host-gw', backendOf, 'vxlan' as const)
     .option('--store <mode>', 'etcd, or kube (a kube-apiserver, Node objects, twill run --kube-subnet-mgr)', storeOf, 'etcd' as const)
     .option('--slow <factor>', 'run the lab as on a machine <factor> times slower: its processes share 1/<factor> of the CPUs (a cgroup CPU quota)', slowFactor)
+    .option('--kubelet', 'a real cluster: controller-manager, scheduler, and per node containerd, kubelet and kube-proxy; twill as deploy/\'s DaemonSet')
     .action(async (o: UpOptions) => void (code = await up({ name: name(), ...o })));
+  program.command('kubectl').description('kubectl as the lab\'s admin: npm run lab -- kubectl ARGS…').action(() => void (code = 1));
+  program.command('kubeconfig').action(async () => void process.stdout.write(`${(await openLab(name())).adminKubeconfig}\n`));
   program.command('status').action(async () => void (code = (await printStatus(await openLab(name()))) ? 0 : 1));
   program.command('down').action(async () => {
     const removed = await NetnsCluster.destroy(name());

@@ -10,7 +10,9 @@
 import { mkdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { run, watchLines } from '../src/exec/runner.ts';
-import type { Cluster, LabNode, LabPod, ShOptions, StoreMode, Target } from './cluster.ts';
+import type { Cluster, LabMode, LabNode, LabPod, ShOptions, StoreMode, Target } from './cluster.ts';
+import { KubeletNodes } from './kubelet-cluster.ts';
+import { kubectlArgv } from './kube-apiserver.ts';
 import { adminKubectl, applyRbac, kubeLab, nodeObject, prepareKubeLab, spawnLabApiServer, twillKubeFlags, untilLabApiServerReady, type KubeLab } from './netns-kube.ts';
 import { alive, killNamespaceProcesses, spawnDetached, stopPid } from './procs.ts';
 import { labDir, readState, writeState, type LabState, type NodeState } from './state.ts';
@@ -35,16 +37,24 @@ export class NetnsCluster implements Cluster {
   private readonly state: LabState;
   private readonly dir: string;
   private readonly kube: KubeLab;
+  /** kubelet mode: the nodes' kubelets, containerds and kube-proxies, the control plane around the apiserver */
+  private readonly kubelet: KubeletNodes | undefined;
 
   private constructor(state: LabState) {
     this.state = state;
     this.dir = labDir(state.name);
     this.kube = kubeLab(this.dir, ETCD_IP);
-    this.description = `netns lab ${state.name} (${state.backend}${state.store === 'kube' ? ', Kubernetes API' : ''})`;
+    const how = state.kubelet ? ', kubelet + DaemonSet' : state.store === 'kube' ? ', Kubernetes API' : '';
+    this.description = `netns lab ${state.name} (${state.backend}${how})`;
+    this.kubelet = state.kubelet ? new KubeletNodes({ state, dir: this.dir, kube: this.kube, save: () => writeState(this.state), kubectl: (args, opts) => this.kubectl(args, opts), nsOf: (short) => this.nsOf(short) }) : undefined;
   }
 
   get store(): StoreMode {
     return this.state.store;
+  }
+
+  get mode(): LabMode {
+    return this.state.kubelet ? 'kubelet' : this.state.store;
   }
 
   get backend(): 'vxlan' | 'host-gw' {
@@ -62,9 +72,10 @@ export class NetnsCluster implements Cluster {
    * config in etcd. kube mode: the kube-apiserver, RBAC, kubeconfigs and
    * net-conf.json (netns-kube.ts).
    */
-  static async create(o: { name: string; backend: 'vxlan' | 'host-gw'; store?: StoreMode; slow?: number }): Promise<NetnsCluster> {
-    const store = o.store ?? 'etcd';
-    const c = new NetnsCluster({ name: o.name, backend: o.backend, store, etcdPid: undefined, apiServerPid: undefined, nodes: [], nextIndex: 1, ...(o.slow === undefined ? {} : { slow: o.slow }) });
+  static async create(o: { name: string; backend: 'vxlan' | 'host-gw'; store?: StoreMode; slow?: number; kubelet?: boolean }): Promise<NetnsCluster> {
+    const store = o.kubelet === true ? 'kube' : (o.store ?? 'etcd');
+    const kubelet = o.kubelet === true ? { kubelet: KubeletNodes.initialState() } : {};
+    const c = new NetnsCluster({ name: o.name, backend: o.backend, store, etcdPid: undefined, apiServerPid: undefined, nodes: [], nextIndex: 1, ...(o.slow === undefined ? {} : { slow: o.slow }), ...kubelet });
     await mkdir(c.dir, { recursive: true });
     await writeState(c.state);
     if (o.slow !== undefined) await createThrottle(o.name, o.slow);
@@ -89,17 +100,20 @@ export class NetnsCluster implements Cluster {
       return c;
     }
     await prepareKubeLab(c.kube, o.backend);
+    if (c.kubelet) await c.kubelet.prepare();
     await c.startApiServer();
-    await applyRbac(c.kube, c.controlPlane);
+    if (c.kubelet) await c.kubelet.startControlPlane();
+    else await applyRbac(c.kube, c.controlPlane);
     return c;
   }
 
   /** Removes every process, namespace and file of the lab `name`, whether or not its state survived. */
   static async destroy(name: string): Promise<string[]> {
     const state = await readState(name);
+    const mine = (await ns(['netns', 'list'])).split('\n').map((l) => l.split(' ')[0] ?? '').filter((n) => n.startsWith(`${name}-`));
+    // kubelet mode first: every process of its nodes (pods included) at once, then its control plane
+    await KubeletNodes.destroy(state, mine);
     for (const pid of [state?.apiServerPid, state?.etcdPid, ...(state?.nodes ?? []).map((n) => n.pid)]) await stopPid(pid, 'kill');
-    const all = (await ns(['netns', 'list'])).split('\n').map((l) => l.split(' ')[0] ?? '');
-    const mine = all.filter((n) => n.startsWith(`${name}-`));
     for (const n of mine) await killNamespaceProcesses(n);
     for (const n of mine) await ns(['netns', 'del', n]).catch(() => undefined);
     await rm(labDir(name), { recursive: true, force: true });
@@ -135,13 +149,19 @@ export class NetnsCluster implements Cluster {
     return this.nsOf('node' in t ? t.node : t.pod);
   }
 
+  /** nsenter's --net argument for a target: a namespace the lab made, or (kubelet mode) a pod's, by its process */
+  private async netOf(t: Target): Promise<string> {
+    if (this.kubelet && t !== 'etcd' && t !== 'outside' && 'pod' in t) return `--net=${await this.kubelet.podNetns(t.pod)}`;
+    return `--net=/run/netns/${this.targetNs(t)}`;
+  }
+
   async sh(t: Target, argv: readonly string[], opts: ShOptions = {}): Promise<string> {
-    const r = await run('nsenter', [`--net=/run/netns/${this.targetNs(t)}`, ...argv], { timeoutMs: opts.timeoutMs ?? 20_000, ...(opts.input === undefined ? {} : { input: opts.input }) });
+    const r = await run('nsenter', [await this.netOf(t), ...argv], { timeoutMs: opts.timeoutMs ?? 20_000, ...(opts.input === undefined ? {} : { input: opts.input }) });
     return r.stdout;
   }
 
   async watch(t: Target, argv: readonly string[], opts: { signal: AbortSignal; onLine: (line: string) => void }): Promise<void> {
-    await watchLines('nsenter', [`--net=/run/netns/${this.targetNs(t)}`, ...argv], opts);
+    await watchLines('nsenter', [await this.netOf(t), ...argv], opts);
   }
 
   async nodes(): Promise<LabNode[]> {
@@ -149,6 +169,7 @@ export class NetnsCluster implements Cluster {
   }
 
   async pods(): Promise<LabPod[]> {
+    if (this.kubelet) return this.kubelet.pods();
     return this.state.nodes.flatMap((n) => n.pods.map((p) => ({ name: p.name, node: n.name, ip: p.ip })));
   }
 
@@ -171,18 +192,31 @@ export class NetnsCluster implements Cluster {
   }
 
   async twillCpuMs(node: string): Promise<number | undefined> {
+    if (this.kubelet) return this.kubelet.twillCpuMs(node);
     return processCpuMs(this.node(node).pid);
   }
 
   logPath(node: string): string {
+    if (this.kubelet) return this.kubelet.twillLogDir(node);
     return join(this.dir, node, 'twill.log');
   }
 
   async twillLog(node: string): Promise<string> {
+    if (this.kubelet) return this.kubelet.twillLog(node);
     return readFile(this.logPath(node), 'utf8').catch(() => '');
   }
 
+  /** kubelet mode: twill is the DaemonSet's pod, which kubelet starts and restarts; the drills go through Kubernetes */
+  private notKubelet(what: string): void {
+    if (this.kubelet) throw new Error(`${this.description}: ${what}: in kubelet mode twill runs as the DaemonSet's pod (use kubectl)`);
+  }
+
+  get kubeletControl(): KubeletNodes | undefined {
+    return this.kubelet;
+  }
+
   async startTwill(name: string): Promise<void> {
+    this.notKubelet('starting twill');
     const n = this.node(name);
     if (alive(n.pid)) throw new Error(`twill already runs on ${name} (pid ${n.pid})`);
     const store = this.store === 'kube' ? twillKubeFlags(this.kube, name) : ['--etcd-endpoints', this.etcdEndpoint, '--node-name', name];
@@ -192,6 +226,7 @@ export class NetnsCluster implements Cluster {
   }
 
   async stopTwill(name: string, how: 'term' | 'kill'): Promise<void> {
+    this.notKubelet('stopping twill');
     const n = this.node(name);
     await stopPid(n.pid, how);
     n.pid = undefined;
@@ -208,6 +243,18 @@ export class NetnsCluster implements Cluster {
   async kubectl(args: readonly string[], opts?: ShOptions): Promise<string> {
     this.kubeOnly('kubectl');
     return adminKubectl(this.kube, this.controlPlane, args, opts);
+  }
+
+  /** The admin's kubeconfig (its server is reachable from the lab's namespaces, such as <name>-etcd). */
+  get adminKubeconfig(): string {
+    this.kubeOnly('a kubeconfig');
+    return this.kube.admin.kubeconfig;
+  }
+
+  /** argv of kubectl as the admin, run where the apiserver is reachable (`npm run lab -- kubectl`). */
+  kubectlArgv(args: readonly string[]): string[] {
+    this.kubeOnly('kubectl');
+    return ['nsenter', `--net=/run/netns/${this.nsOf('etcd')}`, ...kubectlArgv(this.kube.admin, args)];
   }
 
   async stopApiServer(): Promise<void> {
@@ -256,6 +303,7 @@ export class NetnsCluster implements Cluster {
       added.push(n);
     }
     await writeState(this.state);
+    if (this.kubelet) return this.kubelet.addNodes(added, pods);
     // a controller-manager would give each Node its podCIDR: here the lab does, before twill starts
     for (const n of added) if (this.store === 'kube') await this.kubectl(['create', '-f', '-'], { input: nodeObject(n.name, `10.244.${n.index}.0/24`) });
     for (const n of added) await this.startTwill(n.name);
@@ -264,7 +312,9 @@ export class NetnsCluster implements Cluster {
 
   async removeNode(name: string): Promise<void> {
     const n = this.node(name);
-    await this.stopTwill(name, 'term');
+    const log = this.logPath(name);
+    if (this.kubelet) await this.kubelet.removeNode(n);
+    else await this.stopTwill(name, 'term');
     if (this.store === 'kube') await this.kubectl(['delete', 'node', name, '--ignore-not-found']);
     for (const p of n.pods) await ns(['netns', 'del', this.nsOf(p.name)]).catch(() => undefined);
     await killNamespaceProcesses(this.nsOf(name));
@@ -272,9 +322,9 @@ export class NetnsCluster implements Cluster {
     await ns(['-n', this.nsOf('rt'), 'link', 'del', `u-${name}`]).catch(() => undefined);
     this.state.nodes = this.state.nodes.filter((x) => x !== n);
     await writeState(this.state);
-    // a node added later under the same name starts afresh; its log is kept under removed/
+    // a node added later under the same name starts afresh; its log (kubelet mode: its pod logs) is kept under removed/
     await mkdir(join(this.dir, 'removed'), { recursive: true });
-    await rename(this.logPath(name), join(this.dir, 'removed', `${name}-${Date.now()}.log`)).catch(() => undefined);
+    await rename(log, join(this.dir, 'removed', `${name}-${Date.now()}${this.kubelet ? '-pods' : '.log'}`)).catch(() => undefined);
     await rm(join(this.dir, name), { recursive: true, force: true });
   }
 

@@ -22,7 +22,7 @@ import { alive, spawnDetached } from './procs.ts';
 import { until } from './wait.ts';
 
 export const KUBE_API_PORT = 6443;
-const DEPLOY = resolve(import.meta.dirname, '../deploy');
+const DEPLOY = resolve(import.meta.dirname, '../deploy/base');
 /** deploy/'s objects that give twill its rights (the DaemonSet and ConfigMap are not needed here) */
 const RBAC_FILES = ['namespace.yaml', 'serviceaccount.yaml', 'clusterrole.yaml', 'clusterrolebinding.yaml'];
 
@@ -64,11 +64,11 @@ export async function prepareKubeLab(k: KubeLab, backend: 'vxlan' | 'host-gw'): 
   await writeFile(k.netConf, `${JSON.stringify({ Network: '10.244.0.0/16', Backend: { Type: backend } })}\n`);
 }
 
-/** The apiserver binary; builds it (3 to 8 minutes, once) when there is no cached one. */
+/** The apiserver binary; builds the Kubernetes binaries (3 to 20 minutes, once) when there is no cached one. */
 export async function labApiServerBinary(): Promise<string> {
   const cached = await kubeApiServerBinary({ cachedOnly: true }).catch(() => undefined);
   if (cached !== undefined) return cached;
-  process.stderr.write('lab: no cached kube-apiserver; building one with scripts/kube-apiserver.sh (3 to 8 minutes, once)…\n');
+  process.stderr.write('lab: no cached kube-apiserver; building the Kubernetes binaries with scripts/kubernetes.sh (3 to 20 minutes, once)…\n');
   return kubeApiServerBinary({ cachedOnly: false });
 }
 

@@ -1,6 +1,7 @@
 // The netns lab's state on disk, /run/twill-lab/<name>/state.json: which
 // nodes and pods exist, the store mode, and the pids of etcd, the
-// kube-apiserver (kube mode) and every twill, so `status`,
+// kube-apiserver (kube mode) and every twill (in kubelet mode: the control
+// plane's and each node's own processes), so `status`,
 // `drill` and `down` (separate invocations) find the lab `up` made.
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -19,6 +20,26 @@ export interface NodeState {
   readonly ip: string;
   pid: number | undefined;
   pods: PodState[];
+  /** kubelet lab: the node's own processes (twill runs as its DaemonSet pod) */
+  kubelet?: KubeletNodeState;
+}
+
+/** A kubelet-lab node's processes: the holder of its mount namespace, containerd, kubelet, kube-proxy. */
+export interface KubeletNodeState {
+  holderPid: number | undefined;
+  containerdPid: number | undefined;
+  kubeletPid: number | undefined;
+  kubeProxyPid: number | undefined;
+}
+
+/** The kubelet lab's control plane beyond the apiserver, and what `down` must undo on the host. */
+export interface KubeletLabState {
+  controllerManagerPid: number | undefined;
+  schedulerPid: number | undefined;
+  /** host directories made as mount points for the nodes' bind mounts (removed by `down` when empty) */
+  madeMountPoints: string[];
+  /** image archives every node imports */
+  images: string[];
 }
 
 export interface LabState {
@@ -32,6 +53,8 @@ export interface LabState {
   nextIndex: number;
   /** `up --slow F`: the lab's processes run with 1/F of the machine's CPU (throttle.ts) */
   slow?: number;
+  /** `up --kubelet`: real kubelets run twill's DaemonSet (kubelet-lab.ts, kubelet-node.ts) */
+  kubelet?: KubeletLabState;
 }
 
 export function labDir(name: string): string {

@@ -79,6 +79,7 @@ export class VagrantCluster implements Cluster {
   readonly etcdEndpoint = `http://${VAGRANT_LAB.etcdIp}:2379`;
   readonly etcdPrefix = '/coreos.com/network';
   readonly store = 'etcd' as const;
+  readonly mode = 'etcd' as const;
   private readonly dir: string;
   private readonly exec: VagrantExec;
   private readonly watcher: LineWatcher;

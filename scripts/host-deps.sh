@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages twill's tests and lab need, only when missing.
 # Idempotent and quiet when everything is present; needs root to install.
-# (The kube-apiserver's build dependencies are scripts/kube-apiserver.sh's:
+# (The Kubernetes binaries, kubectl included, are built by scripts/kubernetes.sh, with its own build dependencies:
 # it installs them only when it has to build.)
 set -eu
 
@@ -19,8 +19,17 @@ check nsenter util-linux
 check ping iputils-ping
 check vagrant vagrant
 check shellcheck shellcheck
-check kubectl kubernetes-client
 [ -x /usr/lib/cni/bridge ] || need="$need containernetworking-plugins"
+# the kubelet lab's images (lab/images.ts) and the containerd that runs them
+check debootstrap debootstrap
+check containerd containerd
+check ctr containerd
+check runc runc
+check gcc gcc
+# `gcc -static` (the pause image) links libc.a; gcc prints the bare name when it has none
+[ -f "$(gcc -print-file-name=libc.a 2>/dev/null)" ] || need="$need libc6-dev"
+# the toolbox image's busybox must be the static build (Debian's `busybox` is dynamic)
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q ' installed$' || need="$need busybox-static"
 
 if [ -z "$need" ]; then
   exit 0

@@ -12,7 +12,7 @@ import { pollChains, runMonitors, type FloodGuard, type Touch } from './dataplan
 import { detectIptables } from './dataplane/observe.ts';
 import type { DesiredState, MasqSpec } from './dataplane/model.ts';
 import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
-import { DaemonProbe } from './health/probe.ts';
+import { DaemonProbe, type StartupProgress } from './health/probe.ts';
 import { serveHealth } from './health/server.ts';
 import { LeaseKeeper } from './lease/keeper.ts';
 import { ReadyMark } from './lease/ready.ts';
@@ -29,7 +29,7 @@ export interface DaemonDeps {
   readonly runner: Runner;
   readonly watch: LineWatcher;
   readonly logger: Logger;
-  /** sets net.ipv4.ip_forward=1 when it is not (true when it had to) */
+  /** sets net.ipv4.ip_forward=1 when it is not (true when it had to); a throw fails the pass's report, not the pass */
   readonly ensureForwarding: () => Promise<boolean>;
   /** why bridged traffic would bypass iptables, if it would */
   readonly bridgeNetfilterProblem: () => Promise<string | undefined>;
@@ -67,15 +67,23 @@ export function derivedVtepMac(nodeName: string, vni: number): string {
   return [...bytes].map((b) => b.toString(16).padStart(2, '0')).join(':');
 }
 
-/** Retries `fn` while the store is unreachable, logging each failure. */
-async function whileUnavailable<T>(deps: DaemonDeps, what: string, fn: () => Promise<T>, signal: AbortSignal): Promise<T> {
+/**
+ * Retries `fn` while the store is unreachable (or our Node has no podCIDR
+ * yet), for as long as it takes, logging each failure. Each attempt that
+ * fails is reported to `progress`: that is start-up's heartbeat, so a wait
+ * that keeps trying stays alive however long it lasts, and one that stops
+ * trying (a call that never returns) does not.
+ */
+async function whileUnavailable<T>(deps: DaemonDeps, progress: StartupProgress, what: string, fn: () => Promise<T>, signal: AbortSignal): Promise<T> {
   const backoff = new Backoff(500, 10_000);
+  progress.step(what);
   for (;;) {
     try {
       return await fn();
     } catch (err) {
       if (!hasCode(err, 'STORE_UNAVAILABLE') || signal.aborted) throw err;
       const retryInMs = backoff.next();
+      progress.retrying(describeError(err));
       deps.logger.warn({ err: describeError(err), retryInMs }, `${what}: lease store unreachable; retrying`);
       await sleep(retryInMs, signal);
     }
@@ -115,16 +123,18 @@ interface Started {
 }
 
 /** Config, interface, lease, subnet.env: everything before the loops start. */
-async function acquire(deps: DaemonDeps, opts: DaemonOptions, signal: AbortSignal): Promise<Started> {
+async function acquire(deps: DaemonDeps, opts: DaemonOptions, progress: StartupProgress, signal: AbortSignal): Promise<Started> {
   const { store, logger } = deps;
-  const config = await whileUnavailable(deps, 'reading network config', () => store.getNetworkConfig(signal), signal);
+  const config = await whileUnavailable(deps, progress, 'reading network config', () => store.getNetworkConfig(signal), signal);
   if (config.unknownKeys.length > 0) logger.warn({ keys: config.unknownKeys }, 'net-conf.json has keys twill does not know; they are ignored');
+  progress.step('choosing the interface');
   const choice = await discoverInterface(deps.runner, opts.iface, signal);
   logger.info({ iface: choice.iface.name, ifaceIp: choice.ifaceIp, publicIp: choice.publicIp, mtu: choice.iface.mtu }, 'using interface');
   const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
   const previous = await previousSubnet(deps, opts.subnetFile);
   const prevSubnet = previous && sameCidr(previous.network, config.network) ? previous.subnet : undefined;
-  const lease = await whileUnavailable(deps, 'acquiring lease', () => store.acquireLease({ config, attrs, previous: prevSubnet }, signal), signal);
+  const lease = await whileUnavailable(deps, progress, 'acquiring lease', () => store.acquireLease({ config, attrs, previous: prevSubnet }, signal), signal);
+  progress.step('writing subnet.env');
   await writeSubnetEnv(opts.subnetFile, subnetEnvFor(config, choice, lease, opts.ipMasq));
   logger.info({ key: lease.key, subnet: formatCidr(lease.subnet), expiresAt: new Date(lease.expiresAt).toISOString(), subnetFile: opts.subnetFile }, 'lease acquired');
   return { config, choice, attrs, lease };
@@ -142,7 +152,8 @@ export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: A
 async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonProbe }, signal: AbortSignal): Promise<void> {
   const { store, logger, runner } = deps;
   const { probe } = opts;
-  const { config, choice, lease } = await acquire(deps, opts, signal);
+  const { config, choice, lease } = await acquire(deps, opts, probe, signal);
+  probe.step('detecting iptables');
   const iptables = await detectIptables(runner, signal);
   const brProblem = await deps.bridgeNetfilterProblem();
   if (brProblem !== undefined) logger.warn(brProblem);
@@ -181,7 +192,7 @@ async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonPr
       if (r.converged && r.failures.length === 0) ready.converged();
     },
     onPassStart: () => probe.passStarted(),
-    onPassError: () => probe.passFailed(),
+    onPassError: (err) => probe.passFailed(err),
   });
   const ready = new ReadyMark({ store, keeper, logger }, signal);
   probe.started({ keeper, subnetFile: opts.subnetFile, env: subnetEnvFor(config, choice, lease, opts.ipMasq), underlay: choice.iface.name });

@@ -13,6 +13,7 @@ export type ErrorCode =
   | 'LEASE_TAKEN'
   | 'STORE_UNAVAILABLE'
   | 'COMMAND_FAILED'
+  | 'SYSCTL_FAILED'
   | 'IFACE_NOT_FOUND'
   | 'SUBNET_ENV_INVALID'
   | 'CNI_FAILED';

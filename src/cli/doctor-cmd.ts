@@ -30,7 +30,7 @@ async function doctor(flags: RunFlags, o: { json: boolean; bridge: string; nodeN
   const signal = AbortSignal.timeout(60_000);
   const facts = await gather(
     { runner: run, readText: (path) => readFile(path, 'utf8'), readStore: (s) => readStore(flags, { signal: s, nodeName: o.nodeName }) },
-    { iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp }, subnetFile: flags.subnetFile, bridge: o.bridge },
+    { iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp }, subnetFile: flags.subnetFile, bridge: o.bridge, procSysNet: flags.procSysNet },
     signal,
   );
   const results = runChecks(facts);

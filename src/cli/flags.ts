@@ -3,6 +3,7 @@
 // environment, which wins over the default. Values are parsed strictly here,
 // and a bad one is a FLAG_INVALID error naming the flag and the value.
 import { Option, type Command } from 'commander';
+import { PROC_SYS_NET } from '../dataplane/sysctl.ts';
 import { TwillError } from '../errors.ts';
 import { LOG_LEVELS, type LogLevel } from '../log.ts';
 import { isIpv4 } from '../net/ipv4.ts';
@@ -32,6 +33,7 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
   { name: 'subnet-lease-renew-margin', kind: 'int', arg: 'minutes', help: 'renew the lease this many minutes before it expires', default: '60' },
   { name: 'ip-masq', kind: 'bool', help: 'masquerade traffic leaving the pod network (FLANNEL_IPMASQ)' },
   { name: 'iptables-resync', kind: 'int', arg: 'seconds', help: 'period of the full safety-net dataplane pass (routes, neighbours, FDB, chains), ±10 %; kernel monitors repair drift at once', default: '60' },
+  { name: 'proc-sys-net', kind: 'string', arg: 'dir', help: 'the node network namespace\'s /proc/sys/net, where twill sets ip_forward and reads the bridge and rp_filter sysctls (a container that is not privileged has a read-only /proc/sys: mount the host\'s /proc/sys/net and name the mount here)', default: PROC_SYS_NET },
   { name: 'healthz-ip', kind: 'string', arg: 'ip', help: 'address of the health endpoint', default: '0.0.0.0' },
   { name: 'healthz-port', kind: 'int', arg: 'port', help: 'port of the health endpoint (0: disabled)', default: '0' },
   { name: 'node-name', kind: 'string', arg: 'name', help: 'this node\'s name (default: $NODE_NAME, then the host name)' },
@@ -58,6 +60,7 @@ export interface RunFlags {
   readonly subnetLeaseRenewMargin: number;
   readonly ipMasq: boolean;
   readonly iptablesResync: number;
+  readonly procSysNet: string;
   readonly healthzIp: string;
   readonly healthzPort: number;
   readonly nodeName: string | undefined;
@@ -142,6 +145,7 @@ function checkFlags(flags: RunFlags): RunFlags {
     bad('subnet-lease-renew-margin', String(flags.subnetLeaseRenewMargin), 'must be from 1 to 1439 minutes (the lease lasts 24 h)');
   }
   if (flags.iptablesResync < 1) bad('iptables-resync', String(flags.iptablesResync), 'must be at least 1 second');
+  if (!flags.procSysNet.startsWith('/')) bad('proc-sys-net', flags.procSysNet, 'must be an absolute path');
   for (const e of flags.etcdEndpoints) {
     if (!/^https?:\/\/[^/\s]+\/?$/.test(e)) bad('etcd-endpoints', e, 'each endpoint must look like http://host:port or https://host:port');
   }

@@ -70,7 +70,14 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
   logger.info({ version: packageVersion(), store: store.description }, 'twill starting');
   try {
     await runDaemon(
-      { store, runner: run, watch: watchLines, logger, ensureForwarding: ensureIpForward, bridgeNetfilterProblem },
+      {
+        store,
+        runner: run,
+        watch: watchLines,
+        logger,
+        ensureForwarding: () => ensureIpForward(flags.procSysNet),
+        bridgeNetfilterProblem: () => bridgeNetfilterProblem(flags.procSysNet),
+      },
       {
         nodeName,
         iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp },

@@ -23,8 +23,10 @@
 //            diffed and rewritten.
 // Failed passes, and full passes that keep finding work although the leases
 // did not change, back off and retry; a lease change cuts the back-off
-// short. No pass runs before `ready` (the first complete peer list): a pass
-// on an empty peer set would sweep every peer's entries on a restart.
+// short. Observed passes also keep net.ipv4.ip_forward at 1; failing to
+// (a read-only /proc/sys) fails the pass's report, never the rest of it.
+// No pass runs before `ready` (the first complete peer list): a pass on an
+// empty peer set would sweep every peer's entries on a restart.
 import { describeError } from '../errors.ts';
 import type { Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
@@ -45,6 +47,7 @@ export interface PassReport {
   readonly kind: PassKind;
   readonly durationMs: number;
   readonly ops: readonly Op[];
+  /** changes that failed, led by a standing sysctl failure (ip_forward could not be set) while there is one */
   readonly failures: readonly string[];
   /** the kernel matches the desired state: a full or chains pass needed no ops, or a repair put back what had drifted */
   readonly converged: boolean;
@@ -68,7 +71,7 @@ export interface ReconcilerOptions {
   readonly logger: Logger;
   /** the desired state now (from our lease and the current peers) */
   readonly desired: () => DesiredState;
-  /** sets net.ipv4.ip_forward=1 when it is not; true when it had to */
+  /** sets net.ipv4.ip_forward=1 when it is not; true when it had to; a throw is reported as a failure of the pass, not its end */
   readonly ensureForwarding: () => Promise<boolean>;
   /** period of the safety-net full pass (jittered by ±10 %, so nodes started together spread out) */
   readonly resyncMs: number;
@@ -107,6 +110,8 @@ export class Reconciler {
   private readonly runner: Runner;
   /** when the next safety-net full pass is due (performance.now()); only a full pass moves it, so other passes cannot put it off */
   private fullDueAt = 0;
+  /** why ip_forward could not be kept at 1, as of the last observed pass */
+  private forwardingFailure: string | undefined;
 
   constructor(o: ReconcilerOptions) {
     this.o = o;
@@ -158,7 +163,7 @@ export class Reconciler {
     const want = this.o.desired();
     // before applying: the events of our own changes are judged against what this pass wants
     this.known = indexDesired(want, generation);
-    if (await this.o.ensureForwarding()) this.o.logger.warn('net.ipv4.ip_forward was 0; set it to 1');
+    await this.checkForwarding();
     if (o.chains) this.fullDueAt = performance.now() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
     const seen = await observe(this.runner, want.vxlan?.name, signal, { chains: o.chains });
     const observed = performance.now();
@@ -223,6 +228,25 @@ export class Reconciler {
     return this.finish({ kind: 'chains', ops, failures, converged, drift: ops.length > 0 && this.convergedGeneration === this.generation, problems: want.problems }, { started, observed, first });
   }
 
+  /**
+   * ip_forward, set to 1 when it is not. A failure (EROFS: a container's
+   * /proc/sys is read-only) must not cost the pass: routes, neighbours, FDB
+   * and chains are still programmed, and the failure stands in every pass's
+   * report (readiness, NetworkUnavailable, the failed-pass counter) until an
+   * observed pass finds it fixed. Logged once per distinct error.
+   */
+  private async checkForwarding(): Promise<void> {
+    let failure: string | undefined;
+    try {
+      if (await this.o.ensureForwarding()) this.o.logger.warn('net.ipv4.ip_forward was 0; set it to 1');
+    } catch (err) {
+      failure = `sysctl: ${describeError(err)}`;
+    }
+    if (failure !== undefined && failure !== this.forwardingFailure) this.o.logger.warn({ err: failure }, 'cannot keep net.ipv4.ip_forward at 1; the rest of the dataplane is programmed, and every observed pass tries again');
+    if (failure === undefined && this.forwardingFailure !== undefined) this.o.logger.info('net.ipv4.ip_forward is 1 again');
+    this.forwardingFailure = failure;
+  }
+
   private begin(): number {
     this.o.onPassStart?.();
     this.spawns = 0;
@@ -233,8 +257,10 @@ export class Reconciler {
     const now = performance.now();
     const applyMs = r.ops.length > 0 ? now - t.observed : 0;
     const stages: PassStages = { trigger: t.first.source, waitedMs: t.started - t.first.at, observeMs: t.observed - t.started, applyMs, spawns: this.spawns };
-    const report: PassReport = { ...r, at: Date.now(), durationMs: now - t.started, stages };
-    this.logPass(report);
+    // ip_forward is only checked by observed passes; its failure holds for the passes between them too
+    const failures = this.forwardingFailure === undefined ? r.failures : [this.forwardingFailure, ...r.failures];
+    const report: PassReport = { ...r, failures, at: Date.now(), durationMs: now - t.started, stages };
+    this.logPass(report, r.failures);
     this.last = report;
     this.o.onPass?.(report);
     return report;
@@ -312,13 +338,14 @@ export class Reconciler {
     });
   }
 
-  private logPass(r: PassReport): void {
+  /** `failures`: the pass's own (a standing sysctl failure is logged when it changes, not with every pass) */
+  private logPass(r: PassReport, failures: readonly string[]): void {
     if (r.ops.length === 0) return;
     const byKind: Record<string, number> = {};
     for (const op of r.ops) byKind[`${op.kind} ${op.action}`] = (byKind[`${op.kind} ${op.action}`] ?? 0) + 1;
     const s = r.stages;
     const fields = { kind: r.kind, ops: byKind, durationMs: Math.round(r.durationMs), trigger: s.trigger, waitedMs: Math.round(s.waitedMs), observeMs: Math.round(s.observeMs), applyMs: Math.round(s.applyMs), spawns: s.spawns };
-    if (r.failures.length > 0) this.o.logger.warn({ ...fields, failures: r.failures.slice(0, 20) }, 'dataplane pass could not apply every change');
+    if (failures.length > 0) this.o.logger.warn({ ...fields, failures: failures.slice(0, 20) }, 'dataplane pass could not apply every change');
     else if (r.drift) this.o.logger.warn(fields, 'repaired dataplane drift');
     else this.o.logger.info(fields, 'dataplane updated');
     if (this.o.logger.isLevelEnabled('debug')) this.o.logger.debug({ lines: r.ops.map((o) => o.line) }, 'dataplane ops');

@@ -1,12 +1,16 @@
 // Doctor checks over kernel settings (pure): net.ipv4.ip_forward,
 // br_netfilter and bridge-nf-call-iptables, and rp_filter in strict mode on
-// the interfaces overlay traffic crosses.
+// the interfaces overlay traffic crosses. The values are read (gather.ts)
+// under --proc-sys-net, where the daemon reads and writes them.
 import type { CheckResult, DoctorFacts } from './facts.ts';
 import { overlayView } from './overlay.ts';
 
+/** A sysctl that cannot be read: not root, or --proc-sys-net not where twill run reads them. */
+const READ_FIX = 'run twill doctor as root, in the node\'s network namespace, with the --proc-sys-net twill run has';
+
 export function checkIpForward(f: DoctorFacts): CheckResult {
   const check = 'ip-forward';
-  if (!f.ipForward.ok) return { check, verdict: 'warn', detail: `could not read net.ipv4.ip_forward: ${f.ipForward.error}`, fix: 'run twill doctor as root' };
+  if (!f.ipForward.ok) return { check, verdict: 'warn', detail: `could not read net.ipv4.ip_forward: ${f.ipForward.error}`, fix: READ_FIX };
   if (f.ipForward.value === '1') return { check, verdict: 'ok', detail: 'net.ipv4.ip_forward is 1', fix: '' };
   return {
     check,
@@ -18,7 +22,7 @@ export function checkIpForward(f: DoctorFacts): CheckResult {
 
 export function checkBrNetfilter(f: DoctorFacts): CheckResult {
   const check = 'br-netfilter';
-  if (!f.bridgeNf.ok) return { check, verdict: 'warn', detail: `could not read /proc/sys/net/bridge: ${f.bridgeNf.error}`, fix: 'run twill doctor as root' };
+  if (!f.bridgeNf.ok) return { check, verdict: 'warn', detail: `could not read /proc/sys/net/bridge: ${f.bridgeNf.error}`, fix: READ_FIX };
   if (f.bridgeNf.value !== undefined) return { check, verdict: 'ok', detail: 'br_netfilter is loaded (/proc/sys/net/bridge exists)', fix: '' };
   return {
     check,
@@ -30,7 +34,7 @@ export function checkBrNetfilter(f: DoctorFacts): CheckResult {
 
 export function checkBridgeNfCall(f: DoctorFacts): CheckResult {
   const check = 'bridge-nf-call-iptables';
-  if (!f.bridgeNf.ok) return { check, verdict: 'warn', detail: `could not read it: ${f.bridgeNf.error}`, fix: 'run twill doctor as root' };
+  if (!f.bridgeNf.ok) return { check, verdict: 'warn', detail: `could not read it: ${f.bridgeNf.error}`, fix: READ_FIX };
   const value = f.bridgeNf.value;
   if (value === undefined) return { check, verdict: 'warn', detail: 'skipped: br_netfilter is not loaded (see br-netfilter)', fix: 'modprobe br_netfilter first' };
   if (value === '1') return { check, verdict: 'ok', detail: 'net.bridge.bridge-nf-call-iptables is 1', fix: '' };

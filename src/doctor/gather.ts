@@ -1,7 +1,9 @@
-// The doctor's only contact with the world: it reads /proc/sys, runs `ip`
-// and `iptables*` through the process runner, reads subnet.env and asks the
-// lease store, all in parallel, and turns each answer (or its failure) into
-// a fact. No check runs here; a read that fails is recorded, not thrown.
+// The doctor's only contact with the world: it reads the net sysctls (under
+// --proc-sys-net, where the daemon reads them), runs `ip` and `iptables*`
+// through the process runner, reads subnet.env and asks the lease store, all
+// in parallel, and turns each answer (or its failure) into a fact. No check
+// runs here; a read that fails is recorded, not thrown.
+import { join } from 'node:path';
 import { describeError, hasCode, TwillError } from '../errors.ts';
 import { runJson, type Runner } from '../exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../dataplane/model.ts';
@@ -16,7 +18,7 @@ import { overlayView } from './overlay.ts';
 
 export interface GatherDeps {
   readonly runner: Runner;
-  /** reads a file (under /proc/sys); rejects with code ENOENT when it does not exist */
+  /** reads a file (under --proc-sys-net); rejects with code ENOENT when it does not exist */
   readonly readText: (path: string) => Promise<string>;
   /** the network config and every lease record; throws when the store cannot answer */
   readonly readStore: (signal: AbortSignal) => Promise<StoreFact>;
@@ -26,6 +28,8 @@ export interface GatherOptions {
   readonly iface: IfaceRequest;
   readonly subnetFile: string;
   readonly bridge: string;
+  /** where the node's /proc/sys/net is (--proc-sys-net: the daemon's sysctls, read where the daemon reads them) */
+  readonly procSysNet: string;
 }
 
 async function attempt<T>(fn: () => Promise<T>): Promise<Read<T>> {
@@ -79,10 +83,11 @@ async function foreignChains(runner: Runner, signal: AbortSignal): Promise<Forei
   return seen.flatMap(({ c, o }) => (o.rules === null && o.jumps.length === 0 ? [] : [{ table: c.table, chain: c.chain, rules: o.rules?.length ?? 0, jumps: o.jumps.length }]));
 }
 
-async function sysctl(deps: GatherDeps, path: string): Promise<Read<string | undefined>> {
+/** One net sysctl, `path` under --proc-sys-net (`ipv4/ip_forward`); undefined when it does not exist. */
+async function sysctl(deps: GatherDeps, o: GatherOptions, path: string): Promise<Read<string | undefined>> {
   return attempt(async () => {
     try {
-      return (await deps.readText(`/proc/sys/${path}`)).trim();
+      return (await deps.readText(join(o.procSysNet, path))).trim();
     } catch (err) {
       if (enoent(err)) return undefined;
       throw err;
@@ -91,10 +96,10 @@ async function sysctl(deps: GatherDeps, path: string): Promise<Read<string | und
 }
 
 /** rp_filter of all, default and each device overlay traffic crosses (absent devices left out). */
-async function rpFilters(deps: GatherDeps, f: DoctorFacts): Promise<Map<string, string>> {
+async function rpFilters(deps: GatherDeps, o: GatherOptions, f: DoctorFacts): Promise<Map<string, string>> {
   const view = overlayView(f);
   const devs = ['all', 'default', ...(f.underlay.ok ? [f.underlay.value.name] : []), ...(view.device ? [view.device] : []), f.bridge];
-  const values = await Promise.all(devs.map((d) => sysctl(deps, `net/ipv4/conf/${d}/rp_filter`)));
+  const values = await Promise.all(devs.map((d) => sysctl(deps, o, `ipv4/conf/${d}/rp_filter`)));
   return new Map(devs.flatMap((d, i) => {
     const v = values[i];
     return v?.ok && v.value !== undefined ? [[d, v.value] as [string, string]] : [];
@@ -106,8 +111,8 @@ export async function gather(deps: GatherDeps, o: GatherOptions, signal: AbortSi
   const { runner } = deps;
   const opts = { signal, timeoutMs: 10_000 };
   const [ipForward, bridgeNf, iptables, inputChain, foreign, links, underlay, subnetEnv, store, ownedRoutes] = await Promise.all([
-    sysctl(deps, 'net/ipv4/ip_forward').then((r) => (r.ok && r.value === undefined ? failed<string>('no /proc/sys/net/ipv4/ip_forward') : (r as Read<string>))),
-    sysctl(deps, 'net/bridge/bridge-nf-call-iptables'),
+    sysctl(deps, o, 'ipv4/ip_forward').then((r) => (r.ok && r.value === undefined ? failed<string>(`no ${join(o.procSysNet, 'ipv4/ip_forward')}`) : (r as Read<string>))),
+    sysctl(deps, o, 'bridge/bridge-nf-call-iptables'),
     attempt(() => iptablesFact(runner, signal)),
     attempt(async () => (await runner('iptables', ['-w', '5', '-S', 'INPUT'], opts)).stdout),
     attempt(() => foreignChains(runner, signal)),
@@ -121,7 +126,7 @@ export async function gather(deps: GatherDeps, o: GatherOptions, signal: AbortSi
     attempt(async () => parseRoutes(await runJson(runner, 'ip', ['-json', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)], opts))),
   ]);
   const facts: DoctorFacts = { ipForward, bridgeNf, rpFilter: new Map(), iptables, inputChain, foreignChains: foreign, links, underlay, subnetFile: o.subnetFile, subnetEnv, store, ownedRoutes, bridge: o.bridge };
-  return { ...facts, rpFilter: await rpFilters(deps, facts) };
+  return { ...facts, rpFilter: await rpFilters(deps, o, facts) };
 }
 
 /** The config and one complete listing of the lease records, within `timeoutMs`. */

@@ -1,14 +1,15 @@
-// What the daemon tells its health endpoints and metrics: the lease keeper,
-// the expected subnet.env, the underlay, every pass and lease-store event.
-// It turns them into metrics as they happen, and into liveness/readiness
-// facts on request (reading subnet.env and the underlay's operstate then).
+// What the daemon tells its health endpoints and metrics: each start-up
+// step and each retry of one (start-up's heartbeat), the lease keeper, the
+// expected subnet.env, the underlay, every pass and lease-store event. It
+// turns them into metrics as they happen, and into liveness/readiness facts
+// on request (reading subnet.env and the underlay's operstate then).
 import { readFile } from 'node:fs/promises';
 import type { PassReport } from '../dataplane/reconciler.ts';
 import { describeError } from '../errors.ts';
 import type { Lease, LeaseEvent } from '../lease/types.ts';
 import { formatCidr, sameCidr } from '../net/ipv4.ts';
 import { readSubnetEnv, type SubnetEnv } from '../subnetenv.ts';
-import type { HealthFacts } from './health.ts';
+import type { HealthFacts, StartupFacts } from './health.ts';
 import { driftKind, TwillMetrics } from './metrics.ts';
 
 export interface KeeperView {
@@ -17,27 +18,48 @@ export interface KeeperView {
   lost(): string | undefined;
 }
 
-export class DaemonProbe {
+/** How start-up reports progress: the waits that retry call `retrying` on every failed attempt, so a wait that stops trying shows. */
+export interface StartupProgress {
+  /** start-up begins `step` ("acquiring lease") */
+  step(step: string): void;
+  /** an attempt of the current step failed with `problem` and is retried */
+  retrying(problem: string): void;
+}
+
+export class DaemonProbe implements StartupProgress {
   readonly metrics: TwillMetrics;
   private readonly startedAt = Date.now();
   private readonly resyncMs: number;
+  private startup: StartupFacts;
   private keeper: KeeperView | undefined;
   private env: { path: string; want: SubnetEnv } | undefined;
   private underlay: string | undefined;
   private last: PassReport | undefined;
+  private passError: { at: number; error: string } | undefined;
   private passSince: number | undefined;
 
   constructor(o: { version: string; resyncMs: number }) {
     this.metrics = new TwillMetrics({ version: o.version });
     this.resyncMs = o.resyncMs;
+    this.startup = { step: 'starting', since: this.startedAt, tickAt: this.startedAt, failures: 0, problem: undefined };
   }
 
-  /** The lease is ours and subnet.env written: the loops start. */
+  step(step: string): void {
+    const now = Date.now();
+    this.startup = { step, since: now, tickAt: now, failures: 0, problem: undefined };
+  }
+
+  retrying(problem: string): void {
+    this.startup = { ...this.startup, tickAt: Date.now(), failures: this.startup.failures + 1, problem };
+  }
+
+  /** The lease is ours and subnet.env written: the loops start, and the first pass waits for the peer list. */
   started(o: { keeper: KeeperView; subnetFile: string; env: SubnetEnv; underlay: string }): void {
     this.keeper = o.keeper;
     this.env = { path: o.subnetFile, want: o.env };
     this.underlay = o.underlay;
     this.leaseChanged(o.keeper.current());
+    this.step('waiting for the peer list');
   }
 
   leaseChanged(lease: Lease): void {
@@ -50,6 +72,7 @@ export class DaemonProbe {
 
   passDone(r: PassReport): void {
     this.passSince = undefined;
+    this.passError = undefined;
     this.last = r;
     const m = this.metrics;
     m.passes.inc({ result: r.failures.length > 0 ? 'failed' : r.converged ? 'converged' : 'changed' });
@@ -59,12 +82,19 @@ export class DaemonProbe {
     m.unprogrammable.set(r.problems.length);
   }
 
-  passFailed(): void {
+  /** A pass threw: the loop goes on (it retries), but the kernel is in an unknown state. */
+  passFailed(err: unknown): void {
     this.passSince = undefined;
+    this.passError = { at: Date.now(), error: describeError(err) };
     this.metrics.passes.inc({ result: 'failed' });
   }
 
   storeEvent(ev: LeaseEvent): void {
+    // before the first pass, the lease watch's list attempts are start-up's heartbeat (waiting for the peer list)
+    if (this.keeper !== undefined && this.last === undefined && this.passError === undefined) {
+      if (ev.type === 'connectivity' && !ev.connected) this.retrying(`lease store unreachable: ${ev.detail}`);
+      else this.startup = { ...this.startup, tickAt: Date.now() };
+    }
     if (ev.type === 'connectivity') this.metrics.storeConnected.set(ev.connected ? 1 : 0);
     if (ev.type === 'snapshot') {
       this.metrics.storeConnected.set(1);
@@ -92,7 +122,9 @@ export class DaemonProbe {
       startedAt: this.startedAt,
       running: this.keeper !== undefined,
       resyncMs: this.resyncMs,
+      startup: this.startup,
       lastPass: this.last,
+      passError: this.passError,
       passSince: this.passSince,
       leaseProblem,
       subnetEnvProblem: await this.subnetEnvProblem(),

@@ -1,6 +1,7 @@
-// The health endpoint (--healthz-ip:--healthz-port): GET /healthz (200 while
-// the loops are alive, else 500 with the reason), /readyz (200 when ready,
-// else 503 with the reason), /metrics (Prometheus text format).
+// The health endpoint (--healthz-ip:--healthz-port): GET /healthz (200
+// while twill is not wedged, however long it waits; else 500 with the
+// reason), /readyz (200 when ready, else 503 with the reason, e.g. what
+// start-up waits for), /metrics (Prometheus text format). See health.ts.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { describeError, TwillError } from '../errors.ts';
 import type { Logger } from '../log.ts';

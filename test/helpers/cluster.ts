@@ -148,3 +148,11 @@ export class Cluster {
     if (this.dir) await rm(this.dir, { recursive: true, force: true });
   }
 }
+
+/** GET http://127.0.0.1:<port><path> from inside a node's namespace (its health endpoint, say): status and body. */
+export async function httpGetIn(c: Cluster, node: ClusterNode, port: number, path: string): Promise<{ status: number; body: string }> {
+  const script = `fetch('http://127.0.0.1:${port}${path}').then(async (r) => process.stdout.write(r.status + ' ' + (await r.text())), (e) => { console.error(e.message); process.exit(1); })`;
+  const out = await c.sh(node.ns, process.execPath, '-e', script);
+  const sp = out.indexOf(' ');
+  return { status: Number(out.slice(0, sp)), body: out.slice(sp + 1) };
+}

@@ -15,7 +15,7 @@ const MERGE = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
 
 /** kubectl with `kubeconfig`, its discovery cache beside the kubeconfig (removed with the apiserver's files, not left in ~/.kube). */
 export async function kubectl(kubeconfig: string, args: readonly string[]): Promise<string> {
-  const [cmd = 'kubectl', ...rest] = kubectlArgv({ kubeconfig, cacheDir: join(dirname(kubeconfig), 'kubectl-cache') }, args);
+  const [cmd = '', ...rest] = kubectlArgv({ kubeconfig, cacheDir: join(dirname(kubeconfig), 'kubectl-cache') }, args);
   return (await run(cmd, rest, { timeoutMs: 60_000 })).stdout;
 }
 

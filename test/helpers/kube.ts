@@ -1,4 +1,4 @@
-// A real kube-apiserver for tests (the binary from scripts/kube-apiserver.sh)
+// A real kube-apiserver for tests (the binary from scripts/kubernetes.sh)
 // against a real etcd (helpers/etcd.ts), on a free port, with a temporary
 // cert dir, static tokens (an admin in system:masters, and a user `twill`
 // with no rights until a test binds it), service-account keys and RBAC.
@@ -23,7 +23,7 @@ import { startEtcd, type EtcdServer } from './etcd.ts';
 import { freePort } from './ports.ts';
 import { startProcess, stopProcess } from './process.ts';
 
-export { KUBE_APISERVER_SCRIPT } from '../../lab/kube-apiserver.ts';
+export { KUBERNETES_SCRIPT } from '../../lab/kube-apiserver.ts';
 
 export interface KubeApiServer {
   /** https://<host>:<port> */

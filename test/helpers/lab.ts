@@ -10,17 +10,22 @@ const LAB = resolve(import.meta.dirname, '../../lab/main.ts');
 
 /** Runs the lab command; stdout (rejects with the CommandError on a non-zero exit). */
 export async function lab(...args: string[]): Promise<string> {
-  return (await run(process.execPath, [LAB, ...args], { timeoutMs: 600_000 })).stdout;
+  return labWith({}, ...args);
+}
+
+/** `lab`, with a bound other than 10 minutes. */
+export async function labWith(o: { timeoutMs?: number }, ...args: string[]): Promise<string> {
+  return (await run(process.execPath, [LAB, ...args], { timeoutMs: o.timeoutMs ?? 600_000 })).stdout;
 }
 
 /**
  * `drill <which> --json` on lab `name`: the results, also when a drill
  * failed (the command then exits 1, and its JSON is what says why).
  */
-export async function labDrills(name: string, which = 'all'): Promise<DrillResult[]> {
+export async function labDrills(name: string, which = 'all', timeoutMs = 600_000): Promise<DrillResult[]> {
   // arguments pass as "$@", never parsed by the shell; the exit code is dropped, the JSON kept
   const argv = ['-c', '"$@"; exit 0', 'sh', process.execPath, LAB, '--name', name, 'drill', which, '--json'];
-  const { stdout, stderr } = await run('sh', argv, { timeoutMs: 600_000 });
+  const { stdout, stderr } = await run('sh', argv, { timeoutMs });
   if (stdout.trim() === '') throw new Error(`drill ${which} printed nothing; stderr: ${stderr.slice(-3000)}`);
   return JSON.parse(stdout) as DrillResult[];
 }

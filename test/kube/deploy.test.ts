@@ -47,7 +47,7 @@ describe('deploy/', () => {
   });
 
   it('kubectl apply --dry-run=server -k deploy/ accepts every object once the namespace exists, and creates none', async () => {
-    await kubectl(['apply', '-f', resolve(DEPLOY, 'namespace.yaml')]);
+    await kubectl(['apply', '-f', resolve(DEPLOY, 'base', 'namespace.yaml')]);
     const out = await kubectl(['apply', '--dry-run=server', '-k', DEPLOY]);
     expect(out).toMatch(new RegExp(`^namespace/${NS} (unchanged|configured) \\(server dry run\\)$`, 'm'));
     for (const obj of [
@@ -78,6 +78,12 @@ describe('deploy/', () => {
     expect(main?.securityContext?.capabilities?.add?.sort()).toEqual(['NET_ADMIN', 'NET_RAW']);
     expect(main?.args).toEqual(expect.arrayContaining(['run', '--kube-subnet-mgr', '--ip-masq', '--healthz-port=9810']));
     expect(main?.env?.find((e) => e.name === 'NODE_NAME')?.valueFrom?.fieldRef?.fieldPath).toBe('spec.nodeName');
+    // sysctls through the host's /proc/sys/net (the container's own /proc/sys is read-only), writable: twill keeps ip_forward at 1
+    expect(main?.args).toContain('--proc-sys-net=/host/proc/sys/net');
+    const procSysNet = main?.volumeMounts?.find((m) => m.mountPath === '/host/proc/sys/net');
+    expect(pod?.volumes?.find((v) => v.name === procSysNet?.name)?.hostPath?.path).toBe('/proc/sys/net');
+    expect(procSysNet?.readOnly).not.toBe(true);
+    expect(pod?.initContainers?.map((c) => c.name)).toEqual(['install-cni-plugin', 'install-cni']);
     expect(main?.livenessProbe?.httpGet).toMatchObject({ path: '/healthz', port: 9810 });
     expect(main?.readinessProbe?.httpGet).toMatchObject({ path: '/readyz', port: 9810 });
     expect(main?.resources?.requests).toMatchObject({ cpu: '50m', memory: '192Mi' });
@@ -106,7 +112,7 @@ describe('deploy/', () => {
   it("the ConfigMap's net-conf.json and conflist pass twill's own parsers", async () => {
     const maps = await kc.makeApiClient(CoreV1Api).listNamespacedConfigMap({ namespace: NS });
     const cfg = maps.items.find((m) => m.metadata?.name?.startsWith('twill-cfg-'));
-    expect(cfg?.data?.['net-conf.json']).toBe(await readFile(resolve(DEPLOY, 'net-conf.json'), 'utf8'));
+    expect(cfg?.data?.['net-conf.json']).toBe(await readFile(resolve(DEPLOY, 'base', 'net-conf.json'), 'utf8'));
     const net = parseNetConfig(cfg?.data?.['net-conf.json'] ?? '');
     expect(net.backend.type).toBe('vxlan');
     const list = JSON.parse(cfg?.data?.['cni-conf.json'] ?? '') as { cniVersion: string; name: string; plugins: { type: string }[] };

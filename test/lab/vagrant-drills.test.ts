@@ -68,7 +68,7 @@ describe('store modes', () => {
     const { cluster, sent } = recordingLab();
     const drill = DRILLS.find((d) => d.name === 'node-deleted');
     if (!drill) throw new Error('no node-deleted drill');
-    expect(await runDrill(cluster, drill)).toMatchObject({ pass: true, notes: ['n/a: kube store only'] });
+    expect(await runDrill(cluster, drill)).toMatchObject({ pass: true, notes: ['n/a: kube lab only'] });
     expect(sent).toEqual([]);
   });
 

@@ -2,16 +2,22 @@
 // state gives exactly the expected routes, neighbours, FDB entries, device
 // and chains; a second pass does nothing; owned leftovers are swept and an
 // incompatible device is replaced; foreign routes and rules are never
-// touched; every pass spawns the same few processes whatever the peer count.
+// touched; every pass spawns the same few processes whatever the peer count;
+// an ip_forward that cannot be set (a read-only sysctl directory) costs the
+// pass nothing else and stands in every report until it can be set.
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
 import { desiredState, type BackendInput } from '../../src/dataplane/backend.ts';
 import { masqRules, forwardRules } from '../../src/dataplane/masq.ts';
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
+import { ensureIpForward } from '../../src/dataplane/sysctl.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease, SELF_MAC } from '../helpers/dataplane.ts';
 import { captureLog } from '../helpers/log.ts';
 import { NetnsLab, nsForwarding, nsRunner, sweepStaleNetns } from '../helpers/netns.ts';
 import { slowBound, waitFor } from '../helpers/ports.ts';
+import { fakeProcSysNet } from '../helpers/sysctl.ts';
 
 const lab = new NetnsLab();
 let ns: string;
@@ -144,6 +150,47 @@ describe('dataplane programmer on a real kernel', () => {
     r.leasesChanged();
     const took = await waitFor(async () => (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.includes('proto 151'), { timeoutMs: slowBound(1_000), what: 'the new peer route' });
     expect(took).toBeLessThan(slowBound(1_000));
+  });
+
+  it('programs everything when ip_forward cannot be written, reports it on every pass until it can, and logs it once', async () => {
+    // a sysctl directory whose ip_forward reads 0 and is read-only, as a container's /proc/sys is
+    const sys = await fakeProcSysNet({ ipForward: '0', ro: true });
+    onTestFinished(() => sys.remove());
+    let peers = VXLAN_PEERS;
+    const log = captureLog();
+    const r = new Reconciler({ runner, logger: log.logger, desired: () => desiredState(backendInput({ backend: 'vxlan', peers })), ensureForwarding: () => ensureIpForward(sys.dir), resyncMs: 600_000 });
+    const erofs = `sysctl: net.ipv4.ip_forward is 0, cannot set it to 1: EROFS: read-only file system, open '${sys.dir}/ipv4/ip_forward' (read-only: in a container that is not privileged, mount the host's /proc/sys/net and pass its path as --proc-sys-net)`;
+    const first = await r.pass(AbortSignal.timeout(20_000));
+    expect(first.failures).toEqual([erofs]);
+    expect(first.ops.length).toBeGreaterThan(0);
+    const view = await kernelView(runner);
+    expect(view.routes).toHaveLength(3);
+    expect(view.neighs).toHaveLength(3);
+    expect(view.fdb).toHaveLength(3);
+    expect(view.fwd).toContain('-A TWILL-FWD');
+    // nothing left to do but the sysctl: converged entries, still a failed pass
+    const second = await r.pass(AbortSignal.timeout(20_000));
+    expect(second).toMatchObject({ ops: [], converged: true, failures: [erofs] });
+    // passes that do not check the sysctl (a lease change applied as a delta) still carry it
+    const ctl = new AbortController();
+    const loop = r.run(ctl.signal);
+    onTestFinished(async () => {
+      ctl.abort();
+      await loop;
+    });
+    await waitFor(() => r.lastPass() !== second, { timeoutMs: slowBound(2_000), what: 'the loop\'s first pass' });
+    peers = [...VXLAN_PEERS, peerLease(5, { vxlan: true })];
+    r.leasesChanged();
+    await waitFor(() => r.lastPass()?.kind === 'delta', { timeoutMs: slowBound(2_000), what: 'a delta pass' });
+    expect(r.lastPass()?.failures).toEqual([erofs]);
+    expect((await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout).toContain('proto 151');
+    expect(log.lines.filter((l) => l.msg.startsWith('cannot keep net.ipv4.ip_forward at 1'))).toHaveLength(1);
+    // writable again: the next observed pass sets it, and the failure is gone
+    await sys.readOnly(false);
+    r.trigger('test');
+    await waitFor(() => r.lastPass()?.failures.length === 0, { timeoutMs: slowBound(2_000), what: 'a clean pass' });
+    expect((await readFile(join(sys.dir, 'ipv4/ip_forward'), 'utf8')).trim()).toBe('1');
+    expect(log.lines.map((l) => l.msg)).toEqual(expect.arrayContaining(['net.ipv4.ip_forward was 0; set it to 1', 'net.ipv4.ip_forward is 1 again']));
   });
 
   it('spawns the same few processes per pass whatever the number of peers', async () => {

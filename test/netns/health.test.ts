@@ -5,7 +5,7 @@
 // daemon stopped and a route deleted by hand shows the route as missing.
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Cluster, ETCD_ENDPOINT, type ClusterNode } from '../helpers/cluster.ts';
+import { Cluster, httpGetIn, ETCD_ENDPOINT, type ClusterNode } from '../helpers/cluster.ts';
 import { sweepStaleNetns } from '../helpers/netns.ts';
 import { waitFor } from '../helpers/ports.ts';
 import { runToExit } from '../helpers/process.ts';
@@ -16,13 +16,7 @@ const c = new Cluster();
 let n1: ClusterNode;
 let n2: ClusterNode;
 
-/** GET from inside the node's namespace: "<status> <body>". */
-async function get(node: ClusterNode, path: string): Promise<{ status: number; body: string }> {
-  const script = `fetch('http://127.0.0.1:${PORT}${path}').then(async (r) => process.stdout.write(r.status + ' ' + (await r.text())), (e) => { console.error(e.message); process.exit(1); })`;
-  const out = await c.sh(node.ns, process.execPath, '-e', script);
-  const sp = out.indexOf(' ');
-  return { status: Number(out.slice(0, sp)), body: out.slice(sp + 1) };
-}
+const get = (node: ClusterNode, path: string): Promise<{ status: number; body: string }> => httpGetIn(c, node, PORT, path);
 
 async function status(node: ClusterNode, ...extra: string[]): Promise<{ code: number; out: string }> {
   const argv = ['--net=/run/netns/' + node.ns, process.execPath, MAIN, 'status', '--etcd-endpoints', ETCD_ENDPOINT, '--iface', 'eth0', '--subnet-file', node.subnetFile, ...extra];

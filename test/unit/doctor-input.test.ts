@@ -79,14 +79,19 @@ describe('gather', () => {
       if (file === 'iptables' && args[0] === '--version') return { stdout: 'iptables v1.8.9 (nf_tables)\n', stderr: '' };
       throw new CommandError({ command: [file, ...args], exitCode: 127, stderr: 'not found', reason: 'exit code 127' });
     };
+    const read: string[] = [];
     const readText = async (path: string): Promise<string> => {
+      read.push(path);
       if (path.includes('bridge')) throw Object.assign(new Error('ENOENT'), { code: 'ENOENT' });
       return '1\n';
     };
     const readStore = async (): Promise<never> => {
       throw new TwillError('STORE_UNAVAILABLE', 'etcd get /coreos.com/network/config: deadline exceeded');
     };
-    const f = await gather({ runner, readText, readStore }, { iface: { iface: [], ifaceRegex: [], publicIp: undefined }, subnetFile: '/nonexistent/subnet.env', bridge: 'cni0' }, AbortSignal.timeout(5000));
+    const f = await gather({ runner, readText, readStore }, { iface: { iface: [], ifaceRegex: [], publicIp: undefined }, subnetFile: '/nonexistent/subnet.env', bridge: 'cni0', procSysNet: '/host/proc/sys/net' }, AbortSignal.timeout(5000));
+    // every sysctl is read where --proc-sys-net says, as the daemon reads them
+    expect(read.filter((p) => !p.startsWith('/host/proc/sys/net/'))).toEqual([]);
+    expect(read).toEqual(expect.arrayContaining(['/host/proc/sys/net/ipv4/ip_forward', '/host/proc/sys/net/bridge/bridge-nf-call-iptables', '/host/proc/sys/net/ipv4/conf/all/rp_filter']));
     expect(f.ipForward).toEqual(got('1'));
     expect(f.bridgeNf).toEqual(got(undefined));
     expect(f.iptables).toMatchObject({ ok: true, value: { backend: 'nf_tables', otherRules: { ok: false } } });

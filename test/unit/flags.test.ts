@@ -40,6 +40,7 @@ describe('resolveRunFlags: defaults', () => {
       subnetLeaseRenewMargin: 60,
       ipMasq: false,
       iptablesResync: 60,
+      procSysNet: '/proc/sys/net',
       healthzIp: '0.0.0.0',
       healthzPort: 0,
       nodeName: undefined,
@@ -130,6 +131,11 @@ describe('resolveRunFlags: environment', () => {
     expect(flags.healthzPort).toBe(1);
   });
 
+  it('takes --proc-sys-net, or TWILL_PROC_SYS_NET (a DaemonSet mounts the host\'s /proc/sys/net elsewhere)', () => {
+    expect(resolve(['--proc-sys-net=/host/proc/sys/net']).procSysNet).toBe('/host/proc/sys/net');
+    expect(resolve([], { TWILL_PROC_SYS_NET: '/host/proc/sys/net' }).procSysNet).toBe('/host/proc/sys/net');
+  });
+
   it('lets --ip-masq win over TWILL_IP_MASQ=false', () => {
     expect(resolve(['--ip-masq'], { TWILL_IP_MASQ: 'false' }).ipMasq).toBe(true);
   });
@@ -153,6 +159,7 @@ describe('resolveRunFlags: bad values', () => {
     ['TWILL_ETCD_ENDPOINTS empty', [], { TWILL_ETCD_ENDPOINTS: ' , ' }, '--etcd-endpoints', 'at least one'],
     ['--etcd-prefix relative', ['--etcd-prefix', 'coreos.com/network'], {}, '--etcd-prefix', 'coreos.com/network'],
     ['--iface-regex (', ['--iface-regex', '('], {}, '--iface-regex', '('],
+    ['--proc-sys-net relative', ['--proc-sys-net', 'host/proc/sys/net'], {}, '--proc-sys-net', 'host/proc/sys/net'],
     ['--kube-api-url without scheme', ['--kube-api-url', '10.0.0.1:6443'], {}, '--kube-api-url', '10.0.0.1:6443'],
     ['--kube-api-url with a path', ['--kube-api-url', 'https://api:6443/x'], {}, '--kube-api-url', 'https://api:6443/x'],
     ['--kube-annotation-prefix with a slash', ['--kube-annotation-prefix', 'a.io/b'], {}, '--kube-annotation-prefix', 'a.io/b'],

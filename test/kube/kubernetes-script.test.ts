@@ -1,12 +1,13 @@
-// scripts/kube-apiserver.sh without building: the TWILL_KUBE_APISERVER
-// override is honoured and checked, a cached binary is found, only the path
-// goes to stdout, and --cached-only with nothing cached says what to run.
+// scripts/kubernetes.sh without building: the TWILL_<NAME> overrides are
+// honoured and checked, cached binaries are found, only their paths go to
+// stdout (in the order asked), and --cached-only with something missing
+// names what is missing and says what to run.
 import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runToExit, type Finished } from '../helpers/process.ts';
-import { KUBE_APISERVER_SCRIPT } from '../helpers/kube.ts';
+import { KUBERNETES_SCRIPT } from '../helpers/kube.ts';
 
 let dir: string;
 
@@ -17,9 +18,9 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-function script(env: Record<string, string>, args: string[] = []): Promise<Finished> {
+function script(env: Record<string, string>, args: string[] = ['kube-apiserver']): Promise<Finished> {
   // an empty cache by default, so nothing here can find the real one or start a build
-  return runToExit([KUBE_APISERVER_SCRIPT, ...args], {
+  return runToExit([KUBERNETES_SCRIPT, ...args], {
     input: '',
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', TWILL_CACHE_DIR: join(dir, 'empty-cache'), ...env },
     timeoutMs: 10_000,
@@ -33,7 +34,7 @@ async function fakeBinary(name: string, mode: number): Promise<string> {
   return path;
 }
 
-describe('scripts/kube-apiserver.sh', () => {
+describe('scripts/kubernetes.sh', () => {
   it('prints $TWILL_KUBE_APISERVER when it is an executable file, and nothing else', async () => {
     const bin = await fakeBinary('kas-exec', 0o755);
     const r = await script({ TWILL_KUBE_APISERVER: bin });
@@ -64,22 +65,38 @@ describe('scripts/kube-apiserver.sh', () => {
     const cached = join(cache, 'kube-apiserver-v1.20.2');
     await writeFile(cached, '#!/bin/sh\n');
     await chmod(cached, 0o755);
-    for (const args of [[], ['--cached-only']]) {
+    for (const args of [['kube-apiserver'], ['--cached-only', 'kube-apiserver']]) {
       const r = await script({ TWILL_CACHE_DIR: cache }, args);
       expect(r).toMatchObject({ code: 0, stdout: `${cached}\n`, stderr: '' });
     }
   });
 
   it('with --cached-only and nothing cached, fails and says how to build it', async () => {
-    const r = await script({}, ['--cached-only']);
+    const r = await script({}, ['--cached-only', 'kube-apiserver']);
     expect(r.code).toBe(1);
     expect(r.stdout).toBe('');
-    expect(r.stderr).toContain('no kube-apiserver at');
-    expect(r.stderr).toContain('run scripts/kube-apiserver.sh');
+    expect(r.stderr).toContain('not cached in');
+    expect(r.stderr).toContain('kube-apiserver');
+    expect(r.stderr).toContain('run scripts/kubernetes.sh');
+  });
+
+  it('prints several binaries in the order asked, overrides and cached builds mixed; with one missing, names only that one', async () => {
+    const cache = join(dir, 'cache-several');
+    await mkdir(cache, { recursive: true });
+    const kubectl = join(cache, 'kubectl-v1.20.2');
+    await writeFile(kubectl, '#!/bin/sh\n');
+    await chmod(kubectl, 0o755);
+    const kubelet = await fakeBinary('kubelet-override', 0o755);
+    const ok = await script({ TWILL_CACHE_DIR: cache, TWILL_KUBELET: kubelet }, ['--cached-only', 'kubectl', 'kubelet']);
+    expect(ok).toMatchObject({ code: 0, stdout: `${kubectl}\n${kubelet}\n`, stderr: '' });
+    const missing = await script({ TWILL_CACHE_DIR: cache, TWILL_KUBELET: kubelet }, ['--cached-only', 'kubectl', 'kubelet', 'kube-proxy']);
+    expect(missing.code).toBe(1);
+    expect(missing.stdout).toBe('');
+    expect(missing.stderr).toMatch(/not cached in \S+: kube-proxy \(/);
   });
 
   it('passes shellcheck', async () => {
-    const r = await runToExit(['shellcheck', KUBE_APISERVER_SCRIPT], { input: '', env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
+    const r = await runToExit(['shellcheck', KUBERNETES_SCRIPT], { input: '', env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
     expect(r).toMatchObject({ code: 0, stdout: '' });
   });
 

@@ -1,0 +1,72 @@
+// End to end as clusters run twill: `npm run lab -- up --kubelet` (a
+// control plane with controller-manager and scheduler; per node containerd,
+// kubelet and kube-proxy in its own namespaces; deploy/ applied through its
+// lab overlay, so twill is a DaemonSet pod and containerd calls twill-cni for
+// every pod), then every kubelet drill, then `down`. Each node goes Ready
+// only with twill's CNI config in place and NetworkUnavailable cleared, its
+// podCIDR comes from the controller-manager, `kubectl exec` and `kubectl
+// logs` work, every drill passes (how fast is the table's `met`), and
+// `down` leaves no namespace, process, mount, cgroup or file. Runs in the
+// separate e2e pass (see package.json).
+import { access, readFile, readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { NetnsCluster } from '../../lab/netns-cluster.ts';
+import { nodeObjects } from '../../lab/store-view.ts';
+import { labDrills, labLeftovers, labWith } from '../helpers/lab.ts';
+
+const KUBELET_DRILLS = ['service', 'twill-pod-deleted', 'rolling-update', 'kubelet-restart', 'containerd-restart', 'pods-while-twill-down', 'node-reboot', 'node-drain-delete', 'node-join'];
+
+/** Mounts and cgroups of lab `name` still on the host. */
+async function hostTraces(name: string): Promise<string[]> {
+  const mounts = (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').filter((l) => l.includes(`/run/twill-lab/${name}/`));
+  const cgroups: string[] = [];
+  for (const h of await readdir('/sys/fs/cgroup')) {
+    const entries = await readdir(join('/sys/fs/cgroup', h)).catch(() => []);
+    cgroups.push(...entries.filter((e) => e.startsWith(`twill-lab-${name}-`)).map((e) => `/sys/fs/cgroup/${h}/${e}`));
+  }
+  return [...mounts, ...cgroups];
+}
+
+describe('the kubelet lab', () => {
+  it('runs deploy/ under real kubelets, passes every kubelet drill, and goes down without a trace', { timeout: 3_000_000 }, async () => {
+    const name = `twk${process.pid % 100000}`;
+    onTestFinished(async () => void (await labWith({ timeoutMs: 600_000 }, '--name', name, 'down').catch(() => '')));
+    const up = await labWith({ timeoutMs: 1_800_000 }, '--name', name, 'up', '--kubelet', '--nodes', '3', '--pods', '2');
+    expect(up).toContain('full connectivity: 6 pods, every pod reaches every pod and outside');
+
+    const c = await NetnsCluster.open(name);
+    if (!c) throw new Error(`lab ${name} is not up`);
+    const nodes = await nodeObjects(c);
+    expect(nodes.map((n) => n.metadata.name).sort()).toEqual(['n1', 'n2', 'n3']);
+    const cidrs = new Set<string>();
+    for (const n of nodes) {
+      const cond = Object.fromEntries((n.status?.conditions ?? []).map((x) => [x.type, x.status]));
+      expect(cond, n.metadata.name).toMatchObject({ Ready: 'True', NetworkUnavailable: 'False' });
+      // the controller-manager's allocation, from --cluster-cidr 10.244.0.0/16
+      expect(n.spec?.podCIDR, n.metadata.name).toMatch(/^10\.244\.\d+\.0\/24$/);
+      cidrs.add(n.spec?.podCIDR ?? '');
+      // what deploy/'s init containers installed on the node
+      const dir = join('/run/twill-lab', name, n.metadata.name, 'fs');
+      await access(join(dir, 'opt/cni/bin/twill'));
+      expect(JSON.parse(await readFile(join(dir, 'etc/cni/net.d/10-twill.conflist'), 'utf8'))).toMatchObject({ name: 'twill', plugins: [{ type: 'twill' }, { type: 'portmap' }] });
+    }
+    expect(cidrs.size).toBe(3);
+
+    // the apiserver reaches each kubelet: exec and logs
+    expect((await labWith({}, '--name', name, 'kubectl', 'exec', 'n2-p1', '--', 'hostname')).trim()).toBe('n2-p1');
+    const twillPod = (await labWith({}, '--name', name, 'kubectl', 'get', 'pods', '-n', 'twill-system', '-o', 'name')).split('\n')[0] ?? '';
+    expect(await labWith({}, '--name', name, 'kubectl', 'logs', '-n', 'twill-system', twillPod)).toContain('"msg":"dataplane updated"');
+    const status = await labWith({}, '--name', name, 'status');
+    expect(status).toMatch(/twill pods:[\s\S]*Running[\s\S]*test pods:/);
+
+    const results = await labDrills(name, 'all', 2_400_000);
+    expect(results.map((r) => r.name)).toEqual(KUBELET_DRILLS);
+    for (const r of results) expect(r, `${r.name}: ${r.notes.join('; ')} ${r.leftovers.join('; ')}`).toMatchObject({ pass: true, ipChanged: [], leftovers: [] });
+    for (const r of results) expect(typeof r.met, r.name).toBe('boolean');
+
+    await labWith({ timeoutMs: 600_000 }, '--name', name, 'down');
+    expect(await labLeftovers(name)).toEqual([]);
+    expect(await hostTraces(name)).toEqual([]);
+  });
+});
