@@ -16,9 +16,8 @@ import {
   ensureMountPoints,
   importImages,
   killTree,
-  nodeCgroupParent,
   nodeFiles,
-  removeCgroups,
+  removeContainerCgroups,
   startContainerd,
   startHolder,
   startKubelet,
@@ -29,7 +28,7 @@ import {
 } from './kubelet-node.ts';
 import type { KubeLab } from './netns-kube.ts';
 import { alive, spawnDetached, stopPid } from './procs.ts';
-import type { KubeletLabState, KubeletNodeState, LabState, NodeState } from './state.ts';
+import { labDir, type KubeletLabState, type KubeletNodeState, type LabState, type NodeState } from './state.ts';
 import { processCpuMs } from './throttle.ts';
 import { until } from './wait.ts';
 
@@ -113,7 +112,7 @@ export class KubeletNodes implements KubeletControl {
   }
 
   private spec(n: NodeState): NodeSpec {
-    return { name: n.name, ip: n.ip, files: nodeFiles(join(this.d.dir, n.name)), clusterCidr: CLUSTER_CIDR, cgroupParent: nodeCgroupParent(this.d.state.name, n.name) };
+    return { name: n.name, ip: n.ip, files: nodeFiles(join(this.d.dir, n.name)), clusterCidr: CLUSTER_CIDR };
   }
 
   private procs(n: NodeState): KubeletNodeState {
@@ -316,6 +315,7 @@ export class KubeletNodes implements KubeletControl {
     const n = this.node(name);
     await killTree(await this.roots(n));
     const f = this.spec(n).files;
+    await removeContainerCgroups(join(f.dir, 'runc'));
     for (const p of ['/run/twill', '/run/containerd', '/run/netns']) await wipe(join(f.fs, p));
     await rm(join(f.dir, 'containerd', 'state'), { recursive: true, force: true });
     await rm(join(f.dir, 'runc'), { recursive: true, force: true });
@@ -327,7 +327,7 @@ export class KubeletNodes implements KubeletControl {
   async removeNode(n: NodeState): Promise<void> {
     await this.d.kubectl(['drain', n.name, '--ignore-daemonsets', '--delete-local-data', '--force', '--grace-period=1', '--timeout=120s'], { timeoutMs: 180_000 }).catch(() => undefined);
     await killTree(await this.roots(n));
-    await removeCgroups(nodeCgroupParent(this.d.state.name, n.name));
+    await removeContainerCgroups(join(this.spec(n).files.dir, 'runc'));
     n.kubelet = undefined;
     await this.d.save();
   }
@@ -342,7 +342,7 @@ export class KubeletNodes implements KubeletControl {
     for (const ns of namespaces) roots.push(...(await nsPids(ns)));
     for (const n of state?.nodes ?? []) roots.push(...[n.kubelet?.holderPid, n.kubelet?.containerdPid, n.kubelet?.kubeletPid, n.kubelet?.kubeProxyPid].filter((x): x is number => x !== undefined && alive(x)));
     await killTree(roots);
-    for (const n of state?.nodes ?? []) await removeCgroups(nodeCgroupParent(state?.name ?? '', n.name));
+    for (const n of state?.nodes ?? []) await removeContainerCgroups(join(labDir(state?.name ?? ''), n.name, 'runc'));
     await stopPid(state?.kubelet?.controllerManagerPid, 'kill');
     await stopPid(state?.kubelet?.schedulerPid, 'kill');
     for (const p of state?.kubelet?.madeMountPoints ?? []) await rmdir(p).catch(() => undefined);

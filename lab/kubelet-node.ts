@@ -20,7 +20,7 @@
 import { chmod, copyFile, mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { run } from '../src/exec/runner.ts';
 import { alive, stopPid } from './procs.ts';
 import { until } from './wait.ts';
@@ -69,13 +69,6 @@ export interface NodeSpec {
   readonly files: NodeFiles;
   /** the net-conf Network: kube-proxy's clusterCIDR */
   readonly clusterCidr: string;
-  /** the cgroup (in every hierarchy) the node's pods go under, so `down` finds and removes theirs */
-  readonly cgroupParent: string;
-}
-
-/** The cgroup a lab node's pods go under (kubelet's cgroupRoot): one per node, named after lab and node. */
-export function nodeCgroupParent(lab: string, node: string): string {
-  return `/twill-lab-${lab}-node-${node}`;
 }
 
 function toml(s: string): string {
@@ -129,8 +122,6 @@ export function kubeletConfig(n: NodeSpec): string {
     // this machine's cgroup layout: v1 hierarchies on a tmpfs, no systemd
     cgroupDriver: 'cgroupfs',
     cgroupsPerQOS: false,
-    // without QoS cgroups this is every pod's cgroup parent (runc makes it): the node's own
-    cgroupRoot: n.cgroupParent,
     enforceNodeAllocatable: [],
     failSwapOn: false,
     // every node shares this machine's disk and memory: no evictions, no image GC
@@ -288,14 +279,27 @@ export function startKubeProxy(holder: number, n: NodeSpec, binary: string): num
   return spawnInNode(holder, [binary, `--config=${n.files.kubeProxyConfig}`, '--v=1'], n.files.log.kubeProxy);
 }
 
-/** Removes a node's pod cgroups (their processes must be gone) in every hierarchy, deepest first. */
-export async function removeCgroups(parent: string): Promise<void> {
-  const rmTree = async (dir: string): Promise<void> => {
-    const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
-    for (const e of entries) if (e.isDirectory()) await rmTree(join(dir, e.name));
-    await rmdir(dir).catch(() => undefined);
-  };
-  for (const m of await hostCgroupMounts()) await rmTree(join(m.dir, parent));
+/**
+ * Removes the cgroups of a node's containers that were killed rather than
+ * deleted (a killed shim leaves runc's state and the container's cgroups):
+ * runc's state under the node's runc root names each container's cgroup in
+ * every hierarchy (containerd puts them under /k8s.io/<id>, whatever
+ * kubelet's cgroupRoot says when QoS cgroups are off). Their processes must
+ * be gone. The shared parent goes too once it is empty.
+ */
+export async function removeContainerCgroups(runcRoot: string): Promise<void> {
+  const parents = new Set<string>();
+  for (const ns of await readdir(runcRoot).catch(() => [])) {
+    for (const id of await readdir(join(runcRoot, ns)).catch(() => [])) {
+      const state = await readFile(join(runcRoot, ns, id, 'state.json'), 'utf8').then((t) => JSON.parse(t) as { cgroup_paths?: Record<string, string> }, () => undefined);
+      for (const path of Object.values(state?.cgroup_paths ?? {})) {
+        if (!path.startsWith('/sys/fs/cgroup/')) continue;
+        await rmdir(path).catch(() => undefined);
+        parents.add(dirname(path));
+      }
+    }
+  }
+  for (const p of parents) await rmdir(p).catch(() => undefined);
 }
 
 /** Every pid's parent, from /proc. */

@@ -17,15 +17,25 @@ import { labDrills, labLeftovers, labWith } from '../helpers/lab.ts';
 
 const KUBELET_DRILLS = ['service', 'twill-pod-deleted', 'rolling-update', 'kubelet-restart', 'containerd-restart', 'pods-while-twill-down', 'node-reboot', 'node-drain-delete', 'node-join'];
 
-/** Mounts and cgroups of lab `name` still on the host. */
-async function hostTraces(name: string): Promise<string[]> {
-  const mounts = (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').filter((l) => l.includes(`/run/twill-lab/${name}/`));
-  const cgroups: string[] = [];
-  for (const h of await readdir('/sys/fs/cgroup')) {
-    const entries = await readdir(join('/sys/fs/cgroup', h)).catch(() => []);
-    cgroups.push(...entries.filter((e) => e.startsWith(`twill-lab-${name}-`)).map((e) => `/sys/fs/cgroup/${h}/${e}`));
+/** The cgroup directories of every container the lab's nodes run now, from runc's state in each node's runc root. */
+async function containerCgroups(name: string): Promise<string[]> {
+  const paths: string[] = [];
+  const lab = join('/run/twill-lab', name);
+  for (const node of (await readdir(lab)).filter((d) => /^n\d+$/.test(d))) {
+    const root = join(lab, node, 'runc', 'k8s.io');
+    for (const id of await readdir(root).catch(() => [])) {
+      const state = JSON.parse(await readFile(join(root, id, 'state.json'), 'utf8')) as { cgroup_paths?: Record<string, string> };
+      paths.push(...Object.values(state.cgroup_paths ?? {}));
+    }
   }
-  return [...mounts, ...cgroups];
+  return paths;
+}
+
+/** Of `cgroups`, those still there, and every mount of lab `name` still on the host. */
+async function hostTraces(name: string, cgroups: readonly string[]): Promise<string[]> {
+  const mounts = (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').filter((l) => l.includes(`/run/twill-lab/${name}/`));
+  const left = await Promise.all(cgroups.map((p) => access(p).then(() => [p], () => [])));
+  return [...mounts, ...left.flat()];
 }
 
 describe('the kubelet lab', () => {
@@ -65,8 +75,11 @@ describe('the kubelet lab', () => {
     for (const r of results) expect(r, `${r.name}: ${r.notes.join('; ')} ${r.leftovers.join('; ')}`).toMatchObject({ pass: true, ipChanged: [], leftovers: [] });
     for (const r of results) expect(typeof r.met, r.name).toBe('boolean');
 
+    // every pod's containers (pause and toolbox per pod, twill's per node) have cgroups now; `down` kills them all
+    const cgroups = await containerCgroups(name);
+    expect(cgroups.length).toBeGreaterThanOrEqual(2 * 3 * 2);
     await labWith({ timeoutMs: 600_000 }, '--name', name, 'down');
     expect(await labLeftovers(name)).toEqual([]);
-    expect(await hostTraces(name)).toEqual([]);
+    expect(await hostTraces(name, cgroups)).toEqual([]);
   });
 });
