@@ -161,11 +161,11 @@ async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonPr
   const keeper = new LeaseKeeper({ store, lease, renewMarginMs: opts.renewMarginMs, logger, onLease: (l) => probe.leaseChanged(l) });
   // the callbacks below run only once the loops start, after `reconciler` exists
   const publish = (): void => {
-    probe.peers(tracker.list(), tracker.skipped().size);
+    probe.peers(tracker.list(), tracker.skipped());
     opts.onState?.({ lease: keeper.current(), peers: tracker.list(), pass: reconciler.lastPass() });
   };
   const tracker = new PeerTracker({
-    context: { config, self: lease.subnet, anySubnetSize: store.anySubnetSize === true },
+    context: { config, self: lease.subnet, selfPublicIp: lease.attrs.publicIp, ...(lease.attrs.backendData ? { selfVtepMac: lease.attrs.backendData.vtepMac } : {}), anySubnetSize: store.anySubnetSize === true },
     selfKey: lease.key,
     selfAttrs: () => keeper.current().attrs,
     logger,

@@ -2,8 +2,9 @@
 // flannel's format (FLANNEL_NETWORK, FLANNEL_SUBNET, FLANNEL_MTU,
 // FLANNEL_IPMASQ, in that order). Written atomically: temp file, fsync,
 // rename, so a reader never sees half a file.
+import { randomBytes } from 'node:crypto';
 import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { TwillError } from './errors.ts';
 import { formatCidr, formatIpv4, firstHost, parseCidr, type Cidr } from './net/ipv4.ts';
 
@@ -66,7 +67,8 @@ export async function readSubnetEnv(path: string): Promise<SubnetEnv | undefined
 /** Writes subnet.env atomically, creating its directory when needed. */
 export async function writeSubnetEnv(path: string, env: SubnetEnv): Promise<void> {
   await mkdir(dirname(path), { recursive: true });
-  const tmp = join(dirname(path), `.${process.pid}.${Date.now()}.subnet.env.tmp`);
+  // unique per write: two writers in one process (tests run several daemons) may start in the same millisecond
+  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
   try {
     const fh = await open(tmp, 'w', 0o644);
     try {

@@ -5,7 +5,8 @@
 import type { NetConfig, VxlanBackend } from '../config/netconf.ts';
 import type { Lease } from '../lease/types.ts';
 import type { IfaceChoice } from '../net/iface.ts';
-import { containsAddr, formatCidr, formatIpv4, lastAddress, parseCidr, parseIpv4 } from '../net/ipv4.ts';
+import { withoutConflicts } from '../lease/admit.ts';
+import { containsAddr, formatCidr, formatIpv4, parseCidr, parseIpv4 } from '../net/ipv4.ts';
 import type { DesiredState, FdbSpec, MasqSpec, NeighSpec, PeerProblem, RouteSpec, VxlanDevice } from './model.ts';
 
 export interface BackendInput {
@@ -49,6 +50,7 @@ function notOnLink(peer: Lease, choice: IfaceChoice): PeerProblem {
   return {
     key: peer.key,
     subnet: formatCidr(peer.subnet),
+    code: 'not-on-link',
     reason: `PublicIP ${peer.attrs.publicIp} is not on-link on ${choice.iface.name} (${choice.iface.networks.join(', ') || 'no IPv4 networks'}); host-gw needs every node on one L2 network`,
   };
 }
@@ -64,8 +66,7 @@ function hostGwEntries(input: BackendInput): PeerEntries {
 
 function vxlanEntries(input: BackendInput, dev: VxlanDevice, backend: VxlanBackend): PeerEntries {
   const out: PeerEntries = { routes: [], neighs: [], fdb: [], problems: [] };
-  // one FDB entry per MAC: a second peer claiming a VtepMAC would steal the first one's traffic
-  const macOwner = new Map<string, string>([[dev.mac, 'this node']]);
+  // duplicate VtepMACs among peers are refused before (admit.ts); our own may have changed since the tracker checked
   for (const peer of input.peers) {
     const mac = peer.attrs.backendData?.vtepMac;
     if (backend.directRouting && onLink(input.choice, peer.attrs.publicIp)) {
@@ -73,15 +74,13 @@ function vxlanEntries(input: BackendInput, dev: VxlanDevice, backend: VxlanBacke
       continue;
     }
     if (mac === undefined) {
-      out.problems.push({ key: peer.key, subnet: formatCidr(peer.subnet), reason: 'vxlan lease without BackendData.VtepMAC' });
+      out.problems.push({ key: peer.key, subnet: formatCidr(peer.subnet), code: 'vtep-mac', reason: 'vxlan lease without BackendData.VtepMAC' });
       continue;
     }
-    const owner = macOwner.get(mac);
-    if (owner !== undefined) {
-      out.problems.push({ key: peer.key, subnet: formatCidr(peer.subnet), reason: `VtepMAC ${mac} is already used by ${owner}` });
+    if (mac.toLowerCase() === dev.mac.toLowerCase()) {
+      out.problems.push({ key: peer.key, subnet: formatCidr(peer.subnet), code: 'vtep-mac', reason: `VtepMAC ${mac} is this node's own` });
       continue;
     }
-    macOwner.set(mac, peer.key);
     const gw = formatIpv4(peer.subnet.base);
     out.neighs.push({ dev: dev.name, ip: gw, mac });
     out.fdb.push({ dev: dev.name, mac, dst: peer.attrs.publicIp });
@@ -110,39 +109,19 @@ export function masqSpec(o: { config: NetConfig; self: Lease; ipMasq: boolean; r
   return { ipMasq: o.ipMasq, network: o.config.network, subnet: o.self.subnet, randomFully: o.randomFully };
 }
 
-/** The whole desired state for one pass. Peers are sorted so output is stable. */
-/**
- * Peers whose subnets overlap an earlier one (by address, then the larger
- * block, then key: the same winner on every node) are problems, not entries:
- * two routes for one subnet would flip the kernel on every pass. Keys that
- * are subnets (etcd) cannot collide; node names (Kubernetes) can.
- */
-function withoutOverlaps(peers: readonly Lease[]): { peers: Lease[]; problems: PeerProblem[] } {
-  const sorted = [...peers].sort((a, b) => a.subnet.base - b.subnet.base || a.subnet.prefix - b.subnet.prefix || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
-  const kept: Lease[] = [];
-  const problems: PeerProblem[] = [];
-  let widest: Lease | undefined;
-  for (const peer of sorted) {
-    if (widest && peer.subnet.base <= lastAddress(widest.subnet)) {
-      problems.push({ key: peer.key, subnet: formatCidr(peer.subnet), reason: `subnet overlaps ${formatCidr(widest.subnet)} of peer ${widest.key}` });
-      continue;
-    }
-    kept.push(peer);
-    if (!widest || lastAddress(peer.subnet) > lastAddress(widest.subnet)) widest = peer;
-  }
-  return { peers: kept, problems };
-}
-
+/** The whole desired state for one pass, from peers that each passed admission (the tracker's `checkPeer`). */
 export function desiredState(input: BackendInput): DesiredState {
-  const distinct = withoutOverlaps(input.peers);
-  const sorted = { ...input, peers: distinct.peers };
+  // peers whose subnets or VtepMACs conflict: refused on every node alike (admit.ts)
+  const distinct = withoutConflicts(input.peers, input.config);
+  const problems: PeerProblem[] = distinct.refused.map((r) => ({ key: r.lease.key, subnet: formatCidr(r.lease.subnet), code: r.refusal.reason, reason: r.refusal.detail }));
+  const sorted = { ...input, peers: distinct.admitted };
   const backend = input.config.backend;
   const vxlan = backend.type === 'vxlan' ? vxlanDevice(sorted, backend) : null;
   const entries = vxlan && backend.type === 'vxlan' ? vxlanEntries(sorted, vxlan, backend) : hostGwEntries(sorted);
   return {
     vxlan,
     ...entries,
-    problems: [...distinct.problems, ...entries.problems],
+    problems: [...problems, ...entries.problems],
     masq: masqSpec(input),
   };
 }

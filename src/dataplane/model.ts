@@ -1,6 +1,7 @@
 // The dataplane's data model: what the kernel should hold (desired), what it
 // holds (observed), and the ordered changes between them (plan). Plain data,
 // so backends, diff and rendering stay pure and testable without root.
+import type { RefusalReason } from '../lease/admit.ts';
 import type { Cidr } from '../net/ipv4.ts';
 
 /** Routes twill installs carry this protocol number; GC removes only these. */
@@ -54,6 +55,9 @@ export interface MasqSpec {
 export interface PeerProblem {
   readonly key: string;
   readonly subnet: string;
+  /** the refusal's short name (the `reason` label of twill_refused_peers) */
+  readonly code: RefusalReason;
+  /** what is wrong, for people */
   readonly reason: string;
 }
 

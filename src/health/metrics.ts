@@ -1,10 +1,11 @@
 // twill's Prometheus metrics (prom-client), one registry per daemon: peers
 // by backend, lease expiry, reconcile passes and their duration, ops applied
 // and drift repaired by kind, store watch re-lists and connectivity, peer
-// leases skipped as invalid, peers that cannot be programmed, readiness,
+// leases refused (one gauge, by reason), readiness,
 // build info, plus Node's process metrics.
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Op } from '../dataplane/model.ts';
+import { REFUSAL_REASONS } from '../lease/admit.ts';
 
 /** Drift kinds as operators think of them: an address on the device counts as the link. */
 export function driftKind(op: Op): string {
@@ -21,8 +22,7 @@ export class TwillMetrics {
   readonly drift: Counter<'kind'>;
   readonly relists: Counter<'reason'>;
   readonly storeConnected: Gauge;
-  readonly invalidPeers: Gauge;
-  readonly unprogrammable: Gauge;
+  readonly refusedPeers: Gauge<'reason'>;
   readonly ready: Gauge;
 
   constructor(o: { version: string }) {
@@ -36,8 +36,8 @@ export class TwillMetrics {
     this.drift = new Counter({ name: 'twill_drift_repaired_total', help: 'kernel changes made because the kernel drifted (not because leases changed), by kind: route, neigh, fdb, link, masquerade', labelNames: ['kind'], registers });
     this.relists = new Counter({ name: 'twill_store_watch_restarts_total', help: 'times the lease watch re-listed everything, by reason (etcd: compacted, wiped, reconnected; Kubernetes: gone (410); both: failed, periodic)', labelNames: ['reason'], registers });
     this.storeConnected = new Gauge({ name: 'twill_store_connected', help: '1 while the lease store watch is connected', registers });
-    this.invalidPeers = new Gauge({ name: 'twill_invalid_peer_leases', help: 'peer lease records skipped as invalid right now', registers });
-    this.unprogrammable = new Gauge({ name: 'twill_unprogrammable_peers', help: 'valid peers the backend cannot program (e.g. host-gw peer not on-link, duplicate VtepMAC)', registers });
+    this.refusedPeers = new Gauge({ name: 'twill_refused_peers', help: 'peer leases refused right now (never programmed), by reason: malformed, subnet-size, outside-network, outside-range, overlaps-own, subnet-conflict, public-ip, backend-type, vni, vtep-mac, not-on-link', labelNames: ['reason'], registers });
+    for (const reason of REFUSAL_REASONS) this.refusedPeers.set({ reason }, 0);
     this.ready = new Gauge({ name: 'twill_ready', help: '1 when /readyz answers 200', registers });
     for (const kind of ['route', 'neigh', 'fdb', 'link', 'masquerade']) this.drift.inc({ kind }, 0);
     for (const result of ['converged', 'changed', 'failed']) this.passes.inc({ result }, 0);

@@ -6,6 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import type { PassReport } from '../dataplane/reconciler.ts';
 import { describeError } from '../errors.ts';
+import { REFUSAL_REASONS, type Refusal, type RefusalReason } from '../lease/admit.ts';
 import type { Lease, LeaseEvent } from '../lease/types.ts';
 import { formatCidr, sameCidr } from '../net/ipv4.ts';
 import { readSubnetEnv, type SubnetEnv } from '../subnetenv.ts';
@@ -37,6 +38,9 @@ export class DaemonProbe implements StartupProgress {
   private last: PassReport | undefined;
   private passError: { at: number; error: string } | undefined;
   private passSince: number | undefined;
+  /** why the tracker refused each refused peer record, and why the last pass could not program peers */
+  private storeRefused: RefusalReason[] = [];
+  private backendRefused: RefusalReason[] = [];
 
   constructor(o: { version: string; resyncMs: number }) {
     this.metrics = new TwillMetrics({ version: o.version });
@@ -79,7 +83,8 @@ export class DaemonProbe implements StartupProgress {
     m.passDuration.observe(r.durationMs / 1000);
     for (const op of r.ops) m.ops.inc({ kind: op.kind, action: op.action });
     if (r.drift) for (const op of r.ops) m.drift.inc({ kind: driftKind(op) });
-    m.unprogrammable.set(r.problems.length);
+    this.backendRefused = r.problems.map((p) => p.code);
+    this.countRefused();
   }
 
   /** A pass threw: the loop goes on (it retries), but the kernel is in an unknown state. */
@@ -102,11 +107,19 @@ export class DaemonProbe implements StartupProgress {
     }
   }
 
-  peers(list: readonly Lease[], invalid: number): void {
+  peers(list: readonly Lease[], refused: ReadonlyMap<string, Refusal>): void {
     const by = new Map<string, number>([['vxlan', 0], ['host-gw', 0]]);
     for (const p of list) by.set(p.attrs.backendType, (by.get(p.attrs.backendType) ?? 0) + 1);
     for (const [backend, n] of by) this.metrics.peers.set({ backend }, n);
-    this.metrics.invalidPeers.set(invalid);
+    this.storeRefused = [...refused.values()].map((r) => r.reason);
+    this.countRefused();
+  }
+
+  /** One gauge for every refused peer, by reason: those the tracker refused and those the pass could not program. */
+  private countRefused(): void {
+    const by = new Map<RefusalReason, number>(REFUSAL_REASONS.map((r) => [r, 0]));
+    for (const r of [...this.storeRefused, ...this.backendRefused]) by.set(r, (by.get(r) ?? 0) + 1);
+    for (const [reason, n] of by) this.metrics.refusedPeers.set({ reason }, n);
   }
 
   lastPass(): PassReport | undefined {

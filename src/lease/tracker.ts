@@ -13,7 +13,7 @@
 import type { Logger } from '../log.ts';
 import { formatCidr } from '../net/ipv4.ts';
 import { describeLease, encodeLeaseValue } from './codec.ts';
-import { peerProblem, type PeerContext } from './validate.ts';
+import { checkPeer, truncated, type PeerContext, type Refusal } from './admit.ts';
 import type { Lease, LeaseAttrs, LeaseEvent, LeaseRecord } from './types.ts';
 
 export interface TrackerOptions {
@@ -45,7 +45,7 @@ export class PeerTracker {
   private lingerTimer: NodeJS.Timeout | undefined;
   /** while applying a large snapshot, per-peer lines go to debug and one summary to info */
   private quiet = false;
-  private readonly invalid = new Map<string, string>();
+  private readonly invalid = new Map<string, Refusal>();
   private connected: boolean | undefined;
   private readonly opts: TrackerOptions;
 
@@ -57,8 +57,8 @@ export class PeerTracker {
     return [...this.peers.values(), ...[...this.lingering.values()].map((l) => l.lease)];
   }
 
-  /** Records skipped as invalid, by key, with the reason. */
-  skipped(): ReadonlyMap<string, string> {
+  /** Records refused, by key, with why (admit.ts). */
+  skipped(): ReadonlyMap<string, Refusal> {
     return this.invalid;
   }
 
@@ -108,10 +108,12 @@ export class PeerTracker {
       this.checkSelf(r);
       return false;
     }
-    const problem = r.ok ? peerProblem(r.lease, this.opts.context) : r.reason;
+    const problem: Refusal | undefined = r.ok ? checkPeer(r.lease, this.opts.context) : { reason: 'malformed', detail: truncated(r.reason, 200) };
     if (problem !== undefined) {
-      if (this.invalid.get(r.key) !== problem) {
-        this.opts.logger.warn({ key: r.key, reason: problem }, 'skipping invalid peer lease');
+      const before = this.invalid.get(r.key);
+      if (before?.reason !== problem.reason || before.detail !== problem.detail) {
+        // once per change, with the field and its (truncated) value in the detail
+        this.opts.logger.warn({ key: truncated(r.key), reason: problem.reason, detail: problem.detail }, 'skipping invalid peer lease');
         this.invalid.set(r.key, problem);
       }
       return this.leave(r.key) || this.lingering.delete(r.key);

@@ -8,7 +8,7 @@ import { desiredState } from '../dataplane/backend.ts';
 import { diff } from '../dataplane/diff.ts';
 import { chainSpecs, type ChainSpec } from '../dataplane/masq.ts';
 import type { DesiredState, ObservedChain, ObservedState, Op } from '../dataplane/model.ts';
-import { peerProblem } from '../lease/validate.ts';
+import { admitPeers, truncated } from '../lease/admit.ts';
 import type { Lease, LeaseRecord } from '../lease/types.ts';
 import type { IfaceChoice } from '../net/iface.ts';
 import { formatCidr, formatIpv4 } from '../net/ipv4.ts';
@@ -90,7 +90,7 @@ function bucket(ops: readonly Op[], chains: readonly ChainDiff[]): StatusReport[
 /** What the kernel lacks for one peer, from the ops a pass would apply. */
 function peerKernel(lease: Lease, want: DesiredState, ops: readonly Op[]): string {
   const problem = want.problems.find((p) => p.key === lease.key);
-  if (problem) return `not programmed: ${problem.reason}`;
+  if (problem) return `refused (${problem.code}): ${problem.reason}`;
   const subnet = formatCidr(lease.subnet);
   const gw = formatIpv4(lease.subnet.base);
   const mac = lease.attrs.backendData?.vtepMac ?? '\u0000';
@@ -114,15 +114,18 @@ function expiry(at: number): string | null {
 
 export function buildStatus(i: StatusInput): StatusReport {
   const self = i.self;
-  const context = { config: i.config, self: self?.subnet, anySubnetSize: i.anySubnetSize === true };
+  const context = { config: i.config, self: self?.subnet, ...(self ? { selfPublicIp: self.attrs.publicIp } : {}), ...(self?.attrs.backendData ? { selfVtepMac: self.attrs.backendData.vtepMac } : {}), anySubnetSize: i.anySubnetSize === true };
   const peers = i.records.filter((r) => r.key !== self?.key);
-  const valid = peers.flatMap((r) => (r.ok && peerProblem(r.lease, context) === undefined ? [r.lease] : []));
+  // the daemon's admission, over the whole set: a peer refused for a conflict shows as refused here too
+  const admission = admitPeers(peers.flatMap((r) => (r.ok ? [r.lease] : [])), context);
+  const refusedBy = new Map(admission.refused.map((x) => [x.lease.key, x.refusal]));
+  const valid = admission.admitted;
   const want = self ? desiredState({ config: i.config, self, peers: valid, choice: i.choice, ipMasq: i.ipMasq, randomFully: i.randomFully }) : undefined;
   const ops = want ? diff(want, i.observed) : [];
   const rows: PeerRow[] = peers.map((r) => {
-    if (!r.ok) return { key: r.key, subnet: '?', publicIp: '?', vtepMac: null, kernel: `skipped: ${r.reason}` };
-    const bad = peerProblem(r.lease, context);
-    const kernel = bad !== undefined ? `skipped: ${bad}` : want ? peerKernel(r.lease, want, ops) : 'unknown (no lease of ours)';
+    if (!r.ok) return { key: r.key, subnet: '?', publicIp: '?', vtepMac: null, kernel: `refused (malformed): ${truncated(r.reason, 200)}` };
+    const bad = refusedBy.get(r.key);
+    const kernel = bad !== undefined ? `refused (${bad.reason}): ${bad.detail}` : want ? peerKernel(r.lease, want, ops) : 'unknown (no lease of ours)';
     return { key: r.key, subnet: formatCidr(r.lease.subnet), publicIp: r.lease.attrs.publicIp, vtepMac: r.lease.attrs.backendData?.vtepMac ?? null, kernel };
   });
   const specs = want ? chainSpecs(want.masq) : undefined;

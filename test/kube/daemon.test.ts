@@ -63,4 +63,39 @@ describe('daemon in Kubernetes mode', () => {
     expect((await view(a)).fdb).toHaveLength(1);
     expect((await view(a)).neighs).toHaveLength(1);
   }, 60_000);
+
+  it('refuses hostile Nodes: a /23 over two nodes\' /24s never takes their routes, and a Node claiming our own address is never routed', async () => {
+    // kn11..kn13: the test before leaves kn1 and kn2 behind (their twill stopped), still peers
+    const [a, b, c] = [await startNode(11), await startNode(12), await startNode(13)];
+    const view = (node: TestNode) => kernelView(nsRunner(node.ns));
+    const ownRoutes = async (node: TestNode): Promise<string[]> => (await view(node)).routes.map((r) => r.split(' ')[0] ?? '');
+    await waitFor(async () => (await ownRoutes(a)).includes('10.244.12.0/24') && (await ownRoutes(a)).includes('10.244.13.0/24'), { timeoutMs: 15_000, what: 'kn11 meshed' });
+    const hostile = (ip: string, mac: string) => ({
+      [`${P}/kube-subnet-manager`]: 'true',
+      [`${P}/backend-type`]: 'vxlan',
+      [`${P}/backend-data`]: JSON.stringify({ VNI: 1, VtepMAC: mac }),
+      [`${P}/public-ip`]: ip,
+    });
+    // covers kn12's 10.244.12.0/24 and kn13's 10.244.13.0/24
+    await admin.createNode('wide', { podCidr: '10.244.12.0/23', annotations: hostile('192.0.2.66', '7e:6e:00:00:00:66') });
+    // claims kn11's own address: kn11 would route that subnet to itself
+    await admin.createNode('mimic', { podCidr: '10.244.8.0/24', annotations: hostile('192.0.2.11', '7e:6e:00:00:00:67') });
+    const refusedOnA = (): { key: string; code: string }[] => (a.state()?.pass?.problems ?? []).map((p) => ({ key: p.key, code: p.code }));
+    const loggedOnA = (): string[] => a.log.lines.filter((l) => l.msg === 'skipping invalid peer lease').map((l) => `${String(l.key)} ${String(l.reason)}`);
+    await waitFor(async () => refusedOnA().some((p) => p.key === 'wide') && loggedOnA().includes('mimic public-ip'), { timeoutMs: slowBound(5_000), what: 'both hostile Nodes refused on kn11' });
+    expect(refusedOnA()).toEqual([{ key: 'wide', code: 'subnet-conflict' }]);
+    for (const node of [a, b, c]) {
+      expect(await ownRoutes(node), node.ns).not.toContain('10.244.12.0/23');
+      expect((await view(node)).fdb.some((f) => f.includes('192.0.2.66'))).toBe(false);
+    }
+    expect(await ownRoutes(a)).toEqual(expect.arrayContaining(['10.244.12.0/24', '10.244.13.0/24']));
+    expect(await ownRoutes(a)).not.toContain('10.244.8.0/24');
+    // a pass that refuses peers is still a good pass: nothing failed, readiness untouched
+    expect(a.state()?.pass?.failures).toEqual([]);
+    // logged once, not once per pass
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(loggedOnA().filter((l) => l === 'mimic public-ip')).toHaveLength(1);
+    await admin.deleteNode('wide');
+    await admin.deleteNode('mimic');
+  }, 60_000);
 });

@@ -53,28 +53,36 @@ describe('backends', () => {
     expect(d.neighs.map((n) => n.ip)).toEqual(['10.244.5.0']);
   });
 
-  it('vxlan: a second peer (or a peer) claiming an already used VtepMAC is a problem, not an FDB entry', () => {
-    const clash = { ...peerLease(5, { vxlan: true }), attrs: { ...peerLease(5, { vxlan: true }).attrs, backendData: { vni: 1, vtepMac: '02:00:00:00:00:01' } } };
-    const mine = { ...peerLease(6, { vxlan: true }), attrs: { ...peerLease(6, { vxlan: true }).attrs, backendData: { vni: 1, vtepMac: '02:00:00:00:00:03' } } };
-    const d = desiredState(backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true }), clash, mine] }));
-    expect(d.fdb.map((f) => f.mac)).toEqual(['02:00:00:00:00:01']);
-    expect(d.problems).toEqual([
-      { key: '10.244.5.0-24', subnet: '10.244.5.0/24', reason: 'VtepMAC 02:00:00:00:00:01 is already used by 10.244.1.0-24' },
-      { key: '10.244.6.0-24', subnet: '10.244.6.0/24', reason: 'VtepMAC 02:00:00:00:00:03 is already used by this node' },
-    ]);
-  });
-
-  it('peers with overlapping subnets (Kubernetes keys are node names): the same one wins on every node, the others are problems', () => {
-    const named = (n: number, key: string, subnet?: { base: number; prefix: number }) => ({ ...peerLease(n, { vxlan: true }), key, ...(subnet ? { subnet } : {}) });
-    const seven = peerLease(7, { vxlan: true }).subnet;
-    const peers = [named(8, 'node-b', seven), named(7, 'node-a'), named(9, 'node-c', { base: seven.base + 128, prefix: 25 }), named(1, 'node-d')];
+  it('vxlan: peers claiming one VtepMAC are all refused, and a peer claiming ours too: none takes another\'s FDB entry', () => {
+    const withMac = (n: number, mac: string) => ({ ...peerLease(n, { vxlan: true }), attrs: { ...peerLease(n, { vxlan: true }).attrs, backendData: { vni: 1, vtepMac: mac } } });
+    const peers = [peerLease(1, { vxlan: true }), withMac(5, '02:00:00:00:00:01'), withMac(6, '02:00:00:00:00:03'), peerLease(7, { vxlan: true })];
     for (const order of [peers, [...peers].reverse()]) {
       const d = desiredState(backendInput({ backend: 'vxlan', peers: order }));
-      expect(d.routes.map((r) => r.dst)).toEqual(['10.244.1.0/24', '10.244.7.0/24']);
-      expect(d.fdb.map((f) => f.dst)).toEqual(['10.123.0.1', '10.123.0.7']);
-      expect(d.problems).toEqual([
-        { key: 'node-b', subnet: '10.244.7.0/24', reason: 'subnet overlaps 10.244.7.0/24 of peer node-a' },
-        { key: 'node-c', subnet: '10.244.7.128/25', reason: 'subnet overlaps 10.244.7.0/24 of peer node-a' },
+      expect(d.fdb.map((f) => f.dst).sort()).toEqual(['10.123.0.7']);
+      expect(d.problems.map((p) => [p.key, p.code])).toEqual([
+        ['10.244.1.0-24', 'vtep-mac'],
+        ['10.244.5.0-24', 'vtep-mac'],
+        ['10.244.6.0-24', 'vtep-mac'],
+      ]);
+      expect(d.problems[0]?.reason).toBe('VtepMAC 02:00:00:00:00:01 is claimed by 2 peers (10.244.1.0-24, 10.244.5.0-24)');
+      expect(d.problems[2]?.reason).toBe("VtepMAC 02:00:00:00:00:03 is this node's own");
+    }
+  });
+
+  it('peers with overlapping subnets (Kubernetes keys are node names): a wider one never captures the narrower ones, identical ones refuse each other, on every node alike', () => {
+    const named = (n: number, key: string, subnet?: { base: number; prefix: number }) => ({ ...peerLease(n, { vxlan: true }), key, ...(subnet ? { subnet } : {}) });
+    const seven = peerLease(7, { vxlan: true }).subnet;
+    const eight = peerLease(8, { vxlan: true }).subnet;
+    // node-w's /23 covers node-a's and node-e's /24s; node-b claims node-a's /24 again
+    const peers = [named(7, 'node-a'), named(8, 'node-e'), named(9, 'node-w', { base: seven.base - 256, prefix: 23 }), named(1, 'node-d'), named(6, 'node-b', seven), named(10, 'node-f', { base: eight.base + 128, prefix: 25 })];
+    for (const order of [peers, [...peers].reverse()]) {
+      const d = desiredState(backendInput({ backend: 'vxlan', peers: order }));
+      expect(d.routes.map((r) => r.dst).sort()).toEqual(['10.244.1.0/24', '10.244.8.128/25']);
+      expect(d.problems.map((p) => [p.key, p.code, p.reason])).toEqual([
+        ['node-a', 'subnet-conflict', 'subnet 10.244.7.0/24 is also claimed by peer node-b'],
+        ['node-b', 'subnet-conflict', 'subnet 10.244.7.0/24 is also claimed by peer node-a'],
+        ['node-e', 'subnet-conflict', "subnet 10.244.8.0/24 covers peer node-f's 10.244.8.128/25"],
+        ['node-w', 'subnet-conflict', "subnet 10.244.6.0/23 covers peer node-a's 10.244.7.0/24"],
       ]);
     }
   });
@@ -83,7 +91,7 @@ describe('backends', () => {
     const d = desiredState(backendInput({ backend: 'host-gw', peers: [peerLease(6, { vxlan: false, ipBase: '198.51.100' }), peerLease(1, { vxlan: false })] }));
     expect(d.vxlan).toBeNull();
     expect(d.routes).toEqual([{ dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false }]);
-    expect(d.problems).toEqual([{ key: '10.244.6.0-24', subnet: '10.244.6.0/24', reason: expect.stringContaining('PublicIP 198.51.100.6 is not on-link on eth0 (10.123.0.2/24)') }]);
+    expect(d.problems).toEqual([{ key: '10.244.6.0-24', subnet: '10.244.6.0/24', code: 'not-on-link', reason: expect.stringContaining('PublicIP 198.51.100.6 is not on-link on eth0 (10.123.0.2/24)') }]);
   });
 });
 

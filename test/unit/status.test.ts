@@ -29,7 +29,7 @@ describe('twill status report', () => {
   it('in Kubernetes mode: accepts a peer podCIDR of another size, as the daemon does, and shows a lease that never expires', () => {
     const small = { ...peerLease(5, { vxlan: true }), key: 'node-5', subnet: { ...peerLease(5, { vxlan: true }).subnet, prefix: 25 } };
     const base: StatusInput = { config: input.config, self: { ...input.self, expiresAt: Number.POSITIVE_INFINITY }, records: [{ key: 'node-5', ok: true, lease: small }], choice: input.choice, ipMasq: true, randomFully: true, observed: exact, daemon: { running: true, detail: 'running' } };
-    expect(buildStatus(base).peers[0]?.kernel).toMatch(/^skipped: subnet 10\.244\.5\.0\/25 is not a \/24/);
+    expect(buildStatus(base).peers[0]?.kernel).toMatch(/^refused \(subnet-size\): subnet 10\.244\.5\.0\/25 is not a \/24/);
     const kube = buildStatus({ ...base, anySubnetSize: true });
     expect(kube.peers[0]?.kernel).toBe('missing route, missing neigh, missing fdb');
     expect(kube.lease?.expiresAt).toBe('never');

@@ -1,0 +1,171 @@
+// Peer admission, pure: which peer leases may become kernel entries, and why
+// the others are refused (DESIGN.md rule 6: trust nothing from the store).
+// Two stages:
+//   - `checkPeer`, one lease against our network config and our own lease:
+//     its subnet (size, inside the Network and, in etcd mode, inside
+//     SubnetMin..SubnetMax, not over our own), its PublicIP (a unicast host,
+//     not ours, not inside the pod Network), its backend type, VNI and
+//     VtepMAC (not ours);
+//   - `admitPeers`, the peer set as a whole: subnets that overlap another
+//     peer's (a wider one is refused, never the narrower ones it covers;
+//     identical subnets are all refused) and VtepMACs claimed by more than one
+//     peer (all claimants refused). Neither depends on the order leases were
+//     seen, so every node refuses the same peers.
+// Every refusal has a short `reason` (the metric's label) and a detail for
+// people, with values from the store truncated.
+import type { NetConfig } from '../config/netconf.ts';
+import { containsAddr, containsCidr, formatCidr, isUnicastHost, lastAddress, overlaps, parseIpv4, type Cidr } from '../net/ipv4.ts';
+import type { Lease } from './types.ts';
+
+export const REFUSAL_REASONS = [
+  'malformed',
+  'subnet-size',
+  'outside-network',
+  'outside-range',
+  'overlaps-own',
+  'subnet-conflict',
+  'public-ip',
+  'backend-type',
+  'vni',
+  'vtep-mac',
+  'not-on-link',
+] as const;
+
+export type RefusalReason = (typeof REFUSAL_REASONS)[number];
+
+export interface Refusal {
+  readonly reason: RefusalReason;
+  readonly detail: string;
+}
+
+export interface PeerContext {
+  readonly config: NetConfig;
+  /** our own subnet, when we hold one */
+  readonly self: Cidr | undefined;
+  /** our own PublicIP: a peer claiming it would have us route to ourselves */
+  readonly selfPublicIp?: string;
+  /** our own VtepMAC (vxlan): a peer claiming it would take our FDB entry */
+  readonly selfVtepMac?: string;
+  /** subnets come from elsewhere (Kubernetes podCIDRs): any prefix inside Network, not only SubnetLen */
+  readonly anySubnetSize?: boolean;
+}
+
+/** A value from the store, cut to a length a log line can carry. */
+export function truncated(value: string, max = 64): string {
+  return value.length <= max ? value : `${value.slice(0, max)}… (${value.length} chars)`;
+}
+
+function refuse(reason: RefusalReason, detail: string): Refusal {
+  return { reason, detail };
+}
+
+function publicIpProblem(raw: string, ctx: PeerContext): Refusal | undefined {
+  const shown = truncated(raw);
+  const ip = parseIpv4(raw);
+  if (ip === undefined || !isUnicastHost(ip)) return refuse('public-ip', `PublicIP ${shown} is not a unicast host address`);
+  if (ctx.selfPublicIp !== undefined && raw === ctx.selfPublicIp) return refuse('public-ip', `PublicIP ${shown} is this node's own address`);
+  if (containsAddr(ctx.config.network, ip)) return refuse('public-ip', `PublicIP ${shown} is inside the pod Network ${formatCidr(ctx.config.network)}`);
+  return undefined;
+}
+
+/** Why one peer lease must not reach the kernel, or undefined. */
+export function checkPeer(lease: Lease, ctx: PeerContext): Refusal | undefined {
+  const { config, self } = ctx;
+  const subnet = formatCidr(lease.subnet);
+  if (!ctx.anySubnetSize && lease.subnet.prefix !== config.subnetLen) return refuse('subnet-size', `subnet ${subnet} is not a /${config.subnetLen} (SubnetLen)`);
+  if (!containsCidr(config.network, lease.subnet)) return refuse('outside-network', `subnet ${subnet} is outside Network ${formatCidr(config.network)}`);
+  if (!ctx.anySubnetSize && (lease.subnet.base < config.subnetMin || lease.subnet.base > config.subnetMax)) {
+    return refuse('outside-range', `subnet ${subnet} is outside SubnetMin..SubnetMax`);
+  }
+  if (self && overlaps(self, lease.subnet)) return refuse('overlaps-own', `subnet ${subnet} overlaps our own subnet ${formatCidr(self)}`);
+  const ip = publicIpProblem(lease.attrs.publicIp, ctx);
+  if (ip) return ip;
+  if (lease.attrs.backendType !== config.backend.type) {
+    return refuse('backend-type', `BackendType ${truncated(lease.attrs.backendType)} differs from ours (${config.backend.type})`);
+  }
+  if (config.backend.type === 'vxlan') {
+    const vni = lease.attrs.backendData?.vni;
+    if (vni !== config.backend.vni) return refuse('vni', `BackendData.VNI ${truncated(String(vni))} differs from ours (${config.backend.vni})`);
+    const mac = lease.attrs.backendData?.vtepMac;
+    if (mac !== undefined && ctx.selfVtepMac !== undefined && mac.toLowerCase() === ctx.selfVtepMac.toLowerCase()) {
+      return refuse('vtep-mac', `VtepMAC ${mac} is this node's own`);
+    }
+  }
+  return undefined;
+}
+
+export interface Admission {
+  readonly admitted: Lease[];
+  readonly refused: { readonly lease: Lease; readonly refusal: Refusal }[];
+}
+
+const byKey = (a: Lease, b: Lease): number => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
+
+/**
+ * Subnet conflicts among peers that each passed `checkPeer`. CIDRs either
+ * nest or are disjoint: sorted by base, then wider first, every lease still
+ * open on the stack when a later one starts contains it. A container is
+ * refused (it would capture the narrower peers' traffic); identical subnets
+ * refuse each other.
+ */
+function subnetConflicts(peers: readonly Lease[]): Map<string, Refusal> {
+  const sorted = [...peers].sort((a, b) => a.subnet.base - b.subnet.base || a.subnet.prefix - b.subnet.prefix || byKey(a, b));
+  const refused = new Map<string, Refusal>();
+  const open: Lease[] = [];
+  for (const peer of sorted) {
+    while (open.length > 0 && lastAddress((open.at(-1) as Lease).subnet) < peer.subnet.base) open.pop();
+    for (const outer of open) {
+      if (outer.subnet.prefix === peer.subnet.prefix) {
+        refused.set(outer.key, refuse('subnet-conflict', `subnet ${formatCidr(outer.subnet)} is also claimed by peer ${truncated(peer.key)}`));
+        refused.set(peer.key, refuse('subnet-conflict', `subnet ${formatCidr(peer.subnet)} is also claimed by peer ${truncated(outer.key)}`));
+      } else if (!refused.has(outer.key)) {
+        refused.set(outer.key, refuse('subnet-conflict', `subnet ${formatCidr(outer.subnet)} covers peer ${truncated(peer.key)}'s ${formatCidr(peer.subnet)}`));
+      }
+    }
+    open.push(peer);
+  }
+  return refused;
+}
+
+/** VtepMACs claimed by more than one peer: every claimant is refused (none may take another's FDB entry). */
+function macConflicts(peers: readonly Lease[]): Map<string, Refusal> {
+  const claimants = new Map<string, Lease[]>();
+  for (const p of peers) {
+    const mac = p.attrs.backendData?.vtepMac?.toLowerCase();
+    if (mac !== undefined) claimants.set(mac, [...(claimants.get(mac) ?? []), p]);
+  }
+  const refused = new Map<string, Refusal>();
+  for (const [mac, owners] of claimants) {
+    if (owners.length < 2) continue;
+    const keys = owners.map((o) => truncated(o.key)).sort();
+    for (const o of owners) refused.set(o.key, refuse('vtep-mac', `VtepMAC ${mac} is claimed by ${owners.length} peers (${keys.slice(0, 4).join(', ')}${keys.length > 4 ? ', …' : ''})`));
+  }
+  return refused;
+}
+
+/** The set-level stage alone, over peers that each passed `checkPeer`: subnet and VtepMAC conflicts. */
+export function withoutConflicts(peers: readonly Lease[], config: NetConfig): Admission {
+  const conflicts = subnetConflicts(peers);
+  const macs = config.backend.type === 'vxlan' ? macConflicts(peers) : new Map<string, Refusal>();
+  const admitted: Lease[] = [];
+  const refused: { lease: Lease; refusal: Refusal }[] = [];
+  for (const p of peers) {
+    const r = conflicts.get(p.key) ?? macs.get(p.key);
+    if (r) refused.push({ lease: p, refusal: r });
+    else admitted.push(p);
+  }
+  return { admitted, refused: refused.sort((a, b) => byKey(a.lease, b.lease)) };
+}
+
+/** Both stages: the peers that may become kernel entries (in the order given), and the others with why (in key order). */
+export function admitPeers(peers: readonly Lease[], ctx: PeerContext): Admission {
+  const refused: { lease: Lease; refusal: Refusal }[] = [];
+  const passed: Lease[] = [];
+  for (const p of peers) {
+    const r = checkPeer(p, ctx);
+    if (r) refused.push({ lease: p, refusal: r });
+    else passed.push(p);
+  }
+  const set = withoutConflicts(passed, ctx.config);
+  return { admitted: set.admitted, refused: [...refused, ...set.refused].sort((a, b) => byKey(a.lease, b.lease)) };
+}
