@@ -30,14 +30,20 @@ async function answer(probe: DaemonProbe, req: IncomingMessage, res: ServerRespo
   res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('not found: try /healthz, /readyz or /metrics\n');
 }
 
+/** What the health server accepts: a kubelet's probes and a Prometheus scraper need far less. */
+export const HEALTH_LIMITS = { maxConnections: 16, maxHeaderBytes: 8 * 1024, requestTimeoutMs: 10_000 } as const;
+
 /** Serves until `signal` aborts; a port that cannot be bound is a start-up error naming the flags. */
 export async function serveHealth(o: { ip: string; port: number; probe: DaemonProbe; logger: Logger }, signal: AbortSignal): Promise<void> {
-  const server = createServer((req, res) => {
+  // probes and a scraper: small requests, few at a time; anything else is cut off, never queued
+  const server = createServer({ maxHeaderSize: HEALTH_LIMITS.maxHeaderBytes, requestTimeout: HEALTH_LIMITS.requestTimeoutMs, headersTimeout: HEALTH_LIMITS.requestTimeoutMs, keepAliveTimeout: 5_000 }, (req, res) => {
     answer(o.probe, req, res).catch((err: unknown) => {
       o.logger.warn({ err: describeError(err) }, 'health endpoint failed');
       if (!res.headersSent) res.writeHead(500).end('internal error\n');
     });
   });
+  server.maxConnections = HEALTH_LIMITS.maxConnections;
+  server.maxRequestsPerSocket = 100;
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err) => reject(new TwillError('FLAG_INVALID', `--healthz-ip ${o.ip} --healthz-port ${o.port}: cannot listen: ${err.message}`)));
     server.listen(o.port, o.ip, () => resolve());

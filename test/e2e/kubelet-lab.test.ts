@@ -5,13 +5,15 @@
 // every pod), then every kubelet drill, then `down`. Each node goes Ready
 // only with twill's CNI config in place and NetworkUnavailable cleared, its
 // podCIDR comes from the controller-manager, `kubectl exec` and `kubectl
-// logs` work, every drill passes (how fast is the table's `met`), and
+// logs` work, twill runs locked down (capabilities, no new privileges,
+// seccomp, read-only root), every drill passes (how fast is the table's `met`), and
 // `down` leaves no namespace, process, mount, cgroup or file. Runs in the
 // separate e2e pass (see package.json).
 import { access, readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { NetnsCluster } from '../../lab/netns-cluster.ts';
+import { run } from '../../src/exec/runner.ts';
 import { nodeObjects } from '../../lab/store-view.ts';
 import { labDrills, labLeftovers, labWith } from '../helpers/lab.ts';
 
@@ -62,6 +64,18 @@ describe('the kubelet lab', () => {
       expect(JSON.parse(await readFile(join(dir, 'etc/cni/net.d/10-twill.conflist'), 'utf8'))).toMatchObject({ name: 'twill', plugins: [{ type: 'twill' }, { type: 'portmap' }] });
     }
     expect(cidrs.size).toBe(3);
+
+    // twill runs as deploy/ locks it down: NET_ADMIN and NET_RAW only, no new privileges, seccomp, read-only root
+    const pids = (await run('ps', ['-eo', 'pid=,args='])).stdout.split('\n').filter((l) => l.includes('/usr/local/bin/twill run --kube-subnet-mgr')).map((l) => l.trim().split(' ')[0] ?? '');
+    expect(pids.length).toBeGreaterThanOrEqual(3);
+    for (const pid of pids) {
+      const status = await readFile(`/proc/${pid}/status`, 'utf8');
+      expect(status, pid).toMatch(/CapEff:\s+0000000000003000/);
+      expect(status, pid).toMatch(/NoNewPrivs:\s+1/);
+      expect(status, pid).toMatch(/Seccomp:\s+2/);
+      const root = (await readFile(`/proc/${pid}/mountinfo`, 'utf8')).split('\n').find((l) => l.split(' ')[4] === '/');
+      expect(root?.split(' ')[5], pid).toMatch(/^ro,/);
+    }
 
     // the apiserver reaches each kubelet: exec and logs
     expect((await labWith({}, '--name', name, 'kubectl', 'exec', 'n2-p1', '--', 'hostname')).trim()).toBe('n2-p1');

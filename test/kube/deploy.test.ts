@@ -87,8 +87,14 @@ describe('deploy/', () => {
     expect(main?.livenessProbe?.httpGet).toMatchObject({ path: '/healthz', port: 9810 });
     expect(main?.readinessProbe?.httpGet).toMatchObject({ path: '/readyz', port: 9810 });
     expect(main?.resources?.requests).toMatchObject({ cpu: '50m', memory: '192Mi' });
-    // no container of the pod is privileged
-    expect([...(pod?.initContainers ?? []), ...(pod?.containers ?? [])].filter((c) => c.securityContext?.privileged)).toEqual([]);
+    // no container of the pod is privileged; every one is locked down
+    const all = [...(pod?.initContainers ?? []), ...(pod?.containers ?? [])];
+    expect(all.filter((c) => c.securityContext?.privileged)).toEqual([]);
+    for (const c of all) {
+      expect(c.securityContext, c.name).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, seccompProfile: { type: 'RuntimeDefault' }, capabilities: { drop: ['ALL'] } });
+    }
+    expect(pod?.initContainers?.map((c) => c.securityContext?.capabilities?.add ?? [])).toEqual([[], []]);
+    expect(main?.volumeMounts?.find((m) => m.mountPath === '/tmp')).toBeDefined();
     expect(hostPaths(ds)).toEqual({
       '/etc/cni/net.d': 'DirectoryOrCreate',
       '/opt/cni/bin': 'DirectoryOrCreate',
