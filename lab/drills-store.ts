@@ -1,5 +1,6 @@
 // Drills that break the lease store or the membership: a node's own lease
-// deleted, etcd stopped for a minute, etcd wiped, a node removed (all four
+// deleted, etcd stopped for a minute, etcd wiped, hostile leases put in
+// etcd, a node removed (all five
 // etcd only), a node added, twenty nodes started at once (both stores).
 import { sleep } from '../src/util/abort.ts';
 import { etcdctl } from './cluster.ts';
@@ -13,6 +14,62 @@ import { leaseOf, leases } from './store-view.ts';
 import { until } from './wait.ts';
 
 const ETCD_OUTAGE_MS = 60_000;
+
+const HOSTILE = { loopback: '10.244.200.0-24', inNetwork: '10.244.201.0-24', nodeIp: '10.244.202.0-24', junk: '10.244.203.0-24' };
+
+/** A key's subnet as routes show it: "10.244.200.0-24" → "10.244.200.0/24". */
+const subnetOf = (key: string): string => key.replace(/-(\d+)$/, '/$1');
+
+const hostileLease: Drill = {
+  name: 'hostile-lease',
+  broke: "leases put straight into etcd: PublicIP 127.0.0.1, PublicIP inside the pod Network, a node's own PublicIP, a value that is not JSON",
+  targetMs: 2_000,
+  stores: ['etcd'],
+  async run(c) {
+    const nodes = await c.nodes();
+    const first = nodes[0];
+    if (!first) throw new Error('no nodes');
+    const vxlan = (ip: string, n: number): string => JSON.stringify({ PublicIP: ip, BackendType: 'vxlan', BackendData: { VNI: 1, VtepMAC: `7e:66:00:00:00:${n.toString(16).padStart(2, '0')}` } });
+    const put = (key: string, value: string): Promise<string> => etcdctl(c, ['put', `${c.etcdPrefix}/subnets/${key}`, value]);
+    const since = performance.now();
+    await put(HOSTILE.loopback, vxlan('127.0.0.1', 1));
+    await put(HOSTILE.inNetwork, vxlan('10.244.9.9', 2));
+    await put(HOSTILE.nodeIp, vxlan(first.ip, 3));
+    await put(HOSTILE.junk, `{"PublicIP": ${'9'.repeat(3000)}`);
+    try {
+      // every node refuses the three it must (the first node the fourth too: its own address), and logs it once
+      const refusedBy = async (node: string, keys: readonly string[]): Promise<boolean> => {
+        const log = await c.twillLog(node);
+        return keys.every((k) => log.includes(`"key":"${k}"`) && log.includes('skipping invalid peer lease'));
+      };
+      const must = (name: string): string[] => [HOSTILE.loopback, HOSTILE.inNetwork, HOSTILE.junk, ...(name === first.name ? [HOSTILE.nodeIp] : [])];
+      const healedMs = await until(async () => (await Promise.all(nodes.map((n) => refusedBy(n.name, must(n.name))))).every(Boolean), { timeoutMs: SLOW_MACHINE_FACTOR * 2_000, since, everyMs: 50 });
+      const notes = [`refused and logged on every node ${Math.round(healedMs ?? -1)} ms after the puts`];
+      let ok = healedMs !== undefined;
+      for (const n of nodes) {
+        const routes = await ownRoutes(c, n.name);
+        const stray = must(n.name).map(subnetOf).filter((s) => routes.some((r) => r.startsWith(`${s} `)));
+        if (stray.length > 0) {
+          ok = false;
+          notes.push(`${n.name} routes a refused subnet: ${stray.join(', ')}`);
+        }
+        const lines = (await c.twillLog(n.name)).split('\n').filter((l) => l.includes('skipping invalid peer lease') && l.includes(HOSTILE.junk));
+        if (lines.length !== 1 || lines.some((l) => l.length > 1_000)) {
+          ok = false;
+          notes.push(`${n.name} logged the junk value ${lines.length} times, longest line ${Math.max(0, ...lines.map((l) => l.length))} characters (want once, truncated)`);
+        }
+      }
+      const m = await connectivity(c);
+      if (m.failures.length > 0) {
+        ok = false;
+        notes.push(`with the hostile leases in place: ${m.failures.join(', ')}`);
+      } else notes.push('every pod still reaches every pod and outside with the hostile leases in place');
+      return { healedMs, ok, notes };
+    } finally {
+      for (const key of Object.values(HOSTILE)) await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${key}`]).catch(() => '');
+    }
+  },
+};
 
 const ownLeaseDeleted: Drill = {
   name: 'own-lease',
@@ -185,4 +242,4 @@ async function idleCpu(c: Cluster, nodes: readonly string[]): Promise<string> {
   return `idle CPU per twill over ${IDLE_WINDOW_MS / 1000} s (of one core, with the processes it spawned): median ${f(pct[Math.floor(pct.length / 2)])}, max ${f(pct.at(-1))}; all ${pct.length} together ${f(sum)}`;
 }
 
-export const STORE_DRILLS: readonly Drill[] = [ownLeaseDeleted, etcdOutage, etcdWipe, nodeRemoved, nodeAdded, twentyNodes];
+export const STORE_DRILLS: readonly Drill[] = [ownLeaseDeleted, etcdOutage, etcdWipe, hostileLease, nodeRemoved, nodeAdded, twentyNodes];
