@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { Etcd3, type IKeyValue, type IOptions, type IResponseHeader, type Watcher } from 'etcd3';
 import { ExponentialBackoff, noop, type IBackoff } from 'cockatiel';
 import { TwillError, describeError } from '../errors.ts';
-import type { Kv, KvChange, KvEntry, KvListing, KvWatchOptions, KvWritten, WatchEnd } from './kv.ts';
+import type { Kv, KvChange, KvEntry, KvListing, KvSkipped, KvWatchOptions, KvWritten, WatchEnd } from './kv.ts';
 
 export interface EtcdOptions {
   readonly endpoints: readonly string[];
@@ -19,7 +19,28 @@ export interface EtcdOptions {
   readonly password?: string | undefined;
   /** deadline of each unary call, ms (default 5 s) */
   readonly callTimeoutMs?: number;
+  /** keys per list page (default 200); a test knob */
+  readonly listPageSize?: number;
+  /** largest gRPC reply accepted, bytes (default 16 MiB); a test knob */
+  readonly maxReceiveBytes?: number;
 }
+
+/**
+ * Lists are read in pages of at most this many keys, all at the revision of
+ * the first page. A flannel lease is ~200 bytes, so a page is ~40 KB.
+ */
+export const LIST_PAGE_SIZE = 200;
+/**
+ * The largest reply we accept (gRPC's default is 4 MiB; etcd's own Go client
+ * accepts any size). 16 MiB holds any single value etcd accepts with its
+ * default --max-request-bytes (1.5 MiB) or the recommended maximum (10 MiB),
+ * while bounding what one reply can make us buffer. A page that would be
+ * larger is read again with half as many keys; a single value that still does
+ * not fit is skipped and reported by key.
+ */
+export const MAX_RECEIVE_BYTES = 16 * 1024 * 1024;
+/** restarts of a list whose snapshot revision was compacted away under it */
+const LIST_ATTEMPTS = 4;
 
 const enc = (s: string): Buffer => Buffer.from(s, 'utf8');
 
@@ -28,6 +49,30 @@ function prefixEnd(prefix: string): Buffer {
   end[end.length - 1] = (end[end.length - 1] ?? 0) + 1;
   return end;
 }
+
+/** The smallest key after `key`: the next page starts there. */
+function after(key: Buffer): Buffer {
+  return Buffer.concat([key, Buffer.from([0])]);
+}
+
+/** A key for messages: never a hostile key whole. */
+function shown(key: Buffer): string {
+  const text = key.toString('utf8');
+  return text.length <= 120 ? text : `${text.slice(0, 120)}… (${key.length} bytes)`;
+}
+
+/** The reply was larger than we accept (grpc-js: RESOURCE_EXHAUSTED, "Received message larger than max"). */
+function tooLarge(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  return (err as { code?: unknown }).code === 8 || err.name === 'GRPCResourceExhastedError' || /RESOURCE_EXHAUSTED|larger than max/i.test(err.message);
+}
+
+/** etcd no longer holds the revision a page asked for. */
+function compacted(err: unknown): boolean {
+  return err instanceof Error && /required revision has been compacted/.test(err.message);
+}
+
+class ListRestart extends Error {}
 
 function toEntry(kv: IKeyValue): KvEntry {
   return { key: kv.key.toString('utf8'), value: kv.value.toString('utf8'), modRevision: kv.mod_revision };
@@ -70,6 +115,7 @@ async function buildClientOptions(opts: EtcdOptions): Promise<IOptions> {
       'grpc.max_reconnect_backoff_ms': 2_000,
       'grpc.keepalive_time_ms': 10_000,
       'grpc.keepalive_timeout_ms': 5_000,
+      'grpc.max_receive_message_length': opts.maxReceiveBytes ?? MAX_RECEIVE_BYTES,
     },
   };
 }
@@ -77,14 +123,18 @@ async function buildClientOptions(opts: EtcdOptions): Promise<IOptions> {
 export class EtcdKv implements Kv {
   readonly description: string;
   private readonly client: Etcd3;
+  private readonly pageSize: number;
+  private readonly maxReceiveBytes: number;
 
-  private constructor(client: Etcd3, endpoints: readonly string[]) {
+  private constructor(client: Etcd3, opts: EtcdOptions) {
     this.client = client;
-    this.description = `etcd ${endpoints.join(',')}`;
+    this.pageSize = Math.max(1, opts.listPageSize ?? LIST_PAGE_SIZE);
+    this.maxReceiveBytes = opts.maxReceiveBytes ?? MAX_RECEIVE_BYTES;
+    this.description = `etcd ${opts.endpoints.join(',')}`;
   }
 
   static async connect(opts: EtcdOptions): Promise<EtcdKv> {
-    return new EtcdKv(new Etcd3(await buildClientOptions(opts)), opts.endpoints);
+    return new EtcdKv(new Etcd3(await buildClientOptions(opts)), opts);
   }
 
   async get(key: string): Promise<KvEntry | undefined> {
@@ -108,14 +158,65 @@ export class EtcdKv implements Kv {
     }
   }
 
-  async list(prefix: string): Promise<KvListing> {
-    try {
-      const res = await this.client.kv.range({ key: enc(prefix), range_end: prefixEnd(prefix) });
-      return { entries: res.kvs.map(toEntry), revision: BigInt(res.header.revision) };
-    } catch (err) {
-      throw unavailable(`list ${prefix}`, err);
+  /**
+   * Lists `prefix` in pages of at most `pageSize` keys, every page at the
+   * revision of the first, so the result is one consistent snapshot however
+   * large the prefix. If that revision is compacted away mid-list, the list
+   * starts over at a fresh revision.
+   */
+  async list(prefix: string, signal?: AbortSignal): Promise<KvListing> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.listOnce(prefix, signal);
+      } catch (err) {
+        if (err instanceof ListRestart && attempt < LIST_ATTEMPTS) continue;
+        if (signal?.aborted) throw err;
+        throw unavailable(`list ${prefix}`, err instanceof ListRestart ? err.message : err);
+      }
     }
   }
+
+  private async listOnce(prefix: string, signal: AbortSignal | undefined): Promise<KvListing> {
+    const end = prefixEnd(prefix);
+    const entries: KvEntry[] = [];
+    const skipped: KvSkipped[] = [];
+    let from = enc(prefix);
+    let revision: string | undefined;
+    let limit = this.pageSize;
+    for (;;) {
+      signal?.throwIfAborted();
+      let res;
+      try {
+        res = await this.client.kv.range({ key: from, range_end: end, limit, ...(revision ? { revision } : {}) });
+      } catch (err) {
+        if (revision && compacted(err)) throw new ListRestart(`revision ${revision} was compacted during the list; started over ${describeError(err)}`);
+        if (!tooLarge(err)) throw err;
+        if (limit > 1) {
+          // the page is larger than one reply may be: fewer keys per page
+          limit = Math.max(1, Math.floor(limit / 2));
+          continue;
+        }
+        // one value alone is larger than a reply may be: name it by key and go on
+        const head = await this.client.kv.range({ key: from, range_end: end, limit: 1, keys_only: true, ...(revision ? { revision } : {}) });
+        const kv = head.kvs[0];
+        if (!kv) throw err;
+        revision ??= head.header.revision;
+        skipped.push({ key: kv.key.toString('utf8'), modRevision: kv.mod_revision, reason: `value of ${shown(kv.key)} is larger than the ${this.maxReceiveBytes} bytes an etcd reply may hold; skipped` });
+        from = after(kv.key);
+        limit = this.pageSize;
+        continue;
+      }
+      // the first page fixes the snapshot; later replies carry the current revision in their header
+      revision ??= res.header.revision;
+      for (const kv of res.kvs) entries.push(toEntry(kv));
+      const last = res.kvs.at(-1);
+      if (!res.more || !last) break;
+      from = after(last.key);
+      limit = Math.min(this.pageSize, limit * 2);
+    }
+    return { entries, skipped, revision: BigInt(revision) };
+  }
+
 
   private async grant(ttlSeconds: number): Promise<{ id: string; expiresAt: number }> {
     const res = await this.client.leaseClient.leaseGrant({ TTL: ttlSeconds, ID: 0 });

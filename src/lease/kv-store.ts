@@ -9,13 +9,16 @@ import { formatCidr, overlaps, sameCidr, type Cidr } from '../net/ipv4.ts';
 import { sleep } from '../util/abort.ts';
 import { fitsConfig, pickFreeSubnet } from './allocate.ts';
 import { decodeLeaseValue, encodeLeaseValue, parseSubnetKey, subnetKey } from './codec.ts';
-import type { Kv, KvEntry } from './kv.ts';
+import { truncated } from './admit.ts';
+import type { Kv, KvEntry, KvListing } from './kv.ts';
 import { listAndWatch } from './list-watch.ts';
 import type { AcquireRequest, Lease, LeaseAttrs, LeaseEvent, LeaseRecord, LeaseStore } from './types.ts';
 
 export const DEFAULT_ETCD_PREFIX = '/coreos.com/network';
 export const DEFAULT_LEASE_TTL_SECONDS = 24 * 60 * 60;
 const MAX_ACQUIRE_ATTEMPTS = 64;
+/** a flannel lease value is ~200 bytes; anything past this is refused unread */
+export const MAX_LEASE_VALUE_BYTES = 64 * 1024;
 
 export interface KvLeaseStoreOptions {
   readonly kv: Kv;
@@ -77,11 +80,24 @@ export class KvLeaseStore implements LeaseStore {
     const key = entry.key.slice(this.subnetsPrefix.length);
     try {
       const subnet = parseSubnetKey(key);
+      const bytes = Buffer.byteLength(entry.value, 'utf8');
+      if (bytes > MAX_LEASE_VALUE_BYTES) {
+        throw new TwillError('LEASE_INVALID', `value is ${bytes} bytes, more than the ${MAX_LEASE_VALUE_BYTES} a lease may hold: ${JSON.stringify(entry.value.slice(0, 64))}…`);
+      }
       const attrs = decodeLeaseValue(entry.value);
       return { key, ok: true, lease: { key, subnet, attrs, expiresAt: 0, version: entry.modRevision } };
     } catch (err) {
-      return { key, ok: false, reason: describeError(err) };
+      // the reason quotes stored text: never a hostile value whole
+      return { key, ok: false, reason: truncated(describeError(err), 200) };
     }
+  }
+
+  /** Every listed key as a record: unreadable values are invalid records, never a failed list. */
+  private records(listing: KvListing): { entry: KvEntry | undefined; record: LeaseRecord }[] {
+    return [
+      ...listing.entries.map((e) => ({ entry: e, record: this.decode(e) })),
+      ...listing.skipped.map((s) => ({ entry: undefined, record: { key: s.key.slice(this.subnetsPrefix.length), ok: false as const, reason: truncated(s.reason, 200) } })),
+    ];
   }
 
   private toLease(subnet: Cidr, attrs: LeaseAttrs, written: { entry: KvEntry; expiresAt: number }): Lease {
@@ -100,10 +116,9 @@ export class KvLeaseStore implements LeaseStore {
   /** One pass of the acquisition order; undefined when a race was lost and the caller should retry. */
   private async tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<Lease | undefined> {
     const { config, attrs } = req;
-    const listing = await this.kv.list(this.subnetsPrefix, signal);
-    const records = listing.entries.map((e) => ({ entry: e, record: this.decode(e) }));
+    const records = this.records(await this.kv.list(this.subnetsPrefix, signal));
     for (const { entry, record } of records) {
-      if (!record.ok || record.lease.attrs.publicIp !== attrs.publicIp) continue;
+      if (!entry || !record.ok || record.lease.attrs.publicIp !== attrs.publicIp) continue;
       if (!fitsConfig(config, record.lease.subnet)) {
         // Ours, but from an older config: give the subnet back.
         await this.kv.deleteIf(entry.key, entry.modRevision, signal);
@@ -167,7 +182,12 @@ export class KvLeaseStore implements LeaseStore {
       relistMs: this.relistMs,
       list: async (signal) => {
         const listing = await this.kv.list(this.subnetsPrefix, signal);
-        return { records: listing.entries.map((e) => this.decode(e)), detail: `listed ${listing.entries.length} leases`, cursor: listing.revision + 1n };
+        const unreadable = listing.skipped.length > 0 ? ` (${listing.skipped.length} unreadable)` : '';
+        return {
+          records: this.records(listing).map((r) => r.record),
+          detail: `listed ${listing.entries.length + listing.skipped.length} leases at revision ${listing.revision}${unreadable}`,
+          cursor: listing.revision + 1n,
+        };
       },
       watch: async (w) => {
         const end = await this.kv.watch(this.subnetsPrefix, {

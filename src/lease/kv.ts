@@ -10,8 +10,22 @@ export interface KvEntry {
   readonly modRevision: string;
 }
 
+/** A key the list saw but could not read (its value does not fit in a reply); it still occupies its key. */
+export interface KvSkipped {
+  readonly key: string;
+  readonly modRevision: string;
+  /** why, without the value */
+  readonly reason: string;
+}
+
+/**
+ * Every key under a prefix as of one revision, in key order. A store may
+ * read it in pages, but all pages are at `revision` (a consistent snapshot).
+ */
 export interface KvListing {
   readonly entries: readonly KvEntry[];
+  /** keys whose values could not be read at all; never a reason to fail the list */
+  readonly skipped: readonly KvSkipped[];
   readonly revision: bigint;
 }
 

@@ -79,8 +79,12 @@ export class MemoryKv implements Kv {
 
   async list(prefix: string): Promise<KvListing> {
     this.check();
-    const entries = [...this.data.values()].map((s) => s.entry).filter((e) => e.key.startsWith(prefix));
-    return { entries, revision: this.revision };
+    // one synchronous pass is a consistent snapshot; key order, as etcd lists
+    const entries = [...this.data.values()]
+      .map((s) => s.entry)
+      .filter((e) => e.key.startsWith(prefix))
+      .sort((a, b) => Buffer.compare(Buffer.from(a.key, 'utf8'), Buffer.from(b.key, 'utf8')));
+    return { entries, skipped: [], revision: this.revision };
   }
 
   async create(key: string, value: string, ttlSeconds: number): Promise<KvWritten | undefined> {
