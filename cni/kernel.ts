@@ -1,9 +1,10 @@
 // The plugin's kernel work, all through the project's single process runner:
 // `ip -json -batch -` in the plugin's own (host) netns, the same inside the
 // pod's netns through `nsenter --net=<CNI_NETNS>`, the kind of an existing
-// link, the names of the links in the plugin's netns (read from
-// /proc/self/net/dev, no process), link deletion that treats "already gone"
-// as done, and IPv4 forwarding for the gateway bridge.
+// link (and its addresses), the names of the links in the plugin's netns
+// (read from /proc/self/net/dev, no process), STATUS's throwaway bridge,
+// link deletion that treats "already gone" as done, and IPv4 forwarding for
+// the gateway bridge.
 import { readFile, writeFile } from 'node:fs/promises';
 import { CommandError, type Runner } from '../src/exec/runner.ts';
 import { batchWord, jsonOutputs } from './ip-batch.ts';
@@ -57,6 +58,32 @@ export async function linkKind(k: KernelDeps, dev: string): Promise<LinkKind | u
     if (isNoDevice(err)) return undefined;
     throw err;
   }
+}
+
+/** A host link's kind and its IPv4 addresses. */
+export interface LinkAddrs extends LinkKind {
+  readonly inet: readonly { readonly local: string; readonly prefixlen: number }[];
+}
+
+/** Kind and IPv4 addresses of host link `dev` (one `ip -d -json addr show`), or undefined when there is no such link. */
+export async function linkAddrs(k: KernelDeps, dev: string): Promise<LinkAddrs | undefined> {
+  type Shown = { linkinfo?: { info_kind?: string }; link_type?: string; addr_info?: { family?: string; local?: string; prefixlen?: number }[] };
+  try {
+    const { stdout } = await k.runner('ip', ['-d', '-json', 'addr', 'show', 'dev', dev], { signal: k.signal, timeoutMs: TIMEOUT_MS });
+    const [link] = JSON.parse(stdout) as Shown[];
+    if (!link) return undefined;
+    const inet = (link.addr_info ?? []).flatMap((a) => (a.family === 'inet' && typeof a.local === 'string' ? [{ local: a.local, prefixlen: Number(a.prefixlen) }] : []));
+    return { kind: link.linkinfo?.info_kind, linkType: link.link_type, inet };
+  } catch (err) {
+    if (isNoDevice(err)) return undefined;
+    throw err;
+  }
+}
+
+/** Creates a bridge named `name` and deletes it again, in one `ip -batch`: whether a bridge can be created here. */
+export async function probeBridge(k: KernelDeps, name: string): Promise<void> {
+  const dev = batchWord(name);
+  await k.runner('ip', ['-batch', '-'], { input: batchInput([`link add name ${dev} type bridge`, `link del dev ${dev}`]), signal: k.signal, timeoutMs: TIMEOUT_MS });
 }
 
 export function isNoDevice(err: unknown): boolean {

@@ -6,13 +6,17 @@
 // ADDs never share an address. Temp files have random names and are created
 // exclusively. `last_reserved_ip.0` is only a round-robin hint: failing to
 // read or write it is logged, never fatal (a reserved address must not leak
-// because the hint could not be saved). GC's release re-reads the owner and
-// the age of a file right before deleting it.
+// because the hint could not be saved). Every check-then-act (reserve: list
+// then link; DEL's release: find then unlink; GC's scan, and its re-read of
+// owner and age right before each unlink) runs under the directory's lock
+// (lock.ts), so that no release can delete a file reserved again between
+// its check and its unlink.
 import { randomUUID } from 'node:crypto';
 import { link, mkdir, readFile, readdir, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { formatIpv4, parseIpv4 } from '../../src/net/ipv4.ts';
 import { CNI_CODES, fail } from '../errors.ts';
+import { DirLock } from './lock.ts';
 import { candidates, formatOwner, parseOwner, poolSize, type Pool } from './pool.ts';
 
 export const LAST_RESERVED = 'last_reserved_ip.0';
@@ -52,10 +56,23 @@ export class IpStore {
   /** `<dataDir>/<network name>` */
   readonly dir: string;
   private readonly warn: StoreWarn;
+  private readonly lock: DirLock;
 
   constructor(dir: string, warn: StoreWarn = () => undefined) {
     this.dir = dir;
     this.warn = warn;
+    this.lock = new DirLock(dir, warn);
+  }
+
+  /** Runs `fn` under the directory's lock; `whenMissing` instead when the directory does not exist (nothing to act on). */
+  private async locked<T>(fn: () => Promise<T>, whenMissing: () => T): Promise<T> {
+    try {
+      await stat(this.dir);
+    } catch (err) {
+      if (isEnoent(err)) return whenMissing();
+      throw err;
+    }
+    return this.lock.run(fn);
   }
 
   private tmpName(): string {
@@ -87,6 +104,10 @@ export class IpStore {
   /** Reserves the next free address of the pool for an attachment; code 103 when full. */
   async reserve(o: { pool: Pool; containerId: string; ifname: string }): Promise<number> {
     await mkdir(this.dir, { recursive: true });
+    return this.lock.run(() => this.reserveLocked(o));
+  }
+
+  private async reserveLocked(o: { pool: Pool; containerId: string; ifname: string }): Promise<number> {
     const { used, last } = await this.usedAndLast();
     const tmp = await this.writeTmp(formatOwner(o.containerId, o.ifname));
     try {
@@ -130,7 +151,12 @@ export class IpStore {
     }
   }
 
-  /** Every reservation (files whose name is an address). */
+  /** Every reservation, read under the lock (GC's scan). */
+  async snapshot(): Promise<StoreEntry[]> {
+    return this.locked(() => this.entries(), () => []);
+  }
+
+  /** Every reservation (files whose name is an address), without the lock: a reader's view. */
   async entries(): Promise<StoreEntry[]> {
     let names: string[];
     try {
@@ -153,8 +179,12 @@ export class IpStore {
     return (await this.entries()).filter((e) => e.containerId === containerId && e.ifname === ifname).map((e) => e.ip);
   }
 
-  /** Deletes one address's file; true when it was there. */
+  /** Deletes one address's file under the lock; true when it was there. */
   async release(ip: string): Promise<boolean> {
+    return this.locked(() => this.unlinkIp(ip), () => false);
+  }
+
+  private async unlinkIp(ip: string): Promise<boolean> {
     try {
       await unlink(join(this.dir, ip));
       return true;
@@ -169,9 +199,14 @@ export class IpStore {
    * owner and was last written before `notAfterMs` (an ADD that reserved it
    * after GC started is not in the runtime's list yet). Checked right before
    * the unlink, so an address released and reserved again since it was
-   * listed is left alone.
+   * listed is left alone. Check and unlink run under the lock, so no
+   * reservation can slip in between them.
    */
   async releaseIfStale(entry: StoreEntry, notAfterMs: number): Promise<ReleaseOutcome> {
+    return this.locked(() => this.releaseIfStaleLocked(entry, notAfterMs), () => 'gone' as const);
+  }
+
+  private async releaseIfStaleLocked(entry: StoreEntry, notAfterMs: number): Promise<ReleaseOutcome> {
     const text = await readIfExists(join(this.dir, entry.ip));
     if (text === undefined) return 'gone';
     const now = parseOwner(text);
@@ -179,13 +214,15 @@ export class IpStore {
     const mtimeMs = await this.writtenMs(entry.ip);
     if (mtimeMs === undefined) return 'gone';
     if (mtimeMs >= notAfterMs) return 'too-new';
-    return (await this.release(entry.ip)) ? 'released' : 'gone';
+    return (await this.unlinkIp(entry.ip)) ? 'released' : 'gone';
   }
 
-  /** Releases every address of one attachment; returns them. */
+  /** Releases every address of one attachment, found and deleted under one lock; returns them. */
   async releaseAttachment(containerId: string, ifname: string): Promise<string[]> {
-    const ips = await this.find(containerId, ifname);
-    for (const ip of ips) await this.release(ip);
-    return ips;
+    return this.locked(async () => {
+      const ips = await this.find(containerId, ifname);
+      for (const ip of ips) await this.unlinkIp(ip);
+      return ips;
+    }, () => []);
   }
 }

@@ -5,8 +5,10 @@
 // GC_GRACE_MS before GC started are considered, and each is released only if,
 // right before its file is deleted, it still names the same owner and is
 // still that old: an ADD in flight (address reserved, not yet in the
-// runtime's list) keeps its veth and its address. GC goes on past failures
-// and reports them all at the end, as the spec asks.
+// runtime's list) keeps its veth and its address. The scan and each
+// re-check-then-unlink run under the store's lock (not the veth deletion in
+// between: ADDs would wait on `ip`). GC goes on past failures and reports
+// them all at the end, as the spec asks.
 import { CNI_CODES, fail } from '../errors.ts';
 import type { StoreEntry } from '../ipam/store.ts';
 import { deleteLinks } from '../kernel.ts';
@@ -30,7 +32,7 @@ export async function cmdGc(deps: PluginDeps, req: Request): Promise<void> {
   const keep = new Set(valid.map((a) => key(a.containerId, a.ifname)));
   const store = storeFor(conf, deps.log);
   // an entry written since (GC start - grace) may be an ADD in flight: neither its veth nor its address is touched
-  const stale = (await store.entries()).filter((e) => !keep.has(key(e.containerId, e.ifname)) && e.writtenMs < notAfterMs);
+  const stale = (await store.snapshot()).filter((e) => !keep.has(key(e.containerId, e.ifname)) && e.writtenMs < notAfterMs);
   const errors: string[] = [];
   const devs = [...new Set(stale.map(vethOf).filter((d) => d !== undefined))];
   const undeleted = await deleteLinks(deps, devs).catch((err: unknown) => new Map(devs.map((d) => [d, String(err)])));

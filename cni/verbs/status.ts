@@ -1,10 +1,31 @@
-// STATUS (CNI 1.1): ready (no output) once subnet.env is in place and, when
-// `readyUrl` is configured, the daemon answers it with a 2xx; code 50 ("not
-// available") otherwise.
+// STATUS (CNI 1.1): ready (no output) only when an ADD could succeed now;
+// code 50 ("not available") otherwise, with the reason:
+// - subnet.env exists and parses, and FLANNEL_SUBNET lies inside
+//   FLANNEL_NETWORK;
+// - subnet.env is current: it agrees with the node. The plugin cannot see
+//   when the daemon started, so "current" is what it can check on the
+//   node: the bridge, when it exists, carries no address of the cluster
+//   network other than the gateway subnet.env gives (the subnet's first
+//   host, with its prefix). Another one means subnet.env or the bridge is
+//   from an older lease, and new pods would get addresses the node no longer
+//   routes (or that the bridge does not serve);
+// - the bridge exists and is a bridge, or one can be created: a bridge of a
+//   throwaway name is created and deleted in one `ip` batch (this needs
+//   CAP_NET_ADMIN in the netns and the bridge module);
+// - when `readyUrl` is configured, the daemon answers it with a 2xx.
+import { randomBytes } from 'node:crypto';
+import { containsAddr, containsCidr, formatCidr, formatIpv4, parseIpv4 } from '../../src/net/ipv4.ts';
+import type { SubnetEnv } from '../../src/subnetenv.ts';
 import { CNI_CODES, asCniError, fail } from '../errors.ts';
+import { poolOf } from '../ipam/pool.ts';
+import { linkAddrs, probeBridge } from '../kernel.ts';
 import { loadSubnet, type PluginDeps, type Request } from './common.ts';
 
 const READY_TIMEOUT_MS = 2000;
+
+function notReady(why: string): never {
+  fail(CNI_CODES.notAvailable, `twill is not ready: ${why}`);
+}
 
 async function daemonReady(url: string, signal: AbortSignal): Promise<string | undefined> {
   try {
@@ -15,14 +36,51 @@ async function daemonReady(url: string, signal: AbortSignal): Promise<string | u
   }
 }
 
+async function subnetOf(file: string): Promise<SubnetEnv> {
+  let env: SubnetEnv;
+  try {
+    env = await loadSubnet(file);
+  } catch (err) {
+    notReady(asCniError(err).message);
+  }
+  if (!containsCidr(env.network, env.subnet)) notReady(`${file}: FLANNEL_SUBNET ${formatCidr(env.subnet)} is not inside FLANNEL_NETWORK ${formatCidr(env.network)}`);
+  return env;
+}
+
+/** The bridge as it is, or a throwaway one created and deleted; the reason it is not usable, if any. */
+async function bridgeProblem(deps: PluginDeps, bridge: string, env: SubnetEnv, file: string): Promise<string | undefined> {
+  let link;
+  try {
+    link = await linkAddrs(deps, bridge);
+  } catch (err) {
+    return `cannot look at bridge ${bridge}: ${asCniError(err).message}`;
+  }
+  if (link === undefined) {
+    const probe = `twp${randomBytes(4).toString('hex')}`;
+    try {
+      await probeBridge(deps, probe);
+      return undefined;
+    } catch (err) {
+      return `bridge ${bridge} does not exist and cannot be created (trying with ${probe}): ${asCniError(err).message}`;
+    }
+  }
+  if (link.kind !== 'bridge') return `"bridge" ${JSON.stringify(bridge)} already exists but is not a bridge (it is a ${link.kind ?? link.linkType ?? 'plain'} device)`;
+  const gw = poolOf(env.subnet).gateway;
+  const foreign = link.inet.filter((a) => {
+    const addr = parseIpv4(a.local);
+    return addr !== undefined && containsAddr(env.network, addr) && !(addr === gw && a.prefixlen === env.subnet.prefix);
+  });
+  if (foreign.length === 0) return undefined;
+  const list = foreign.map((a) => `${a.local}/${a.prefixlen}`).join(', ');
+  return `${file} is not current: it gives the node the subnet ${formatCidr(env.subnet)} (gateway ${formatIpv4(gw)}/${env.subnet.prefix}), but ${bridge} carries ${list} from the cluster network ${formatCidr(env.network)}: subnet.env or ${bridge} is from an older lease (restart twill run, which rewrites subnet.env; remove the old address with ip addr del <address> dev ${bridge})`;
+}
+
 export async function cmdStatus(deps: PluginDeps, req: Request): Promise<void> {
   const { conf } = req;
-  try {
-    await loadSubnet(conf.subnetFile);
-  } catch (err) {
-    fail(CNI_CODES.notAvailable, `twill is not ready: ${asCniError(err).message}`);
-  }
+  const env = await subnetOf(conf.subnetFile);
+  const problem = await bridgeProblem(deps, conf.bridge, env, conf.subnetFile);
+  if (problem !== undefined) notReady(problem);
   if (conf.readyUrl === undefined) return;
-  const problem = await daemonReady(conf.readyUrl, deps.signal);
-  if (problem) fail(CNI_CODES.notAvailable, `twill is not ready: ${problem}`);
+  const unready = await daemonReady(conf.readyUrl, deps.signal);
+  if (unready) notReady(unready);
 }
