@@ -81,10 +81,12 @@ async function whileUnavailable<T>(deps: DaemonDeps, progress: StartupProgress, 
     try {
       return await fn();
     } catch (err) {
-      if (!hasCode(err, 'STORE_UNAVAILABLE') || signal.aborted) throw err;
+      // an identity conflict ends when the other node's lease does: wait, not ready, saying why
+      const conflict = hasCode(err, 'IDENTITY_CONFLICT');
+      if ((!hasCode(err, 'STORE_UNAVAILABLE') && !conflict) || signal.aborted) throw err;
       const retryInMs = backoff.next();
       progress.retrying(describeError(err));
-      deps.logger.warn({ err: describeError(err), retryInMs }, `${what}: lease store unreachable; retrying`);
+      deps.logger.warn({ err: describeError(err), retryInMs }, conflict ? `${what}: another live node holds our PublicIP's lease; retrying` : `${what}: lease store unreachable; retrying`);
       await sleep(retryInMs, signal);
     }
   }
@@ -133,7 +135,7 @@ async function acquire(deps: DaemonDeps, opts: DaemonOptions, progress: StartupP
   const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
   const previous = await previousSubnet(deps, opts.subnetFile);
   const prevSubnet = previous && sameCidr(previous.network, config.network) ? previous.subnet : undefined;
-  const lease = await whileUnavailable(deps, progress, 'acquiring lease', () => store.acquireLease({ config, attrs, previous: prevSubnet }, signal), signal);
+  const lease = await whileUnavailable(deps, progress, 'acquiring lease', () => store.acquireLease({ config, attrs, previous: prevSubnet, nodeName: opts.nodeName }, signal), signal);
   progress.step('writing subnet.env');
   await writeSubnetEnv(opts.subnetFile, subnetEnvFor(config, choice, lease, opts.ipMasq));
   logger.info({ key: lease.key, subnet: formatCidr(lease.subnet), expiresAt: new Date(lease.expiresAt).toISOString(), subnetFile: opts.subnetFile }, 'lease acquired');

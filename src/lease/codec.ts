@@ -35,7 +35,7 @@ export function parseUnicastMac(text: string, field: string): string {
   return mac;
 }
 
-/** The exact JSON flannel writes for a lease value. */
+/** The exact JSON flannel writes for a lease value (plus `TwillNode`, which flannel ignores, when the lease names its node). */
 export function encodeLeaseValue(attrs: LeaseAttrs): string {
   const value: Record<string, unknown> = {
     PublicIP: attrs.publicIp,
@@ -43,6 +43,7 @@ export function encodeLeaseValue(attrs: LeaseAttrs): string {
     BackendType: attrs.backendType,
   };
   if (attrs.backendData) value.BackendData = { VNI: attrs.backendData.vni, VtepMAC: attrs.backendData.vtepMac };
+  if (attrs.node !== undefined) value.TwillNode = attrs.node;
   return JSON.stringify(value);
 }
 
@@ -69,7 +70,9 @@ export function decodeLeaseObject(raw: unknown): LeaseAttrs {
   }
   const type = backendType as BackendType;
   const backendData = type === 'vxlan' ? decodeVxlanData(obj.get('BackendData')) : null;
-  return { publicIp, publicIpv6, backendType: type, backendData };
+  const node = obj.get('TwillNode');
+  if (node !== undefined && (typeof node !== 'string' || node === '' || node.length > 253)) invalid('TwillNode is not a node name (a string of 1 to 253 characters)');
+  return { publicIp, publicIpv6, backendType: type, backendData, ...(node === undefined ? {} : { node }) };
 }
 
 function decodeVxlanData(raw: unknown): VxlanLeaseData {

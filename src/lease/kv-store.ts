@@ -115,10 +115,20 @@ export class KvLeaseStore implements LeaseStore {
 
   /** One pass of the acquisition order; undefined when a race was lost and the caller should retry. */
   private async tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<Lease | undefined> {
-    const { config, attrs } = req;
+    const { config } = req;
+    // the lease names its node, so a second live node with our PublicIP cannot take it
+    const attrs: LeaseAttrs = req.nodeName === undefined ? req.attrs : { ...req.attrs, node: req.nodeName };
     const records = this.records(await this.kv.list(this.subnetsPrefix, signal));
     for (const { entry, record } of records) {
       if (!entry || !record.ok || record.lease.attrs.publicIp !== attrs.publicIp) continue;
+      const holder = record.lease.attrs.node;
+      if (holder !== undefined && attrs.node !== undefined && holder !== attrs.node) {
+        // a live lease (etcd drops expired ones) of another node with the same PublicIP: NAT, a clone, a wrong --public-ip
+        throw new TwillError(
+          'IDENTITY_CONFLICT',
+          `PublicIP ${attrs.publicIp} is already held by live node ${truncated(holder)} (subnet ${formatCidr(record.lease.subnet)}, ${this.kv.description}): two nodes cannot share one PublicIP; give this node (${truncated(attrs.node)}) its own --public-ip, or stop the other node (its lease ${subnetKey(record.lease.subnet)} goes when it expires or is deleted)`,
+        );
+      }
       if (!fitsConfig(config, record.lease.subnet)) {
         // Ours, but from an older config: give the subnet back.
         await this.kv.deleteIf(entry.key, entry.modRevision, signal);
@@ -166,8 +176,9 @@ export class KvLeaseStore implements LeaseStore {
   /** The key exists: it is ours again if it carries our PublicIP, else another node took it. */
   private async adopt(lease: Lease, current: KvEntry, signal: AbortSignal): Promise<Lease> {
     const record = this.decode(current);
-    if (!record.ok || record.lease.attrs.publicIp !== lease.attrs.publicIp || !sameCidr(record.lease.subnet, lease.subnet)) {
-      const holder = record.ok ? `node ${record.lease.attrs.publicIp}` : `an unreadable record (${record.reason})`;
+    const otherNode = record.ok && record.lease.attrs.node !== undefined && lease.attrs.node !== undefined && record.lease.attrs.node !== lease.attrs.node;
+    if (!record.ok || otherNode || record.lease.attrs.publicIp !== lease.attrs.publicIp || !sameCidr(record.lease.subnet, lease.subnet)) {
+      const holder = record.ok ? `node ${record.lease.attrs.node !== undefined ? `${truncated(record.lease.attrs.node)} (${record.lease.attrs.publicIp})` : record.lease.attrs.publicIp}` : `an unreadable record (${record.reason})`;
       throw new TwillError('LEASE_TAKEN', `subnet ${formatCidr(lease.subnet)} is now held by ${holder}; twill will not take it over`);
     }
     const written = await this.kv.replace(current.key, encodeLeaseValue(lease.attrs), current.modRevision, this.ttl, signal);

@@ -16,6 +16,12 @@ export interface LeaseAttrs {
   readonly backendType: BackendType;
   /** vxlan: VNI + VtepMAC; host-gw: null */
   readonly backendData: VxlanLeaseData | null;
+  /**
+   * etcd mode: the name of the twill node holding the lease (`TwillNode`
+   * in the value, a key flannel ignores); absent in leases flannel wrote.
+   * Two live nodes with one PublicIP are told apart by it.
+   */
+  readonly node?: string;
 }
 
 export interface Lease {
@@ -48,6 +54,8 @@ export interface AcquireRequest {
   readonly attrs: LeaseAttrs;
   /** the subnet we held before (from subnet.env), tried before a random one */
   readonly previous: Cidr | undefined;
+  /** this node's name: stores that can (etcd) record it with the lease and refuse to share one PublicIP's lease with another live node */
+  readonly nodeName?: string;
 }
 
 export interface LeaseStore {

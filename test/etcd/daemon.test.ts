@@ -19,12 +19,12 @@ let admin: Etcd3;
 let dir: string;
 const running: { stop: () => Promise<void> }[] = [];
 
-async function startNode(o: { n: number; prefix: string; ttlSeconds?: number }): Promise<TestNode> {
+async function startNode(o: { n: number; prefix: string; ttlSeconds?: number; publicIp?: string; waitForLease?: boolean }): Promise<TestNode> {
   const kv = await EtcdKv.connect({ endpoints: [etcd.endpoint] });
   const store = new KvLeaseStore({ kv, prefix: o.prefix, ...(o.ttlSeconds ? { ttlSeconds: o.ttlSeconds } : {}) });
-  const node = await startTestDaemon({ store, nodeName: `node-${o.n}`, publicIp: `192.0.2.${o.n}`, subnetFile: join(dir, `${o.prefix.slice(1)}-${o.n}.env`) });
+  const node = await startTestDaemon({ store, nodeName: `node-${o.n}`, publicIp: o.publicIp ?? `192.0.2.${o.n}`, subnetFile: join(dir, `${o.prefix.slice(1)}-${o.n}.env`) });
   running.push(node);
-  await waitFor(() => node.state() !== undefined, { timeoutMs: 10_000, what: `node ${o.n} lease` });
+  if (o.waitForLease !== false) await waitFor(() => node.state() !== undefined, { timeoutMs: 10_000, what: `node ${o.n} lease` });
   return node;
 }
 
@@ -111,4 +111,20 @@ describe('daemon against a real etcd', () => {
     }
     expect(a.log.lines.some((l) => l.msg === 'own lease lost; reclaiming it')).toBe(false);
   });
+
+  it('a node started with another live node\'s PublicIP never takes its subnet: it waits, saying why', async () => {
+    await admin.put('/identity/config').value(NETCONF);
+    const a = await startNode({ n: 1, prefix: '/identity' });
+    const key = ownKey(a);
+    const before = await admin.get(`/identity/subnets/${key}`).string();
+    // node-2 claims node-1's address (a wrong --public-ip, a second machine behind one NAT address)
+    const b = await startNode({ n: 2, prefix: '/identity', publicIp: '192.0.2.1', waitForLease: false });
+    const said = (): boolean => b.log.lines.some((l) => l.msg === "acquiring lease: another live node holds our PublicIP's lease; retrying" && String(l.err).includes('node-1') && String(l.err).includes('node-2'));
+    await waitFor(() => said(), { timeoutMs: slowBound(5_000), what: 'node-2 refused with the conflict named' });
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(b.state()).toBeUndefined();
+    expect(await admin.get(`/identity/subnets/${key}`).string()).toBe(before);
+    expect(JSON.parse(before ?? '{}')).toMatchObject({ PublicIP: '192.0.2.1', TwillNode: 'node-1' });
+    expect(ownKey(a)).toBe(key);
+  }, 30_000);
 });

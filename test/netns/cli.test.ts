@@ -55,7 +55,8 @@ describe('twill run in a network namespace', () => {
     const took = await waitFor(async () => (await subnetKeys()).length === 1, { timeoutMs: 5000, what: 'lease in etcd' });
     const [key] = await subnetKeys();
     expect(key).toMatch(/^\/coreos\.com\/network\/subnets\/10\.244\.\d+\.0-24$/);
-    expect((await etcdctl('get', '--print-value-only', key as string)).trim()).toBe('{"PublicIP":"10.123.0.2","PublicIPv6":null,"BackendType":"host-gw"}');
+    // flannel's lease JSON, plus the node's name (TwillNode, which flannel ignores)
+    expect((await etcdctl('get', '--print-value-only', key as string)).trim()).toBe('{"PublicIP":"10.123.0.2","PublicIPv6":null,"BackendType":"host-gw","TwillNode":"n1"}');
     const third = (key as string).split('/').at(-1)?.split('.')[2];
     await waitFor(async () => (await readFile(join(dir, 'subnet.env'), 'utf8').catch(() => '')) !== '', { timeoutMs: 5000 - took, what: 'subnet.env' });
     expect(await readFile(join(dir, 'subnet.env'), 'utf8')).toBe(
