@@ -5,7 +5,9 @@
 // 0 is set back to 1 in the node's namespace, not the host's. Read-only (a
 // container's own /proc/sys): every pass still programs the peers, /readyz
 // says why ip_forward is not 1, /healthz stays 200, the warning is logged
-// once however many passes fail, and it clears once ip_forward is 1.
+// once however many passes fail, and it clears once ip_forward is 1; with
+// ip_forward already 1, read-only changes nothing: everything is programmed
+// and repaired.
 import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster, httpGetIn, type ClusterNode } from '../helpers/cluster.ts';
@@ -76,5 +78,23 @@ describe('--proc-sys-net', () => {
     await c.sh(n2.ns, 'sysctl', '-qw', 'net.ipv4.ip_forward=1');
     await waitFor(async () => (await get(n2, '/readyz')).status === 200, { timeoutMs: slowBound(5_000), what: 'ready again' });
     expect((await logLines(n2)).some((l) => l.msg === 'net.ipv4.ip_forward is 1 again')).toBe(true);
+  });
+
+  it('read-only with ip_forward already 1 (a locked-down container on a prepared host): routes, neighbours and masquerade are programmed and repaired, and it is ready', async () => {
+    expect(await ipForward(n2)).toBe('1');
+    await waitFor(async () => (await get(n2, '/readyz')).status === 200, { timeoutMs: slowBound(5_000), what: 'n2 ready' });
+    const peer = (await c.subnetOf(n1)).key.replace('-', '/');
+    const gw = peer.split('/')[0] ?? '';
+    await c.sh(n2.ns, 'ip', 'route', 'del', peer);
+    await c.sh(n2.ns, 'ip', 'neigh', 'del', gw, 'dev', 'twill.1');
+    await c.sh(n2.ns, 'iptables', '-t', 'nat', '-F', 'TWILL-POSTRTG');
+    await waitFor(
+      async () =>
+        (await c.sh(n2.ns, 'ip', 'route', 'show', peer)).includes('proto 151') &&
+        (await c.sh(n2.ns, 'ip', 'neigh', 'show', 'dev', 'twill.1', 'nud', 'permanent')).includes(gw) &&
+        (await c.sh(n2.ns, 'iptables', '-t', 'nat', '-S', 'TWILL-POSTRTG')).split('\n').filter((l) => l.startsWith('-A')).length === 6,
+      { timeoutMs: slowBound(2_000), what: 'route, neighbour and masquerade repaired' },
+    );
+    expect((await get(n2, '/readyz')).status).toBe(200);
   });
 });
