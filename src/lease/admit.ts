@@ -7,10 +7,11 @@
 //     not ours, not inside the pod Network), its backend type, VNI and
 //     VtepMAC (not ours);
 //   - `admitPeers`, the peer set as a whole: subnets that overlap another
-//     peer's (a wider one is refused, never the narrower ones it covers;
-//     identical subnets are all refused) and VtepMACs claimed by more than one
-//     peer (all claimants refused). Neither depends on the order leases were
-//     seen, so every node refuses the same peers.
+//     peer's (a wider one is refused, never the narrower ones it covers) and
+//     a subnet or VtepMAC claimed by more than one peer (the first claim, by
+//     the store's own order, keeps it; without a clear first, all are
+//     refused). Neither depends on the order leases were seen, so every node
+//     refuses the same peers.
 // Every refusal has a short `reason` (the metric's label) and a detail for
 // people, with values from the store truncated.
 import type { NetConfig } from '../config/netconf.ts';
@@ -102,32 +103,60 @@ export interface Admission {
 const byKey = (a: Lease, b: Lease): number => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
 
 /**
+ * Of peers claiming one thing (a subnet, a VtepMAC), the one that claimed it
+ * first, if the store says so unambiguously (every claimant has a
+ * `claimedAt`, and one is strictly earliest); otherwise none keeps it.
+ */
+function firstClaim(claimants: readonly Lease[]): Lease | undefined {
+  if (claimants.some((c) => c.claimedAt === undefined)) return undefined;
+  const sorted = [...claimants].sort((a, b) => (a.claimedAt ?? 0) - (b.claimedAt ?? 0));
+  const [first, second] = sorted;
+  return first && second && (first.claimedAt ?? 0) < (second.claimedAt ?? 0) ? first : undefined;
+}
+
+/** Refuses every claimant of one thing but the first claim (all of them when there is no clear first). */
+function refuseLaterClaims(claimants: readonly Lease[], what: string, refused: Map<string, Refusal>): void {
+  const first = firstClaim(claimants);
+  const keys = claimants.map((c) => truncated(c.key)).sort();
+  for (const c of claimants) {
+    if (c === first) continue;
+    const detail = first
+      ? `${what} was claimed first by peer ${truncated(first.key)}`
+      : `${what} is claimed by ${claimants.length} peers (${keys.slice(0, 4).join(', ')}${keys.length > 4 ? ', …' : ''}) and none claimed it first`;
+    refused.set(c.key, refuse(what.startsWith('VtepMAC') ? 'vtep-mac' : 'subnet-conflict', detail));
+  }
+}
+
+/**
  * Subnet conflicts among peers that each passed `checkPeer`. CIDRs either
  * nest or are disjoint: sorted by base, then wider first, every lease still
  * open on the stack when a later one starts contains it. A container is
- * refused (it would capture the narrower peers' traffic); identical subnets
- * refuse each other.
+ * refused (it would capture the narrower peers' traffic); of peers claiming
+ * the very same subnet, the first claim keeps it (all are refused when the
+ * store cannot say which came first).
  */
 function subnetConflicts(peers: readonly Lease[]): Map<string, Refusal> {
   const sorted = [...peers].sort((a, b) => a.subnet.base - b.subnet.base || a.subnet.prefix - b.subnet.prefix || byKey(a, b));
   const refused = new Map<string, Refusal>();
+  const same = new Map<string, Lease[]>();
   const open: Lease[] = [];
   for (const peer of sorted) {
     while (open.length > 0 && lastAddress((open.at(-1) as Lease).subnet) < peer.subnet.base) open.pop();
     for (const outer of open) {
       if (outer.subnet.prefix === peer.subnet.prefix) {
-        refused.set(outer.key, refuse('subnet-conflict', `subnet ${formatCidr(outer.subnet)} is also claimed by peer ${truncated(peer.key)}`));
-        refused.set(peer.key, refuse('subnet-conflict', `subnet ${formatCidr(peer.subnet)} is also claimed by peer ${truncated(outer.key)}`));
+        const id = formatCidr(peer.subnet);
+        same.set(id, [...(same.get(id) ?? [outer]), peer]);
       } else if (!refused.has(outer.key)) {
         refused.set(outer.key, refuse('subnet-conflict', `subnet ${formatCidr(outer.subnet)} covers peer ${truncated(peer.key)}'s ${formatCidr(peer.subnet)}`));
       }
     }
     open.push(peer);
   }
+  for (const [subnet, claimants] of same) refuseLaterClaims(claimants, `subnet ${subnet}`, refused);
   return refused;
 }
 
-/** VtepMACs claimed by more than one peer: every claimant is refused (none may take another's FDB entry). */
+/** VtepMACs claimed by more than one peer: the first claim keeps it, the later ones are refused (all, without a clear first). */
 function macConflicts(peers: readonly Lease[]): Map<string, Refusal> {
   const claimants = new Map<string, Lease[]>();
   for (const p of peers) {
@@ -135,11 +164,7 @@ function macConflicts(peers: readonly Lease[]): Map<string, Refusal> {
     if (mac !== undefined) claimants.set(mac, [...(claimants.get(mac) ?? []), p]);
   }
   const refused = new Map<string, Refusal>();
-  for (const [mac, owners] of claimants) {
-    if (owners.length < 2) continue;
-    const keys = owners.map((o) => truncated(o.key)).sort();
-    for (const o of owners) refused.set(o.key, refuse('vtep-mac', `VtepMAC ${mac} is claimed by ${owners.length} peers (${keys.slice(0, 4).join(', ')}${keys.length > 4 ? ', …' : ''})`));
-  }
+  for (const [mac, owners] of claimants) if (owners.length > 1) refuseLaterClaims(owners, `VtepMAC ${mac}`, refused);
   return refused;
 }
 

@@ -75,7 +75,7 @@ function compacted(err: unknown): boolean {
 class ListRestart extends Error {}
 
 function toEntry(kv: IKeyValue): KvEntry {
-  return { key: kv.key.toString('utf8'), value: kv.value.toString('utf8'), modRevision: kv.mod_revision };
+  return { key: kv.key.toString('utf8'), value: kv.value.toString('utf8'), modRevision: kv.mod_revision, createRevision: kv.create_revision };
 }
 
 /** Wraps an etcd client failure into STORE_UNAVAILABLE with the operation named. */

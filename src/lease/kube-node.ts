@@ -16,6 +16,8 @@ export const DEFAULT_ANNOTATION_PREFIX = 'flannel.alpha.coreos.com';
 export interface NodeView {
   readonly name: string;
   readonly resourceVersion: string;
+  /** metadata.creationTimestamp, ms (the typed client gives a Date, raw watch JSON a string) */
+  readonly createdAt?: number;
   /** spec.podCIDRs, else [spec.podCIDR], else [] */
   readonly podCidrs: readonly string[];
   readonly annotations: Readonly<Record<string, string>>;
@@ -61,9 +63,11 @@ export function nodeView(obj: unknown): NodeView | undefined {
   const single = typeof spec.podCIDR === 'string' && spec.podCIDR !== '' ? [spec.podCIDR] : [];
   const conditions = record(record(obj).status).conditions;
   const network = (Array.isArray(conditions) ? conditions : []).map(record).find((c) => c.type === 'NetworkUnavailable');
+  const created = meta.creationTimestamp instanceof Date ? meta.creationTimestamp.getTime() : typeof meta.creationTimestamp === 'string' ? Date.parse(meta.creationTimestamp) : Number.NaN;
   return {
     name: meta.name,
     resourceVersion: typeof meta.resourceVersion === 'string' ? meta.resourceVersion : '',
+    ...(Number.isFinite(created) ? { createdAt: created } : {}),
     podCidrs: list.length > 0 ? list : single,
     annotations,
     networkUnavailable: typeof network?.status === 'string' ? network.status : undefined,
@@ -118,7 +122,7 @@ export function nodeRecord(node: NodeView, names: Annotations): LeaseRecord {
   }
   try {
     const attrs = nodeAttrs(node, names);
-    return { key, ok: true, lease: { key, subnet, attrs, expiresAt: 0, version: node.resourceVersion } };
+    return { key, ok: true, lease: { key, subnet, attrs, expiresAt: 0, version: node.resourceVersion, ...(node.createdAt === undefined ? {} : { claimedAt: node.createdAt }) } };
   } catch (err) {
     return { key, ok: false, reason: `node ${key}: ${(err as Error).message}` };
   }

@@ -85,7 +85,8 @@ export class KvLeaseStore implements LeaseStore {
         throw new TwillError('LEASE_INVALID', `value is ${bytes} bytes, more than the ${MAX_LEASE_VALUE_BYTES} a lease may hold: ${JSON.stringify(entry.value.slice(0, 64))}…`);
       }
       const attrs = decodeLeaseValue(entry.value);
-      return { key, ok: true, lease: { key, subnet, attrs, expiresAt: 0, version: entry.modRevision } };
+      const claimedAt = entry.createRevision === undefined ? undefined : Number(entry.createRevision);
+      return { key, ok: true, lease: { key, subnet, attrs, expiresAt: 0, version: entry.modRevision, ...(claimedAt !== undefined && Number.isFinite(claimedAt) ? { claimedAt } : {}) } };
     } catch (err) {
       // the reason quotes stored text: never a hostile value whole
       return { key, ok: false, reason: truncated(describeError(err), 200) };

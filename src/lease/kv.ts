@@ -8,6 +8,8 @@ export interface KvEntry {
   readonly value: string;
   /** revision of the last write to this key (the compare-and-swap version) */
   readonly modRevision: string;
+  /** the revision that created the key (etcd's create_revision): kept across rewrites, so it orders first claims */
+  readonly createRevision?: string;
 }
 
 /** A key the list saw but could not read (its value does not fit in a reply); it still occupies its key. */

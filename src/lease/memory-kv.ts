@@ -148,7 +148,7 @@ export class MemoryKv implements Kv {
     const old = this.data.get(key);
     if (old) clearTimeout(old.timer);
     this.revision += 1n;
-    const entry = { key, value, modRevision: String(this.revision) };
+    const entry = { key, value, modRevision: String(this.revision), createRevision: old?.entry.createRevision ?? String(this.revision) };
     const expiresAt = ttlSeconds > 0 ? Date.now() + ttlSeconds * 1000 : Number.MAX_SAFE_INTEGER;
     const timer = ttlSeconds > 0 ? setTimeout(() => this.remove(key), ttlSeconds * 1000).unref() : undefined;
     this.data.set(key, { entry, timer, ...(ttlSeconds > 0 ? { expiresAt } : {}) });

@@ -33,6 +33,12 @@ export interface Lease {
   readonly expiresAt: number;
   /** the store's opaque version of the record, for compare-and-swap */
   readonly version: string;
+  /**
+   * when the record was first claimed, in the store's own order (etcd: the
+   * key's create revision; Kubernetes: the Node's creation time, ms): of
+   * peers claiming one VtepMAC or one subnet, the first claim keeps it
+   */
+  readonly claimedAt?: number;
 }
 
 /** One record as read from the store: a decoded lease or why it is not one. */

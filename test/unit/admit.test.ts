@@ -158,13 +158,29 @@ describe('admitPeers', () => {
     }
   });
 
-  it('two peers with one subnet refuse each other (neither may take the other\'s traffic)', () => {
+  it('of peers claiming one subnet or one VtepMAC, the first claim keeps it and the later one is refused, whatever the order', () => {
+    const at = (l: Lease, claimedAt: number): Lease => ({ ...l, claimedAt });
+    const owner = at(node('n1', '10.244.4.0/24', '7e:00:00:00:00:01'), 100);
+    const subnetThief = at(node('thief', '10.244.4.0/24', '7e:00:00:00:00:09'), 250);
+    const macThief = at(node('mimic', '10.244.6.0/24', '7e:00:00:00:00:01'), 300);
+    const n2 = at(node('n2', '10.244.5.0/24', '7e:00:00:00:00:02'), 120);
+    for (const order of [[owner, subnetThief, macThief, n2], [macThief, n2, subnetThief, owner]]) {
+      const a = admitPeers(order, KUBE);
+      expect(a.admitted.map((l) => l.key).sort()).toEqual(['n1', 'n2']);
+      expect(a.refused.map((r) => [r.lease.key, r.refusal.reason, r.refusal.detail])).toEqual([
+        ['mimic', 'vtep-mac', 'VtepMAC 7e:00:00:00:00:01 was claimed first by peer n1'],
+        ['thief', 'subnet-conflict', 'subnet 10.244.4.0/24 was claimed first by peer n1'],
+      ]);
+    }
+  });
+
+  it('two peers with one subnet and no clear first claim refuse each other (neither may take the other\'s traffic)', () => {
     const a = admitPeers([node('n1', '10.244.4.0/24', '7e:00:00:00:00:01'), node('copy', '10.244.4.0/24', '7e:00:00:00:00:02'), node('n2', '10.244.5.0/24', '7e:00:00:00:00:03')], KUBE);
     expect(a.admitted.map((l) => l.key)).toEqual(['n2']);
     expect(a.refused.map((r) => r.lease.key)).toEqual(['copy', 'n1']);
   });
 
-  it('two peers with one VtepMAC refuse each other; host-gw has no VtepMACs to clash', () => {
+  it('two peers with one VtepMAC and no clear first claim refuse each other', () => {
     const peers = [node('n1', '10.244.4.0/24', '7e:00:00:00:00:01'), node('n2', '10.244.5.0/24', '7E:00:00:00:00:01'), node('n3', '10.244.6.0/24', '7e:00:00:00:00:03')];
     const a = admitPeers(peers, KUBE);
     expect(a.admitted.map((l) => l.key)).toEqual(['n3']);

@@ -53,7 +53,7 @@ describe('backends', () => {
     expect(d.neighs.map((n) => n.ip)).toEqual(['10.244.5.0']);
   });
 
-  it('vxlan: peers claiming one VtepMAC are all refused, and a peer claiming ours too: none takes another\'s FDB entry', () => {
+  it('vxlan: peers claiming one VtepMAC with no clear first claim are all refused, and a peer claiming ours too: none takes another\'s FDB entry', () => {
     const withMac = (n: number, mac: string) => ({ ...peerLease(n, { vxlan: true }), attrs: { ...peerLease(n, { vxlan: true }).attrs, backendData: { vni: 1, vtepMac: mac } } });
     const peers = [peerLease(1, { vxlan: true }), withMac(5, '02:00:00:00:00:01'), withMac(6, '02:00:00:00:00:03'), peerLease(7, { vxlan: true })];
     for (const order of [peers, [...peers].reverse()]) {
@@ -64,12 +64,12 @@ describe('backends', () => {
         ['10.244.5.0-24', 'vtep-mac'],
         ['10.244.6.0-24', 'vtep-mac'],
       ]);
-      expect(d.problems[0]?.reason).toBe('VtepMAC 02:00:00:00:00:01 is claimed by 2 peers (10.244.1.0-24, 10.244.5.0-24)');
+      expect(d.problems[0]?.reason).toBe('VtepMAC 02:00:00:00:00:01 is claimed by 2 peers (10.244.1.0-24, 10.244.5.0-24) and none claimed it first');
       expect(d.problems[2]?.reason).toBe("VtepMAC 02:00:00:00:00:03 is this node's own");
     }
   });
 
-  it('peers with overlapping subnets (Kubernetes keys are node names): a wider one never captures the narrower ones, identical ones refuse each other, on every node alike', () => {
+  it('peers with overlapping subnets (Kubernetes keys are node names): a wider one never captures the narrower ones, identical ones with no clear first claim refuse each other, on every node alike', () => {
     const named = (n: number, key: string, subnet?: { base: number; prefix: number }) => ({ ...peerLease(n, { vxlan: true }), key, ...(subnet ? { subnet } : {}) });
     const seven = peerLease(7, { vxlan: true }).subnet;
     const eight = peerLease(8, { vxlan: true }).subnet;
@@ -79,8 +79,8 @@ describe('backends', () => {
       const d = desiredState(backendInput({ backend: 'vxlan', peers: order }));
       expect(d.routes.map((r) => r.dst).sort()).toEqual(['10.244.1.0/24', '10.244.8.128/25']);
       expect(d.problems.map((p) => [p.key, p.code, p.reason])).toEqual([
-        ['node-a', 'subnet-conflict', 'subnet 10.244.7.0/24 is also claimed by peer node-b'],
-        ['node-b', 'subnet-conflict', 'subnet 10.244.7.0/24 is also claimed by peer node-a'],
+        ['node-a', 'subnet-conflict', 'subnet 10.244.7.0/24 is claimed by 2 peers (node-a, node-b) and none claimed it first'],
+        ['node-b', 'subnet-conflict', 'subnet 10.244.7.0/24 is claimed by 2 peers (node-a, node-b) and none claimed it first'],
         ['node-e', 'subnet-conflict', "subnet 10.244.8.0/24 covers peer node-f's 10.244.8.128/25"],
         ['node-w', 'subnet-conflict', "subnet 10.244.6.0/23 covers peer node-a's 10.244.7.0/24"],
       ]);

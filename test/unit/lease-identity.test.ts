@@ -43,7 +43,7 @@ describe('lease identity', () => {
 
   it('takes over a lease flannel wrote (no TwillNode) by its PublicIP, and names itself in it', async () => {
     const kv = new MemoryKv();
-    await kv.putRaw('/id/subnets/10.244.42.0-24', encodeLeaseValue(ATTRS));
+    kv.putRaw('/id/subnets/10.244.42.0-24', encodeLeaseValue(ATTRS));
     const lease = await store(kv).acquireLease({ config: CONFIG, attrs: ATTRS, previous: undefined, nodeName: 'moved-from-flannel' }, AbortSignal.timeout(5_000));
     expect(lease.key).toBe('10.244.42.0-24');
     expect(decodeLeaseValue((await kv.get('/id/subnets/10.244.42.0-24'))?.value ?? '').node).toBe('moved-from-flannel');
@@ -53,7 +53,7 @@ describe('lease identity', () => {
     const kv = new MemoryKv();
     const s = store(kv);
     const a = await s.acquireLease({ config: CONFIG, attrs: ATTRS, previous: undefined, nodeName: 'node-a' }, AbortSignal.timeout(5_000));
-    await kv.putRaw(`/id/subnets/${a.key}`, encodeLeaseValue({ ...ATTRS, node: 'intruder' }));
+    kv.putRaw(`/id/subnets/${a.key}`, encodeLeaseValue({ ...ATTRS, node: 'intruder' }));
     await expect(s.renewLease(a, AbortSignal.timeout(5_000))).rejects.toMatchObject({ code: 'LEASE_TAKEN', message: expect.stringContaining('intruder') });
     expect(decodeLeaseValue((await kv.get(`/id/subnets/${a.key}`))?.value ?? '').node).toBe('intruder');
   });
