@@ -1,7 +1,8 @@
 // Drills that break the lease store or the membership: a node's own lease
 // deleted, etcd stopped for a minute, etcd wiped, hostile leases put in
 // etcd, a node removed (all five
-// etcd only), a node added, twenty nodes started at once (both stores).
+// etcd only), a node added, twenty nodes started at once (both stores), the
+// etcd leader killed in a three-member cluster (etcd, `up --etcd-members 3`).
 import { sleep } from '../src/util/abort.ts';
 import { etcdctl } from './cluster.ts';
 import { DEFAULT_DELETE_LINGER_MS } from '../src/lease/tracker.ts';
@@ -242,4 +243,82 @@ async function idleCpu(c: Cluster, nodes: readonly string[]): Promise<string> {
   return `idle CPU per twill over ${IDLE_WINDOW_MS / 1000} s (of one core, with the processes it spawned): median ${f(pct[Math.floor(pct.length / 2)])}, max ${f(pct.at(-1))}; all ${pct.length} together ${f(sum)}`;
 }
 
-export const STORE_DRILLS: readonly Drill[] = [ownLeaseDeleted, etcdOutage, etcdWipe, hostileLease, nodeRemoved, nodeAdded, twentyNodes];
+/** The etcd members of a lab that runs several (the netns lab's `up --etcd-members`, netns-cluster.ts). */
+interface EtcdMembers {
+  readonly etcdMembers: number;
+  etcdLeader(): Promise<number | undefined>;
+  stopEtcdMember(k: number, how: 'term' | 'kill'): Promise<void>;
+  startEtcdMember(k: number): Promise<void>;
+}
+
+const withMembers = (c: Cluster): (Cluster & EtcdMembers) | undefined => ('etcdLeader' in c && typeof (c as Partial<EtcdMembers>).etcdMembers === 'number' ? (c as Cluster & EtcdMembers) : undefined);
+
+/** How long the steady ping runs across the leader's death (election included). */
+const LEADER_LOSS_WATCH_MS = 10_000;
+
+const etcdLeaderLoss: Drill = {
+  name: 'etcd-leader-loss',
+  broke: 'the etcd leader of a three-member cluster killed (SIGKILL), then a node added, then the member started again',
+  targetMs: 2_000,
+  stores: ['etcd'],
+  async run(c) {
+    const m = withMembers(c);
+    if (!m || m.etcdMembers < 3) return { healedMs: undefined, ok: true, notes: [`n/a: needs an etcd cluster of three members (npm run lab -- up --etcd-members 3); this lab has ${m?.etcdMembers ?? 1}`] };
+    let leader: number | undefined;
+    await until(async () => (leader = await m.etcdLeader()) !== undefined, { timeoutMs: 10_000, everyMs: 200 });
+    if (leader === undefined) throw new Error('the etcd members do not agree on a leader');
+    const nodes = await c.nodes();
+    const pods = await c.pods();
+    const [from, to] = [pods.find((p) => p.node === nodes[0]?.name), pods.find((p) => p.node === nodes[1]?.name)];
+    const before = await leases(c);
+    const still = await stillSince(c);
+    const count = (msg: string): Promise<number[]> => Promise.all(nodes.map((n) => logCount(c, n.name, msg)));
+    const [starts, renewFailed, unreachable] = [await count('twill starting'), await count('renewal failed; retrying'), await count('lease store unreachable; keeping the last known peers')];
+    const ping = steadyPing(c, { from: from?.name ?? '', to: to?.ip ?? '', ms: LEADER_LOSS_WATCH_MS });
+    await sleep(300, AbortSignal.timeout(1_000));
+    const killed = leader;
+    const notes: string[] = [];
+    try {
+      const killedAt = performance.now();
+      await m.stopEtcdMember(leader, 'kill');
+      let next: number | undefined;
+      const electedMs = await until(async () => (next = await m.etcdLeader()) !== undefined, { timeoutMs: 10_000, since: killedAt, everyMs: 100 });
+      const stats = await ping;
+      const after = await leases(c);
+      const changed = before.filter((b) => !after.some((a) => a.key === b.key && a.publicIp === b.publicIp)).map((b) => b.key);
+      const s = await still();
+      const startsAfter = await count('twill starting');
+      const again = nodes.filter((_, i) => (startsAfter[i] ?? 0) !== (starts[i] ?? 0)).map((n) => n.name);
+      const sum = (xs: number[], base: number[]): number => xs.reduce((t, x, i) => t + x - (base[i] ?? 0), 0);
+      const failedRenewals = sum(await count('renewal failed; retrying'), renewFailed);
+      const unreachableNow = sum(await count('lease store unreachable; keeping the last known peers'), unreachable);
+      notes.push(
+        `killed etcd member ${leader} (the leader); member ${next ?? '?'} leads ${Math.round(electedMs ?? -1)} ms later`,
+        `steady ping ${from?.name} → ${to?.name} over ${LEADER_LOSS_WATCH_MS / 1000} s: ${stats.received}/${stats.sent}`,
+        changed.length === 0 ? `every lease unchanged (${after.length})` : `leases changed or gone: ${changed.join(', ')}`,
+        s.note,
+        again.length === 0 ? 'no twill restarted' : `twill restarted on ${again.join(', ')}`,
+        `twill logs since the kill: ${failedRenewals} failed renewals, ${unreachableNow} times the store unreachable`,
+      );
+      // a node added with a member down: its twill reaches a live member, its lease every node
+      const [name = 'n99'] = await nextNames(c, 1);
+      const since = performance.now();
+      await c.addNodes([name], await podsPerNode(c));
+      const healedMs = await untilFull(c, SLOW_MACHINE_FACTOR * 2_000, since, { timeoutS: 0.1 });
+      notes.push(`${name} added after the kill: started, its pods wired and reachable from every pod in ${Math.round(healedMs ?? -1)} ms`);
+      // leave the lab as it was: the node goes with its lease, the member comes back with its data
+      const lease = await leaseOf(c, (await c.nodes()).find((n) => n.name === name)?.ip ?? '');
+      await c.removeNode(name);
+      if (lease) await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease.key}`]);
+      const ok = stats.sent > 0 && stats.received === stats.sent && changed.length === 0 && s.unchanged && again.length === 0 && healedMs !== undefined;
+      return { healedMs, ok, notes };
+    } finally {
+      // the member comes back with its data, whatever happened
+      const back = performance.now();
+      await m.startEtcdMember(killed);
+      notes.push(`member ${killed} started again and healthy in ${Math.round(performance.now() - back)} ms`);
+    }
+  },
+};
+
+export const STORE_DRILLS: readonly Drill[] = [ownLeaseDeleted, etcdOutage, etcdWipe, hostileLease, nodeRemoved, nodeAdded, twentyNodes, etcdLeaderLoss];

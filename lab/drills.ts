@@ -52,6 +52,8 @@ export async function runDrill(c: Cluster, d: Drill): Promise<DrillResult> {
   if (na !== undefined) return { name: d.name, broke: d.broke, healedMs: null, targetMs: d.targetMs, met: null, ipChanged: [], leftovers: [], notes: [na], pass: true };
   const podsBefore = await c.pods();
   const out = await d.run(c).catch((err: unknown): DrillOutcome => ({ healedMs: undefined, ok: false, notes: [`failed: ${err instanceof Error ? err.message : String(err)}`] }));
+  // a drill may find out itself that this lab cannot hold it (etcd-leader-loss on a one-member etcd): "n/a: …", like the above
+  if (out.ok && out.healedMs === undefined && out.notes[0]?.startsWith('n/a') === true) return { name: d.name, broke: d.broke, healedMs: null, targetMs: d.targetMs, met: null, ipChanged: [], leftovers: [], notes: out.notes, pass: true };
   const full = await untilFull(c, 30_000);
   const podsAfter = new Map((await c.pods()).map((p) => [p.name, p.ip]));
   // a drill that recreates pods checks their new addresses itself (each in its node's subnet)

@@ -1,7 +1,8 @@
 // `npm run lab -- <command>`: the netns lab (as root).
-//   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw] [--store etcd|kube] [--slow F]
+//   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw] [--store etcd|kube] [--slow F] [--etcd-members N]
 //                                                         bring it up, print the matrix
-//                                                         (--slow: as on a machine F times slower)
+//                                                         (--slow: as on a machine F times slower;
+//                                                         --etcd-members 3: an etcd cluster, twill given every member)
 //   up --kubelet [--nodes 3] [--pods 2]                   a real cluster: kubelet, containerd and
 //                                                         kube-proxy per node, deploy/ as shipped
 //   status                                                print the matrix and where the logs are
@@ -25,7 +26,7 @@ import { run } from '../src/exec/runner.ts';
 import type { Cluster, StoreMode } from './cluster.ts';
 import { DRILLS, drillsFor, renderDrills, runDrills } from './drills.ts';
 import { connectivity, renderMatrix, untilFull } from './matrix.ts';
-import { NetnsCluster } from './netns-cluster.ts';
+import { MAX_ETCD_MEMBERS, NetnsCluster } from './netns-cluster.ts';
 import { labNodeCount, VagrantCluster } from './vagrant-cluster.ts';
 
 function positive(value: string): number {
@@ -91,13 +92,20 @@ interface UpOptions {
   readonly backend: 'vxlan' | 'host-gw';
   readonly store: StoreMode;
   readonly kubelet?: boolean;
+  readonly etcdMembers?: number;
+}
+
+function etcdMembersOf(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1 || n > MAX_ETCD_MEMBERS) throw new InvalidArgumentError(`${value} is not a whole number from 1 to ${MAX_ETCD_MEMBERS}`);
+  return n;
 }
 
 async function up(o: UpOptions & { name: string }): Promise<number> {
   if (await NetnsCluster.open(o.name)) throw new Error(`a lab named ${o.name} is already up (npm run lab -- down${o.name === 'twlab' ? '' : ` --name ${o.name}`})`);
   await ensureBuilt();
   if (o.kubelet === true && (o.slow !== undefined || o.backend !== 'vxlan' || o.store !== 'etcd')) throw new Error('--kubelet runs deploy/ as shipped (vxlan, the Kubernetes API as store) at full speed: no --backend, --store or --slow');
-  const c = await NetnsCluster.create({ name: o.name, backend: o.backend, store: o.store, ...(o.slow === undefined ? {} : { slow: o.slow }), ...(o.kubelet === true ? { kubelet: true } : {}) });
+  const c = await NetnsCluster.create({ name: o.name, backend: o.backend, store: o.store, ...(o.slow === undefined ? {} : { slow: o.slow }), ...(o.kubelet === true ? { kubelet: true } : {}), ...(o.etcdMembers === undefined ? {} : { etcdMembers: o.etcdMembers }) });
   if (o.slow !== undefined) process.stderr.write(`lab: slow mode: etcd, the apiserver and every twill (with what it spawns) get 1/${o.slow} of this machine's CPU\n`);
   await c.addNodes(Array.from({ length: o.nodes }, (_, i) => `n${i + 1}`), o.pods);
   await untilFull(c, o.kubelet === true ? 120_000 : 30_000);
@@ -150,6 +158,7 @@ async function main(argv: string[]): Promise<number> {
     .option('--backend <type>', 'vxlan or host-gw', backendOf, 'vxlan' as const)
     .option('--store <mode>', 'etcd, or kube (a kube-apiserver, Node objects, twill run --kube-subnet-mgr)', storeOf, 'etcd' as const)
     .option('--slow <factor>', 'run the lab as on a machine <factor> times slower: its processes share 1/<factor> of the CPUs (a cgroup CPU quota)', slowFactor)
+    .option('--etcd-members <n>', `etcd as a cluster of <n> members (1 to ${MAX_ETCD_MEMBERS}) in the etcd namespace, on ports 2379, 22379, 32379…; twill gets every endpoint (etcd store only)`, etcdMembersOf)
     .option('--kubelet', 'a real cluster: controller-manager, scheduler, and per node containerd, kubelet and kube-proxy; twill as deploy/\'s DaemonSet')
     .action(async (o: UpOptions) => void (code = await up({ name: name(), ...o })));
   program.command('kubectl').description('kubectl as the lab\'s admin: npm run lab -- kubectl ARGS…').action(() => void (code = 1));

@@ -3,7 +3,9 @@
 // every node's default gateway) and a link to the "outside" namespace
 // (203.0.113.2, which knows no pod routes: only masquerade lets pods reach
 // it); etcd runs in its own namespace at 10.123.0.1 (in kube mode with a
-// kube-apiserver next to it, see netns-kube.ts); node k is 10.123.0.(10+k)
+// kube-apiserver next to it, see netns-kube.ts), one member on port 2379 or
+// (`up --etcd-members 3`) a cluster of members on ports 2379, 22379, 32379…;
+// node k is 10.123.0.(10+k)
 // and runs `twill run --ip-masq` as a real process; pods are namespaces wired
 // by the twill-cni executable, called as a runtime calls it. Every name
 // starts with the lab's name, so `down` finds everything, even after a crash.
@@ -21,6 +23,9 @@ import { TWILL_CNI, twillCommand } from './twill-command.ts';
 import { until } from './wait.ts';
 
 const ETCD_IP = '10.123.0.1';
+/** `up --etcd-members` at most: member k (1-based) serves clients on port k×10000+2379 (2379, 22379…), peers on +1, inside the etcd namespace */
+export const MAX_ETCD_MEMBERS = 5;
+const etcdClientPort = (k: number): number => (k === 1 ? 2379 : k * 10_000 + 2379);
 const OUTSIDE_IP = '203.0.113.2';
 /** every lab node serves /healthz, /readyz and /metrics here (each in its own namespace) */
 export const HEALTHZ_PORT = 9810;
@@ -32,7 +37,10 @@ async function ns(cmd: string[]): Promise<string> {
 export class NetnsCluster implements Cluster {
   readonly description: string;
   readonly outsideIp = OUTSIDE_IP;
-  readonly etcdEndpoint = `http://${ETCD_IP}:2379`;
+  /** every etcd member's client URL, member 1 first */
+  readonly etcdEndpoints: readonly string[];
+  /** what etcdctl and twill's --etcd-endpoints get: the members' URLs, comma-separated (one URL on a one-member lab) */
+  readonly etcdEndpoint: string;
   readonly etcdPrefix = '/coreos.com/network';
   private readonly state: LabState;
   private readonly dir: string;
@@ -44,6 +52,8 @@ export class NetnsCluster implements Cluster {
     this.state = state;
     this.dir = labDir(state.name);
     this.kube = kubeLab(this.dir, ETCD_IP);
+    this.etcdEndpoints = Array.from({ length: state.etcdMembers ?? 1 }, (_, i) => `http://${ETCD_IP}:${etcdClientPort(i + 1)}`);
+    this.etcdEndpoint = this.etcdEndpoints.join(',');
     const how = state.kubelet ? ', kubelet + DaemonSet' : state.store === 'kube' ? ', Kubernetes API' : '';
     this.description = `netns lab ${state.name} (${state.backend}${how})`;
     this.kubelet = state.kubelet ? new KubeletNodes({ state, dir: this.dir, kube: this.kube, save: () => writeState(this.state), kubectl: (args, opts) => this.kubectl(args, opts), nsOf: (short) => this.nsOf(short) }) : undefined;
@@ -72,10 +82,14 @@ export class NetnsCluster implements Cluster {
    * config in etcd. kube mode: the kube-apiserver, RBAC, kubeconfigs and
    * net-conf.json (netns-kube.ts).
    */
-  static async create(o: { name: string; backend: 'vxlan' | 'host-gw'; store?: StoreMode; slow?: number; kubelet?: boolean }): Promise<NetnsCluster> {
+  static async create(o: { name: string; backend: 'vxlan' | 'host-gw'; store?: StoreMode; slow?: number; kubelet?: boolean; etcdMembers?: number }): Promise<NetnsCluster> {
     const store = o.kubelet === true ? 'kube' : (o.store ?? 'etcd');
     const kubelet = o.kubelet === true ? { kubelet: KubeletNodes.initialState() } : {};
-    const c = new NetnsCluster({ name: o.name, backend: o.backend, store, etcdPid: undefined, apiServerPid: undefined, nodes: [], nextIndex: 1, ...(o.slow === undefined ? {} : { slow: o.slow }), ...kubelet });
+    const members = o.etcdMembers ?? 1;
+    if (!Number.isInteger(members) || members < 1 || members > MAX_ETCD_MEMBERS) throw new Error(`--etcd-members ${members}: from 1 to ${MAX_ETCD_MEMBERS}`);
+    if (members > 1 && store !== 'etcd') throw new Error('--etcd-members: an etcd cluster is for twill\'s etcd store (--store etcd, no --kubelet)');
+    const etcd = members > 1 ? { etcdMembers: members, etcdMemberPids: Array.from({ length: members - 1 }, () => null) } : {};
+    const c = new NetnsCluster({ name: o.name, backend: o.backend, store, etcdPid: undefined, apiServerPid: undefined, nodes: [], nextIndex: 1, ...(o.slow === undefined ? {} : { slow: o.slow }), ...kubelet, ...etcd });
     await mkdir(c.dir, { recursive: true });
     await writeState(c.state);
     if (o.slow !== undefined) await createThrottle(o.name, o.slow);
@@ -113,7 +127,7 @@ export class NetnsCluster implements Cluster {
     const mine = (await ns(['netns', 'list'])).split('\n').map((l) => l.split(' ')[0] ?? '').filter((n) => n.startsWith(`${name}-`));
     // kubelet mode first: every process of its nodes (pods included) at once, then its control plane
     await KubeletNodes.destroy(state, mine);
-    for (const pid of [state?.apiServerPid, state?.etcdPid, ...(state?.nodes ?? []).map((n) => n.pid)]) await stopPid(pid, 'kill');
+    for (const pid of [state?.apiServerPid, state?.etcdPid, ...(state?.etcdMemberPids ?? []).map((p) => p ?? undefined), ...(state?.nodes ?? []).map((n) => n.pid)]) await stopPid(pid, 'kill');
     for (const n of mine) await killNamespaceProcesses(n);
     for (const n of mine) await ns(['netns', 'del', n]).catch(() => undefined);
     await rm(labDir(name), { recursive: true, force: true });
@@ -219,7 +233,7 @@ export class NetnsCluster implements Cluster {
     this.notKubelet('starting twill');
     const n = this.node(name);
     if (alive(n.pid)) throw new Error(`twill already runs on ${name} (pid ${n.pid})`);
-    const store = this.store === 'kube' ? twillKubeFlags(this.kube, name) : ['--etcd-endpoints', this.etcdEndpoint, '--node-name', name];
+    const store = this.store === 'kube' ? twillKubeFlags(this.kube, name) : ['--etcd-endpoints', this.etcdEndpoints.join(','), '--node-name', name];
     const argv = [...(await twillCommand()), 'run', ...store, '--iface', 'eth0', '--ip-masq', '--healthz-port', String(HEALTHZ_PORT), '--subnet-file', join(this.dir, name, 'subnet.env')];
     n.pid = await this.spawnIn(this.nsOf(name), argv, this.logPath(name));
     await writeState(this.state);
@@ -274,22 +288,93 @@ export class NetnsCluster implements Cluster {
     await untilLabApiServerReady(this.kube, this.controlPlane, pid);
   }
 
+  /** How many members the lab's etcd has (`up --etcd-members`; 1 by default). */
+  get etcdMembers(): number {
+    return this.etcdEndpoints.length;
+  }
+
+  /** Member k's pid (1-based), or undefined when it does not run. */
+  private etcdPidOf(k: number): number | undefined {
+    return (k === 1 ? this.state.etcdPid : this.state.etcdMemberPids?.[k - 2]) ?? undefined;
+  }
+
+  private setEtcdPid(k: number, pid: number | undefined): void {
+    if (k === 1) this.state.etcdPid = pid;
+    else if (this.state.etcdMemberPids) this.state.etcdMemberPids[k - 2] = pid ?? null;
+  }
+
+  /** etcd member k's argv; one member alone is the lab's single etcd, as it always was */
+  private etcdArgv(k: number): string[] {
+    const peer = (m: number): string => `http://127.0.0.1:${etcdClientPort(m) + 1}`;
+    const url = this.etcdEndpoints[k - 1] ?? '';
+    const name = k === 1 ? 'lab' : `lab${k}`;
+    const cluster = this.etcdMembers === 1 ? [`lab=${peer(1)}`] : this.etcdEndpoints.map((_, i) => `${i === 0 ? 'lab' : `lab${i + 1}`}=${peer(i + 1)}`);
+    const token = this.etcdMembers === 1 ? [] : ['--initial-cluster-token', `twill-lab-${this.state.name}`, '--initial-cluster-state', 'new'];
+    return ['etcd', '--name', name, '--data-dir', this.etcdDataDir(k), '--listen-client-urls', url, '--advertise-client-urls', url, '--listen-peer-urls', peer(k), '--initial-advertise-peer-urls', peer(k), '--initial-cluster', cluster.join(','), ...token, '--log-level', 'error'];
+  }
+
+  private etcdDataDir(k: number): string {
+    return join(this.dir, k === 1 ? 'etcd' : `etcd${k}`);
+  }
+
+  private etcdLogPath(k: number): string {
+    return join(this.dir, k === 1 ? 'etcd.log' : `etcd${k}.log`);
+  }
+
+  /** Stops every etcd member. */
   async stopEtcd(): Promise<void> {
-    await stopPid(this.state.etcdPid, 'term');
-    this.state.etcdPid = undefined;
+    for (let k = 1; k <= this.etcdMembers; k++) await stopPid(this.etcdPidOf(k), 'term');
+    for (let k = 1; k <= this.etcdMembers; k++) this.setEtcdPid(k, undefined);
     await writeState(this.state);
   }
 
+  /** Starts every etcd member that does not run (together: a cluster's members wait for each other), and waits until each is healthy. */
   async startEtcd(o: { wipe: boolean }): Promise<void> {
-    const data = join(this.dir, 'etcd');
-    if (o.wipe) await rm(data, { recursive: true, force: true });
-    const url = this.etcdEndpoint;
-    const peer = 'http://127.0.0.1:2380';
-    const argv = ['etcd', '--name', 'lab', '--data-dir', data, '--listen-client-urls', url, '--advertise-client-urls', url, '--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer, '--initial-cluster', `lab=${peer}`, '--log-level', 'error'];
-    this.state.etcdPid = await this.spawnIn(this.nsOf('etcd'), argv, join(this.dir, 'etcd.log'));
+    const down = Array.from({ length: this.etcdMembers }, (_, i) => i + 1).filter((k) => !alive(this.etcdPidOf(k)));
+    if (o.wipe) for (const k of down) await rm(this.etcdDataDir(k), { recursive: true, force: true });
+    for (const k of down) this.setEtcdPid(k, await this.spawnIn(this.nsOf('etcd'), this.etcdArgv(k), this.etcdLogPath(k)));
     await writeState(this.state);
+    await Promise.all(down.map((k) => this.untilEtcdMemberHealthy(k)));
+  }
+
+  private async untilEtcdMemberHealthy(k: number): Promise<void> {
+    const url = this.etcdEndpoints[k - 1] ?? '';
     const healthy = (): Promise<boolean> => this.sh('etcd', ['etcdctl', '--endpoints', url, 'endpoint', 'health'], { timeoutMs: 3_000 }).then(() => true, () => false);
-    if ((await until(healthy, { timeoutMs: 20_000, everyMs: 100 })) === undefined) throw new Error(`etcd did not become healthy; see ${join(this.dir, 'etcd.log')}`);
+    if ((await until(healthy, { timeoutMs: 20_000, everyMs: 100 })) === undefined) throw new Error(`etcd${this.etcdMembers > 1 ? ` member ${k}` : ''} did not become healthy; see ${this.etcdLogPath(k)}`);
+  }
+
+  /** Stops etcd member k (1-based) alone: SIGTERM, or SIGKILL as a crashed machine. */
+  async stopEtcdMember(k: number, how: 'term' | 'kill'): Promise<void> {
+    await stopPid(this.etcdPidOf(k), how);
+    this.setEtcdPid(k, undefined);
+    await writeState(this.state);
+  }
+
+  /** Starts etcd member k again with its data, and waits until it is healthy. */
+  async startEtcdMember(k: number): Promise<void> {
+    if (alive(this.etcdPidOf(k))) throw new Error(`etcd member ${k} already runs (pid ${this.etcdPidOf(k)})`);
+    this.setEtcdPid(k, await this.spawnIn(this.nsOf('etcd'), this.etcdArgv(k), this.etcdLogPath(k)));
+    await writeState(this.state);
+    await this.untilEtcdMemberHealthy(k);
+  }
+
+  /**
+   * The member (1-based) that every running member names as the leader
+   * (`etcdctl endpoint status`), or undefined when they do not agree (an
+   * election under way) or none answers.
+   */
+  async etcdLeader(): Promise<number | undefined> {
+    const up = this.etcdEndpoints.filter((_, i) => alive(this.etcdPidOf(i + 1)));
+    if (up.length === 0) return undefined;
+    const out = await this.sh('etcd', ['etcdctl', '--endpoints', up.join(','), '--command-timeout', '2s', 'endpoint', 'status', '-w', 'json'], { timeoutMs: 5_000 }).catch(() => '');
+    if (out === '') return undefined;
+    // member ids are JSON numbers past 2^53: read them as text
+    const status = JSON.parse(out.replace(/"(member_id|leader|cluster_id)":(\d+)/g, '"$1":"$2"')) as { Endpoint: string; Status: { header: { member_id: string }; leader: string } }[];
+    const leaders = new Set(status.map((s) => s.Status.leader));
+    const at = status.find((s) => s.Status.header.member_id === [...leaders][0]);
+    if (leaders.size !== 1 || status.length !== up.length || !at) return undefined;
+    const k = this.etcdEndpoints.indexOf(at.Endpoint) + 1;
+    return k > 0 ? k : undefined;
   }
 
   async addNodes(names: readonly string[], pods: number): Promise<void> {

@@ -1,5 +1,5 @@
 // The netns lab's state on disk, /run/twill-lab/<name>/state.json: which
-// nodes and pods exist, the store mode, and the pids of etcd, the
+// nodes and pods exist, the store mode, and the pids of etcd (each member), the
 // kube-apiserver (kube mode) and every twill (in kubelet mode: the control
 // plane's and each node's own processes), so `status`,
 // `drill` and `down` (separate invocations) find the lab `up` made.
@@ -46,7 +46,12 @@ export interface LabState {
   readonly name: string;
   readonly backend: 'vxlan' | 'host-gw';
   readonly store: StoreMode;
+  /** etcd member 1 (the only one, unless `up --etcd-members`) */
   etcdPid: number | undefined;
+  /** `up --etcd-members N`: how many etcd members (absent: 1) */
+  etcdMembers?: number;
+  /** members 2…N, in order (null: not running) */
+  etcdMemberPids?: (number | null)[];
   /** kube mode: the kube-apiserver in the etcd namespace */
   apiServerPid: number | undefined;
   nodes: NodeState[];

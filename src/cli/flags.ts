@@ -2,10 +2,11 @@
 // flag can also come from TWILL_<FLAG_NAME>; the command line wins over the
 // environment, which wins over the default. Values are parsed strictly here,
 // and a bad one is a FLAG_INVALID error naming the flag and the value.
+import { readFileSync } from 'node:fs';
 import { Option, type Command } from 'commander';
 import { PROC_SYS_NET } from '../dataplane/sysctl.ts';
 import { TwillError } from '../errors.ts';
-import { LOG_LEVELS, type LogLevel } from '../log.ts';
+import { LOG_LEVELS, redactUrlCredentials, type LogLevel } from '../log.ts';
 import { isIpv4 } from '../net/ipv4.ts';
 
 type Kind = 'string' | 'list' | 'repeat' | 'bool' | 'int';
@@ -25,7 +26,9 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
   { name: 'etcd-certfile', kind: 'string', arg: 'file', help: 'client certificate for etcd TLS' },
   { name: 'etcd-keyfile', kind: 'string', arg: 'file', help: 'client key for etcd TLS' },
   { name: 'etcd-username', kind: 'string', arg: 'name', help: 'etcd user name' },
-  { name: 'etcd-password', kind: 'string', arg: 'password', help: 'etcd password' },
+  { name: 'etcd-password', kind: 'string', arg: 'password', help: 'etcd password (visible in ps and the process environment: prefer --etcd-password-file)' },
+  { name: 'etcd-password-file', kind: 'string', arg: 'file', help: 'file holding the etcd password (one trailing newline is dropped); instead of --etcd-password' },
+  { name: 'etcd-allow-insecure-password', kind: 'bool', help: 'allow sending the etcd password to http:// endpoints, in clear text (refused by default)' },
   { name: 'iface', kind: 'repeat', arg: 'name|ip', help: 'interface (name or address) for the underlay; repeatable, first found wins' },
   { name: 'iface-regex', kind: 'repeat', arg: 'regex', help: 'regex over interface addresses, then names; repeatable' },
   { name: 'public-ip', kind: 'string', arg: 'ip', help: 'IPv4 address peers reach this node at (default: the interface address)' },
@@ -52,7 +55,10 @@ export interface RunFlags {
   readonly etcdCertfile: string | undefined;
   readonly etcdKeyfile: string | undefined;
   readonly etcdUsername: string | undefined;
+  /** from --etcd-password, --etcd-password-file or the endpoint URLs */
   readonly etcdPassword: string | undefined;
+  readonly etcdPasswordFile: string | undefined;
+  readonly etcdAllowInsecurePassword: boolean;
   readonly iface: string[];
   readonly ifaceRegex: string[];
   readonly publicIp: string | undefined;
@@ -81,7 +87,8 @@ function camel(flag: string): string {
 }
 
 function bad(flag: string, value: string, why: string): never {
-  throw new TwillError('FLAG_INVALID', `--${flag} ${JSON.stringify(value)}: ${why}`);
+  // an endpoint may carry a password: never echo one back
+  throw new TwillError('FLAG_INVALID', redactUrlCredentials(`--${flag} ${JSON.stringify(value)}: ${why}`));
 }
 
 /** Declares the flags on a commander command (values are parsed by `resolveRunFlags`). */
@@ -133,7 +140,67 @@ export function resolveRunFlags(cmd: Command, env: NodeJS.ProcessEnv): RunFlags 
     else if (values[key] !== undefined) out[key] = parseValue(f, values[key], false);
     else out[key] = f.kind === 'bool' ? false : f.kind === 'repeat' ? [] : undefined;
   }
-  return checkFlags(out as unknown as RunFlags);
+  return checkFlags(etcdCredentials(out as unknown as RunFlags));
+}
+
+/** The password in --etcd-password-file: the file's text less one trailing newline. */
+function readPasswordFile(path: string): string {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    return bad('etcd-password-file', path, `cannot be read (${e.code ?? e.message})`);
+  }
+  const password = text.replace(/\r?\n$/, '');
+  if (password === '') bad('etcd-password-file', path, 'is empty');
+  return password;
+}
+
+function decoded(part: string, endpoint: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return bad('etcd-endpoints', endpoint, 'has a badly %-encoded user name or password');
+  }
+}
+
+/**
+ * Settles where the etcd user and password come from: --etcd-password, or
+ * --etcd-password-file, or user:password@ in the endpoint URLs (taken out of
+ * the URLs, so no URL twill logs or dials carries them). One source each.
+ */
+function etcdCredentials(flags: RunFlags): RunFlags {
+  let { etcdUsername, etcdPassword } = flags;
+  if (flags.etcdPasswordFile !== undefined) {
+    if (etcdPassword !== undefined) {
+      throw new TwillError('FLAG_INVALID', '--etcd-password and --etcd-password-file: give the etcd password one way only (the file keeps it out of ps and the environment)');
+    }
+    etcdPassword = readPasswordFile(flags.etcdPasswordFile);
+  }
+  const endpoints: string[] = [];
+  let fromUrl: { user: string; password: string | undefined; endpoint: string } | undefined;
+  for (const e of flags.etcdEndpoints) {
+    const m = /^(https?:\/\/)([^/@\s]*)@(.*)$/.exec(e);
+    if (!m) {
+      endpoints.push(e);
+      continue;
+    }
+    const [, scheme = '', userinfo = '', rest = ''] = m;
+    const colon = userinfo.indexOf(':');
+    const user = decoded(colon < 0 ? userinfo : userinfo.slice(0, colon), e);
+    const password = colon < 0 ? undefined : decoded(userinfo.slice(colon + 1), e);
+    if (fromUrl && (fromUrl.user !== user || fromUrl.password !== password)) bad('etcd-endpoints', e, `has other credentials than ${fromUrl.endpoint}`);
+    fromUrl ??= { user, password, endpoint: e };
+    endpoints.push(`${scheme}${rest}`);
+  }
+  if (fromUrl) {
+    if (etcdUsername !== undefined && etcdUsername !== fromUrl.user) bad('etcd-endpoints', fromUrl.endpoint, 'names another user than --etcd-username');
+    if (fromUrl.password !== undefined && etcdPassword !== undefined) bad('etcd-endpoints', fromUrl.endpoint, 'carries a password, and so does --etcd-password or --etcd-password-file: give it one way only');
+    etcdUsername = fromUrl.user;
+    etcdPassword = fromUrl.password ?? etcdPassword;
+  }
+  return { ...flags, etcdEndpoints: endpoints, etcdUsername, etcdPassword };
 }
 
 function checkFlags(flags: RunFlags): RunFlags {
@@ -150,6 +217,17 @@ function checkFlags(flags: RunFlags): RunFlags {
     if (!/^https?:\/\/[^/\s]+\/?$/.test(e)) bad('etcd-endpoints', e, 'each endpoint must look like http://host:port or https://host:port');
   }
   if (flags.etcdEndpoints.length === 0) bad('etcd-endpoints', '', 'needs at least one endpoint');
+  if ((flags.etcdCertfile === undefined) !== (flags.etcdKeyfile === undefined)) {
+    throw new TwillError('FLAG_INVALID', '--etcd-certfile and --etcd-keyfile: give both (the client certificate and its key) or neither');
+  }
+  const plain = flags.etcdEndpoints.filter((e) => e.startsWith('http://'));
+  if (flags.etcdPassword !== undefined && plain.length > 0 && !flags.etcdAllowInsecurePassword) {
+    throw new TwillError(
+      'FLAG_INVALID',
+      `--etcd-endpoints ${JSON.stringify(plain.join(','))}: refusing to send the etcd password over plain http, where anyone on the path can read it; ` +
+        'use https:// endpoints (with --etcd-cafile), or pass --etcd-allow-insecure-password to send it in clear text anyway',
+    );
+  }
   if (!flags.etcdPrefix.startsWith('/')) bad('etcd-prefix', flags.etcdPrefix, 'must start with /');
   if (flags.kubeApiUrl !== undefined && !/^https:\/\/[^/\s:]+(:\d{1,5})?\/?$/.test(flags.kubeApiUrl)) bad('kube-api-url', flags.kubeApiUrl, 'must look like https://host:port (client-node refuses plain http)');
   const labels = flags.kubeAnnotationPrefix.split('.');

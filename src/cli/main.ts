@@ -56,7 +56,8 @@ async function statusCommand(flags: RunFlags, o: { json: boolean; env: NodeJS.Pr
 
 async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<number> {
   const nodeName = nodeNameOf(flags, env);
-  const logger = createLogger({ level: flags.logLevel, node: nodeName });
+  // the etcd password is scrubbed from every log line, whatever carries it
+  const logger = createLogger({ level: flags.logLevel, node: nodeName, secrets: [flags.etcdPassword] });
   const store = await openStore(flags, { nodeName });
   const root = new AbortController();
   const stop = (sig: string): void => {

@@ -6,8 +6,10 @@
 // hands both back to the caller to re-list.
 import { readFile } from 'node:fs/promises';
 import { Etcd3, type IKeyValue, type IOptions, type IResponseHeader, type Watcher } from 'etcd3';
-import { ExponentialBackoff, noop, type IBackoff } from 'cockatiel';
+import { ExponentialBackoff, handleWhen, noop, retry, type IBackoff } from 'cockatiel';
+import { GRPCUnavailableError } from 'etcd3';
 import { TwillError, describeError } from '../errors.ts';
+import { redactUrlCredentials } from '../log.ts';
 import type { Kv, KvChange, KvEntry, KvListing, KvSkipped, KvWatchOptions, KvWritten, WatchEnd } from './kv.ts';
 
 export interface EtcdOptions {
@@ -78,9 +80,44 @@ function toEntry(kv: IKeyValue): KvEntry {
   return { key: kv.key.toString('utf8'), value: kv.value.toString('utf8'), modRevision: kv.mod_revision, createRevision: kv.create_revision };
 }
 
+/**
+ * What went wrong in a TLS handshake, from grpc-js's text (an OpenSSL alert
+ * from etcd, or Node's verdict on etcd's certificate), for an operator.
+ */
+export function tlsProblem(text: string): string | undefined {
+  const alert = /(?:ssl\/tls|sslv3|tlsv1[0-9]*) alert ([a-z ]+?)(?=[:\n]|$)/i.exec(text);
+  if (alert) {
+    return `TLS handshake failed: etcd refused our client certificate (${alert[0]}): none was given, or it is not from a CA in etcd's --trusted-ca-file, or it has expired; check --etcd-certfile and --etcd-keyfile`;
+  }
+  const verify = /(unable to verify the first certificate|unable to get (?:local )?issuer certificate|self[- ]signed certificate(?: in certificate chain)?|certificate has expired|certificate is not yet valid|Hostname\/IP does not match certificate's altnames[^.;]*|ERR_TLS_CERT_ALTNAME_INVALID)/i.exec(text);
+  if (verify) {
+    return `TLS handshake failed: etcd's server certificate is not trusted (${verify[1] ?? ''}); check --etcd-cafile (the CA that signed etcd's certificate) and that the certificate names the endpoint's host or IP`;
+  }
+  if (/wrong version number|packet length too long|http_request|unknown protocol/i.test(text)) {
+    return 'TLS handshake failed: the endpoint does not speak TLS; use an http:// endpoint, or enable TLS in etcd';
+  }
+  return undefined;
+}
+
+/** An etcd client failure as text: credentials in URLs redacted, TLS failures named. */
+function describeEtcdError(err: unknown): string {
+  const text = redactUrlCredentials(describeError(err));
+  return tlsProblem(text) ?? text;
+}
+
 /** Wraps an etcd client failure into STORE_UNAVAILABLE with the operation named. */
 function unavailable(what: string, err: unknown): TwillError {
-  return new TwillError('STORE_UNAVAILABLE', `etcd ${what}: ${describeError(err)}`, { cause: err });
+  return new TwillError('STORE_UNAVAILABLE', `etcd ${what}: ${describeEtcdError(err)}`, { cause: err });
+}
+
+/** The contents of a TLS file flag, or a FLAG_INVALID error naming it. */
+async function readTlsFile(flag: string, path: string): Promise<Buffer> {
+  try {
+    return await readFile(path);
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    throw new TwillError('FLAG_INVALID', `--${flag} ${JSON.stringify(path)}: cannot be read (${e.code ?? e.message})`, { cause: err });
+  }
 }
 
 /**
@@ -100,16 +137,22 @@ async function buildClientOptions(opts: EtcdOptions): Promise<IOptions> {
     credentials: tls
       ? {
           // without --etcd-cafile, grpc-js falls back to the system roots (null, not an empty CA)
-          rootCertificate: opts.caFile ? await readFile(opts.caFile) : (null as unknown as Buffer),
-          ...(opts.certFile ? { certChain: await readFile(opts.certFile) } : {}),
-          ...(opts.keyFile ? { privateKey: await readFile(opts.keyFile) } : {}),
+          rootCertificate: opts.caFile ? await readTlsFile('etcd-cafile', opts.caFile) : (null as unknown as Buffer),
+          ...(opts.certFile ? { certChain: await readTlsFile('etcd-certfile', opts.certFile) } : {}),
+          ...(opts.keyFile ? { privateKey: await readTlsFile('etcd-keyfile', opts.keyFile) } : {}),
         }
       : undefined,
     auth: opts.username ? { username: opts.username, password: opts.password ?? '' } : undefined,
     defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + callTimeoutMs }),
     // twill retries with its own backoff; the client's circuit breaker would
-    // fail calls fast for seconds after etcd comes back.
-    faultHandling: { host: () => noop, global: noop, watchBackoff: watchBackoff() },
+    // fail calls fast for seconds after etcd comes back. The client picks one
+    // endpoint per call: an unreachable member (UNAVAILABLE only) is retried on
+    // the next one at once, so losing one member of three costs no call.
+    faultHandling: {
+      host: () => noop,
+      global: opts.endpoints.length > 1 ? retry(handleWhen((e) => e instanceof GRPCUnavailableError), { maxAttempts: opts.endpoints.length - 1 }) : noop,
+      watchBackoff: watchBackoff(),
+    },
     grpcOptions: {
       'grpc.initial_reconnect_backoff_ms': 200,
       'grpc.max_reconnect_backoff_ms': 2_000,
@@ -130,7 +173,7 @@ export class EtcdKv implements Kv {
     this.client = client;
     this.pageSize = Math.max(1, opts.listPageSize ?? LIST_PAGE_SIZE);
     this.maxReceiveBytes = opts.maxReceiveBytes ?? MAX_RECEIVE_BYTES;
-    this.description = `etcd ${opts.endpoints.join(',')}`;
+    this.description = `etcd ${redactUrlCredentials(opts.endpoints.join(','))}`;
   }
 
   static async connect(opts: EtcdOptions): Promise<EtcdKv> {
@@ -286,7 +329,7 @@ export class EtcdKv implements Kv {
       watcher = this.client.watch().prefix(prefix).startRevision(String(opts.fromRevision)).watcher();
       session.attach(watcher);
     } catch (err) {
-      session.finish({ reason: 'failed', detail: `etcd watch ${prefix}: ${describeError(err)}` });
+      session.finish({ reason: 'failed', detail: `etcd watch ${prefix}: ${describeEtcdError(err)}` });
     }
     const end = await session.ended;
     // A watch etcd cancelled itself (compaction) never answers a cancel: only
@@ -340,7 +383,7 @@ class WatchSession {
     w.on('disconnected', (err: Error) => {
       if (this.done) return;
       this.disconnected = true;
-      this.opts.onConnectivity(false, `etcd watch disconnected: ${err.message}`);
+      this.opts.onConnectivity(false, `etcd watch disconnected: ${describeEtcdError(err)}`);
     });
     // etcd3 emits 'error' only when etcd cancelled the watch: in practice a
     // start revision that was compacted away (the reason is often empty).

@@ -60,7 +60,7 @@ describe('drills on the Vagrant cluster (recorded, no VMs)', () => {
 
 describe('store modes', () => {
   it('drill all runs the etcd set on an etcd lab and the kube set on a kube lab, in that order', () => {
-    expect(drillsFor('etcd').map((d) => d.name)).toEqual(['masq-rule', 'nat-flush', 'peer-route', 'peer-neigh', 'peer-fdb', 'vxlan-device', 'kill-restart', 'own-lease', 'etcd-outage', 'etcd-wipe', 'hostile-lease', 'node-removed', 'node-added', 'twenty-nodes']);
+    expect(drillsFor('etcd').map((d) => d.name)).toEqual(['masq-rule', 'nat-flush', 'peer-route', 'peer-neigh', 'peer-fdb', 'vxlan-device', 'kill-restart', 'own-lease', 'etcd-outage', 'etcd-wipe', 'hostile-lease', 'node-removed', 'node-added', 'twenty-nodes', 'etcd-leader-loss']);
     expect(drillsFor('kube').map((d) => d.name)).toEqual(['masq-rule', 'nat-flush', 'peer-route', 'peer-neigh', 'peer-fdb', 'vxlan-device', 'kill-restart', 'apiserver-outage', 'node-deleted', 'node-added', 'twenty-nodes']);
   });
 

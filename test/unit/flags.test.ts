@@ -1,7 +1,10 @@
 // Unit tests of `twill run` flags: defaults, command line, TWILL_* environment
 // fallback (the command line wins), and FLAG_INVALID errors naming the flag.
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Command } from 'commander';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addRunFlags, envName, resolveRunFlags, type RunFlags } from '../../src/cli/flags.ts';
 import { TwillError } from '../../src/errors.ts';
 
@@ -33,6 +36,8 @@ describe('resolveRunFlags: defaults', () => {
       etcdKeyfile: undefined,
       etcdUsername: undefined,
       etcdPassword: undefined,
+      etcdPasswordFile: undefined,
+      etcdAllowInsecurePassword: false,
       iface: [],
       ifaceRegex: [],
       publicIp: undefined,
@@ -190,5 +195,81 @@ describe('envName', () => {
     ['iface', 'TWILL_IFACE'],
   ])('%s is %s', (flag, name) => {
     expect(envName(flag)).toBe(name);
+  });
+});
+
+describe('resolveRunFlags: etcd credentials', () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'twill-flags-'));
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+  const file = async (name: string, text: string): Promise<string> => {
+    const path = join(dir, name);
+    await writeFile(path, text);
+    return path;
+  };
+  const https = ['--etcd-endpoints', 'https://10.0.0.1:2379'];
+
+  it('reads --etcd-password-file, dropping one trailing newline (TWILL_ETCD_PASSWORD_FILE too)', async () => {
+    const path = await file('pw', 's3cret pass\n\n');
+    expect(resolve([...https, '--etcd-password-file', path]).etcdPassword).toBe('s3cret pass\n');
+    const crlf = await file('pw-crlf', 'from-env\r\n');
+    expect(resolve(https, { TWILL_ETCD_PASSWORD_FILE: crlf })).toMatchObject({ etcdPassword: 'from-env', etcdPasswordFile: crlf });
+    expect(resolve([...https, '--etcd-password-file', await file('pw-bare', 'bare')]).etcdPassword).toBe('bare');
+  });
+
+  it('refuses --etcd-password together with --etcd-password-file, an unreadable file and an empty one', async () => {
+    const path = await file('pw2', 'secret-two\n');
+    const both = failure([...https, '--etcd-password', 'secret-one', '--etcd-password-file', path]);
+    expect(both.code).toBe('FLAG_INVALID');
+    expect(both.message).toMatch(/^--etcd-password and --etcd-password-file: give the etcd password one way only/);
+    expect(both.message).not.toContain('secret-');
+    expect(failure(https, { TWILL_ETCD_PASSWORD: 'secret-one', TWILL_ETCD_PASSWORD_FILE: path }).message).toContain('one way only');
+    expect(failure([...https, '--etcd-password-file', join(dir, 'absent')]).message).toBe(`--etcd-password-file ${JSON.stringify(join(dir, 'absent'))}: cannot be read (ENOENT)`);
+    expect(failure([...https, '--etcd-password-file', await file('empty', '\n')]).message).toContain('is empty');
+  });
+
+  it('refuses a password over http:// unless --etcd-allow-insecure-password (or its env twin) is given', async () => {
+    const path = await file('pw3', 'hunter22\n');
+    for (const argv of [['--etcd-password', 'hunter22'], ['--etcd-password-file', path], ['--etcd-endpoints', 'http://root:hunter22@10.0.0.1:2379']]) {
+      const err = failure(argv);
+      expect(err.code).toBe('FLAG_INVALID');
+      expect(err.message).toContain('refusing to send the etcd password over plain http');
+      expect(err.message).toContain('--etcd-allow-insecure-password');
+      expect(err.message).not.toContain('hunter22');
+      expect(resolve([...argv, '--etcd-allow-insecure-password']).etcdPassword).toBe('hunter22');
+      expect(resolve(argv, { TWILL_ETCD_ALLOW_INSECURE_PASSWORD: 'true' }).etcdPassword).toBe('hunter22');
+    }
+    expect(resolve([...https, '--etcd-password', 'hunter22']).etcdPassword).toBe('hunter22');
+    expect(resolve(['--etcd-username', 'root']).etcdUsername).toBe('root'); // a user alone sends no password
+  });
+
+  it('takes user:password@ out of the endpoint URLs, %-decoded', () => {
+    const flags = resolve(['--etcd-endpoints', 'https://root:p%40ss@10.0.0.1:2379,https://root:p%40ss@10.0.0.2:2379']);
+    expect(flags).toMatchObject({ etcdEndpoints: ['https://10.0.0.1:2379', 'https://10.0.0.2:2379'], etcdUsername: 'root', etcdPassword: 'p@ss' });
+    expect(resolve(['--etcd-endpoints', 'https://root@10.0.0.1:2379', '--etcd-password', 'pw'])).toMatchObject({ etcdEndpoints: ['https://10.0.0.1:2379'], etcdUsername: 'root', etcdPassword: 'pw' });
+  });
+
+  it('never echoes a password from an endpoint URL in an error', () => {
+    for (const argv of [
+      ['--etcd-endpoints', 'http://root:hunter22@10.0.0.1:2379/v3'],
+      ['--etcd-endpoints', 'ftp://root:hunter22@10.0.0.1:2379'],
+      ['--etcd-endpoints', 'https://root:hunter22@a:1,https://root:other22@b:1'],
+      ['--etcd-endpoints', 'https://root:hunter22@a:1', '--etcd-password', 'x'],
+    ]) {
+      const err = failure(argv);
+      expect(err.code).toBe('FLAG_INVALID');
+      expect(err.message).not.toContain('hunter22');
+      expect(err.message).not.toContain('other22');
+    }
+    expect(failure(['--etcd-endpoints', 'ftp://root:hunter22@10.0.0.1:2379']).message).toContain('root:***@');
+  });
+
+  it('refuses a client certificate without its key, and a key without its certificate', () => {
+    expect(failure(['--etcd-certfile', '/c.pem']).message).toContain('--etcd-certfile and --etcd-keyfile: give both');
+    expect(failure(['--etcd-keyfile', '/k.pem']).message).toContain('give both');
   });
 });
