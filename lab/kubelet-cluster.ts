@@ -6,7 +6,6 @@
 // the node's containerd) and twill (its DaemonSet pod's log and CPU).
 import { readdir, readFile, rm, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { run } from '../src/exec/runner.ts';
 import type { KubeletControl, LabPod, ShOptions, TwillPodView } from './cluster.ts';
 import { buildLabImages } from './images.ts';
 import { kubeBinary } from './kube-apiserver.ts';
@@ -27,7 +26,7 @@ import {
   type NodeSpec,
 } from './kubelet-node.ts';
 import type { KubeLab } from './netns-kube.ts';
-import { alive, spawnDetached, stopPid } from './procs.ts';
+import { alive, namespacePids, spawnDetached, stopPid } from './procs.ts';
 import { labDir, type KubeletLabState, type KubeletNodeState, type LabState, type NodeState } from './state.ts';
 import { processCpuMs } from './throttle.ts';
 import { until } from './wait.ts';
@@ -300,7 +299,7 @@ export class KubeletNodes implements KubeletControl {
   /** Every process of the node: its own, and everything in its network namespace (shims, hostNetwork pods), with descendants. */
   private async roots(n: NodeState): Promise<number[]> {
     const p = this.procs(n);
-    const inNs = await nsPids(this.d.nsOf(n.name));
+    const inNs = await namespacePids(this.d.nsOf(n.name));
     return [p.holderPid, p.containerdPid, p.kubeletPid, p.kubeProxyPid, ...inNs].filter((x): x is number => x !== undefined);
   }
 
@@ -339,7 +338,7 @@ export class KubeletNodes implements KubeletControl {
   /** Everything a kubelet lab runs, also when its state is lost: every process in its namespaces and their descendants, the control plane; then the mount points it made. */
   static async destroy(state: LabState | undefined, namespaces: readonly string[]): Promise<void> {
     const roots: number[] = [];
-    for (const ns of namespaces) roots.push(...(await nsPids(ns)));
+    for (const ns of namespaces) roots.push(...(await namespacePids(ns)));
     for (const n of state?.nodes ?? []) roots.push(...[n.kubelet?.holderPid, n.kubelet?.containerdPid, n.kubelet?.kubeletPid, n.kubelet?.kubeProxyPid].filter((x): x is number => x !== undefined && alive(x)));
     await killTree(roots);
     for (const n of state?.nodes ?? []) await removeContainerCgroups(join(labDir(state?.name ?? ''), n.name, 'runc'));
@@ -347,10 +346,6 @@ export class KubeletNodes implements KubeletControl {
     await stopPid(state?.kubelet?.schedulerPid, 'kill');
     for (const p of state?.kubelet?.madeMountPoints ?? []) await rmdir(p).catch(() => undefined);
   }
-}
-
-async function nsPids(ns: string): Promise<number[]> {
-  return run('ip', ['netns', 'pids', ns]).then((r) => r.stdout.split('\n').filter(Boolean).map(Number), () => []);
 }
 
 /** Removes a directory's contents, keeping it. */

@@ -18,11 +18,10 @@
 // directory. Nothing is mounted outside the node's mount namespace, so the
 // mounts vanish with its processes.
 import { chmod, copyFile, mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
-import { spawn } from 'node:child_process';
-import { closeSync, openSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { run } from '../src/exec/runner.ts';
-import { alive, stopPid } from './procs.ts';
+import { alive, spawnLogged, stopPid } from './procs.ts';
+import { shJoin } from './shell-quote.ts';
 import { until } from './wait.ts';
 
 /** Paths a node owns: each is the node's own directory, bound over the host's path in the node's mount namespace. */
@@ -165,12 +164,11 @@ export async function hostCgroupMounts(): Promise<{ dir: string; type: string; o
 
 /** The holder's shell script: the node's mounts, then sleep until killed. */
 export function holderScript(fsRoot: string, cgroups: readonly { dir: string; type: string; opts: string }[]): string {
-  const q = (s: string): string => `'${s.replace(/'/g, `'\\''`)}'`;
   const lines = ['set -eu', 'mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup'];
   for (const c of cgroups) {
-    lines.push(`mkdir -p ${q(c.dir)}`, `mount -t ${c.type} ${c.opts === '' ? '' : `-o ${q(c.opts)} `}${c.type} ${q(c.dir)}`);
+    lines.push(shJoin(['mkdir', '-p', c.dir]), shJoin(['mount', '-t', c.type, ...(c.opts === '' ? [] : ['-o', c.opts]), c.type, c.dir]));
   }
-  for (const p of NODE_PATHS) lines.push(`mount --bind ${q(join(fsRoot, p))} ${q(p)}`);
+  for (const p of NODE_PATHS) lines.push(shJoin(['mount', '--bind', join(fsRoot, p), p]));
   lines.push('echo mounted', 'exec sleep infinity');
   return lines.join('\n');
 }
@@ -203,16 +201,6 @@ export async function writeNodeFiles(n: NodeSpec, kubeconfigs: { kubelet: string
   await writeFile(f.kubeProxyConfig, kubeProxyConfig(n));
   await writeFile(f.kubeconfig, kubeconfigs.kubelet, { mode: 0o600 });
   await writeFile(f.kubeProxyKubeconfig, kubeconfigs.kubeProxy, { mode: 0o600 });
-}
-
-function spawnLogged(argv: readonly string[], logFile: string, env: Record<string, string> = {}): number {
-  const fd = openSync(logFile, 'a');
-  const [file = '', ...args] = argv;
-  const child = spawn(file, args, { stdio: ['ignore', fd, fd], detached: true, env: { ...process.env, ...env } });
-  closeSync(fd);
-  child.unref();
-  if (child.pid === undefined) throw new Error(`could not start ${argv.join(' ')}`);
-  return child.pid;
 }
 
 /** Starts the holder in network namespace `ns`; resolves with its pid once the node's mounts are in place. */

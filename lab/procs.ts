@@ -6,14 +6,20 @@ import { closeSync, openSync } from 'node:fs';
 import { run } from '../src/exec/runner.ts';
 import { sleep } from '../src/util/abort.ts';
 
-/** Starts argv inside `ns`, detached, output appended to `logFile`; the pid. */
-export function spawnDetached(ns: string, argv: readonly string[], logFile: string): number {
+/** Starts argv detached (it outlives this process), output appended to `logFile`, with `env` added; the pid. */
+export function spawnLogged(argv: readonly string[], logFile: string, env: Readonly<Record<string, string>> = {}): number {
   const fd = openSync(logFile, 'a');
-  const child = spawn('ip', ['netns', 'exec', ns, ...argv], { stdio: ['ignore', fd, fd], detached: true });
+  const [file = '', ...args] = argv;
+  const child = spawn(file, args, { stdio: ['ignore', fd, fd], detached: true, env: { ...process.env, ...env } });
   closeSync(fd);
   child.unref();
-  if (child.pid === undefined) throw new Error(`could not start ${argv.join(' ')} in ${ns}`);
+  if (child.pid === undefined) throw new Error(`could not start ${argv.join(' ')}`);
   return child.pid;
+}
+
+/** Starts argv inside `ns`, detached, output appended to `logFile`; the pid. */
+export function spawnDetached(ns: string, argv: readonly string[], logFile: string): number {
+  return spawnLogged(['ip', 'netns', 'exec', ns, ...argv], logFile);
 }
 
 export function alive(pid: number | undefined): boolean {
@@ -38,6 +44,10 @@ export async function stopPid(pid: number | undefined, how: 'term' | 'kill', gra
 
 /** Kills every process in a namespace (what `down` does after a crash lost the pids). */
 export async function killNamespaceProcesses(ns: string): Promise<void> {
-  const pids = await run('ip', ['netns', 'pids', ns]).then((r) => r.stdout.split('\n').filter(Boolean).map(Number), () => []);
-  for (const pid of pids) await stopPid(pid, 'kill');
+  for (const pid of await namespacePids(ns)) await stopPid(pid, 'kill');
+}
+
+/** The processes in network namespace `ns` (none when it is gone). */
+export async function namespacePids(ns: string): Promise<number[]> {
+  return run('ip', ['netns', 'pids', ns]).then((r) => r.stdout.split('\n').filter(Boolean).map(Number), () => []);
 }
