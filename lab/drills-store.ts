@@ -16,7 +16,24 @@ import { until } from './wait.ts';
 
 const ETCD_OUTAGE_MS = 60_000;
 
-const HOSTILE = { loopback: '10.244.200.0-24', inNetwork: '10.244.201.0-24', nodeIp: '10.244.202.0-24', junk: '10.244.203.0-24' };
+const HOSTILE_KINDS = ['loopback', 'inNetwork', 'nodeIp', 'junk'] as const;
+type HostileKeys = Record<(typeof HOSTILE_KINDS)[number], string>;
+
+/**
+ * Keys for the hostile leases among the lab Network's /24s that no node
+ * holds: a fixed choice would sometimes be a real node's subnet, and the
+ * drill would overwrite (then delete) that node's own lease.
+ */
+function hostileKeys(held: readonly string[]): HostileKeys {
+  const free: string[] = [];
+  for (let x = 254; x > 0 && free.length < HOSTILE_KINDS.length; x--) {
+    const key = `10.244.${x}.0-24`;
+    if (!held.includes(key)) free.push(key);
+  }
+  const [loopback, inNetwork, nodeIp, junk] = free;
+  if (loopback === undefined || inNetwork === undefined || nodeIp === undefined || junk === undefined) throw new Error('no free subnets for the hostile leases');
+  return { loopback, inNetwork, nodeIp, junk };
+}
 
 /** A key's subnet as routes show it: "10.244.200.0-24" → "10.244.200.0/24". */
 const subnetOf = (key: string): string => key.replace(/-(\d+)$/, '/$1');
@@ -32,6 +49,10 @@ const hostileLease: Drill = {
     if (!first) throw new Error('no nodes');
     const vxlan = (ip: string, n: number): string => JSON.stringify({ PublicIP: ip, BackendType: 'vxlan', BackendData: { VNI: 1, VtepMAC: `7e:66:00:00:00:${n.toString(16).padStart(2, '0')}` } });
     const put = (key: string, value: string): Promise<string> => etcdctl(c, ['put', `${c.etcdPrefix}/subnets/${key}`, value]);
+    const HOSTILE = hostileKeys((await leases(c)).map((l) => l.key));
+    // the drill may run again on the same lab: read only what this run logs
+    const logStart = new Map(await Promise.all(nodes.map(async (n) => [n.name, (await c.twillLog(n.name)).length] as const)));
+    const freshLog = async (node: string): Promise<string> => (await c.twillLog(node)).slice(logStart.get(node) ?? 0);
     const since = performance.now();
     await put(HOSTILE.loopback, vxlan('127.0.0.1', 1));
     await put(HOSTILE.inNetwork, vxlan('10.244.9.9', 2));
@@ -40,7 +61,7 @@ const hostileLease: Drill = {
     try {
       // every node refuses the three it must (the first node the fourth too: its own address), and logs it once
       const refusedBy = async (node: string, keys: readonly string[]): Promise<boolean> => {
-        const log = await c.twillLog(node);
+        const log = await freshLog(node);
         return keys.every((k) => log.includes(`"key":"${k}"`) && log.includes('skipping invalid peer lease'));
       };
       const must = (name: string): string[] => [HOSTILE.loopback, HOSTILE.inNetwork, HOSTILE.junk, ...(name === first.name ? [HOSTILE.nodeIp] : [])];
@@ -54,7 +75,7 @@ const hostileLease: Drill = {
           ok = false;
           notes.push(`${n.name} routes a refused subnet: ${stray.join(', ')}`);
         }
-        const lines = (await c.twillLog(n.name)).split('\n').filter((l) => l.includes('skipping invalid peer lease') && l.includes(HOSTILE.junk));
+        const lines = (await freshLog(n.name)).split('\n').filter((l) => l.includes('skipping invalid peer lease') && l.includes(HOSTILE.junk));
         if (lines.length !== 1 || lines.some((l) => l.length > 1_000)) {
           ok = false;
           notes.push(`${n.name} logged the junk value ${lines.length} times, longest line ${Math.max(0, ...lines.map((l) => l.length))} characters (want once, truncated)`);
