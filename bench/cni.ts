@@ -28,15 +28,30 @@ interface Plugin {
 }
 
 async function ensureBuilt(signal: AbortSignal): Promise<void> {
-  const ok = await access(TWILL_CNI).then(() => true, () => false);
-  if (!ok) await run(process.execPath, [resolve(import.meta.dirname, '../scripts/build-cni.ts')], { signal, timeoutMs: 300_000 });
+  const ok = await access(TWILL_CNI).then(
+    () => true,
+    () => false,
+  );
+  if (!ok)
+    await run(process.execPath, [resolve(import.meta.dirname, '../scripts/build-cni.ts')], {
+      signal,
+      timeoutMs: 300_000,
+    });
 }
 
 async function timed(p: Plugin, verb: 'ADD' | 'DEL', id: string): Promise<number> {
   const start = performance.now();
-  const answer = await callCni({ nodeNs: p.nodeNs, exe: p.exe, verb, conf: p.conf, containerId: id, netns: p.podNs });
+  const answer = await callCni({
+    nodeNs: p.nodeNs,
+    exe: p.exe,
+    verb,
+    conf: p.conf,
+    containerId: id,
+    netns: p.podNs,
+  });
   const ms = performance.now() - start;
-  if (answer.code !== 0) throw new Error(`${p.name} ${verb} failed (${answer.code}): ${answer.stdout}${answer.stderr}`);
+  if (answer.code !== 0)
+    throw new Error(`${p.name} ${verb} failed (${answer.code}): ${answer.stdout}${answer.stderr}`);
   return ms;
 }
 
@@ -45,11 +60,41 @@ async function plugins(lab: NetnsLab, dir: string): Promise<Plugin[]> {
   await writeFile(subnetFile, subnetEnvText({ network: NETWORK, subnet: SUBNET, mtu: MTU }));
   const base = { cniVersion: '1.0.0', name: 'benchnet' };
   const twill = { ...base, type: 'twill', subnetFile, dataDir: join(dir, 'twill-ipam') };
-  const ipam = { type: 'host-local', dataDir: join(dir, 'ref-ipam'), ranges: [[{ subnet: SUBNET }]], routes: [{ dst: NETWORK }] };
-  const ref = { ...base, type: 'bridge', bridge: 'cni0', isGateway: true, isDefaultGateway: true, hairpinMode: true, mtu: MTU, ipam };
+  const ipam = {
+    type: 'host-local',
+    dataDir: join(dir, 'ref-ipam'),
+    ranges: [[{ subnet: SUBNET }]],
+    routes: [{ dst: NETWORK }],
+  };
+  const ref = {
+    ...base,
+    type: 'bridge',
+    bridge: 'cni0',
+    isGateway: true,
+    isDefaultGateway: true,
+    hairpinMode: true,
+    mtu: MTU,
+    ipam,
+  };
   return [
-    { name: 'twill-cni', exe: TWILL_CNI, conf: twill, nodeNs: await lab.add('bt-node'), podNs: await lab.add('bt-pod'), add: [], del: [] },
-    { name: 'bridge + host-local', exe: join(REFERENCE_DIR, 'bridge'), conf: ref, nodeNs: await lab.add('br-node'), podNs: await lab.add('br-pod'), add: [], del: [] },
+    {
+      name: 'twill-cni',
+      exe: TWILL_CNI,
+      conf: twill,
+      nodeNs: await lab.add('bt-node'),
+      podNs: await lab.add('bt-pod'),
+      add: [],
+      del: [],
+    },
+    {
+      name: 'bridge + host-local',
+      exe: join(REFERENCE_DIR, 'bridge'),
+      conf: ref,
+      nodeNs: await lab.add('br-node'),
+      podNs: await lab.add('br-pod'),
+      add: [],
+      del: [],
+    },
   ];
 }
 
@@ -63,7 +108,12 @@ function rows(twill: Plugin, ref: Plugin): BenchRow[] {
   });
   const add50 = row('ADD', 50);
   const met = add50.value <= 2 * (add50.yardstick?.value ?? 0);
-  return [{ ...add50, target: { text: 'ADD p50 ≤ 2× reference', met } }, row('ADD', 95), row('DEL', 50), row('DEL', 95)];
+  return [
+    { ...add50, target: { text: 'ADD p50 ≤ 2× reference', met } },
+    row('ADD', 95),
+    row('DEL', 50),
+    row('DEL', 95),
+  ];
 }
 
 async function measure(signal: AbortSignal): Promise<BenchRow[]> {

@@ -8,7 +8,19 @@ import { run } from '../src/exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
 import { NetnsLab, sweepStaleNetns } from '../test/helpers/netns.ts';
 import { stopProcess } from '../test/helpers/process.ts';
-import { logLines, ownedRoutes, peer, putLeases, setupNode, sh, startTwill, stopNode, waitUntil, type LogLine, type Node } from './node.ts';
+import {
+  logLines,
+  ownedRoutes,
+  peer,
+  putLeases,
+  setupNode,
+  sh,
+  startTwill,
+  stopNode,
+  waitUntil,
+  type LogLine,
+  type Node,
+} from './node.ts';
 import type { BenchRow, BenchSuite } from './table.ts';
 
 const PEERS = 5_000;
@@ -21,26 +33,58 @@ async function rawBatchMs(lab: NetnsLab, backend: string): Promise<number> {
   await run('ip', ['-n', ns, 'link', 'set', 'eth0', 'up']);
   await run('ip', ['-n', ns, 'link', 'set', 'eth1', 'up']);
   const peers = Array.from({ length: PEERS }, (_, i) => peer(i));
-  const sh = (file: string, input: string): Promise<unknown> => run('nsenter', [`--net=/run/netns/${ns}`, file, '-batch', '-'], { input, timeoutMs: 60_000 });
+  const sh = (file: string, input: string): Promise<unknown> =>
+    run('nsenter', [`--net=/run/netns/${ns}`, file, '-batch', '-'], { input, timeoutMs: 60_000 });
   const started = performance.now();
   if (backend === 'vxlan') {
-    await sh('ip', ['link add twill.1 mtu 1450 type vxlan id 1 local 172.16.0.2 dev eth0 dstport 8472 nolearning', 'link set twill.1 up', ...peers.map((p) => `neigh replace ${p.subnet.replace('/24', '')} lladdr ${p.mac} dev twill.1 nud permanent`), ''].join('\n'));
-    await sh('bridge', `${peers.map((p) => `fdb append ${p.mac} dev twill.1 dst ${p.ip} self permanent`).join('\n')}\n`);
-    await sh('ip', `${peers.map((p) => `route add ${p.subnet} via ${p.subnet.replace('/24', '')} dev twill.1 onlink proto ${ROUTE_PROTOCOL}`).join('\n')}\n`);
+    await sh(
+      'ip',
+      [
+        'link add twill.1 mtu 1450 type vxlan id 1 local 172.16.0.2 dev eth0 dstport 8472 nolearning',
+        'link set twill.1 up',
+        ...peers.map(
+          (p) =>
+            `neigh replace ${p.subnet.replace('/24', '')} lladdr ${p.mac} dev twill.1 nud permanent`,
+        ),
+        '',
+      ].join('\n'),
+    );
+    await sh(
+      'bridge',
+      `${peers.map((p) => `fdb append ${p.mac} dev twill.1 dst ${p.ip} self permanent`).join('\n')}\n`,
+    );
+    await sh(
+      'ip',
+      `${peers.map((p) => `route add ${p.subnet} via ${p.subnet.replace('/24', '')} dev twill.1 onlink proto ${ROUTE_PROTOCOL}`).join('\n')}\n`,
+    );
   } else {
-    await sh('ip', `${peers.map((p) => `route add ${p.subnet} via ${p.ip} dev eth0 proto ${ROUTE_PROTOCOL}`).join('\n')}\n`);
+    await sh(
+      'ip',
+      `${peers.map((p) => `route add ${p.subnet} via ${p.ip} dev eth0 proto ${ROUTE_PROTOCOL}`).join('\n')}\n`,
+    );
   }
   return performance.now() - started;
 }
 
-/** Process start → the pass that programmed every peer, from the daemon's own log (and checked in the kernel). */
+/**
+ * Process start → the pass that programmed every peer, from the daemon's own log (and checked in
+ * the kernel).
+ */
 async function coldConvergence(n: Node): Promise<{ fromStartMs: number; passMs: number }> {
   let done: LogLine | undefined;
-  await waitUntil(async () => {
-    done = (await logLines(n.log)).find((l) => (l.ops?.['route add'] ?? 0) >= PEERS);
-    return done !== undefined;
-  }, 120_000, 'cold convergence');
-  await waitUntil(async () => (await ownedRoutes(n.ns)) === PEERS, 10_000, 'every route in the kernel');
+  await waitUntil(
+    async () => {
+      done = (await logLines(n.log)).find((l) => (l.ops?.['route add'] ?? 0) >= PEERS);
+      return done !== undefined;
+    },
+    120_000,
+    'cold convergence',
+  );
+  await waitUntil(
+    async () => (await ownedRoutes(n.ns)) === PEERS,
+    10_000,
+    'every route in the kernel',
+  );
   return { fromStartMs: (done?.time ?? 0) - n.spawnedAt, passMs: done?.durationMs ?? 0 };
 }
 
@@ -61,15 +105,55 @@ const P0 = peer(7);
 const MASQ_OK = async (ns: string): Promise<boolean> => {
   const chain = await sh(ns, ['iptables', '-t', 'nat', '-S', 'TWILL-POSTRTG']).catch(() => '');
   const parent = await sh(ns, ['iptables', '-t', 'nat', '-S', 'POSTROUTING']).catch(() => '');
-  return chain.split('\n').filter((l) => l.startsWith('-A')).length === 6 && parent.includes('-j TWILL-POSTRTG');
+  return (
+    chain.split('\n').filter((l) => l.startsWith('-A')).length === 6 &&
+    parent.includes('-j TWILL-POSTRTG')
+  );
 };
 const DRIFTS: Drift[] = [
-  { name: 'route deleted', backends: ['host-gw', 'vxlan'], breakIt: [['ip', 'route', 'del', P0.subnet]], healthy: async (ns) => (await sh(ns, ['ip', 'route', 'show', P0.subnet])).includes(`proto ${ROUTE_PROTOCOL}`) },
-  { name: 'neighbour deleted', backends: ['vxlan'], breakIt: [['ip', 'neigh', 'del', P0.subnet.replace('/24', ''), 'dev', 'twill.1']], healthy: async (ns) => (await sh(ns, ['ip', 'neigh', 'show', P0.subnet.replace('/24', ''), 'dev', 'twill.1'])).includes('PERMANENT') },
-  { name: 'FDB entry deleted', backends: ['vxlan'], breakIt: [['bridge', 'fdb', 'del', P0.mac, 'dev', 'twill.1', 'dst', P0.ip, 'self']], healthy: async (ns) => (await sh(ns, ['bridge', 'fdb', 'show', 'dev', 'twill.1'])).includes(`${P0.mac} dst ${P0.ip}`) },
-  { name: 'vxlan device deleted', backends: ['vxlan'], breakIt: [['ip', 'link', 'del', 'twill.1']], healthy: async (ns) => (await ownedRoutes(ns)) === PEERS },
-  { name: 'MASQUERADE rule deleted', backends: ['host-gw', 'vxlan'], breakIt: [['iptables', '-t', 'nat', '-D', 'TWILL-POSTRTG', '5']], healthy: MASQ_OK },
-  { name: 'nat table flushed', backends: ['host-gw', 'vxlan'], breakIt: [['iptables', '-t', 'nat', '-F']], healthy: MASQ_OK },
+  {
+    name: 'route deleted',
+    backends: ['host-gw', 'vxlan'],
+    breakIt: [['ip', 'route', 'del', P0.subnet]],
+    healthy: async (ns) =>
+      (await sh(ns, ['ip', 'route', 'show', P0.subnet])).includes(`proto ${ROUTE_PROTOCOL}`),
+  },
+  {
+    name: 'neighbour deleted',
+    backends: ['vxlan'],
+    breakIt: [['ip', 'neigh', 'del', P0.subnet.replace('/24', ''), 'dev', 'twill.1']],
+    healthy: async (ns) =>
+      (
+        await sh(ns, ['ip', 'neigh', 'show', P0.subnet.replace('/24', ''), 'dev', 'twill.1'])
+      ).includes('PERMANENT'),
+  },
+  {
+    name: 'FDB entry deleted',
+    backends: ['vxlan'],
+    breakIt: [['bridge', 'fdb', 'del', P0.mac, 'dev', 'twill.1', 'dst', P0.ip, 'self']],
+    healthy: async (ns) =>
+      (await sh(ns, ['bridge', 'fdb', 'show', 'dev', 'twill.1'])).includes(
+        `${P0.mac} dst ${P0.ip}`,
+      ),
+  },
+  {
+    name: 'vxlan device deleted',
+    backends: ['vxlan'],
+    breakIt: [['ip', 'link', 'del', 'twill.1']],
+    healthy: async (ns) => (await ownedRoutes(ns)) === PEERS,
+  },
+  {
+    name: 'MASQUERADE rule deleted',
+    backends: ['host-gw', 'vxlan'],
+    breakIt: [['iptables', '-t', 'nat', '-D', 'TWILL-POSTRTG', '5']],
+    healthy: MASQ_OK,
+  },
+  {
+    name: 'nat table flushed',
+    backends: ['host-gw', 'vxlan'],
+    breakIt: [['iptables', '-t', 'nat', '-F']],
+    healthy: MASQ_OK,
+  },
 ];
 
 async function repairMs(ns: string, d: Drift): Promise<number> {
@@ -86,7 +170,11 @@ async function backendRows(backend: string): Promise<BenchRow[]> {
   try {
     // the floor: the same daemon with no peers at all
     await startTwill(n);
-    await waitUntil(async () => (await logLines(n.log)).some((l) => l.msg === 'dataplane updated'), 30_000, 'the daemon with no peers');
+    await waitUntil(
+      async () => (await logLines(n.log)).some((l) => l.msg === 'dataplane updated'),
+      30_000,
+      'the daemon with no peers',
+    );
     await new Promise((r) => setTimeout(r, 1000));
     const floor = await rssMiB(n.child?.pid);
     if (n.child) await stopProcess(n.child);
@@ -95,15 +183,48 @@ async function backendRows(backend: string): Promise<BenchRow[]> {
     await startTwill(n);
     const cold = await coldConvergence(n);
     const raw = await rawBatchMs(rawLab, backend);
-    rows.push({ suite: 'dataplane', figure: `cold convergence, ${PEERS} peers, ${backend} (process start → all entries)`, value: Math.round(cold.fromStartMs), unit: 'ms', yardstick: { name: 'raw ip -batch', value: Math.round(raw) }, target: { text: '≤ 1000 ms, ≤ 10× raw', met: cold.fromStartMs <= 1000 && cold.fromStartMs <= 10 * raw } });
-    rows.push({ suite: 'dataplane', figure: `  the programming pass alone (observe, diff, apply), ${backend}`, value: Math.round(cold.passMs), unit: 'ms', yardstick: { name: 'raw ip -batch', value: Math.round(raw) } });
+    rows.push({
+      suite: 'dataplane',
+      figure: `cold convergence, ${PEERS} peers, ${backend} (process start → all entries)`,
+      value: Math.round(cold.fromStartMs),
+      unit: 'ms',
+      yardstick: { name: 'raw ip -batch', value: Math.round(raw) },
+      target: {
+        text: '≤ 1000 ms, ≤ 10× raw',
+        met: cold.fromStartMs <= 1000 && cold.fromStartMs <= 10 * raw,
+      },
+    });
+    rows.push({
+      suite: 'dataplane',
+      figure: `  the programming pass alone (observe, diff, apply), ${backend}`,
+      value: Math.round(cold.passMs),
+      unit: 'ms',
+      yardstick: { name: 'raw ip -batch', value: Math.round(raw) },
+    });
     await new Promise((r) => setTimeout(r, 1000));
     const rss = await rssMiB(n.child?.pid);
-    rows.push({ suite: 'dataplane', figure: `daemon RSS at ${PEERS} peers, ${backend}`, value: Math.round(rss), unit: 'MiB', target: { text: '≤ 80 MiB', met: rss <= 80 } });
-    rows.push({ suite: 'dataplane', figure: `  the same daemon with no peers (Node + libraries floor), ${backend}`, value: Math.round(floor), unit: 'MiB' });
+    rows.push({
+      suite: 'dataplane',
+      figure: `daemon RSS at ${PEERS} peers, ${backend}`,
+      value: Math.round(rss),
+      unit: 'MiB',
+      target: { text: '≤ 80 MiB', met: rss <= 80 },
+    });
+    rows.push({
+      suite: 'dataplane',
+      figure: `  the same daemon with no peers (Node + libraries floor), ${backend}`,
+      value: Math.round(floor),
+      unit: 'MiB',
+    });
     for (const d of DRIFTS.filter((x) => x.backends.includes(backend))) {
       const ms = await repairMs(n.ns, d);
-      rows.push({ suite: 'dataplane', figure: `drift repair: ${d.name}, ${backend}, ${PEERS} peers`, value: Math.round(ms), unit: 'ms', target: { text: '≤ 1000 ms', met: ms <= 1000 } });
+      rows.push({
+        suite: 'dataplane',
+        figure: `drift repair: ${d.name}, ${backend}, ${PEERS} peers`,
+        value: Math.round(ms),
+        unit: 'ms',
+        target: { text: '≤ 1000 ms', met: ms <= 1000 },
+      });
       await new Promise((r) => setTimeout(r, 300));
     }
   } finally {

@@ -8,7 +8,20 @@
 // the 500 ms a peer deleted by an event is kept (README, "Leases and the
 // dataplane").
 import { sweepStaleNetns } from '../test/helpers/netns.ts';
-import { ETCD_PREFIX, leaseValue, ownedRoutes, ownLeaseKey, peer, putLeases, setupNode, startTwill, stopNode, waitUntil, type Node, type PeerSpec } from './node.ts';
+import {
+  ETCD_PREFIX,
+  leaseValue,
+  ownedRoutes,
+  ownLeaseKey,
+  peer,
+  putLeases,
+  setupNode,
+  startTwill,
+  stopNode,
+  waitUntil,
+  type Node,
+  type PeerSpec,
+} from './node.ts';
 import { percentile, type BenchRow, type BenchSuite } from './table.ts';
 import { LineTap, type TappedLine } from './tap.ts';
 
@@ -17,7 +30,10 @@ const EVENTS = 100;
 const DELETE_EVERY_MS = 100;
 const TARGET_MS = 1_000;
 
-/** A small etcd client on stdin/stdout: `put <key> <value>` / `del <key>` → `<key> <wall ms just before the request>`. */
+/**
+ * A small etcd client on stdin/stdout: `put <key> <value>` / `del <key>` → `<key> <wall ms just
+ * before the request>`.
+ */
 const CLIENT_SCRIPT = (endpoint: string): string => `
 import { Etcd3 } from 'etcd3';
 import { createInterface } from 'node:readline';
@@ -41,7 +57,10 @@ interface Taps {
 const sleepMs = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** The time from the etcd request to the kernel line for `p`. */
-async function timeEvent(t: Taps, o: { verb: 'put' | 'del'; p: PeerSpec; backend: string }): Promise<number> {
+async function timeEvent(
+  t: Taps,
+  o: { verb: 'put' | 'del'; p: PeerSpec; backend: string },
+): Promise<number> {
   const key = `${ETCD_PREFIX}/subnets/${o.p.key}`;
   const prefix = o.verb === 'put' ? `${o.p.subnet} ` : `Deleted ${o.p.subnet} `;
   const seen: Promise<TappedLine> = t.monitor.next((l) => l.startsWith(prefix), 10_000);
@@ -78,7 +97,13 @@ async function measure(n: Node, t: Taps): Promise<{ add: number[]; del: number[]
 function rows(backend: string, m: { add: number[]; del: number[] }): BenchRow[] {
   const row = (what: string, sample: number[], p: number): BenchRow => {
     const value = Math.round(percentile(sample, p) * 10) / 10;
-    return { suite: 'events', figure: `${what} p${p}, ${backend}, ${PEERS} peers, ${sample.length} events`, value, unit: 'ms', ...(p === 99 ? { target: { text: `≤ ${TARGET_MS} ms`, met: value <= TARGET_MS } } : {}) };
+    return {
+      suite: 'events',
+      figure: `${what} p${p}, ${backend}, ${PEERS} peers, ${sample.length} events`,
+      value,
+      unit: 'ms',
+      ...(p === 99 ? { target: { text: `≤ ${TARGET_MS} ms`, met: value <= TARGET_MS } } : {}),
+    };
   };
   return [
     row('new lease → route on the node', m.add, 50),
@@ -94,9 +119,21 @@ async function backendRows(backend: string): Promise<BenchRow[]> {
   try {
     await putLeases(n, PEERS);
     await startTwill(n);
-    await waitUntil(async () => (await ownedRoutes(n.ns)) === PEERS, 120_000, 'the node to program 5000 peers');
+    await waitUntil(
+      async () => (await ownedRoutes(n.ns)) === PEERS,
+      120_000,
+      'the node to program 5000 peers',
+    );
     await sleepMs(1_000);
-    const t: Taps = { monitor: new LineTap(n.ns, ['ip', 'monitor', 'route']), client: new LineTap(n.etcdNs, [process.execPath, '--input-type=module', '-e', CLIENT_SCRIPT(n.etcd.endpoint)]) };
+    const t: Taps = {
+      monitor: new LineTap(n.ns, ['ip', 'monitor', 'route']),
+      client: new LineTap(n.etcdNs, [
+        process.execPath,
+        '--input-type=module',
+        '-e',
+        CLIENT_SCRIPT(n.etcd.endpoint),
+      ]),
+    };
     taps.push(t.monitor, t.client);
     await t.client.next((l) => l === 'ready', 20_000);
     return rows(backend, await measure(n, t));

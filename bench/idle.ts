@@ -12,7 +12,17 @@ import { readdir, readFile } from 'node:fs/promises';
 import { run } from '../src/exec/runner.ts';
 import { sweepStaleNetns } from '../test/helpers/netns.ts';
 import { kubeNatRules, kubeRuleCount } from './kube-rules.ts';
-import { logLines, ownedRoutes, putLeases, setupNode, sh, startTwill, stopNode, waitUntil, type Node } from './node.ts';
+import {
+  logLines,
+  ownedRoutes,
+  putLeases,
+  setupNode,
+  sh,
+  startTwill,
+  stopNode,
+  waitUntil,
+  type Node,
+} from './node.ts';
 import type { BenchRow, BenchSuite } from './table.ts';
 
 const SERVICES = 2_000;
@@ -37,7 +47,11 @@ async function allStats(): Promise<Map<number, { ppid: number; own: number; reap
     const text = await readFile(`/proc/${name}/stat`, 'utf8').catch(() => '');
     const f = text.slice(text.lastIndexOf(')') + 2).split(' '); // f[0] is field 3 (state)
     if (f.length < 15) continue;
-    out.set(Number(name), { ppid: Number(f[1]), own: Number(f[11]) + Number(f[12]), reaped: Number(f[13]) + Number(f[14]) });
+    out.set(Number(name), {
+      ppid: Number(f[1]),
+      own: Number(f[11]) + Number(f[12]),
+      reaped: Number(f[13]) + Number(f[14]),
+    });
   }
   return out;
 }
@@ -48,7 +62,7 @@ async function ticks(pid: number): Promise<Ticks> {
   if (!me) throw new Error(`bench: the daemon (pid ${pid}) is gone`);
   let tree = me.own + me.reaped;
   const inTree = new Set([pid]);
-  for (let grew = true; grew; ) {
+  for (let grew = true; grew;) {
     grew = false;
     for (const [p, s] of stats) {
       if (inTree.has(p) || !inTree.has(s.ppid)) continue;
@@ -64,9 +78,18 @@ async function idleNode(o: { name: string; rules: boolean; nodes: Node[] }): Pro
   const n = await setupNode({ backend: 'vxlan', name: o.name });
   o.nodes.push(n);
   await putLeases(n, PEERS);
-  if (o.rules) await sh(n.ns, ['iptables-restore', '-w', '5', '--noflush'], kubeNatRules({ services: SERVICES, generation: 0, jumps: true }));
+  if (o.rules)
+    await sh(
+      n.ns,
+      ['iptables-restore', '-w', '5', '--noflush'],
+      kubeNatRules({ services: SERVICES, generation: 0, jumps: true }),
+    );
   await startTwill(n, ['--log-level', 'trace']);
-  await waitUntil(async () => (await ownedRoutes(n.ns)) === PEERS, 30_000, `${o.name}: every peer programmed`);
+  await waitUntil(
+    async () => (await ownedRoutes(n.ns)) === PEERS,
+    30_000,
+    `${o.name}: every peer programmed`,
+  );
   return n;
 }
 
@@ -76,21 +99,33 @@ async function churn(n: Node, until: number): Promise<number> {
   await new Promise((r) => setTimeout(r, CHURN_EVERY_MS / 2));
   while (Date.now() < until) {
     const next = Date.now() + CHURN_EVERY_MS;
-    await sh(n.ns, ['iptables-restore', '-w', '5', '--noflush'], kubeNatRules({ services: SERVICES, generation: ++generation, jumps: false }));
+    await sh(
+      n.ns,
+      ['iptables-restore', '-w', '5', '--noflush'],
+      kubeNatRules({ services: SERVICES, generation: ++generation, jumps: false }),
+    );
     await new Promise((r) => setTimeout(r, Math.max(0, Math.min(next, until) - Date.now())));
   }
   return generation;
 }
 
 /** Passes triggered by events (not the resync timer) between `from` and `to`, by source. */
-async function triggers(n: Node, from: number, to: number): Promise<{ count: number; sources: string }> {
-  const lines = (await logLines(n.log)).filter((l) => l.msg === 'pass triggered' && l.time >= from && l.time <= to);
+async function triggers(
+  n: Node,
+  from: number,
+  to: number,
+): Promise<{ count: number; sources: string }> {
+  const lines = (await logLines(n.log)).filter(
+    (l) => l.msg === 'pass triggered' && l.time >= from && l.time <= to,
+  );
   const by = new Map<string, number>();
   for (const l of lines) by.set(l.source ?? '?', (by.get(l.source ?? '?') ?? 0) + 1);
   return { count: lines.length, sources: [...by].map(([s, c]) => `${s}: ${c}`).join(', ') };
 }
 
-/** The three nodes of the window: rules rewritten, rules left alone, no extra rules (the yardstick). */
+/**
+ * The three nodes of the window: rules rewritten, rules left alone, no extra rules (the yardstick).
+ */
 interface Trio<T> {
   readonly churned: T;
   readonly still: T;
@@ -104,7 +139,11 @@ interface Window {
   readonly churns: number;
 }
 
-const each = async <A, B>(t: Trio<A>, f: (a: A) => Promise<B>): Promise<Trio<B>> => ({ churned: await f(t.churned), still: await f(t.still), bare: await f(t.bare) });
+const each = async <A, B>(t: Trio<A>, f: (a: A) => Promise<B>): Promise<Trio<B>> => ({
+  churned: await f(t.churned),
+  still: await f(t.still),
+  bare: await f(t.bare),
+});
 
 async function measure(nodes: Trio<Node>): Promise<Window> {
   const from = Date.now();
@@ -114,24 +153,60 @@ async function measure(nodes: Trio<Node>): Promise<Window> {
   const t1 = await each(nodes, (n) => ticks(n.child?.pid ?? 0));
   const to = Date.now();
   const d = (a: Ticks, b: Ticks): Ticks => ({ self: b.self - a.self, tree: b.tree - a.tree });
-  const cpu = { churned: d(t0.churned, t1.churned), still: d(t0.still, t1.still), bare: d(t0.bare, t1.bare) };
-  return { cpu, triggers: await each(nodes, (n) => triggers(n, from, to)), seconds: (to - from) / 1000, churns };
+  const cpu = {
+    churned: d(t0.churned, t1.churned),
+    still: d(t0.still, t1.still),
+    bare: d(t0.bare, t1.bare),
+  };
+  return {
+    cpu,
+    triggers: await each(nodes, (n) => triggers(n, from, to)),
+    seconds: (to - from) / 1000,
+    churns,
+  };
 }
 
 async function rows(w: Window): Promise<BenchRow[]> {
   const hz = Number((await run('getconf', ['CLK_TCK'])).stdout.trim()) || 100;
   const pct = (t: number): number => Math.round((t / hz / w.seconds) * 1000) / 10;
   const rules = `${kubeRuleCount(SERVICES)} unrelated nat rules`;
-  const cpu = (o: { figure: string; node: keyof Trio<unknown>; pick: (t: Ticks) => number }): BenchRow => {
+  const cpu = (o: {
+    figure: string;
+    node: keyof Trio<unknown>;
+    pick: (t: Ticks) => number;
+  }): BenchRow => {
     const value = pct(o.pick(w.cpu[o.node]));
-    return { suite: 'idle', figure: o.figure, value, unit: '% of a core', yardstick: { name: 'no extra rules', value: pct(o.pick(w.cpu.bare)) }, target: { text: `≤ ${TARGET_PCT} %`, met: value <= TARGET_PCT } };
+    return {
+      suite: 'idle',
+      figure: o.figure,
+      value,
+      unit: '% of a core',
+      yardstick: { name: 'no extra rules', value: pct(o.pick(w.cpu.bare)) },
+      target: { text: `≤ ${TARGET_PCT} %`, met: value <= TARGET_PCT },
+    };
   };
   const fired = w.triggers.churned;
   return [
-    cpu({ figure: `idle CPU over ${Math.round(w.seconds)} s, ${PEERS} peers, ${rules} left alone: the daemon`, node: 'still', pick: (t) => t.self }),
-    cpu({ figure: '  the same, its whole process tree (monitors, commands of its passes)', node: 'still', pick: (t) => t.tree }),
-    cpu({ figure: `idle CPU, ${rules} rewritten every ${CHURN_EVERY_MS / 1000} s (${w.churns}× in the window): the daemon`, node: 'churned', pick: (t) => t.self }),
-    cpu({ figure: '  the same, its whole process tree (monitors, commands of its passes)', node: 'churned', pick: (t) => t.tree }),
+    cpu({
+      figure: `idle CPU over ${Math.round(w.seconds)} s, ${PEERS} peers, ${rules} left alone: the daemon`,
+      node: 'still',
+      pick: (t) => t.self,
+    }),
+    cpu({
+      figure: '  the same, its whole process tree (monitors, commands of its passes)',
+      node: 'still',
+      pick: (t) => t.tree,
+    }),
+    cpu({
+      figure: `idle CPU, ${rules} rewritten every ${CHURN_EVERY_MS / 1000} s (${w.churns}× in the window): the daemon`,
+      node: 'churned',
+      pick: (t) => t.self,
+    }),
+    cpu({
+      figure: '  the same, its whole process tree (monitors, commands of its passes)',
+      node: 'churned',
+      pick: (t) => t.tree,
+    }),
     {
       suite: 'idle',
       figure: `  passes triggered by kernel events while the rules were rewritten${fired.count > 0 ? ` (${fired.sources})` : ''}`,
@@ -156,7 +231,8 @@ export const idleSuite: BenchSuite = {
       };
       await new Promise((r) => setTimeout(r, SETTLE_MS));
       const cmd = await readFile(`/proc/${nodes.bare.child?.pid ?? 0}/cmdline`, 'utf8');
-      if (!cmd.includes('main.js')) throw new Error(`bench: pid ${nodes.bare.child?.pid} is not the daemon: ${cmd}`);
+      if (!cmd.includes('main.js'))
+        throw new Error(`bench: pid ${nodes.bare.child?.pid} is not the daemon: ${cmd}`);
       return await rows(await measure(nodes));
     } finally {
       for (const n of all) await stopNode(n);

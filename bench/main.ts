@@ -16,7 +16,9 @@ async function main(argv: readonly string[]): Promise<number> {
   const only = onlyAt >= 0 ? argv[onlyAt + 1] : undefined;
   const chosen = suites.filter((s) => only === undefined || s.name === only);
   if (only !== undefined && chosen.length === 0) {
-    process.stderr.write(`--only ${only}: no such suite (have: ${suites.map((s) => s.name).join(', ')})\n`);
+    process.stderr.write(
+      `--only ${only}: no such suite (have: ${suites.map((s) => s.name).join(', ')})\n`,
+    );
     return 2;
   }
   const ctl = new AbortController();

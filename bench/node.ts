@@ -13,7 +13,10 @@ import { startEtcd, type EtcdServer } from '../test/helpers/etcd.ts';
 import { twillCommand } from '../lab/twill-command.ts';
 import { NetnsLab } from '../test/helpers/netns.ts';
 
-/** extra node flags for the daemon, for memory experiments: TWILL_BENCH_NODE_FLAGS="--max-semi-space-size=1" */
+/**
+ * extra node flags for the daemon, for memory experiments:
+ * TWILL_BENCH_NODE_FLAGS="--max-semi-space-size=1"
+ */
 const NODE_FLAGS = (process.env.TWILL_BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean);
 export const ETCD_PREFIX = '/coreos.com/network';
 
@@ -28,13 +31,20 @@ export interface PeerSpec {
 export function peer(i: number): PeerSpec {
   const a = 1 + (i >> 8);
   const b = i & 255;
-  return { key: `10.${a}.${b}.0-24`, subnet: `10.${a}.${b}.0/24`, ip: `172.16.${a}.${b === 0 ? 1 : b}`, mac: `02:42:00:00:${a.toString(16).padStart(2, '0')}:${b.toString(16).padStart(2, '0')}` };
+  return {
+    key: `10.${a}.${b}.0-24`,
+    subnet: `10.${a}.${b}.0/24`,
+    ip: `172.16.${a}.${b === 0 ? 1 : b}`,
+    mac: `02:42:00:00:${a.toString(16).padStart(2, '0')}:${b.toString(16).padStart(2, '0')}`,
+  };
 }
 
 /** The lease value flannel writes for peer `p` under `backend`. */
 export function leaseValue(p: PeerSpec, backend: string): string {
   const base = { PublicIP: p.ip, PublicIPv6: null, BackendType: backend };
-  return JSON.stringify(backend === 'vxlan' ? { ...base, BackendData: { VNI: 1, VtepMAC: p.mac } } : base);
+  return JSON.stringify(
+    backend === 'vxlan' ? { ...base, BackendData: { VNI: 1, VtepMAC: p.mac } } : base,
+  );
 }
 
 const PUT_SCRIPT = (o: { endpoint: string; backend: string; count: number }): string => `
@@ -70,7 +80,11 @@ export async function logLines(file: string): Promise<LogLine[]> {
   });
 }
 
-export async function waitUntil(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+export async function waitUntil(
+  check: () => Promise<boolean>,
+  timeoutMs: number,
+  what: string,
+): Promise<void> {
   const until = Date.now() + timeoutMs;
   while (Date.now() < until) {
     if (await check()) return;
@@ -93,24 +107,59 @@ export interface Node {
 
 /** Runs argv inside namespace `ns`; its stdout. */
 export const sh = (ns: string, args: string[], input?: string): Promise<string> =>
-  run('nsenter', [`--net=/run/netns/${ns}`, ...args], { timeoutMs: 60_000, ...(input === undefined ? {} : { input }) }).then((r) => r.stdout);
+  run('nsenter', [`--net=/run/netns/${ns}`, ...args], {
+    timeoutMs: 60_000,
+    ...(input === undefined ? {} : { input }),
+  }).then((r) => r.stdout);
 
-/** etcd (with only the network config) and a node on one veth link; namespaces named after `name`. */
+/**
+ * etcd (with only the network config) and a node on one veth link; namespaces named after `name`.
+ */
 export async function setupNode(o: { backend: string; name: string }): Promise<Node> {
   const lab = new NetnsLab();
   const dir = await mkdtemp(join(tmpdir(), 'twill-bench-'));
   const etcdNs = await lab.add(`${o.name}-etcd`);
   const ns = await lab.add(`${o.name}-node`);
-  await lab.link({ ns: etcdNs, dev: 'eth0', cidr: '172.16.0.1/12' }, { ns, dev: 'eth0', cidr: '172.16.0.2/12' });
+  await lab.link(
+    { ns: etcdNs, dev: 'eth0', cidr: '172.16.0.1/12' },
+    { ns, dev: 'eth0', cidr: '172.16.0.2/12' },
+  );
   const etcd = await startEtcd({ netns: etcdNs, host: '172.16.0.1', clientPort: 2379 });
-  await sh(etcdNs, ['etcdctl', '--endpoints', etcd.endpoint, 'put', `${ETCD_PREFIX}/config`, `{"Network":"10.0.0.0/8","SubnetLen":24,"Backend":{"Type":"${o.backend}"}}`]);
-  return { lab, ns, etcdNs, etcd, dir, backend: o.backend, child: undefined, log: join(dir, 'twill.log'), spawnedAt: 0 };
+  await sh(etcdNs, [
+    'etcdctl',
+    '--endpoints',
+    etcd.endpoint,
+    'put',
+    `${ETCD_PREFIX}/config`,
+    `{"Network":"10.0.0.0/8","SubnetLen":24,"Backend":{"Type":"${o.backend}"}}`,
+  ]);
+  return {
+    lab,
+    ns,
+    etcdNs,
+    etcd,
+    dir,
+    backend: o.backend,
+    child: undefined,
+    log: join(dir, 'twill.log'),
+    spawnedAt: 0,
+  };
 }
 
 /** Peers 0 … count-1 into etcd, 250 at a time, from the etcd namespace. */
 export async function putLeases(n: Node, count: number): Promise<void> {
   // npm runs the bench from the project root, where 'etcd3' resolves
-  await run('nsenter', [`--net=/run/netns/${n.etcdNs}`, process.execPath, '--input-type=module', '-e', PUT_SCRIPT({ endpoint: n.etcd.endpoint, backend: n.backend, count })], { timeoutMs: 120_000 });
+  await run(
+    'nsenter',
+    [
+      `--net=/run/netns/${n.etcdNs}`,
+      process.execPath,
+      '--input-type=module',
+      '-e',
+      PUT_SCRIPT({ endpoint: n.etcd.endpoint, backend: n.backend, count }),
+    ],
+    { timeoutMs: 120_000 },
+  );
 }
 
 /** Starts the built daemon with the node flags of its shebang, as the `twill` command runs. */
@@ -118,7 +167,24 @@ export async function startTwill(n: Node, extraArgs: readonly string[] = []): Pr
   const command = await twillCommand(NODE_FLAGS);
   await rm(n.log, { force: true });
   n.spawnedAt = Date.now();
-  n.child = n.lab.spawn(n.ns, [...command, 'run', '--etcd-endpoints', n.etcd.endpoint, '--iface', 'eth0', '--ip-masq', '--subnet-file', join(n.dir, 'subnet.env'), '--node-name', 'bench', ...extraArgs], n.log);
+  n.child = n.lab.spawn(
+    n.ns,
+    [
+      ...command,
+      'run',
+      '--etcd-endpoints',
+      n.etcd.endpoint,
+      '--iface',
+      'eth0',
+      '--ip-masq',
+      '--subnet-file',
+      join(n.dir, 'subnet.env'),
+      '--node-name',
+      'bench',
+      ...extraArgs,
+    ],
+    n.log,
+  );
 }
 
 /** Our own subnet's lease key (from subnet.env), e.g. "10.7.12.0-24". */
@@ -136,5 +202,7 @@ export async function stopNode(n: Node): Promise<void> {
 }
 
 export async function ownedRoutes(ns: string): Promise<number> {
-  return (await sh(ns, ['ip', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)])).split('\n').filter(Boolean).length;
+  return (await sh(ns, ['ip', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)]))
+    .split('\n')
+    .filter(Boolean).length;
 }

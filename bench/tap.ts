@@ -26,7 +26,9 @@ export class LineTap {
   private stderr = '';
 
   constructor(ns: string, argv: readonly string[]) {
-    this.child = spawn('nsenter', [`--net=/run/netns/${ns}`, ...argv], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.child = spawn('nsenter', [`--net=/run/netns/${ns}`, ...argv], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     this.child.stderr?.on('data', (d: Buffer) => {
       if (this.stderr.length < 4096) this.stderr += d.toString();
     });
@@ -46,14 +48,21 @@ export class LineTap {
     if (this.seen.length > 10_000) this.seen.shift();
   }
 
-  /** The first line (already seen and unclaimed, or to come) that matches; rejects after `timeoutMs`. */
+  /**
+   * The first line (already seen and unclaimed, or to come) that matches; rejects after
+   * `timeoutMs`.
+   */
   next(match: (line: string) => boolean, timeoutMs: number): Promise<TappedLine> {
     const at = this.seen.findIndex((l) => match(l.text));
     if (at >= 0) return Promise.resolve(this.seen.splice(at, 1)[0] as TappedLine);
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.waiters.delete(w);
-        reject(new Error(`bench: no matching line within ${timeoutMs} ms${this.stderr ? ` (stderr: ${this.stderr.trim()})` : ''}`));
+        reject(
+          new Error(
+            `bench: no matching line within ${timeoutMs} ms${this.stderr ? ` (stderr: ${this.stderr.trim()})` : ''}`,
+          ),
+        );
       }, timeoutMs);
       const w: Waiter = { match, resolve: (l) => (clearTimeout(timer), resolve(l)) };
       this.waiters.add(w);

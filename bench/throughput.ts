@@ -28,7 +28,9 @@ const sleepMs = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, 
 
 /** The sum of the fragmentation counters in /proc/net/snmp, as namespace `ns` sees it. */
 async function fragCount(ns: string): Promise<number> {
-  const snmp = (await run('nsenter', [`--net=/run/netns/${ns}`, 'cat', '/proc/net/snmp'])).stdout.split('\n').filter((l) => l.startsWith('Ip:'));
+  const snmp = (await run('nsenter', [`--net=/run/netns/${ns}`, 'cat', '/proc/net/snmp'])).stdout
+    .split('\n')
+    .filter((l) => l.startsWith('Ip:'));
   const names = (snmp[0] ?? '').split(/\s+/);
   const values = (snmp[1] ?? '').split(/\s+/);
   return FRAG_COUNTERS.reduce((sum, c) => sum + Number(values[names.indexOf(c)] ?? Number.NaN), 0);
@@ -41,26 +43,46 @@ async function fragTotal(namespaces: readonly string[]): Promise<number> {
 }
 
 /** iperf3 for SECONDS from `client` to `server` (listening on `ip`); Gbit/s received. */
-async function iperf(c: NetnsCluster, o: { server: Target; client: Target; ip: string }): Promise<number> {
-  const served = c.sh(o.server, ['iperf3', '-s', '-1', '-p', PORT], { timeoutMs: (SECONDS + 30) * 1000 });
+async function iperf(
+  c: NetnsCluster,
+  o: { server: Target; client: Target; ip: string },
+): Promise<number> {
+  const served = c.sh(o.server, ['iperf3', '-s', '-1', '-p', PORT], {
+    timeoutMs: (SECONDS + 30) * 1000,
+  });
   void served.catch(() => undefined); // awaited below; a failing client reports first
   for (let i = 0; (await c.sh(o.server, ['ss', '-Hltn', `sport = :${PORT}`])).trim() === ''; i++) {
     if (i > 100) throw new Error('bench: iperf3 server did not listen');
     await sleepMs(20);
   }
-  const out = await c.sh(o.client, ['iperf3', '-c', o.ip, '-p', PORT, '-t', String(SECONDS), '-J'], { timeoutMs: (SECONDS + 20) * 1000 });
+  const out = await c.sh(
+    o.client,
+    ['iperf3', '-c', o.ip, '-p', PORT, '-t', String(SECONDS), '-J'],
+    { timeoutMs: (SECONDS + 20) * 1000 },
+  );
   await served;
-  const bps = (JSON.parse(out) as { end?: { sum_received?: { bits_per_second?: number } } }).end?.sum_received?.bits_per_second;
+  const bps = (JSON.parse(out) as { end?: { sum_received?: { bits_per_second?: number } } }).end
+    ?.sum_received?.bits_per_second;
   if (bps === undefined) throw new Error(`bench: iperf3 gave no result: ${out.slice(0, 300)}`);
   return Math.round(bps / 1e7) / 100;
 }
 
-/** A ping with DF set and `size` bytes of payload: answered, refused locally as too long, or lost. */
-async function pingDf(c: NetnsCluster, o: { from: string; ip: string; size: number }): Promise<'ok' | 'too long' | 'lost'> {
-  return c.sh({ pod: o.from }, ['ping', '-c', '1', '-W', '2', '-M', 'do', '-s', String(o.size), o.ip], { timeoutMs: 5_000 }).then(
-    () => 'ok' as const,
-    (err: unknown) => (/message too long/i.test(String(err)) ? ('too long' as const) : ('lost' as const)),
-  );
+/**
+ * A ping with DF set and `size` bytes of payload: answered, refused locally as too long, or lost.
+ */
+async function pingDf(
+  c: NetnsCluster,
+  o: { from: string; ip: string; size: number },
+): Promise<'ok' | 'too long' | 'lost'> {
+  return c
+    .sh({ pod: o.from }, ['ping', '-c', '1', '-W', '2', '-M', 'do', '-s', String(o.size), o.ip], {
+      timeoutMs: 5_000,
+    })
+    .then(
+      () => 'ok' as const,
+      (err: unknown) =>
+        /message too long/i.test(String(err)) ? ('too long' as const) : ('lost' as const),
+    );
 }
 
 async function flannelMtu(lab: string): Promise<number> {
@@ -73,24 +95,56 @@ async function measure(c: NetnsCluster, lab: string): Promise<BenchRow[]> {
   const [p1, p2] = await c.pods();
   const [n1, n2] = await c.nodes();
   if (!p1 || !p2 || !n1 || !n2) throw new Error('bench: the lab has no two nodes with a pod each');
-  for (let i = 0; !(await ping(c, p1.name, p2.ip)); i++) if (i > 50) throw new Error(`bench: ${p1.name} never reached ${p2.ip}`);
+  for (let i = 0; !(await ping(c, p1.name, p2.ip)); i++)
+    if (i > 50) throw new Error(`bench: ${p1.name} never reached ${p2.ip}`);
   const namespaces = ['rt', 'n1', 'n2', p1.name, p2.name].map((s) => `${lab}-${s}`);
   const mtu = await flannelMtu(lab);
   const before = await fragTotal(namespaces);
   const runs = { underlay: [] as number[], pods: [] as number[] };
   for (let i = 0; i < ROUNDS; i++) {
-    runs.underlay.push(await iperf(c, { server: { node: n2.name }, client: { node: n1.name }, ip: n2.ip }));
-    runs.pods.push(await iperf(c, { server: { pod: p2.name }, client: { pod: p1.name }, ip: p2.ip }));
+    runs.underlay.push(
+      await iperf(c, { server: { node: n2.name }, client: { node: n1.name }, ip: n2.ip }),
+    );
+    runs.pods.push(
+      await iperf(c, { server: { pod: p2.name }, client: { pod: p1.name }, ip: p2.ip }),
+    );
   }
   const full = await pingDf(c, { from: p1.name, ip: p2.ip, size: mtu - 28 });
   const over = await pingDf(c, { from: p1.name, ip: p2.ip, size: mtu - 27 });
   const fragments = (await fragTotal(namespaces)) - before;
   const largest = over === 'ok' ? mtu + 1 : full === 'ok' ? mtu : 0;
   return [
-    { suite: 'throughput', figure: `pod-to-pod TCP (iperf3, 1 stream, best of ${ROUNDS}×${SECONDS} s), ${backend}`, value: Math.max(...runs.pods), unit: 'Gbit/s', yardstick: { name: 'node-to-node', value: Math.max(...runs.underlay) } },
-    { suite: 'throughput', figure: `  the median of the ${ROUNDS} rounds, ${backend}`, value: percentile(runs.pods, 50), unit: 'Gbit/s', yardstick: { name: 'node-to-node', value: percentile(runs.underlay, 50) } },
-    { suite: 'throughput', figure: `  largest pod-to-pod packet with DF set (probes ${mtu} and ${mtu + 1} bytes), ${backend}`, value: largest, unit: 'bytes', target: { text: `= FLANNEL_MTU ${mtu}, ${mtu + 1} refused`, met: full === 'ok' && over === 'too long' } },
-    { suite: 'throughput', figure: `  packets fragmented or reassembled meanwhile (nodes, pods, router), ${backend}`, value: fragments, unit: 'packets', target: { text: '= 0', met: fragments === 0 } },
+    {
+      suite: 'throughput',
+      figure: `pod-to-pod TCP (iperf3, 1 stream, best of ${ROUNDS}×${SECONDS} s), ${backend}`,
+      value: Math.max(...runs.pods),
+      unit: 'Gbit/s',
+      yardstick: { name: 'node-to-node', value: Math.max(...runs.underlay) },
+    },
+    {
+      suite: 'throughput',
+      figure: `  the median of the ${ROUNDS} rounds, ${backend}`,
+      value: percentile(runs.pods, 50),
+      unit: 'Gbit/s',
+      yardstick: { name: 'node-to-node', value: percentile(runs.underlay, 50) },
+    },
+    {
+      suite: 'throughput',
+      figure: `  largest pod-to-pod packet with DF set (probes ${mtu} and ${mtu + 1} bytes), ${backend}`,
+      value: largest,
+      unit: 'bytes',
+      target: {
+        text: `= FLANNEL_MTU ${mtu}, ${mtu + 1} refused`,
+        met: full === 'ok' && over === 'too long',
+      },
+    },
+    {
+      suite: 'throughput',
+      figure: `  packets fragmented or reassembled meanwhile (nodes, pods, router), ${backend}`,
+      value: fragments,
+      unit: 'packets',
+      target: { text: '= 0', met: fragments === 0 },
+    },
   ];
 }
 

@@ -29,7 +29,10 @@ export interface NetConf {
   readonly readyUrl: string | undefined;
   /** the previous plugin's result (CHECK, DEL, chained ADD), as given */
   readonly prevResult: unknown;
-  /** GC: the attachments the runtime still knows (`cni.dev/valid-attachments` or `cni.dev/attachments`) */
+  /**
+   * GC: the attachments the runtime still knows (`cni.dev/valid-attachments` or
+   * `cni.dev/attachments`)
+   */
   readonly validAttachments: readonly ValidAttachment[] | undefined;
 }
 
@@ -75,7 +78,8 @@ function attachmentList(o: CiObject, key: string): ValidAttachment[] | undefined
   return raw.map((item: unknown, i) => {
     const a = CiObject.from(`network config: "${key}"[${i}]`, item, 'CONFIG_INVALID');
     const containerId = a.string('containerID') ?? '';
-    if (!isContainerId(containerId)) a.fail(`"containerID" ${JSON.stringify(containerId)} is not a container id`);
+    if (!isContainerId(containerId))
+      a.fail(`"containerID" ${JSON.stringify(containerId)} is not a container id`);
     return { containerId, ifname: a.string('ifname') ?? '' };
   });
 }
@@ -87,14 +91,19 @@ function attachmentList(o: CiObject, key: string): ValidAttachment[] | undefined
  * there, an attachment in either is kept.
  */
 function attachments(o: CiObject): ValidAttachment[] | undefined {
-  const lists = VALID_ATTACHMENT_KEYS.map((k) => attachmentList(o, k)).filter((l) => l !== undefined);
+  const lists = VALID_ATTACHMENT_KEYS.map((k) => attachmentList(o, k)).filter(
+    (l) => l !== undefined,
+  );
   return lists.length === 0 ? undefined : lists.flat();
 }
 
 function checkedName(o: CiObject): string {
   const name = o.string('name');
   if (name === undefined) o.fail('"name" is missing');
-  if (!isNetworkName(name)) o.fail(`"name" ${JSON.stringify(name)} must start with a letter or digit and hold only letters, digits, "_", "." and "-"`);
+  if (!isNetworkName(name))
+    o.fail(
+      `"name" ${JSON.stringify(name)} must start with a letter or digit and hold only letters, digits, "_", "." and "-"`,
+    );
   return name;
 }
 
@@ -111,7 +120,8 @@ export function parseNetConf(text: string): NetConf {
   const cniVersion = parseVersion(o.get('cniVersion'));
   const isDefaultGateway = o.bool('isDefaultGateway') ?? true;
   const readyUrl = o.string('readyUrl');
-  if (readyUrl !== undefined && !/^https?:\/\//.test(readyUrl)) o.fail(`"readyUrl" must be an http(s) URL, got ${JSON.stringify(readyUrl)}`);
+  if (readyUrl !== undefined && !/^https?:\/\//.test(readyUrl))
+    o.fail(`"readyUrl" must be an http(s) URL, got ${JSON.stringify(readyUrl)}`);
   return {
     cniVersion,
     name: checkedName(o),

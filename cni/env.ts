@@ -51,7 +51,9 @@ export function parseEnv(env: Env): CniEnv {
   }
   const containerId = env.CNI_CONTAINERID ?? '';
   if (containerId !== '' && !isContainerId(containerId)) {
-    badEnv(`CNI_CONTAINERID ${JSON.stringify(containerId)} must start with a letter or digit and hold only letters, digits, "_", "." and "-"`);
+    badEnv(
+      `CNI_CONTAINERID ${JSON.stringify(containerId)} must start with a letter or digit and hold only letters, digits, "_", "." and "-"`,
+    );
   }
   const ifname = env.CNI_IFNAME ?? '';
   const problem = ifname === '' ? undefined : ifnameProblem(ifname);

@@ -52,10 +52,19 @@ export function asCniError(err: unknown): CniError {
   const message = err instanceof Error ? err.message : String(err);
   const code = err instanceof TwillError ? BY_TWILL_CODE[err.code] : undefined;
   const io = (err as NodeJS.ErrnoException | undefined)?.syscall !== undefined;
-  return new CniError({ cniCode: code ?? (io ? CNI_CODES.io : CNI_CODES.internal), message, cause: err });
+  return new CniError({
+    cniCode: code ?? (io ? CNI_CODES.io : CNI_CODES.internal),
+    message,
+    cause: err,
+  });
 }
 
 /** The error object a runtime reads on stdout. */
 export function errorResult(cniVersion: string, err: CniError): Record<string, unknown> {
-  return { cniVersion, code: err.cniCode, msg: err.message, ...(err.details ? { details: err.details } : {}) };
+  return {
+    cniVersion,
+    code: err.cniCode,
+    msg: err.message,
+    ...(err.details ? { details: err.details } : {}),
+  };
 }

@@ -20,7 +20,14 @@ export interface HostWiring {
 
 /** A locally administered MAC made from the gateway address: 0a:58 + its four bytes. */
 export function bridgeMac(gateway: number): string {
-  const bytes = [0x0a, 0x58, gateway >>> 24, (gateway >>> 16) & 0xff, (gateway >>> 8) & 0xff, gateway & 0xff];
+  const bytes = [
+    0x0a,
+    0x58,
+    gateway >>> 24,
+    (gateway >>> 16) & 0xff,
+    (gateway >>> 8) & 0xff,
+    gateway & 0xff,
+  ];
   return bytes.map((b) => b.toString(16).padStart(2, '0')).join(':');
 }
 
@@ -37,7 +44,8 @@ export interface HostBatch {
  * the command, so it is refused here whatever checked it before.
  */
 export function batchWord(value: string): string {
-  if (value === '' || /[\p{Cc}\s#"'\\]/u.test(value)) throw new Error(`refusing to put ${JSON.stringify(value)} into ip -batch text`);
+  if (value === '' || /[\p{Cc}\s#"'\\]/u.test(value))
+    throw new Error(`refusing to put ${JSON.stringify(value)} into ip -batch text`);
   return value;
 }
 
@@ -52,13 +60,19 @@ export function hostAddBatch(w: HostWiring, createBridge: boolean): HostBatch {
   const lines: string[] = [];
   // a fixed MAC: otherwise the bridge takes its lowest port's, and the pods'
   // gateway MAC changes whenever ports come and go
-  if (createBridge) lines.push(`link add name ${bridge} address ${w.bridgeMac} mtu ${w.mtu} type bridge`);
-  lines.push(`link add name ${veth} mtu ${w.mtu} type veth peer name ${ifname} mtu ${w.mtu} netns ${netns}`);
+  if (createBridge)
+    lines.push(`link add name ${bridge} address ${w.bridgeMac} mtu ${w.mtu} type bridge`);
+  lines.push(
+    `link add name ${veth} mtu ${w.mtu} type veth peer name ${ifname} mtu ${w.mtu} netns ${netns}`,
+  );
   const vethLine = lines.length;
   lines.push(`link set dev ${veth} master ${bridge} up`);
   if (w.hairpin) lines.push(`link set dev ${veth} type bridge_slave hairpin on`);
   lines.push(`link set dev ${bridge} up`);
-  if (w.gateway) lines.push(`addr replace ${formatIpv4(w.gateway.addr)}/${w.gateway.prefix} broadcast + dev ${bridge}`);
+  if (w.gateway)
+    lines.push(
+      `addr replace ${formatIpv4(w.gateway.addr)}/${w.gateway.prefix} broadcast + dev ${bridge}`,
+    );
   lines.push(`link show dev ${bridge}`, `link show dev ${veth}`);
   return { lines, vethLine };
 }
@@ -121,5 +135,11 @@ export function linkOf(output: unknown[] | undefined, dev: string): IpLink {
   if (!link || link.ifname !== dev || typeof link.address !== 'string') {
     throw new Error(`ip printed no link named ${dev}: ${JSON.stringify(output)}`);
   }
-  return { ifname: dev, address: link.address, mtu: Number(link.mtu), flags: link.flags ?? [], ...(link.master ? { master: link.master } : {}) };
+  return {
+    ifname: dev,
+    address: link.address,
+    mtu: Number(link.mtu),
+    flags: link.flags ?? [],
+    ...(link.master ? { master: link.master } : {}),
+  };
 }

@@ -22,27 +22,47 @@ function batchInput(lines: readonly string[]): string {
 
 /** Runs a batch in the host netns; returns what each show command printed. */
 export async function hostBatch(k: KernelDeps, lines: readonly string[]): Promise<unknown[][]> {
-  const { stdout } = await k.runner('ip', ['-json', '-batch', '-'], { input: batchInput(lines), signal: k.signal, timeoutMs: TIMEOUT_MS });
+  const { stdout } = await k.runner('ip', ['-json', '-batch', '-'], {
+    input: batchInput(lines),
+    signal: k.signal,
+    timeoutMs: TIMEOUT_MS,
+  });
   return jsonOutputs(stdout);
 }
 
 /** Runs a batch inside the netns at `netns` (a path). */
-export async function podBatch(k: KernelDeps, netns: string, lines: readonly string[]): Promise<unknown[][]> {
+export async function podBatch(
+  k: KernelDeps,
+  netns: string,
+  lines: readonly string[],
+): Promise<unknown[][]> {
   const args = [`--net=${netns}`, 'ip', '-json', '-batch', '-'];
-  const { stdout } = await k.runner('nsenter', args, { input: batchInput(lines), signal: k.signal, timeoutMs: TIMEOUT_MS });
+  const { stdout } = await k.runner('nsenter', args, {
+    input: batchInput(lines),
+    signal: k.signal,
+    timeoutMs: TIMEOUT_MS,
+  });
   return jsonOutputs(stdout);
 }
 
-/** The links of the plugin's own netns, by name: /proc/self/net/dev follows the netns of the process. */
+/**
+ * The links of the plugin's own netns, by name: /proc/self/net/dev follows the netns of the
+ * process.
+ */
 export async function linkNames(): Promise<Set<string>> {
   const text = await readFile('/proc/self/net/dev', 'utf8');
-  const names = text.split('\n').slice(2).map((l) => l.split(':')[0]?.trim() ?? '');
+  const names = text
+    .split('\n')
+    .slice(2)
+    .map((l) => l.split(':')[0]?.trim() ?? '');
   return new Set(names.filter((n) => n !== ''));
 }
 
 /** What `ip -d link show` says a link is. */
 export interface LinkKind {
-  /** linkinfo.info_kind ("bridge", "veth", …); undefined for devices without one (lo, physical NICs) */
+  /**
+   * linkinfo.info_kind ("bridge", "veth", …); undefined for devices without one (lo, physical NICs)
+   */
   readonly kind: string | undefined;
   /** link_type ("ether", "loopback", …) */
   readonly linkType: string | undefined;
@@ -51,8 +71,14 @@ export interface LinkKind {
 /** The kind of host link `dev`, or undefined when there is no such link. */
 export async function linkKind(k: KernelDeps, dev: string): Promise<LinkKind | undefined> {
   try {
-    const { stdout } = await k.runner('ip', ['-d', '-json', 'link', 'show', 'dev', dev], { signal: k.signal, timeoutMs: TIMEOUT_MS });
-    const [link] = (JSON.parse(stdout) as { linkinfo?: { info_kind?: string }; link_type?: string }[]);
+    const { stdout } = await k.runner('ip', ['-d', '-json', 'link', 'show', 'dev', dev], {
+      signal: k.signal,
+      timeoutMs: TIMEOUT_MS,
+    });
+    const [link] = JSON.parse(stdout) as {
+      linkinfo?: { info_kind?: string };
+      link_type?: string;
+    }[];
     return link ? { kind: link.linkinfo?.info_kind, linkType: link.link_type } : undefined;
   } catch (err) {
     if (isNoDevice(err)) return undefined;
@@ -65,14 +91,28 @@ export interface LinkAddrs extends LinkKind {
   readonly inet: readonly { readonly local: string; readonly prefixlen: number }[];
 }
 
-/** Kind and IPv4 addresses of host link `dev` (one `ip -d -json addr show`), or undefined when there is no such link. */
+/**
+ * Kind and IPv4 addresses of host link `dev` (one `ip -d -json addr show`), or undefined when there
+ * is no such link.
+ */
 export async function linkAddrs(k: KernelDeps, dev: string): Promise<LinkAddrs | undefined> {
-  type Shown = { linkinfo?: { info_kind?: string }; link_type?: string; addr_info?: { family?: string; local?: string; prefixlen?: number }[] };
+  type Shown = {
+    linkinfo?: { info_kind?: string };
+    link_type?: string;
+    addr_info?: { family?: string; local?: string; prefixlen?: number }[];
+  };
   try {
-    const { stdout } = await k.runner('ip', ['-d', '-json', 'addr', 'show', 'dev', dev], { signal: k.signal, timeoutMs: TIMEOUT_MS });
+    const { stdout } = await k.runner('ip', ['-d', '-json', 'addr', 'show', 'dev', dev], {
+      signal: k.signal,
+      timeoutMs: TIMEOUT_MS,
+    });
     const [link] = JSON.parse(stdout) as Shown[];
     if (!link) return undefined;
-    const inet = (link.addr_info ?? []).flatMap((a) => (a.family === 'inet' && typeof a.local === 'string' ? [{ local: a.local, prefixlen: Number(a.prefixlen) }] : []));
+    const inet = (link.addr_info ?? []).flatMap((a) =>
+      a.family === 'inet' && typeof a.local === 'string'
+        ? [{ local: a.local, prefixlen: Number(a.prefixlen) }]
+        : [],
+    );
     return { kind: link.linkinfo?.info_kind, linkType: link.link_type, inet };
   } catch (err) {
     if (isNoDevice(err)) return undefined;
@@ -80,10 +120,17 @@ export async function linkAddrs(k: KernelDeps, dev: string): Promise<LinkAddrs |
   }
 }
 
-/** Creates a bridge named `name` and deletes it again, in one `ip -batch`: whether a bridge can be created here. */
+/**
+ * Creates a bridge named `name` and deletes it again, in one `ip -batch`: whether a bridge can be
+ * created here.
+ */
 export async function probeBridge(k: KernelDeps, name: string): Promise<void> {
   const dev = batchWord(name);
-  await k.runner('ip', ['-batch', '-'], { input: batchInput([`link add name ${dev} type bridge`, `link del dev ${dev}`]), signal: k.signal, timeoutMs: TIMEOUT_MS });
+  await k.runner('ip', ['-batch', '-'], {
+    input: batchInput([`link add name ${dev} type bridge`, `link del dev ${dev}`]),
+    signal: k.signal,
+    timeoutMs: TIMEOUT_MS,
+  });
 }
 
 export function isNoDevice(err: unknown): boolean {
@@ -107,12 +154,19 @@ export async function deleteLink(k: KernelDeps, dev: string): Promise<boolean> {
  * deleted. When `ip` fails without saying which lines failed, every link is
  * reported as not deleted.
  */
-export async function deleteLinks(k: KernelDeps, devs: readonly string[]): Promise<Map<string, string>> {
+export async function deleteLinks(
+  k: KernelDeps,
+  devs: readonly string[],
+): Promise<Map<string, string>> {
   const failed = new Map<string, string>();
   if (devs.length === 0) return failed;
   const lines = devs.map((d) => `link del dev ${batchWord(d)}`);
   try {
-    await k.runner('ip', ['-force', '-batch', '-'], { input: batchInput(lines), signal: k.signal, timeoutMs: TIMEOUT_MS });
+    await k.runner('ip', ['-force', '-batch', '-'], {
+      input: batchInput(lines),
+      signal: k.signal,
+      timeoutMs: TIMEOUT_MS,
+    });
   } catch (err) {
     if (!(err instanceof CommandError)) throw err;
     const reports = batchFailures(err.stderr);

@@ -22,7 +22,10 @@ function write(file: string | undefined, line: string): void {
 
 export function createLog(o: { file: string | undefined; base: Record<string, unknown> }): CniLog {
   const emit = (level: string, msg: string, fields?: Record<string, unknown>): void =>
-    write(o.file, `${JSON.stringify({ time: new Date().toISOString(), level, pid: process.pid, ...o.base, msg, ...fields })}\n`);
+    write(
+      o.file,
+      `${JSON.stringify({ time: new Date().toISOString(), level, pid: process.pid, ...o.base, msg, ...fields })}\n`,
+    );
   return {
     info: (msg, fields) => emit('info', msg, fields),
     error: (msg, fields) => emit('error', msg, fields),

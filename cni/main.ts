@@ -20,7 +20,10 @@ async function main(): Promise<number> {
   const stop = (): void => ctl.abort(new Error('stopped by signal'));
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
-  const outcome = await runPlugin({ env: process.env, stdin: await readStdin() }, { runner: run, signal: ctl.signal });
+  const outcome = await runPlugin(
+    { env: process.env, stdin: await readStdin() },
+    { runner: run, signal: ctl.signal },
+  );
   process.stdout.write(outcome.stdout);
   return outcome.exitCode;
 }
@@ -44,9 +47,14 @@ function start(): void {
  */
 function warmUp(): void {
   const signal = new AbortController().signal;
-  const version = runPlugin({ env: { CNI_COMMAND: 'VERSION' }, stdin: '{}' }, { runner: run, signal });
+  const version = runPlugin(
+    { env: { CNI_COMMAND: 'VERSION' }, stdin: '{}' },
+    { runner: run, signal },
+  );
   const spawned = run(process.execPath, ['--version'], { signal });
-  Promise.all([version, spawned]).catch((err: unknown) => process.stderr.write(`twill-cni: warm-up failed: ${String(err)}\n`));
+  Promise.all([version, spawned]).catch((err: unknown) =>
+    process.stderr.write(`twill-cni: warm-up failed: ${String(err)}\n`),
+  );
 }
 
 if (startupSnapshot.isBuildingSnapshot()) {

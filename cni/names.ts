@@ -14,17 +14,21 @@ const IFNAME_MAX_BYTES = 15;
 export function ifnameProblem(name: string): string | undefined {
   if (name === '') return 'is empty';
   const bytes = Buffer.byteLength(name, 'utf8');
-  if (bytes > IFNAME_MAX_BYTES) return `is ${bytes} bytes long; at most ${IFNAME_MAX_BYTES} are allowed`;
+  if (bytes > IFNAME_MAX_BYTES)
+    return `is ${bytes} bytes long; at most ${IFNAME_MAX_BYTES} are allowed`;
   if (name === '.' || name === '..') return 'is not an interface name';
-  if (!/^[A-Za-z0-9_.@+-]+$/.test(name)) return 'may hold only letters, digits and "_", ".", "@", "+", "-"';
+  if (!/^[A-Za-z0-9_.@+-]+$/.test(name))
+    return 'may hold only letters, digits and "_", ".", "@", "+", "-"';
   return undefined;
 }
 
 /** Why `path` is not a usable CNI_NETNS, or undefined when it is. */
 export function netnsProblem(path: string): string | undefined {
   if (!path.startsWith('/')) return 'must be an absolute path';
-  // control characters, white space (any), `#`, quotes and backslash: ip -batch would split or cut the line
-  if (/[\p{Cc}\s#"'\\]/u.test(path)) return 'must not contain control characters, white space, "#", quotes or backslashes';
+  // control characters, white space (any), `#`, quotes and backslash: ip -batch would split or cut
+  // the line
+  if (/[\p{Cc}\s#"'\\]/u.test(path))
+    return 'must not contain control characters, white space, "#", quotes or backslashes';
   return undefined;
 }
 

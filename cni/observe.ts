@@ -31,13 +31,17 @@ function linkProblems(e: Expected, link: AddrLink | undefined): string[] {
   const out: string[] = [];
   if (!link.flags?.includes('UP')) out.push(`interface ${e.ifname} is down`);
   if (link.mtu !== e.mtu) out.push(`interface ${e.ifname} has MTU ${link.mtu}, expected ${e.mtu}`);
-  const v4 = (link.addr_info ?? []).filter((a) => a.family === 'inet').map((a) => `${a.local}/${a.prefixlen}`);
-  if (!v4.includes(e.address)) out.push(`interface ${e.ifname} has addresses [${v4.join(', ')}], expected ${e.address}`);
+  const v4 = (link.addr_info ?? [])
+    .filter((a) => a.family === 'inet')
+    .map((a) => `${a.local}/${a.prefixlen}`);
+  if (!v4.includes(e.address))
+    out.push(`interface ${e.ifname} has addresses [${v4.join(', ')}], expected ${e.address}`);
   return out;
 }
 
 function routeProblems(e: Expected, routes: readonly Route[]): string[] {
-  const has = (dst: string): boolean => routes.some((r) => r.dst === dst && r.gateway === e.gateway);
+  const has = (dst: string): boolean =>
+    routes.some((r) => r.dst === dst && r.gateway === e.gateway);
   const out: string[] = [];
   if (!has(e.network)) out.push(`no route to ${e.network} via ${e.gateway}`);
   if (e.defaultRoute && !has('default')) out.push(`no default route via ${e.gateway}`);
@@ -45,7 +49,11 @@ function routeProblems(e: Expected, routes: readonly Route[]): string[] {
 }
 
 /** Every way the pod's interface differs from `e`; empty when it matches. */
-export function checkProblems(e: Expected, observed: { readonly addrs: unknown[] | undefined; readonly routes: unknown[] | undefined }): string[] {
-  const link = (observed.addrs ?? []).find((l) => (l as AddrLink).ifname === e.ifname) as AddrLink | undefined;
+export function checkProblems(
+  e: Expected,
+  observed: { readonly addrs: unknown[] | undefined; readonly routes: unknown[] | undefined },
+): string[] {
+  const link = (observed.addrs ?? []).find((l) => (l as AddrLink).ifname === e.ifname) as
+    AddrLink | undefined;
   return [...linkProblems(e, link), ...routeProblems(e, (observed.routes ?? []) as Route[])];
 }

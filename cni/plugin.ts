@@ -45,19 +45,33 @@ function peekLogFile(stdin: string): string | undefined {
   }
 }
 
-async function dispatch(inv: Invocation, k: KernelDeps, log: CniLog): Promise<Record<string, unknown> | void> {
+async function dispatch(
+  inv: Invocation,
+  k: KernelDeps,
+  log: CniLog,
+): Promise<Record<string, unknown> | void> {
   const verb = parseVerb(inv.env);
   if (verb === 'VERSION') return versionResult();
   const env = parseEnv(inv.env);
   const conf = parseNetConf(inv.stdin);
   const { impl, since } = IMPLS[verb];
-  if (!atLeast(conf.cniVersion, since)) fail(CNI_CODES.incompatibleVersion, `${verb} needs cniVersion ${since} or later; the config says ${conf.cniVersion}`);
+  if (!atLeast(conf.cniVersion, since))
+    fail(
+      CNI_CODES.incompatibleVersion,
+      `${verb} needs cniVersion ${since} or later; the config says ${conf.cniVersion}`,
+    );
   return impl({ ...k, log }, { env, conf });
 }
 
 export async function runPlugin(inv: Invocation, k: KernelDeps): Promise<Outcome> {
   const started = performance.now();
-  const who = { verb: inv.env.CNI_COMMAND, containerId: inv.env.CNI_CONTAINERID, ifname: inv.env.CNI_IFNAME, netns: inv.env.CNI_NETNS, args: inv.env.CNI_ARGS };
+  const who = {
+    verb: inv.env.CNI_COMMAND,
+    containerId: inv.env.CNI_CONTAINERID,
+    ifname: inv.env.CNI_IFNAME,
+    netns: inv.env.CNI_NETNS,
+    args: inv.env.CNI_ARGS,
+  };
   const log = createLog({ file: peekLogFile(inv.stdin), base: { plugin: 'twill', ...who } });
   const ms = (): number => Math.round(performance.now() - started);
   try {
@@ -67,6 +81,9 @@ export async function runPlugin(inv: Invocation, k: KernelDeps): Promise<Outcome
   } catch (err) {
     const cniErr = asCniError(err);
     log.error('failed', { ms: ms(), code: cniErr.cniCode, err: cniErr.message });
-    return { stdout: `${JSON.stringify(errorResult(answerVersion(inv.stdin), cniErr))}\n`, exitCode: 1 };
+    return {
+      stdout: `${JSON.stringify(errorResult(answerVersion(inv.stdin), cniErr))}\n`,
+      exitCode: 1,
+    };
   }
 }

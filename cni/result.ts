@@ -31,7 +31,12 @@ function iface(v: CniVersion, i: ResultInterface): Record<string, unknown> {
 
 /** The ADD result for `version`; the pod interface is index 2, as the bridge plugin has it. */
 export function renderResult(version: CniVersion, a: Attachment): Record<string, unknown> {
-  const ip = { ...(atLeast(version, '1.0.0') ? {} : { version: '4' }), interface: 2, address: a.address, gateway: a.gateway };
+  const ip = {
+    ...(atLeast(version, '1.0.0') ? {} : { version: '4' }),
+    interface: 2,
+    address: a.address,
+    gateway: a.gateway,
+  };
   return {
     cniVersion: version,
     interfaces: [a.bridge, a.host, a.pod].map((i) => iface(version, i)),
@@ -41,14 +46,22 @@ export function renderResult(version: CniVersion, a: Attachment): Record<string,
   };
 }
 
-/** The addresses ("a.b.c.d/len") a previous result gives the pod's `ifname`, whatever its version. */
+/**
+ * The addresses ("a.b.c.d/len") a previous result gives the pod's `ifname`, whatever its version.
+ */
 export function prevAddresses(prev: unknown, ifname: string): string[] | undefined {
   if (typeof prev !== 'object' || prev === null) return undefined;
   const { interfaces, ips } = prev as { interfaces?: unknown; ips?: unknown };
   if (!Array.isArray(ips)) return undefined;
-  const names = Array.isArray(interfaces) ? interfaces.map((i) => (i as { name?: unknown } | null)?.name) : [];
+  const names = Array.isArray(interfaces)
+    ? interfaces.map((i) => (i as { name?: unknown } | null)?.name)
+    : [];
   return ips
     .map((ip) => ip as { address?: unknown; interface?: unknown } | null)
-    .filter((ip) => typeof ip?.address === 'string' && (typeof ip.interface !== 'number' || names[ip.interface] === ifname))
+    .filter(
+      (ip) =>
+        typeof ip?.address === 'string' &&
+        (typeof ip.interface !== 'number' || names[ip.interface] === ifname),
+    )
     .map((ip) => String(ip?.address));
 }

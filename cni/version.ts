@@ -12,10 +12,18 @@ export function isSupportedVersion(v: unknown): v is CniVersion {
 
 /** Checks a config's `cniVersion`: code 7 when missing or not a string, 1 when unsupported. */
 export function parseVersion(v: unknown): CniVersion {
-  if (v === undefined || v === null) fail(CNI_CODES.invalidConfig, 'network config: "cniVersion" is missing');
-  if (typeof v !== 'string') fail(CNI_CODES.invalidConfig, `network config: "cniVersion" must be a string, got ${JSON.stringify(v)}`);
+  if (v === undefined || v === null)
+    fail(CNI_CODES.invalidConfig, 'network config: "cniVersion" is missing');
+  if (typeof v !== 'string')
+    fail(
+      CNI_CODES.invalidConfig,
+      `network config: "cniVersion" must be a string, got ${JSON.stringify(v)}`,
+    );
   if (!isSupportedVersion(v)) {
-    fail(CNI_CODES.incompatibleVersion, `network config: "cniVersion" ${JSON.stringify(v)} is not supported; twill supports ${SUPPORTED_VERSIONS.join(', ')}`);
+    fail(
+      CNI_CODES.incompatibleVersion,
+      `network config: "cniVersion" ${JSON.stringify(v)} is not supported; twill supports ${SUPPORTED_VERSIONS.join(', ')}`,
+    );
   }
   return v;
 }

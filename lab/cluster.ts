@@ -27,7 +27,9 @@ export interface ShOptions {
   readonly input?: string;
 }
 
-/** Where twill takes its leases from: etcd (flannel's keys) or the Kubernetes API (Node objects). */
+/**
+ * Where twill takes its leases from: etcd (flannel's keys) or the Kubernetes API (Node objects).
+ */
 export type StoreMode = 'etcd' | 'kube';
 
 /**
@@ -44,7 +46,9 @@ export interface TwillPodView {
   readonly restarts: number;
 }
 
-/** What a kubelet lab (`up --kubelet`) adds: its nodes' own processes, and waiting on Kubernetes. */
+/**
+ * What a kubelet lab (`up --kubelet`) adds: its nodes' own processes, and waiting on Kubernetes.
+ */
 export interface KubeletControl {
   /** SIGTERM to kubelet, then a new kubelet (pods keep running) */
   restartKubelet(node: string): Promise<void>;
@@ -90,12 +94,19 @@ export interface Cluster {
    * stdout line to `onLine` until `signal` aborts (then it resolves); rejects
    * when the program exits on its own.
    */
-  watch(target: Target, argv: readonly string[], opts: { readonly signal: AbortSignal; readonly onLine: (line: string) => void }): Promise<void>;
+  watch(
+    target: Target,
+    argv: readonly string[],
+    opts: { readonly signal: AbortSignal; readonly onLine: (line: string) => void },
+  ): Promise<void>;
   /** Starts twill on a node (it must not be running). */
   startTwill(node: string): Promise<void>;
   /** Stops twill on a node with SIGTERM (waits for it) or SIGKILL. */
   stopTwill(node: string, how: 'term' | 'kill'): Promise<void>;
-  /** CPU ms twill on the node has used so far, with the processes it spawned and reaped; undefined when it does not run. */
+  /**
+   * CPU ms twill on the node has used so far, with the processes it spawned and reaped; undefined
+   * when it does not run.
+   */
   twillCpuMs(node: string): Promise<number | undefined>;
   /** Where the node's twill log is (for people; drills read it through `twillLog`). */
   logPath(node: string): string;
@@ -124,7 +135,10 @@ export interface Cluster {
   removeNode(node: string): Promise<void>;
   /** kubelet mode only: the nodes' kubelets, containerds and what Kubernetes reports */
   readonly kubeletControl?: KubeletControl;
-  /** Names `addNodes` accepts, where nodes cannot be made on the fly (Vagrant); absent: any new name. */
+  /**
+   * Names `addNodes` accepts, where nodes cannot be made on the fly (Vagrant); absent: any new
+   * name.
+   */
   spareNodes?(): Promise<string[]>;
 }
 

@@ -10,7 +10,10 @@ import { backendOf, leases } from './store-view.ts';
 export interface DrillOutcome {
   /** ms until the drill's own recovery condition held (undefined: never, within the bound) */
   readonly healedMs: number | undefined;
-  /** it healed, and did what it must (no lost pings, same subnet…): the time is judged apart, against the target */
+  /**
+   * it healed, and did what it must (no lost pings, same subnet…): the time is judged apart,
+   * against the target
+   */
   readonly ok: boolean;
   readonly notes: readonly string[];
 }
@@ -34,7 +37,10 @@ export interface Drill {
   readonly only?: 'vxlan';
   /** the lab modes it applies to (`drill all` runs these; others report "n/a") */
   readonly stores: readonly LabMode[];
-  /** pods may get new addresses (their sandboxes are made anew); the runner then checks they stay in their node's subnet */
+  /**
+   * pods may get new addresses (their sandboxes are made anew); the runner then checks they stay in
+   * their node's subnet
+   */
   readonly podsRecreated?: boolean;
   run(c: Cluster): Promise<DrillOutcome>;
 }
@@ -45,7 +51,12 @@ export interface Entries {
   readonly fdb: string[];
 }
 
-const lines = (t: string): string[] => t.split('\n').map((l) => l.trim()).filter(Boolean).sort();
+const lines = (t: string): string[] =>
+  t
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .sort();
 
 /** A node's routes with twill's protocol (one `ip route`, cheap enough to poll), sorted lines. */
 export async function ownRoutes(c: Cluster, node: string): Promise<string[]> {
@@ -53,13 +64,18 @@ export async function ownRoutes(c: Cluster, node: string): Promise<string[]> {
   return lines(all).filter((l) => l.includes(`proto ${ROUTE_PROTOCOL}`));
 }
 
-/** A node's owned entries: routes with twill's protocol, permanent neighbours and FDB entries on twill.1. */
+/**
+ * A node's owned entries: routes with twill's protocol, permanent neighbours and FDB entries on
+ * twill.1.
+ */
 export async function entries(c: Cluster, node: string): Promise<Entries> {
   const sh = (argv: string[]): Promise<string> => c.sh({ node }, argv).catch(() => '');
   const [routes, neighs, fdb] = await Promise.all([
     ownRoutes(c, node),
     sh(['ip', 'neigh', 'show', 'dev', 'twill.1', 'nud', 'permanent']).then(lines),
-    sh(['bridge', 'fdb', 'show', 'dev', 'twill.1']).then((t) => lines(t).filter((l) => l.includes('permanent'))),
+    sh(['bridge', 'fdb', 'show', 'dev', 'twill.1']).then((t) =>
+      lines(t).filter((l) => l.includes('permanent')),
+    ),
   ]);
   return { routes, neighs, fdb };
 }
@@ -70,7 +86,10 @@ export async function entries(c: Cluster, node: string): Promise<Entries> {
  */
 export async function ownState(c: Cluster, node: string): Promise<string> {
   const sh = (argv: string[]): Promise<string> => c.sh({ node }, argv).catch(() => '');
-  const chain = (table: string, name: string): Promise<string[]> => sh(['iptables', '-w', '5', '-t', table, '-S', name]).then((t) => t.split('\n').filter((l) => l.startsWith('-A')));
+  const chain = (table: string, name: string): Promise<string[]> =>
+    sh(['iptables', '-w', '5', '-t', table, '-S', name]).then((t) =>
+      t.split('\n').filter((l) => l.startsWith('-A')),
+    );
   const [e, masq, post, fwd, forward] = await Promise.all([
     entries(c, node),
     chain('nat', 'TWILL-POSTRTG'),
@@ -81,24 +100,37 @@ export async function ownState(c: Cluster, node: string): Promise<string> {
   return JSON.stringify({ ...e, masq, post, fwd, forward });
 }
 
-/** Everything that should not be there: per node, entries that no live peer explains, missing ones, stray leases. */
+/**
+ * Everything that should not be there: per node, entries that no live peer explains, missing ones,
+ * stray leases.
+ */
 export async function leftovers(c: Cluster): Promise<string[]> {
   const [nodes, all, backend] = await Promise.all([c.nodes(), leases(c), backendOf(c)]);
   const problems: string[] = [];
   const ips = new Set(nodes.map((n) => n.ip));
-  for (const l of all) if (!ips.has(l.publicIp)) problems.push(`lease ${l.key} of a node that is gone (${l.publicIp})`);
+  for (const l of all)
+    if (!ips.has(l.publicIp))
+      problems.push(`lease ${l.key} of a node that is gone (${l.publicIp})`);
   for (const n of nodes) {
     const peers = all.filter((l) => l.publicIp !== n.ip && ips.has(l.publicIp));
     const e = await entries(c, n.name);
     const want = new Set(peers.map((p) => p.subnet));
     const have = e.routes.map((r) => r.split(' ')[0] ?? '');
-    for (const r of have) if (!want.has(r)) problems.push(`${n.name}: route ${r} that no live peer explains`);
+    for (const r of have)
+      if (!want.has(r)) problems.push(`${n.name}: route ${r} that no live peer explains`);
     for (const w of want) if (!have.includes(w)) problems.push(`${n.name}: no route to ${w}`);
     const perPeer = backend === 'vxlan' ? peers.length : 0;
-    if (e.neighs.length !== perPeer) problems.push(`${n.name}: ${e.neighs.length} permanent neighbours on twill.1, want ${perPeer}`);
-    if (e.fdb.length !== perPeer) problems.push(`${n.name}: ${e.fdb.length} FDB entries on twill.1, want ${perPeer}`);
-    const chain = await c.sh({ node: n.name }, ['iptables', '-t', 'nat', '-S', 'TWILL-POSTRTG']).catch(() => '');
-    if (chain.split('\n').filter((l) => l.startsWith('-A')).length !== 6) problems.push(`${n.name}: TWILL-POSTRTG does not hold its 6 rules`);
+    if (e.neighs.length !== perPeer)
+      problems.push(
+        `${n.name}: ${e.neighs.length} permanent neighbours on twill.1, want ${perPeer}`,
+      );
+    if (e.fdb.length !== perPeer)
+      problems.push(`${n.name}: ${e.fdb.length} FDB entries on twill.1, want ${perPeer}`);
+    const chain = await c
+      .sh({ node: n.name }, ['iptables', '-t', 'nat', '-S', 'TWILL-POSTRTG'])
+      .catch(() => '');
+    if (chain.split('\n').filter((l) => l.startsWith('-A')).length !== 6)
+      problems.push(`${n.name}: TWILL-POSTRTG does not hold its 6 rules`);
   }
   return problems;
 }
@@ -109,10 +141,27 @@ export interface PingStats {
 }
 
 /** A steady ping (every 20 ms for `ms`) from one pod to an address; resolves with the counts. */
-export async function steadyPing(c: Cluster, o: { from: string; to: string; ms: number }): Promise<PingStats> {
+export async function steadyPing(
+  c: Cluster,
+  o: { from: string; to: string; ms: number },
+): Promise<PingStats> {
   const count = Math.ceil(o.ms / 20);
-  // ping exits 1 on any loss; the summary on stdout is what counts (arguments pass as "$@", never parsed by the shell)
-  const argv = ['sh', '-c', 'ping "$@"; exit 0', 'ping', '-q', '-i', '0.02', '-c', String(count), '-W', '1', o.to];
+  // ping exits 1 on any loss; the summary on stdout is what counts (arguments pass as "$@", never
+  // parsed by the shell)
+  const argv = [
+    'sh',
+    '-c',
+    'ping "$@"; exit 0',
+    'ping',
+    '-q',
+    '-i',
+    '0.02',
+    '-c',
+    String(count),
+    '-W',
+    '1',
+    o.to,
+  ];
   const out = await c.sh({ pod: o.from }, argv, { timeoutMs: o.ms + 10_000 });
   const m = /(\d+) packets transmitted, (\d+) (packets )?received/.exec(out);
   return { sent: Number(m?.[1] ?? count), received: Number(m?.[2] ?? 0) };
@@ -125,7 +174,9 @@ export async function logCount(c: Cluster, node: string, msg: string): Promise<n
 
 export async function snapshot(c: Cluster): Promise<Map<string, Entries>> {
   const nodes = await c.nodes();
-  return new Map(await Promise.all(nodes.map(async (n) => [n.name, await entries(c, n.name)] as const)));
+  return new Map(
+    await Promise.all(nodes.map(async (n) => [n.name, await entries(c, n.name)] as const)),
+  );
 }
 
 const CHURN = ['dataplane updated', 'repaired dataplane drift'];
@@ -151,15 +202,25 @@ export async function stillSince(c: Cluster): Promise<() => Promise<Stillness>> 
   return async () => {
     const unchanged = JSON.stringify([...(await snapshot(c))]) === JSON.stringify([...before]);
     const quiet = (await churn(c)) === passes;
-    return { unchanged, quiet, note: `kernel entries ${unchanged ? 'unchanged' : 'CHANGED'}, ${quiet ? 'no dataplane pass changed anything' : 'dataplane passes changed entries'}` };
+    return {
+      unchanged,
+      quiet,
+      note: `kernel entries ${unchanged ? 'unchanged' : 'CHANGED'}, ${quiet ? 'no dataplane pass changed anything' : 'dataplane passes changed entries'}`,
+    };
   };
 }
 
-/** Names for `count` new nodes: spare machines where nodes cannot be made on the fly, else the next free numbers. */
+/**
+ * Names for `count` new nodes: spare machines where nodes cannot be made on the fly, else the next
+ * free numbers.
+ */
 export async function nextNames(c: Cluster, count: number): Promise<string[]> {
   if (c.spareNodes) {
     const spare = await c.spareNodes();
-    if (spare.length < count) throw new Error(`${c.description}: this drill needs ${count} spare node(s), there are ${spare.length}`);
+    if (spare.length < count)
+      throw new Error(
+        `${c.description}: this drill needs ${count} spare node(s), there are ${spare.length}`,
+      );
     return spare.slice(0, count);
   }
   const nodes = await c.nodes();
@@ -179,11 +240,19 @@ export async function podsPerNode(c: Cluster): Promise<number> {
  * its subnet. Routes first (one `ip route` per node, cheap enough to poll
  * every few ms without slowing the nodes down); the rest once they are gone.
  */
-export async function goneEverywhere(c: Cluster, victim: { name: string; ip: string; subnet: string }): Promise<boolean> {
+export async function goneEverywhere(
+  c: Cluster,
+  victim: { name: string; ip: string; subnet: string },
+): Promise<boolean> {
   const net = victim.subnet.split('/')[0] ?? '?';
   const others = (await c.nodes()).filter((n) => n.name !== victim.name);
   const routes = await Promise.all(others.map((n) => ownRoutes(c, n.name)));
   if (routes.some((rs) => rs.some((r) => r.startsWith(`${net}/`)))) return false;
   const all = await Promise.all(others.map((n) => entries(c, n.name)));
-  return all.every((e) => !e.routes.some((r) => r.startsWith(`${net}/`)) && !e.neighs.some((x) => x.startsWith(`${net} `)) && !e.fdb.some((f) => f.includes(`dst ${victim.ip} `)));
+  return all.every(
+    (e) =>
+      !e.routes.some((r) => r.startsWith(`${net}/`)) &&
+      !e.neighs.some((x) => x.startsWith(`${net} `)) &&
+      !e.fdb.some((f) => f.includes(`dst ${victim.ip} `)),
+  );
 }

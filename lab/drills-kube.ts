@@ -18,11 +18,18 @@ const nodeDeleted: Drill = {
   async run(c) {
     const victim = (await c.nodes()).at(-1);
     const lease = await leaseOf(c, victim?.ip ?? '');
-    if (!victim || !lease) throw new Error(`no node with a Node object to delete (last node ${victim?.name ?? '-'})`);
+    if (!victim || !lease)
+      throw new Error(`no node with a Node object to delete (last node ${victim?.name ?? '-'})`);
     // the machine goes away first: peers notice nothing until its Node object is deleted
     await c.stopTwill(victim.name, 'term');
-    const outcome = await timeGoneFromPeers(c, { victim: { ...victim, subnet: lease.subnet }, remove: () => c.kubectl(['delete', 'node', victim.name]), what: 'kubectl delete node', graceMs: 0 });
-    // then the rest of the removal (its Node is gone already); not while peers are watched, so the lab's own
+    const outcome = await timeGoneFromPeers(c, {
+      victim: { ...victim, subnet: lease.subnet },
+      remove: () => c.kubectl(['delete', 'node', victim.name]),
+      what: 'kubectl delete node',
+      graceMs: 0,
+    });
+    // then the rest of the removal (its Node is gone already); not while peers are watched, so the
+    // lab's own
     // clean-up does not compete with the peers' twill for the CPU
     await c.removeNode(victim.name);
     return outcome;
@@ -30,7 +37,10 @@ const nodeDeleted: Drill = {
 };
 
 /** Matrices, one after another, for `ms`: every failure seen, and how many rounds ran. */
-async function matricesFor(c: Cluster, ms: number): Promise<{ rounds: number; failures: Set<string> }> {
+async function matricesFor(
+  c: Cluster,
+  ms: number,
+): Promise<{ rounds: number; failures: Set<string> }> {
   const failures = new Set<string>();
   const end = performance.now() + ms;
   let rounds = 0;
@@ -62,7 +72,11 @@ const apiServerOutage: Drill = {
       `during the outage: ${s.note}`,
       `${name} added after the restart, reachable from every pod ${Math.round(healedMs ?? -1)} ms after the apiserver was ready`,
     ];
-    return { healedMs, ok: healedMs !== undefined && during.failures.size === 0 && s.unchanged && s.quiet, notes };
+    return {
+      healedMs,
+      ok: healedMs !== undefined && during.failures.size === 0 && s.unchanged && s.quiet,
+      notes,
+    };
   },
 };
 

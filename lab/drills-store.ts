@@ -7,7 +7,19 @@ import { sleep } from '../src/util/abort.ts';
 import { etcdctl } from './cluster.ts';
 import { DEFAULT_DELETE_LINGER_MS } from '../src/lease/tracker.ts';
 import type { Cluster } from './cluster.ts';
-import { BOTH_STORES, ownRoutes, SLOW_MACHINE_FACTOR, churn, leftovers, logCount, nextNames, podsPerNode, steadyPing, stillSince, type Drill } from './drill-kit.ts';
+import {
+  BOTH_STORES,
+  ownRoutes,
+  SLOW_MACHINE_FACTOR,
+  churn,
+  leftovers,
+  logCount,
+  nextNames,
+  podsPerNode,
+  steadyPing,
+  stillSince,
+  type Drill,
+} from './drill-kit.ts';
 import { connectivity, untilFull } from './matrix.ts';
 import { timeGoneFromPeers } from './kernel-watch.ts';
 import { firstLogTime, passesBetween, renderStages } from './pass-log.ts';
@@ -31,7 +43,13 @@ function hostileKeys(held: readonly string[]): HostileKeys {
     if (!held.includes(key)) free.push(key);
   }
   const [loopback, inNetwork, nodeIp, junk] = free;
-  if (loopback === undefined || inNetwork === undefined || nodeIp === undefined || junk === undefined) throw new Error('no free subnets for the hostile leases');
+  if (
+    loopback === undefined ||
+    inNetwork === undefined ||
+    nodeIp === undefined ||
+    junk === undefined
+  )
+    throw new Error('no free subnets for the hostile leases');
   return { loopback, inNetwork, nodeIp, junk };
 }
 
@@ -40,55 +58,91 @@ const subnetOf = (key: string): string => key.replace(/-(\d+)$/, '/$1');
 
 const hostileLease: Drill = {
   name: 'hostile-lease',
-  broke: "leases put straight into etcd: PublicIP 127.0.0.1, PublicIP inside the pod Network, a node's own PublicIP, a value that is not JSON",
+  broke:
+    "leases put straight into etcd: PublicIP 127.0.0.1, PublicIP inside the pod Network, a node's own PublicIP, a value that is not JSON",
   targetMs: 2_000,
   stores: ['etcd'],
   async run(c) {
     const nodes = await c.nodes();
     const first = nodes[0];
     if (!first) throw new Error('no nodes');
-    const vxlan = (ip: string, n: number): string => JSON.stringify({ PublicIP: ip, BackendType: 'vxlan', BackendData: { VNI: 1, VtepMAC: `7e:66:00:00:00:${n.toString(16).padStart(2, '0')}` } });
-    const put = (key: string, value: string): Promise<string> => etcdctl(c, ['put', `${c.etcdPrefix}/subnets/${key}`, value]);
+    const vxlan = (ip: string, n: number): string =>
+      JSON.stringify({
+        PublicIP: ip,
+        BackendType: 'vxlan',
+        BackendData: { VNI: 1, VtepMAC: `7e:66:00:00:00:${n.toString(16).padStart(2, '0')}` },
+      });
+    const put = (key: string, value: string): Promise<string> =>
+      etcdctl(c, ['put', `${c.etcdPrefix}/subnets/${key}`, value]);
     const HOSTILE = hostileKeys((await leases(c)).map((l) => l.key));
     // the drill may run again on the same lab: read only what this run logs
-    const logStart = new Map(await Promise.all(nodes.map(async (n) => [n.name, (await c.twillLog(n.name)).length] as const)));
-    const freshLog = async (node: string): Promise<string> => (await c.twillLog(node)).slice(logStart.get(node) ?? 0);
+    const logStart = new Map(
+      await Promise.all(
+        nodes.map(async (n) => [n.name, (await c.twillLog(n.name)).length] as const),
+      ),
+    );
+    const freshLog = async (node: string): Promise<string> =>
+      (await c.twillLog(node)).slice(logStart.get(node) ?? 0);
     const since = performance.now();
     await put(HOSTILE.loopback, vxlan('127.0.0.1', 1));
     await put(HOSTILE.inNetwork, vxlan('10.244.9.9', 2));
     await put(HOSTILE.nodeIp, vxlan(first.ip, 3));
     await put(HOSTILE.junk, `{"PublicIP": ${'9'.repeat(3000)}`);
     try {
-      // every node refuses the three it must (the first node the fourth too: its own address), and logs it once
+      // every node refuses the three it must (the first node the fourth too: its own address), and
+      // logs it once
       const refusedBy = async (node: string, keys: readonly string[]): Promise<boolean> => {
         const log = await freshLog(node);
-        return keys.every((k) => log.includes(`"key":"${k}"`) && log.includes('skipping invalid peer lease'));
+        return keys.every(
+          (k) => log.includes(`"key":"${k}"`) && log.includes('skipping invalid peer lease'),
+        );
       };
-      const must = (name: string): string[] => [HOSTILE.loopback, HOSTILE.inNetwork, HOSTILE.junk, ...(name === first.name ? [HOSTILE.nodeIp] : [])];
-      const healedMs = await until(async () => (await Promise.all(nodes.map((n) => refusedBy(n.name, must(n.name))))).every(Boolean), { timeoutMs: SLOW_MACHINE_FACTOR * 2_000, since, everyMs: 50 });
-      const notes = [`refused and logged on every node ${Math.round(healedMs ?? -1)} ms after the puts`];
+      const must = (name: string): string[] => [
+        HOSTILE.loopback,
+        HOSTILE.inNetwork,
+        HOSTILE.junk,
+        ...(name === first.name ? [HOSTILE.nodeIp] : []),
+      ];
+      const healedMs = await until(
+        async () =>
+          (await Promise.all(nodes.map((n) => refusedBy(n.name, must(n.name))))).every(Boolean),
+        { timeoutMs: SLOW_MACHINE_FACTOR * 2_000, since, everyMs: 50 },
+      );
+      const notes = [
+        `refused and logged on every node ${Math.round(healedMs ?? -1)} ms after the puts`,
+      ];
       let ok = healedMs !== undefined;
       for (const n of nodes) {
         const routes = await ownRoutes(c, n.name);
-        const stray = must(n.name).map(subnetOf).filter((s) => routes.some((r) => r.startsWith(`${s} `)));
+        const stray = must(n.name)
+          .map(subnetOf)
+          .filter((s) => routes.some((r) => r.startsWith(`${s} `)));
         if (stray.length > 0) {
           ok = false;
           notes.push(`${n.name} routes a refused subnet: ${stray.join(', ')}`);
         }
-        const lines = (await freshLog(n.name)).split('\n').filter((l) => l.includes('skipping invalid peer lease') && l.includes(HOSTILE.junk));
+        const lines = (await freshLog(n.name))
+          .split('\n')
+          .filter((l) => l.includes('skipping invalid peer lease') && l.includes(HOSTILE.junk));
         if (lines.length !== 1 || lines.some((l) => l.length > 1_000)) {
           ok = false;
-          notes.push(`${n.name} logged the junk value ${lines.length} times, longest line ${Math.max(0, ...lines.map((l) => l.length))} characters (want once, truncated)`);
+          notes.push(
+            `${n.name} logged the junk value ${lines.length} times, longest line ${Math.max(0, ...lines.map((l) => l.length))} characters (want once, truncated)`,
+          );
         }
       }
       const m = await connectivity(c);
       if (m.failures.length > 0) {
         ok = false;
         notes.push(`with the hostile leases in place: ${m.failures.join(', ')}`);
-      } else notes.push('every pod still reaches every pod and outside with the hostile leases in place');
+      } else
+        notes.push(
+          'every pod still reaches every pod and outside with the hostile leases in place',
+        );
       return { healedMs, ok, notes };
     } finally {
-      for (const key of Object.values(HOSTILE)) await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${key}`]).catch(() => '');
+      for (const key of Object.values(HOSTILE))
+        await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${key}`]).catch(() => '');
     }
   },
 };
@@ -101,15 +155,23 @@ const ownLeaseDeleted: Drill = {
   async run(c) {
     const [node, other] = await c.nodes();
     const pods = await c.pods();
-    const [to, from] = [pods.find((p) => p.node === node?.name), pods.find((p) => p.node === other?.name)];
+    const [to, from] = [
+      pods.find((p) => p.node === node?.name),
+      pods.find((p) => p.node === other?.name),
+    ];
     const before = await leaseOf(c, node?.ip ?? '');
     const ping = steadyPing(c, { from: from?.name ?? '', to: to?.ip ?? '', ms: 3_000 });
     await sleep(300, AbortSignal.timeout(1_000));
     const since = performance.now();
     await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${before?.key ?? ''}`]);
-    const healedMs = await until(async () => (await leaseOf(c, node?.ip ?? ''))?.key === before?.key, { timeoutMs: 10_000, since, everyMs: 20 });
+    const healedMs = await until(
+      async () => (await leaseOf(c, node?.ip ?? ''))?.key === before?.key,
+      { timeoutMs: 10_000, since, everyMs: 20 },
+    );
     const stats = await ping;
-    const notes = [`${node?.name} took ${before?.key} back in ${Math.round(healedMs ?? -1)} ms; steady ping ${from?.name} → ${to?.name}: ${stats.received}/${stats.sent}`];
+    const notes = [
+      `${node?.name} took ${before?.key} back in ${Math.round(healedMs ?? -1)} ms; steady ping ${from?.name} → ${to?.name}: ${stats.received}/${stats.sent}`,
+    ];
     return { healedMs, ok: healedMs !== undefined && stats.received === stats.sent, notes };
   },
 };
@@ -121,7 +183,9 @@ const etcdOutage: Drill = {
   stores: ['etcd'],
   async run(c) {
     const still = await stillSince(c);
-    const connected = await Promise.all((await c.nodes()).map((n) => logCount(c, n.name, 'lease store connected')));
+    const connected = await Promise.all(
+      (await c.nodes()).map((n) => logCount(c, n.name, 'lease store connected')),
+    );
     await c.stopEtcd();
     await sleep(ETCD_OUTAGE_MS / 2, AbortSignal.timeout(ETCD_OUTAGE_MS));
     const during = await connectivity(c);
@@ -129,10 +193,28 @@ const etcdOutage: Drill = {
     const since = performance.now();
     await c.startEtcd({ wipe: false });
     const nodes = await c.nodes();
-    const healedMs = await until(async () => (await Promise.all(nodes.map((n, i) => logCount(c, n.name, 'lease store connected').then((k) => k > (connected[i] ?? 0))))).every(Boolean), { timeoutMs: 30_000, since, everyMs: 100 });
+    const healedMs = await until(
+      async () =>
+        (
+          await Promise.all(
+            nodes.map((n, i) =>
+              logCount(c, n.name, 'lease store connected').then((k) => k > (connected[i] ?? 0)),
+            ),
+          )
+        ).every(Boolean),
+      { timeoutMs: 30_000, since, everyMs: 100 },
+    );
     const s = await still();
-    const notes = [`matrix while etcd was down: ${during.failures.length === 0 ? 'full' : during.failures.join(', ')}`, s.note, `every twill reconnected ${Math.round(healedMs ?? -1)} ms after etcd came back`];
-    return { healedMs, ok: healedMs !== undefined && s.unchanged && s.quiet && during.failures.length === 0, notes };
+    const notes = [
+      `matrix while etcd was down: ${during.failures.length === 0 ? 'full' : during.failures.join(', ')}`,
+      s.note,
+      `every twill reconnected ${Math.round(healedMs ?? -1)} ms after etcd came back`,
+    ];
+    return {
+      healedMs,
+      ok: healedMs !== undefined && s.unchanged && s.quiet && during.failures.length === 0,
+      notes,
+    };
   },
 };
 
@@ -151,27 +233,39 @@ const etcdWipe: Drill = {
     await etcdctl(c, ['put', `${c.etcdPrefix}/config`, config.trim()]);
     const same = async (): Promise<boolean> => {
       const now = await leases(c);
-      return before.every((b) => now.some((l) => l.key === b.key && l.publicIp === b.publicIp)) && (await leftovers(c)).length === 0;
+      return (
+        before.every((b) => now.some((l) => l.key === b.key && l.publicIp === b.publicIp)) &&
+        (await leftovers(c)).length === 0
+      );
     };
     const healedMs = await until(same, { timeoutMs: 30_000, since, everyMs: 100 });
     const quiet = (await churn(c)) === passes;
-    const notes = [`every node holds its old subnet and every peer's entries ${Math.round(healedMs ?? -1)} ms after etcd came back empty`, quiet ? 'no dataplane pass changed anything' : 'some dataplane passes changed entries'];
+    const notes = [
+      `every node holds its old subnet and every peer's entries ${Math.round(healedMs ?? -1)} ms after etcd came back empty`,
+      quiet ? 'no dataplane pass changed anything' : 'some dataplane passes changed entries',
+    ];
     return { healedMs, ok: healedMs !== undefined, notes };
   },
 };
 
 const nodeRemoved: Drill = {
   name: 'node-removed',
-  broke: "a node removed (twill stopped, its lease deleted)",
+  broke: 'a node removed (twill stopped, its lease deleted)',
   targetMs: 1_000,
   stores: ['etcd'],
   async run(c) {
     const victim = (await c.nodes()).at(-1);
     const lease = await leaseOf(c, victim?.ip ?? '');
-    if (!victim || !lease) throw new Error(`no node with a lease to remove (last node ${victim?.name ?? '-'})`);
+    if (!victim || !lease)
+      throw new Error(`no node with a lease to remove (last node ${victim?.name ?? '-'})`);
     await c.removeNode(victim.name);
     const del = (): Promise<string> => etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease.key}`]);
-    return timeGoneFromPeers(c, { victim: { ...victim, subnet: lease.subnet }, remove: del, what: 'etcdctl del', graceMs: DEFAULT_DELETE_LINGER_MS });
+    return timeGoneFromPeers(c, {
+      victim: { ...victim, subnet: lease.subnet },
+      remove: del,
+      what: 'etcdctl del',
+      graceMs: DEFAULT_DELETE_LINGER_MS,
+    });
   },
 };
 
@@ -187,17 +281,29 @@ const nodeAdded: Drill = {
     const [since, epoch] = [performance.now(), Date.now()];
     await c.addNodes([name ?? 'n99'], perNode);
     const wiredMs = performance.now() - since;
-    // 0.1 s pings: a failed round then costs 0.1 s of lateness, not 0.3 (a reply inside the lab takes well under 1 ms)
+    // 0.1 s pings: a failed round then costs 0.1 s of lateness, not 0.3 (a reply inside the lab
+    // takes well under 1 ms)
     const healedMs = await untilFull(c, SLOW_MACHINE_FACTOR * 2_000, since, { timeoutS: 0.1 });
-    const notes = [`${name} started, its ${perNode} pods wired and reachable from every pod in ${Math.round(healedMs ?? -1)} ms`];
-    // where the time went: the new twill's start-up, the lab wiring its pods, the peers' passes, the matrix
+    const notes = [
+      `${name} started, its ${perNode} pods wired and reachable from every pod in ${Math.round(healedMs ?? -1)} ms`,
+    ];
+    // where the time went: the new twill's start-up, the lab wiring its pods, the peers' passes,
+    // the matrix
     const at = async (node: string, msg: string): Promise<string> => {
       const t = firstLogTime(await c.twillLog(node), msg, epoch);
       return t === undefined ? 'never' : `+${Math.round(t - epoch)} ms`;
     };
     const own = name ?? 'n99';
-    notes.push(`stages: ${own} twill starting ${await at(own, 'twill starting')}, lease acquired ${await at(own, 'lease acquired')}, its first pass ${await at(own, 'dataplane updated')}; pods wired (the lab's CNI calls) +${Math.round(wiredMs)} ms`);
-    for (const p of peers) notes.push(...renderStages(passesBetween(await c.twillLog(p), epoch, epoch + (healedMs ?? 0)), epoch).map((l) => `${p}: ${l}`));
+    notes.push(
+      `stages: ${own} twill starting ${await at(own, 'twill starting')}, lease acquired ${await at(own, 'lease acquired')}, its first pass ${await at(own, 'dataplane updated')}; pods wired (the lab's CNI calls) +${Math.round(wiredMs)} ms`,
+    );
+    for (const p of peers)
+      notes.push(
+        ...renderStages(
+          passesBetween(await c.twillLog(p), epoch, epoch + (healedMs ?? 0)),
+          epoch,
+        ).map((l) => `${p}: ${l}`),
+      );
     return { healedMs, ok: healedMs !== undefined, notes };
   },
 };
@@ -212,24 +318,42 @@ const twentyNodes: Drill = {
     const since = performance.now();
     await c.addNodes(names, 1);
     const bound = SLOW_MACHINE_FACTOR * 90_000;
-    // every node's routes first (one `ip route` a node a round), then the 700-ping matrix: polling the matrix
+    // every node's routes first (one `ip route` a node a round), then the 700-ping matrix: polling
+    // the matrix
     // while 23 daemons converge would take the CPU they converge with
     await until(() => everyNodeRoutesEveryLease(c), { timeoutMs: bound, since, everyMs: 500 });
-    const healedMs = await untilFull(c, Math.max(30_000, bound - (performance.now() - since)), since);
+    const healedMs = await untilFull(
+      c,
+      Math.max(30_000, bound - (performance.now() - since)),
+      since,
+    );
     const all = await leases(c);
     const nodes = await c.nodes();
     const duplicates = all.length - new Set(all.map((l) => l.subnet)).size;
     const missing = nodes.filter((n) => !all.some((l) => l.publicIp === n.ip)).map((n) => n.name);
-    const notes = [`${nodes.length} nodes, ${all.length} leases, ${duplicates} duplicate subnets, full matrix in ${Math.round(healedMs ?? -1)} ms`];
+    const notes = [
+      `${nodes.length} nodes, ${all.length} leases, ${duplicates} duplicate subnets, full matrix in ${Math.round(healedMs ?? -1)} ms`,
+    ];
     if (missing.length > 0) notes.push(`nodes without a lease: ${missing.join(', ')}`);
-    if (healedMs !== undefined) notes.push(await idleCpu(c, nodes.map((n) => n.name)));
+    if (healedMs !== undefined)
+      notes.push(
+        await idleCpu(
+          c,
+          nodes.map((n) => n.name),
+        ),
+      );
     // leave the lab as it was: the twenty go, with their leases (kube: removeNode deletes the Node)
     for (const name of names) {
       const lease = await leaseOf(c, nodes.find((n) => n.name === name)?.ip ?? '');
       await c.removeNode(name);
-      if (lease && c.store === 'etcd') await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease.key}`]);
+      if (lease && c.store === 'etcd')
+        await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease.key}`]);
     }
-    return { healedMs, ok: healedMs !== undefined && duplicates === 0 && missing.length === 0, notes };
+    return {
+      healedMs,
+      ok: healedMs !== undefined && duplicates === 0 && missing.length === 0,
+      notes,
+    };
   },
 };
 
@@ -247,24 +371,33 @@ async function everyNodeRoutesEveryLease(c: Cluster): Promise<boolean> {
 /** How long the idle daemons are watched, after a short settle. */
 const IDLE_WINDOW_MS = 10_000;
 
-/** Each twill's CPU over IDLE_WINDOW_MS of a converged, untouched lab (% of one core, with what it spawned). */
+/**
+ * Each twill's CPU over IDLE_WINDOW_MS of a converged, untouched lab (% of one core, with what it
+ * spawned).
+ */
 async function idleCpu(c: Cluster, nodes: readonly string[]): Promise<string> {
   await sleep(2_000, AbortSignal.timeout(5_000));
-  const sample = (): Promise<(number | undefined)[]> => Promise.all(nodes.map((n) => c.twillCpuMs(n)));
+  const sample = (): Promise<(number | undefined)[]> =>
+    Promise.all(nodes.map((n) => c.twillCpuMs(n)));
   const [before, t0] = [await sample(), performance.now()];
   await sleep(IDLE_WINDOW_MS, AbortSignal.timeout(IDLE_WINDOW_MS + 5_000));
   const [after, t1] = [await sample(), performance.now()];
-  const pct = nodes.flatMap((_, i) => {
-    const [a, b] = [before[i], after[i]];
-    return a === undefined || b === undefined ? [] : [((b - a) / (t1 - t0)) * 100];
-  }).sort((x, y) => x - y);
+  const pct = nodes
+    .flatMap((_, i) => {
+      const [a, b] = [before[i], after[i]];
+      return a === undefined || b === undefined ? [] : [((b - a) / (t1 - t0)) * 100];
+    })
+    .sort((x, y) => x - y);
   if (pct.length === 0) return 'idle CPU: not measurable here';
   const f = (x: number | undefined): string => `${(x ?? 0).toFixed(2)} %`;
   const sum = pct.reduce((x, y) => x + y, 0);
   return `idle CPU per twill over ${IDLE_WINDOW_MS / 1000} s (of one core, with the processes it spawned): median ${f(pct[Math.floor(pct.length / 2)])}, max ${f(pct.at(-1))}; all ${pct.length} together ${f(sum)}`;
 }
 
-/** The etcd members of a lab that runs several (the netns lab's `up --etcd-members`, netns-cluster.ts). */
+/**
+ * The etcd members of a lab that runs several (the netns lab's `up --etcd-members`,
+ * netns-cluster.ts).
+ */
 interface EtcdMembers {
   readonly etcdMembers: number;
   etcdLeader(): Promise<number | undefined>;
@@ -272,30 +405,56 @@ interface EtcdMembers {
   startEtcdMember(k: number): Promise<void>;
 }
 
-const withMembers = (c: Cluster): (Cluster & EtcdMembers) | undefined => ('etcdLeader' in c && typeof (c as Partial<EtcdMembers>).etcdMembers === 'number' ? (c as Cluster & EtcdMembers) : undefined);
+const withMembers = (c: Cluster): (Cluster & EtcdMembers) | undefined =>
+  'etcdLeader' in c && typeof (c as Partial<EtcdMembers>).etcdMembers === 'number'
+    ? (c as Cluster & EtcdMembers)
+    : undefined;
 
 /** How long the steady ping runs across the leader's death (election included). */
 const LEADER_LOSS_WATCH_MS = 10_000;
 
 const etcdLeaderLoss: Drill = {
   name: 'etcd-leader-loss',
-  broke: 'the etcd leader of a three-member cluster killed (SIGKILL), then a node added, then the member started again',
+  broke:
+    'the etcd leader of a three-member cluster killed (SIGKILL), then a node added, then the member started again',
   targetMs: 2_000,
   stores: ['etcd'],
   async run(c) {
     const m = withMembers(c);
-    if (!m || m.etcdMembers < 3) return { healedMs: undefined, ok: true, notes: [`n/a: needs an etcd cluster of three members (npm run lab -- up --etcd-members 3); this lab has ${m?.etcdMembers ?? 1}`] };
+    if (!m || m.etcdMembers < 3)
+      return {
+        healedMs: undefined,
+        ok: true,
+        notes: [
+          `n/a: needs an etcd cluster of three members (npm run lab -- up --etcd-members 3); this lab has ${m?.etcdMembers ?? 1}`,
+        ],
+      };
     let leader: number | undefined;
-    await until(async () => (leader = await m.etcdLeader()) !== undefined, { timeoutMs: 10_000, everyMs: 200 });
+    await until(async () => (leader = await m.etcdLeader()) !== undefined, {
+      timeoutMs: 10_000,
+      everyMs: 200,
+    });
     if (leader === undefined) throw new Error('the etcd members do not agree on a leader');
     const nodes = await c.nodes();
     const pods = await c.pods();
-    const [from, to] = [pods.find((p) => p.node === nodes[0]?.name), pods.find((p) => p.node === nodes[1]?.name)];
+    const [from, to] = [
+      pods.find((p) => p.node === nodes[0]?.name),
+      pods.find((p) => p.node === nodes[1]?.name),
+    ];
     const before = await leases(c);
     const still = await stillSince(c);
-    const count = (msg: string): Promise<number[]> => Promise.all(nodes.map((n) => logCount(c, n.name, msg)));
-    const [starts, renewFailed, unreachable] = [await count('twill starting'), await count('renewal failed; retrying'), await count('lease store unreachable; keeping the last known peers')];
-    const ping = steadyPing(c, { from: from?.name ?? '', to: to?.ip ?? '', ms: LEADER_LOSS_WATCH_MS });
+    const count = (msg: string): Promise<number[]> =>
+      Promise.all(nodes.map((n) => logCount(c, n.name, msg)));
+    const [starts, renewFailed, unreachable] = [
+      await count('twill starting'),
+      await count('renewal failed; retrying'),
+      await count('lease store unreachable; keeping the last known peers'),
+    ];
+    const ping = steadyPing(c, {
+      from: from?.name ?? '',
+      to: to?.ip ?? '',
+      ms: LEADER_LOSS_WATCH_MS,
+    });
     await sleep(300, AbortSignal.timeout(1_000));
     const killed = leader;
     const notes: string[] = [];
@@ -303,20 +462,34 @@ const etcdLeaderLoss: Drill = {
       const killedAt = performance.now();
       await m.stopEtcdMember(leader, 'kill');
       let next: number | undefined;
-      const electedMs = await until(async () => (next = await m.etcdLeader()) !== undefined, { timeoutMs: 10_000, since: killedAt, everyMs: 100 });
+      const electedMs = await until(async () => (next = await m.etcdLeader()) !== undefined, {
+        timeoutMs: 10_000,
+        since: killedAt,
+        everyMs: 100,
+      });
       const stats = await ping;
       const after = await leases(c);
-      const changed = before.filter((b) => !after.some((a) => a.key === b.key && a.publicIp === b.publicIp)).map((b) => b.key);
+      const changed = before
+        .filter((b) => !after.some((a) => a.key === b.key && a.publicIp === b.publicIp))
+        .map((b) => b.key);
       const s = await still();
       const startsAfter = await count('twill starting');
-      const again = nodes.filter((_, i) => (startsAfter[i] ?? 0) !== (starts[i] ?? 0)).map((n) => n.name);
-      const sum = (xs: number[], base: number[]): number => xs.reduce((t, x, i) => t + x - (base[i] ?? 0), 0);
+      const again = nodes
+        .filter((_, i) => (startsAfter[i] ?? 0) !== (starts[i] ?? 0))
+        .map((n) => n.name);
+      const sum = (xs: number[], base: number[]): number =>
+        xs.reduce((t, x, i) => t + x - (base[i] ?? 0), 0);
       const failedRenewals = sum(await count('renewal failed; retrying'), renewFailed);
-      const unreachableNow = sum(await count('lease store unreachable; keeping the last known peers'), unreachable);
+      const unreachableNow = sum(
+        await count('lease store unreachable; keeping the last known peers'),
+        unreachable,
+      );
       notes.push(
         `killed etcd member ${leader} (the leader); member ${next ?? '?'} leads ${Math.round(electedMs ?? -1)} ms later`,
         `steady ping ${from?.name} → ${to?.name} over ${LEADER_LOSS_WATCH_MS / 1000} s: ${stats.received}/${stats.sent}`,
-        changed.length === 0 ? `every lease unchanged (${after.length})` : `leases changed or gone: ${changed.join(', ')}`,
+        changed.length === 0
+          ? `every lease unchanged (${after.length})`
+          : `leases changed or gone: ${changed.join(', ')}`,
         s.note,
         again.length === 0 ? 'no twill restarted' : `twill restarted on ${again.join(', ')}`,
         `twill logs since the kill: ${failedRenewals} failed renewals, ${unreachableNow} times the store unreachable`,
@@ -326,20 +499,39 @@ const etcdLeaderLoss: Drill = {
       const since = performance.now();
       await c.addNodes([name], await podsPerNode(c));
       const healedMs = await untilFull(c, SLOW_MACHINE_FACTOR * 2_000, since, { timeoutS: 0.1 });
-      notes.push(`${name} added after the kill: started, its pods wired and reachable from every pod in ${Math.round(healedMs ?? -1)} ms`);
+      notes.push(
+        `${name} added after the kill: started, its pods wired and reachable from every pod in ${Math.round(healedMs ?? -1)} ms`,
+      );
       // leave the lab as it was: the node goes with its lease, the member comes back with its data
       const lease = await leaseOf(c, (await c.nodes()).find((n) => n.name === name)?.ip ?? '');
       await c.removeNode(name);
       if (lease) await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease.key}`]);
-      const ok = stats.sent > 0 && stats.received === stats.sent && changed.length === 0 && s.unchanged && again.length === 0 && healedMs !== undefined;
+      const ok =
+        stats.sent > 0 &&
+        stats.received === stats.sent &&
+        changed.length === 0 &&
+        s.unchanged &&
+        again.length === 0 &&
+        healedMs !== undefined;
       return { healedMs, ok, notes };
     } finally {
       // the member comes back with its data, whatever happened
       const back = performance.now();
       await m.startEtcdMember(killed);
-      notes.push(`member ${killed} started again and healthy in ${Math.round(performance.now() - back)} ms`);
+      notes.push(
+        `member ${killed} started again and healthy in ${Math.round(performance.now() - back)} ms`,
+      );
     }
   },
 };
 
-export const STORE_DRILLS: readonly Drill[] = [ownLeaseDeleted, etcdOutage, etcdWipe, hostileLease, nodeRemoved, nodeAdded, twentyNodes, etcdLeaderLoss];
+export const STORE_DRILLS: readonly Drill[] = [
+  ownLeaseDeleted,
+  etcdOutage,
+  etcdWipe,
+  hostileLease,
+  nodeRemoved,
+  nodeAdded,
+  twentyNodes,
+  etcdLeaderLoss,
+];

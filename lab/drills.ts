@@ -15,7 +15,12 @@ import { backendOf } from './store-view.ts';
 import { until } from './wait.ts';
 
 /** In the order `all` runs them (within one store mode). */
-export const DRILLS: readonly Drill[] = [...KERNEL_DRILLS, ...KUBE_DRILLS, ...STORE_DRILLS, ...KUBELET_DRILLS];
+export const DRILLS: readonly Drill[] = [
+  ...KERNEL_DRILLS,
+  ...KUBE_DRILLS,
+  ...STORE_DRILLS,
+  ...KUBELET_DRILLS,
+];
 
 /** The drills `all` runs on a lab of this mode. */
 export function drillsFor(mode: LabMode): readonly Drill[] {
@@ -49,33 +54,91 @@ async function notApplicable(c: Cluster, d: Drill): Promise<string | undefined> 
 
 export async function runDrill(c: Cluster, d: Drill): Promise<DrillResult> {
   const na = await notApplicable(c, d);
-  if (na !== undefined) return { name: d.name, broke: d.broke, healedMs: null, targetMs: d.targetMs, met: null, ipChanged: [], leftovers: [], notes: [na], pass: true };
+  if (na !== undefined)
+    return {
+      name: d.name,
+      broke: d.broke,
+      healedMs: null,
+      targetMs: d.targetMs,
+      met: null,
+      ipChanged: [],
+      leftovers: [],
+      notes: [na],
+      pass: true,
+    };
   const podsBefore = await c.pods();
-  const out = await d.run(c).catch((err: unknown): DrillOutcome => ({ healedMs: undefined, ok: false, notes: [`failed: ${err instanceof Error ? err.message : String(err)}`] }));
-  // a drill may find out itself that this lab cannot hold it (etcd-leader-loss on a one-member etcd): "n/a: …", like the above
-  if (out.ok && out.healedMs === undefined && out.notes[0]?.startsWith('n/a') === true) return { name: d.name, broke: d.broke, healedMs: null, targetMs: d.targetMs, met: null, ipChanged: [], leftovers: [], notes: out.notes, pass: true };
+  const out = await d.run(c).catch((err: unknown): DrillOutcome => ({
+    healedMs: undefined,
+    ok: false,
+    notes: [`failed: ${err instanceof Error ? err.message : String(err)}`],
+  }));
+  // a drill may find out itself that this lab cannot hold it (etcd-leader-loss on a one-member
+  // etcd): "n/a: …", like the above
+  if (out.ok && out.healedMs === undefined && out.notes[0]?.startsWith('n/a') === true)
+    return {
+      name: d.name,
+      broke: d.broke,
+      healedMs: null,
+      targetMs: d.targetMs,
+      met: null,
+      ipChanged: [],
+      leftovers: [],
+      notes: out.notes,
+      pass: true,
+    };
   const full = await untilFull(c, 30_000);
   const podsAfter = new Map((await c.pods()).map((p) => [p.name, p.ip]));
   // a drill that recreates pods checks their new addresses itself (each in its node's subnet)
-  const ipChanged = d.podsRecreated === true ? [] : podsBefore.filter((p) => podsAfter.has(p.name) && podsAfter.get(p.name) !== p.ip).map((p) => `${p.name} ${p.ip} → ${podsAfter.get(p.name)}`);
+  const ipChanged =
+    d.podsRecreated === true
+      ? []
+      : podsBefore
+          .filter((p) => podsAfter.has(p.name) && podsAfter.get(p.name) !== p.ip)
+          .map((p) => `${p.name} ${p.ip} → ${podsAfter.get(p.name)}`);
   const left = await settledLeftovers(c);
   const notes = [...out.notes];
   if (full === undefined) notes.push('no full connectivity 30 s after the drill');
   const slowBound = SLOW_MACHINE_FACTOR * d.targetMs;
   const healedMs = out.healedMs ?? null;
-  if (healedMs !== null && healedMs > slowBound) notes.push(`healed in ${Math.round(healedMs)} ms: past ${SLOW_MACHINE_FACTOR} × the target, too slow even for a slow machine`);
-  const pass = out.ok && healedMs !== null && healedMs <= slowBound && full !== undefined && ipChanged.length === 0 && left.length === 0;
-  return { name: d.name, broke: d.broke, healedMs, targetMs: d.targetMs, met: healedMs === null ? null : healedMs <= d.targetMs, ipChanged, leftovers: left, notes, pass };
+  if (healedMs !== null && healedMs > slowBound)
+    notes.push(
+      `healed in ${Math.round(healedMs)} ms: past ${SLOW_MACHINE_FACTOR} × the target, too slow even for a slow machine`,
+    );
+  const pass =
+    out.ok &&
+    healedMs !== null &&
+    healedMs <= slowBound &&
+    full !== undefined &&
+    ipChanged.length === 0 &&
+    left.length === 0;
+  return {
+    name: d.name,
+    broke: d.broke,
+    healedMs,
+    targetMs: d.targetMs,
+    met: healedMs === null ? null : healedMs <= d.targetMs,
+    ipChanged,
+    leftovers: left,
+    notes,
+    pass,
+  };
 }
 
 /** Leftovers, given a few seconds to settle (a removed peer's entries go within a second). */
 async function settledLeftovers(c: Cluster): Promise<string[]> {
   let left: string[] = [];
-  await until(async () => (left = await leftovers(c)).length === 0, { timeoutMs: 5_000, everyMs: 200 });
+  await until(async () => (left = await leftovers(c)).length === 0, {
+    timeoutMs: 5_000,
+    everyMs: 200,
+  });
   return left;
 }
 
-export async function runDrills(c: Cluster, names: readonly string[], progress: (line: string) => void): Promise<DrillResult[]> {
+export async function runDrills(
+  c: Cluster,
+  names: readonly string[],
+  progress: (line: string) => void,
+): Promise<DrillResult[]> {
   const results: DrillResult[] = [];
   for (const name of names) {
     const d = DRILLS.find((x) => x.name === name);
@@ -87,7 +150,16 @@ export async function runDrills(c: Cluster, names: readonly string[], progress: 
 }
 
 export function renderDrills(results: readonly DrillResult[]): string {
-  const head = ['drill', 'what was broken', 'back in', 'target', 'met', 'pod IPs changed', 'leftovers', 'result'];
+  const head = [
+    'drill',
+    'what was broken',
+    'back in',
+    'target',
+    'met',
+    'pod IPs changed',
+    'leftovers',
+    'result',
+  ];
   const rows = results.map((r) => [
     r.name,
     r.broke,
@@ -99,7 +171,21 @@ export function renderDrills(results: readonly DrillResult[]): string {
     r.pass ? (r.notes[0]?.startsWith('n/a') ? 'n/a' : 'pass') : 'FAIL',
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: readonly string[]): string => cells.map((x, i) => x.padEnd(widths[i] ?? 0)).join('  ').trimEnd();
-  const details = results.flatMap((r) => [...r.notes.map((n) => `  ${r.name}: ${n}`), ...r.leftovers.map((l) => `  ${r.name}: leftover: ${l}`), ...r.ipChanged.map((p) => `  ${r.name}: IP changed: ${p}`)]);
-  return [line(head), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line), '', ...details].join('\n');
+  const line = (cells: readonly string[]): string =>
+    cells
+      .map((x, i) => x.padEnd(widths[i] ?? 0))
+      .join('  ')
+      .trimEnd();
+  const details = results.flatMap((r) => [
+    ...r.notes.map((n) => `  ${r.name}: ${n}`),
+    ...r.leftovers.map((l) => `  ${r.name}: leftover: ${l}`),
+    ...r.ipChanged.map((p) => `  ${r.name}: IP changed: ${p}`),
+  ]);
+  return [
+    line(head),
+    line(widths.map((w) => '-'.repeat(w))),
+    ...rows.map(line),
+    '',
+    ...details,
+  ].join('\n');
 }

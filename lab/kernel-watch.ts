@@ -53,7 +53,10 @@ export interface KernelWatch {
  * is listening (a probe address on lo and a probe nft table, added and
  * removed: neither is anything twill watches). Their events go to one list.
  */
-export async function watchKernel(c: Cluster, nodes: string | readonly string[]): Promise<KernelWatch> {
+export async function watchKernel(
+  c: Cluster,
+  nodes: string | readonly string[],
+): Promise<KernelWatch> {
   const ctl = new AbortController();
   const events: KernelEvent[] = [];
   const w = { events, lastArrival: 0, stop: async (): Promise<void> => undefined };
@@ -63,7 +66,8 @@ export async function watchKernel(c: Cluster, nodes: string | readonly string[])
     await Promise.allSettled(running);
   };
   try {
-    for (const node of typeof nodes === 'string' ? [nodes] : nodes) await watchNode(c, node, { w, running, signal: ctl.signal });
+    for (const node of typeof nodes === 'string' ? [nodes] : nodes)
+      await watchNode(c, node, { w, running, signal: ctl.signal });
   } catch (err) {
     await w.stop();
     throw err;
@@ -71,7 +75,15 @@ export async function watchKernel(c: Cluster, nodes: string | readonly string[])
   return w;
 }
 
-async function watchNode(c: Cluster, node: string, o: { w: { events: KernelEvent[]; lastArrival: number }; running: Promise<void>[]; signal: AbortSignal }): Promise<void> {
+async function watchNode(
+  c: Cluster,
+  node: string,
+  o: {
+    w: { events: KernelEvent[]; lastArrival: number };
+    running: Promise<void>[];
+    signal: AbortSignal;
+  },
+): Promise<void> {
   const { w, signal } = o;
   const { events } = w;
   const seen = { ip: false, nft: false };
@@ -90,16 +102,28 @@ async function watchNode(c: Cluster, node: string, o: { w: { events: KernelEvent
     if (line.includes(PROBE_TABLE)) seen.nft = true;
     take(Date.now(), line);
   };
-  const running = [c.watch({ node }, IP_MONITOR, { signal, onLine: onIp }), c.watch({ node }, NFT_MONITOR, { signal, onLine: onNft })];
+  const running = [
+    c.watch({ node }, IP_MONITOR, { signal, onLine: onIp }),
+    c.watch({ node }, NFT_MONITOR, { signal, onLine: onNft }),
+  ];
   o.running.push(...running);
-  const failed = Promise.race(running).then(() => new Error('a monitor ended'), (err: unknown) => (err instanceof Error ? err : new Error(String(err))));
-  const probe = ['sh', '-c', `ip addr add ${PROBE_ADDR} dev lo && ip addr del ${PROBE_ADDR} dev lo; nft add table ip ${PROBE_TABLE} && nft delete table ip ${PROBE_TABLE}`];
+  const failed = Promise.race(running).then(
+    () => new Error('a monitor ended'),
+    (err: unknown) => (err instanceof Error ? err : new Error(String(err))),
+  );
+  const probe = [
+    'sh',
+    '-c',
+    `ip addr add ${PROBE_ADDR} dev lo && ip addr del ${PROBE_ADDR} dev lo; nft add table ip ${PROBE_TABLE} && nft delete table ip ${PROBE_TABLE}`,
+  ];
   const bound = performance.now() + 20_000;
   let problem: Error | undefined;
   void failed.then((e) => (problem = e));
   while (!(seen.ip && seen.nft)) {
     if (problem || performance.now() > bound) {
-      throw new Error(`the kernel monitors on ${node} did not start: ${problem?.message ?? 'no probe event within 20 s'}`);
+      throw new Error(
+        `the kernel monitors on ${node} did not start: ${problem?.message ?? 'no probe event within 20 s'}`,
+      );
     }
     await c.sh({ node }, probe).catch(() => '');
     await sleep(100, AbortSignal.timeout(5_000));
@@ -107,7 +131,10 @@ async function watchNode(c: Cluster, node: string, o: { w: { events: KernelEvent
 }
 
 export interface Healing {
-  /** epoch ms of the first event about twill after the break command started (or, `fromBreakDone`, when the command ended) */
+  /**
+   * epoch ms of the first event about twill after the break command started (or, `fromBreakDone`,
+   * when the command ended)
+   */
   readonly brokeAt: number | undefined;
   /** epoch ms of the last event before the state check that found the node whole */
   readonly healedAt: number | undefined;
@@ -115,7 +142,9 @@ export interface Healing {
   readonly healedMs: number | undefined;
   /** state checks run (each only after the monitors were quiet for QUIET_MS) */
   readonly checks: number;
-  /** how long after the break command started its event was stamped (spawning the command included) */
+  /**
+   * how long after the break command started its event was stamped (spawning the command included)
+   */
   readonly breakLagMs: number | undefined;
 }
 
@@ -126,7 +155,15 @@ export const QUIET_MS = 250;
  * Runs the break, then waits until the node's state is whole again (`whole`,
  * checked only after QUIET_MS without events, at most until `boundMs`).
  */
-export async function timeRepair(w: KernelWatch, o: { breakIt: () => Promise<unknown>; whole: () => Promise<boolean>; boundMs: number; fromBreakDone?: boolean }): Promise<Healing> {
+export async function timeRepair(
+  w: KernelWatch,
+  o: {
+    breakIt: () => Promise<unknown>;
+    whole: () => Promise<boolean>;
+    boundMs: number;
+    fromBreakDone?: boolean;
+  },
+): Promise<Healing> {
   const from = w.events.length;
   const started = Date.now();
   const deadline = performance.now() + o.boundMs;
@@ -134,7 +171,8 @@ export async function timeRepair(w: KernelWatch, o: { breakIt: () => Promise<unk
   const done = Date.now();
   // the break's own event first: a check before it arrives could find the node whole too early
   const firstBound = Math.min(deadline, performance.now() + 2_000);
-  while (w.events.length === from && performance.now() < firstBound) await sleep(5, AbortSignal.timeout(5_000));
+  while (w.events.length === from && performance.now() < firstBound)
+    await sleep(5, AbortSignal.timeout(5_000));
   let checks = 0;
   let healedAt: number | undefined;
   for (;;) {
@@ -152,9 +190,22 @@ export async function timeRepair(w: KernelWatch, o: { breakIt: () => Promise<unk
     if (performance.now() >= deadline) break;
     await sleep(50, AbortSignal.timeout(5_000));
   }
-  const brokeAt = o.fromBreakDone ? done : w.events.slice(from).find((e) => e.at >= started - 5)?.at;
-  const healedMs = healedAt !== undefined && brokeAt !== undefined ? Math.max(0, healedAt - brokeAt) : healedAt !== undefined ? 0 : undefined;
-  return { brokeAt, healedAt, healedMs, checks, breakLagMs: brokeAt === undefined ? undefined : brokeAt - started };
+  const brokeAt = o.fromBreakDone
+    ? done
+    : w.events.slice(from).find((e) => e.at >= started - 5)?.at;
+  const healedMs =
+    healedAt !== undefined && brokeAt !== undefined
+      ? Math.max(0, healedAt - brokeAt)
+      : healedAt !== undefined
+        ? 0
+        : undefined;
+  return {
+    brokeAt,
+    healedAt,
+    healedMs,
+    checks,
+    breakLagMs: brokeAt === undefined ? undefined : brokeAt - started,
+  };
 }
 
 /**
@@ -162,7 +213,15 @@ export async function timeRepair(w: KernelWatch, o: { breakIt: () => Promise<unk
  * lease deleted, the Node deleted) returned every peer held no route,
  * neighbour or FDB entry for it any more, and says where the time went.
  */
-export async function timeGoneFromPeers(c: Cluster, o: { victim: { name: string; ip: string; subnet: string }; remove: () => Promise<unknown>; what: string; graceMs: number }): Promise<DrillOutcome> {
+export async function timeGoneFromPeers(
+  c: Cluster,
+  o: {
+    victim: { name: string; ip: string; subnet: string };
+    remove: () => Promise<unknown>;
+    what: string;
+    graceMs: number;
+  },
+): Promise<DrillOutcome> {
   const peers = (await c.nodes()).filter((n) => n.name !== o.victim.name).map((n) => n.name);
   const w = await watchKernel(c, peers);
   try {
@@ -172,14 +231,28 @@ export async function timeGoneFromPeers(c: Cluster, o: { victim: { name: string;
       await o.remove();
       removeMs = performance.now() - t;
     };
-    const h = await timeRepair(w, { breakIt, whole: () => goneEverywhere(c, o.victim), boundMs: SLOW_MACHINE_FACTOR * 1_000, fromBreakDone: true });
-    const grace = o.graceMs > 0 ? `; ${o.graceMs} ms of that is twill's delete grace (a running node re-creates a deleted key meanwhile)` : '';
+    const h = await timeRepair(w, {
+      breakIt,
+      whole: () => goneEverywhere(c, o.victim),
+      boundMs: SLOW_MACHINE_FACTOR * 1_000,
+      fromBreakDone: true,
+    });
+    const grace =
+      o.graceMs > 0
+        ? `; ${o.graceMs} ms of that is twill's delete grace (a running node re-creates a deleted key meanwhile)`
+        : '';
     const notes = [
       `${o.victim.name} (${o.victim.subnet}) gone from every peer ${Math.round(h.healedMs ?? -1)} ms after ${o.what} returned (it took ${Math.round(removeMs)} ms)${grace}`,
       `timed by ip monitors in the peers' namespaces; ${h.checks} state check(s), each after ${QUIET_MS} ms without events`,
     ];
     if (h.brokeAt !== undefined && h.healedAt !== undefined) {
-      for (const p of peers) notes.push(...renderStages(passesBetween(await c.twillLog(p), h.brokeAt, h.healedAt + 2_000), h.brokeAt).map((l) => `${p}: ${l}`));
+      for (const p of peers)
+        notes.push(
+          ...renderStages(
+            passesBetween(await c.twillLog(p), h.brokeAt, h.healedAt + 2_000),
+            h.brokeAt,
+          ).map((l) => `${p}: ${l}`),
+        );
     }
     return { healedMs: h.healedMs, ok: h.healedMs !== undefined, notes };
   } finally {

@@ -17,7 +17,13 @@ import { sleep } from '../src/util/abort.ts';
 export const KUBERNETES_SCRIPT = resolve(import.meta.dirname, '../scripts/kubernetes.sh');
 
 /** The Kubernetes v1.20.2 binaries scripts/kubernetes.sh builds and caches. */
-export type KubeBinary = 'kube-apiserver' | 'kubelet' | 'kube-proxy' | 'kube-controller-manager' | 'kube-scheduler' | 'kubectl';
+export type KubeBinary =
+  | 'kube-apiserver'
+  | 'kubelet'
+  | 'kube-proxy'
+  | 'kube-controller-manager'
+  | 'kube-scheduler'
+  | 'kubectl';
 
 /**
  * A binary: its $TWILL_<NAME> override or the cached build. `cachedOnly`
@@ -26,7 +32,9 @@ export type KubeBinary = 'kube-apiserver' | 'kubelet' | 'kube-proxy' | 'kube-con
  */
 export async function kubeBinary(name: KubeBinary, o: { cachedOnly: boolean }): Promise<string> {
   const args = o.cachedOnly ? ['--cached-only', name] : [name];
-  const { stdout } = await run(KUBERNETES_SCRIPT, args, { timeoutMs: o.cachedOnly ? 10_000 : 3_600_000 });
+  const { stdout } = await run(KUBERNETES_SCRIPT, args, {
+    timeoutMs: o.cachedOnly ? 10_000 : 3_600_000,
+  });
   return stdout.trim();
 }
 
@@ -38,18 +46,36 @@ let kubectlPath: string | undefined;
 
 /** The cached kubectl (built with the apiserver, from the same source); found once per process. */
 export function kubectlBinary(): string {
-  kubectlPath ??= execFileSync(KUBERNETES_SCRIPT, ['--cached-only', 'kubectl'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).trim();
+  kubectlPath ??= execFileSync(KUBERNETES_SCRIPT, ['--cached-only', 'kubectl'], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  }).trim();
   return kubectlPath;
 }
 
 /** The files of one apiserver under `dir`. */
-export function apiServerFiles(dir: string): { certDir: string; caFile: string; tokens: string; saKey: string } {
+export function apiServerFiles(dir: string): {
+  certDir: string;
+  caFile: string;
+  tokens: string;
+  saKey: string;
+} {
   const certDir = join(dir, 'certs');
   // the self-signed serving certificate it writes there carries its CA
-  return { certDir, caFile: join(certDir, 'apiserver.crt'), tokens: join(dir, 'tokens.csv'), saKey: join(dir, 'sa.key') };
+  return {
+    certDir,
+    caFile: join(certDir, 'apiserver.crt'),
+    tokens: join(dir, 'tokens.csv'),
+    saKey: join(dir, 'sa.key'),
+  };
 }
 
-export function apiServerArgs(o: { dir: string; host: string; port: number; etcd: string }): string[] {
+export function apiServerArgs(o: {
+  dir: string;
+  host: string;
+  port: number;
+  etcd: string;
+}): string[] {
   const f = apiServerFiles(o.dir);
   return [
     `--etcd-servers=${o.etcd}`,
@@ -68,7 +94,8 @@ export function apiServerArgs(o: { dir: string; host: string; port: number; etcd
     '--allow-privileged=true',
     // `kubectl exec` and `logs` reach a kubelet by its address (lab nodes' names resolve nowhere)
     '--kubelet-preferred-address-types=InternalIP',
-    // on loopback the `kubernetes` Service's endpoint would be a loopback address: no endpoint then;
+    // on loopback the `kubernetes` Service's endpoint would be a loopback address: no endpoint
+    // then;
     // elsewhere (the lab) pods reach the apiserver through that Service, as in-cluster clients do
     ...(o.host.startsWith('127.') ? ['--endpoint-reconciler-type=none'] : []),
     '--profiling=false',
@@ -88,7 +115,11 @@ export async function writeCredentials(dir: string): Promise<KubeCredentials> {
   const adminToken = randomBytes(24).toString('hex');
   const twillToken = randomBytes(24).toString('hex');
   const f = apiServerFiles(dir);
-  await writeFile(f.tokens, `${adminToken},admin,admin,system:masters\n${twillToken},twill,twill\n`, { mode: 0o600 });
+  await writeFile(
+    f.tokens,
+    `${adminToken},admin,admin,system:masters\n${twillToken},twill,twill\n`,
+    { mode: 0o600 },
+  );
   const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
   await writeFile(f.saKey, privateKey.export({ type: 'pkcs1', format: 'pem' }), { mode: 0o600 });
   return { adminToken, twillToken };
@@ -109,11 +140,17 @@ export function kubeconfigText(o: { url: string; caFile: string; token: string }
  * kubectl's argv for a kubeconfig; `cacheDir` keeps its discovery cache
  * there instead of ~/.kube/cache (the lab leaves no file behind).
  */
-export function kubectlArgv(o: { kubeconfig: string; cacheDir: string }, args: readonly string[]): string[] {
+export function kubectlArgv(
+  o: { kubeconfig: string; cacheDir: string },
+  args: readonly string[],
+): string[] {
   return [kubectlBinary(), '--kubeconfig', o.kubeconfig, '--cache-dir', o.cacheDir, ...args];
 }
 
-/** Runs an argv where the apiserver is reachable (here, or inside a namespace); rejects on a non-zero exit. */
+/**
+ * Runs an argv where the apiserver is reachable (here, or inside a namespace); rejects on a
+ * non-zero exit.
+ */
 export type KubeExec = (argv: readonly string[]) => Promise<unknown>;
 
 /**
@@ -131,8 +168,16 @@ export async function untilApiServerReady(o: {
   const argv = kubectlArgv(o.kubectl, ['get', '--raw', '/readyz', '--request-timeout', '2s']);
   for (;;) {
     if (o.exited()) throw new Error('kube-apiserver exited');
-    if (existsSync(apiServerFiles(o.dir).caFile) && (await o.exec(argv).then(() => true, () => false))) return Date.now() - start;
-    if (Date.now() - start > o.timeoutMs) throw new Error(`kube-apiserver not ready after ${o.timeoutMs} ms`);
+    if (
+      existsSync(apiServerFiles(o.dir).caFile) &&
+      (await o.exec(argv).then(
+        () => true,
+        () => false,
+      ))
+    )
+      return Date.now() - start;
+    if (Date.now() - start > o.timeoutMs)
+      throw new Error(`kube-apiserver not ready after ${o.timeoutMs} ms`);
     await sleep(50, AbortSignal.timeout(1_000));
   }
 }

@@ -9,7 +9,16 @@ import { join } from 'node:path';
 import type { KubeletControl, LabPod, ShOptions, TwillPodView } from './cluster.ts';
 import { buildLabImages } from './images.ts';
 import { kubeBinary } from './kube-apiserver.ts';
-import { CLUSTER_CIDR, controllerManagerArgs, LAB_OVERLAY, nodeKubeconfigs, schedulerArgs, TEST_POD_LABEL, testPod, writeNodeCredentials } from './kubelet-lab.ts';
+import {
+  CLUSTER_CIDR,
+  controllerManagerArgs,
+  LAB_OVERLAY,
+  nodeKubeconfigs,
+  schedulerArgs,
+  TEST_POD_LABEL,
+  testPod,
+  writeNodeCredentials,
+} from './kubelet-lab.ts';
 import {
   ctr,
   ensureMountPoints,
@@ -27,7 +36,13 @@ import {
 } from './kubelet-node.ts';
 import type { KubeLab } from './netns-kube.ts';
 import { alive, namespacePids, spawnDetached, stopPid } from './procs.ts';
-import { labDir, type KubeletLabState, type KubeletNodeState, type LabState, type NodeState } from './state.ts';
+import {
+  labDir,
+  type KubeletLabState,
+  type KubeletNodeState,
+  type LabState,
+  type NodeState,
+} from './state.ts';
 import { processCpuMs } from './throttle.ts';
 import { until } from './wait.ts';
 
@@ -46,23 +61,39 @@ export interface KubeletDeps {
 }
 
 interface PodObject {
-  readonly metadata: { readonly name: string; readonly namespace?: string; readonly labels?: Readonly<Record<string, string>>; readonly deletionTimestamp?: string; readonly uid?: string };
+  readonly metadata: {
+    readonly name: string;
+    readonly namespace?: string;
+    readonly labels?: Readonly<Record<string, string>>;
+    readonly deletionTimestamp?: string;
+    readonly uid?: string;
+  };
   readonly spec: { readonly nodeName?: string };
   readonly status: {
     readonly phase?: string;
     readonly podIP?: string;
     readonly conditions?: readonly { readonly type: string; readonly status: string }[];
-    readonly containerStatuses?: readonly { readonly name: string; readonly containerID?: string; readonly ready?: boolean; readonly restartCount?: number }[];
+    readonly containerStatuses?: readonly {
+      readonly name: string;
+      readonly containerID?: string;
+      readonly ready?: boolean;
+      readonly restartCount?: number;
+    }[];
   };
 }
 
 interface NodeObject {
   readonly metadata: { readonly name: string };
   readonly spec?: { readonly podCIDR?: string };
-  readonly status?: { readonly conditions?: readonly { readonly type: string; readonly status: string }[] };
+  readonly status?: {
+    readonly conditions?: readonly { readonly type: string; readonly status: string }[];
+  };
 }
 
-const condition = (o: { status?: { conditions?: readonly { type: string; status: string }[] } }, type: string): string | undefined => o.status?.conditions?.find((c) => c.type === type)?.status;
+const condition = (
+  o: { status?: { conditions?: readonly { type: string; status: string }[] } },
+  type: string,
+): string | undefined => o.status?.conditions?.find((c) => c.type === type)?.status;
 
 /** Ready, and twill has cleared NetworkUnavailable (kubelet alone never sets it false). */
 export function nodeSetUp(n: NodeObject): boolean {
@@ -70,7 +101,12 @@ export function nodeSetUp(n: NodeObject): boolean {
 }
 
 export function podReady(p: PodObject): boolean {
-  return p.metadata.deletionTimestamp === undefined && p.status.phase === 'Running' && condition(p, 'Ready') === 'True' && (p.status.podIP ?? '') !== '';
+  return (
+    p.metadata.deletionTimestamp === undefined &&
+    p.status.phase === 'Running' &&
+    condition(p, 'Ready') === 'True' &&
+    (p.status.podIP ?? '') !== ''
+  );
 }
 
 export class KubeletNodes implements KubeletControl {
@@ -83,7 +119,12 @@ export class KubeletNodes implements KubeletControl {
   }
 
   static initialState(): KubeletLabState {
-    return { controllerManagerPid: undefined, schedulerPid: undefined, madeMountPoints: [], images: [] };
+    return {
+      controllerManagerPid: undefined,
+      schedulerPid: undefined,
+      madeMountPoints: [],
+      images: [],
+    };
   }
 
   private get lab(): KubeletLabState {
@@ -96,26 +137,54 @@ export class KubeletNodes implements KubeletControl {
     await writeNodeCredentials(this.d.kube);
   }
 
-  /** After the apiserver is ready: controller-manager, scheduler, the images, deploy/ (lab overlay). */
+  /**
+   * After the apiserver is ready: controller-manager, scheduler, the images, deploy/ (lab overlay).
+   */
   async startControlPlane(): Promise<void> {
-    const [cm, sched] = await Promise.all([kubeBinary('kube-controller-manager', { cachedOnly: false }), kubeBinary('kube-scheduler', { cachedOnly: true }).catch(() => kubeBinary('kube-scheduler', { cachedOnly: false }))]);
+    const [cm, sched] = await Promise.all([
+      kubeBinary('kube-controller-manager', { cachedOnly: false }),
+      kubeBinary('kube-scheduler', { cachedOnly: true }).catch(() =>
+        kubeBinary('kube-scheduler', { cachedOnly: false }),
+      ),
+    ]);
     const etcdNs = this.d.nsOf('etcd');
-    this.lab.controllerManagerPid = spawnDetached(etcdNs, [cm, ...controllerManagerArgs(this.d.kube)], join(this.d.kube.dir, 'kube-controller-manager.log'));
-    this.lab.schedulerPid = spawnDetached(etcdNs, [sched, ...schedulerArgs(this.d.kube)], join(this.d.kube.dir, 'kube-scheduler.log'));
+    this.lab.controllerManagerPid = spawnDetached(
+      etcdNs,
+      [cm, ...controllerManagerArgs(this.d.kube)],
+      join(this.d.kube.dir, 'kube-controller-manager.log'),
+    );
+    this.lab.schedulerPid = spawnDetached(
+      etcdNs,
+      [sched, ...schedulerArgs(this.d.kube)],
+      join(this.d.kube.dir, 'kube-scheduler.log'),
+    );
     this.lab.madeMountPoints = await ensureMountPoints();
     await this.d.save();
-    const images = await buildLabImages({ outDir: join(this.d.dir, 'images'), log: (line) => process.stderr.write(`lab: images: ${line}\n`) });
+    const images = await buildLabImages({
+      outDir: join(this.d.dir, 'images'),
+      log: (line) => process.stderr.write(`lab: images: ${line}\n`),
+    });
     this.lab.images = [images.pause, images.twill, images.toolbox];
     await this.d.save();
     await this.d.kubectl(['apply', '-k', LAB_OVERLAY], { timeoutMs: 60_000 });
   }
 
   private spec(n: NodeState): NodeSpec {
-    return { name: n.name, ip: n.ip, files: nodeFiles(join(this.d.dir, n.name)), clusterCidr: CLUSTER_CIDR };
+    return {
+      name: n.name,
+      ip: n.ip,
+      files: nodeFiles(join(this.d.dir, n.name)),
+      clusterCidr: CLUSTER_CIDR,
+    };
   }
 
   private procs(n: NodeState): KubeletNodeState {
-    n.kubelet ??= { holderPid: undefined, containerdPid: undefined, kubeletPid: undefined, kubeProxyPid: undefined };
+    n.kubelet ??= {
+      holderPid: undefined,
+      containerdPid: undefined,
+      kubeletPid: undefined,
+      kubeProxyPid: undefined,
+    };
     return n.kubelet;
   }
 
@@ -128,11 +197,17 @@ export class KubeletNodes implements KubeletControl {
     await this.d.save();
     await importImages(s.files, this.lab.images);
     await this.startKubelet(n);
-    p.kubeProxyPid = startKubeProxy(p.holderPid, s, await kubeBinary('kube-proxy', { cachedOnly: true }));
+    p.kubeProxyPid = startKubeProxy(
+      p.holderPid,
+      s,
+      await kubeBinary('kube-proxy', { cachedOnly: true }),
+    );
     await this.d.save();
   }
 
-  /** Makes each node (files, then boot) and waits until all are set up; then `pods` test pods each. */
+  /**
+   * Makes each node (files, then boot) and waits until all are set up; then `pods` test pods each.
+   */
   async addNodes(nodes: readonly NodeState[], pods: number): Promise<void> {
     for (const n of nodes) {
       const s = this.spec(n);
@@ -140,54 +215,102 @@ export class KubeletNodes implements KubeletControl {
       await this.boot(n);
     }
     await this.untilNodesSetUp(nodes.map((n) => n.name));
-    const manifests = nodes.flatMap((n) => Array.from({ length: pods }, (_, k) => testPod(`${n.name}-p${k + 1}`, n.name)));
-    await this.d.kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: manifests.map((m) => JSON.parse(m) as unknown) }) });
-    await this.untilPodsReady(nodes.map((n) => n.name), pods);
+    const manifests = nodes.flatMap((n) =>
+      Array.from({ length: pods }, (_, k) => testPod(`${n.name}-p${k + 1}`, n.name)),
+    );
+    await this.d.kubectl(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'List',
+        items: manifests.map((m) => JSON.parse(m) as unknown),
+      }),
+    });
+    await this.untilPodsReady(
+      nodes.map((n) => n.name),
+      pods,
+    );
   }
 
   async nodeObjects(): Promise<NodeObject[]> {
-    return (JSON.parse(await this.d.kubectl(['get', 'nodes', '-o', 'json'])) as { items: NodeObject[] }).items;
+    return (
+      JSON.parse(await this.d.kubectl(['get', 'nodes', '-o', 'json'])) as { items: NodeObject[] }
+    ).items;
   }
 
   /** Waits until every named node is Ready with NetworkUnavailable cleared; ms it took. */
   async untilNodesSetUp(names: readonly string[], timeoutMs = NODE_READY_MS): Promise<number> {
     let last: NodeObject[] = [];
-    const ms = await until(async () => {
-      last = await this.nodeObjects().catch(() => []);
-      return names.every((name) => last.some((o) => o.metadata.name === name && nodeSetUp(o)));
-    }, { timeoutMs, everyMs: 250 });
+    const ms = await until(
+      async () => {
+        last = await this.nodeObjects().catch(() => []);
+        return names.every((name) => last.some((o) => o.metadata.name === name && nodeSetUp(o)));
+      },
+      { timeoutMs, everyMs: 250 },
+    );
     if (ms === undefined) {
       const seen = names.map((name) => {
         const o = last.find((x) => x.metadata.name === name);
-        return o ? `${name}: Ready=${condition(o, 'Ready') ?? '-'} NetworkUnavailable=${condition(o, 'NetworkUnavailable') ?? '-'} podCIDR=${o.spec?.podCIDR ?? '-'}` : `${name}: not registered`;
+        return o
+          ? `${name}: Ready=${condition(o, 'Ready') ?? '-'} NetworkUnavailable=${condition(o, 'NetworkUnavailable') ?? '-'} podCIDR=${o.spec?.podCIDR ?? '-'}`
+          : `${name}: not registered`;
       });
-      throw new Error(`nodes not set up after ${timeoutMs / 1000} s: ${seen.join('; ')} (logs: ${join(this.d.dir, '<node>')})`);
+      throw new Error(
+        `nodes not set up after ${timeoutMs / 1000} s: ${seen.join('; ')} (logs: ${join(this.d.dir, '<node>')})`,
+      );
     }
     return ms;
   }
 
   async podObjects(namespace: string, selector?: string): Promise<PodObject[]> {
-    const args = ['get', 'pods', '-n', namespace, '-o', 'json', ...(selector === undefined ? [] : ['-l', selector])];
+    const args = [
+      'get',
+      'pods',
+      '-n',
+      namespace,
+      '-o',
+      'json',
+      ...(selector === undefined ? [] : ['-l', selector]),
+    ];
     return (JSON.parse(await this.d.kubectl(args)) as { items: PodObject[] }).items;
   }
 
   /** Waits until each named node runs `perNode` ready test pods. */
-  async untilPodsReady(nodes: readonly string[], perNode: number, timeoutMs = PODS_RUNNING_MS): Promise<number> {
+  async untilPodsReady(
+    nodes: readonly string[],
+    perNode: number,
+    timeoutMs = PODS_RUNNING_MS,
+  ): Promise<number> {
     let last: PodObject[] = [];
-    const ms = await until(async () => {
-      last = await this.podObjects('default', TEST_POD_LABEL).catch(() => []);
-      return nodes.every((n) => last.filter((p) => p.spec.nodeName === n && podReady(p)).length >= perNode);
-    }, { timeoutMs, everyMs: 250 });
+    const ms = await until(
+      async () => {
+        last = await this.podObjects('default', TEST_POD_LABEL).catch(() => []);
+        return nodes.every(
+          (n) => last.filter((p) => p.spec.nodeName === n && podReady(p)).length >= perNode,
+        );
+      },
+      { timeoutMs, everyMs: 250 },
+    );
     if (ms === undefined) {
-      const notReady = last.filter((p) => !podReady(p)).map((p) => `${p.metadata.name} (${p.status.phase ?? '?'})`);
-      throw new Error(`test pods not ready after ${timeoutMs / 1000} s: ${notReady.join(', ') || 'none created'}`);
+      const notReady = last
+        .filter((p) => !podReady(p))
+        .map((p) => `${p.metadata.name} (${p.status.phase ?? '?'})`);
+      throw new Error(
+        `test pods not ready after ${timeoutMs / 1000} s: ${notReady.join(', ') || 'none created'}`,
+      );
     }
     return ms;
   }
 
   async pods(): Promise<LabPod[]> {
     const all = await this.podObjects('default', TEST_POD_LABEL);
-    return all.filter(podReady).map((p) => ({ name: p.metadata.name, node: p.spec.nodeName ?? '', ip: p.status.podIP ?? '' })).sort((a, b) => a.name.localeCompare(b.name));
+    return all
+      .filter(podReady)
+      .map((p) => ({
+        name: p.metadata.name,
+        node: p.spec.nodeName ?? '',
+        ip: p.status.podIP ?? '',
+      }))
+      .sort((a, b) => a.name.localeCompare(b.name));
   }
 
   private node(name: string): NodeState {
@@ -209,9 +332,12 @@ export class KubeletNodes implements KubeletControl {
   async podNetns(pod: string): Promise<string> {
     const cached = this.pidCache.get(pod);
     if (cached !== undefined && alive(cached)) return `/proc/${cached}/ns/net`;
-    const p = (await this.podObjects('default', TEST_POD_LABEL)).find((x) => x.metadata.name === pod && podReady(x));
+    const p = (await this.podObjects('default', TEST_POD_LABEL)).find(
+      (x) => x.metadata.name === pod && podReady(x),
+    );
     const id = p?.status.containerStatuses?.[0]?.containerID;
-    const pid = p && id !== undefined ? await this.containerPid(p.spec.nodeName ?? '', id) : undefined;
+    const pid =
+      p && id !== undefined ? await this.containerPid(p.spec.nodeName ?? '', id) : undefined;
     if (pid === undefined) throw new Error(`pod ${pod} is not running`);
     this.pidCache.set(pod, pid);
     return `/proc/${pid}/ns/net`;
@@ -226,19 +352,33 @@ export class KubeletNodes implements KubeletControl {
   async twillPodOf(node: string): Promise<TwillPodView | undefined> {
     const p = await this.twillPod(node);
     if (!p) return undefined;
-    const restarts = (p.status.containerStatuses ?? []).reduce((sum, s) => sum + (s.restartCount ?? 0), 0);
+    const restarts = (p.status.containerStatuses ?? []).reduce(
+      (sum, s) => sum + (s.restartCount ?? 0),
+      0,
+    );
     return { name: p.metadata.name, uid: p.metadata.uid ?? '', ready: podReady(p), restarts };
   }
 
   async testPodContainers(node: string): Promise<Map<string, string>> {
-    const pods = (await this.podObjects('default', TEST_POD_LABEL)).filter((p) => p.spec.nodeName === node && podReady(p));
-    return new Map(pods.map((p) => [p.metadata.name, p.status.containerStatuses?.[0]?.containerID ?? ''] as const));
+    const pods = (await this.podObjects('default', TEST_POD_LABEL)).filter(
+      (p) => p.spec.nodeName === node && podReady(p),
+    );
+    return new Map(
+      pods.map(
+        (p) => [p.metadata.name, p.status.containerStatuses?.[0]?.containerID ?? ''] as const,
+      ),
+    );
   }
 
-  /** twill-cni's IPAM directory on the node (deploy/'s conflist names the network `twill`; the plugin's default dataDir). */
+  /**
+   * twill-cni's IPAM directory on the node (deploy/'s conflist names the network `twill`; the
+   * plugin's default dataDir).
+   */
   async ipamReserved(node: string): Promise<string[]> {
     const dir = join(this.spec(this.node(node)).files.fs, '/var/lib/cni/networks/twill');
-    return (await readdir(dir).catch(() => [])).filter((f) => /^\d+\.\d+\.\d+\.\d+$/.test(f)).sort();
+    return (await readdir(dir).catch(() => []))
+      .filter((f) => /^\d+\.\d+\.\d+\.\d+$/.test(f))
+      .sort();
   }
 
   testPodManifest(name: string, node: string): string {
@@ -250,32 +390,53 @@ export class KubeletNodes implements KubeletControl {
   }
 
   async twillCpuMs(node: string): Promise<number | undefined> {
-    const id = (await this.twillPod(node))?.status.containerStatuses?.find((s) => s.name === 'twill')?.containerID;
+    const id = (await this.twillPod(node))?.status.containerStatuses?.find(
+      (s) => s.name === 'twill',
+    )?.containerID;
     return id === undefined ? undefined : processCpuMs(await this.containerPid(node, id));
   }
 
-  /** Where kubelet keeps the node's twill pod logs (one directory per pod, one file per container restart). */
+  /**
+   * Where kubelet keeps the node's twill pod logs (one directory per pod, one file per container
+   * restart).
+   */
   twillLogDir(node: string): string {
     return join(this.spec(this.node(node)).files.fs, '/var/log/pods');
   }
 
-  /** Every log line twill wrote on the node, across its pods and restarts (the CRI log format's prefix removed). */
+  /**
+   * Every log line twill wrote on the node, across its pods and restarts (the CRI log format's
+   * prefix removed).
+   */
   async twillLog(node: string): Promise<string> {
     const root = this.twillLogDir(node);
-    const dirs = (await readdir(root).catch(() => [])).filter((d) => d.startsWith(`${TWILL_NAMESPACE}_twill-`)).sort();
+    const dirs = (await readdir(root).catch(() => []))
+      .filter((d) => d.startsWith(`${TWILL_NAMESPACE}_twill-`))
+      .sort();
     const parts: string[] = [];
     for (const d of dirs) {
-      const files = (await readdir(join(root, d, 'twill')).catch(() => [])).sort((a, b) => parseInt(a, 10) - parseInt(b, 10));
-      for (const f of files) parts.push(await readFile(join(root, d, 'twill', f), 'utf8').catch(() => ''));
+      const files = (await readdir(join(root, d, 'twill')).catch(() => [])).sort(
+        (a, b) => parseInt(a, 10) - parseInt(b, 10),
+      );
+      for (const f of files)
+        parts.push(await readFile(join(root, d, 'twill', f), 'utf8').catch(() => ''));
     }
     // "<time> stdout F <line>"
-    return parts.join('').split('\n').map((l) => l.replace(/^\S+ (stdout|stderr) [FP] /, '')).join('\n');
+    return parts
+      .join('')
+      .split('\n')
+      .map((l) => l.replace(/^\S+ (stdout|stderr) [FP] /, ''))
+      .join('\n');
   }
 
   private async startKubelet(n: NodeState): Promise<void> {
     const p = this.procs(n);
     if (p.holderPid === undefined) throw new Error(`${n.name} has no mount namespace holder`);
-    p.kubeletPid = startKubelet(p.holderPid, this.spec(n), await kubeBinary('kubelet', { cachedOnly: true }));
+    p.kubeletPid = startKubelet(
+      p.holderPid,
+      this.spec(n),
+      await kubeBinary('kubelet', { cachedOnly: true }),
+    );
     await this.d.save();
   }
 
@@ -296,11 +457,16 @@ export class KubeletNodes implements KubeletControl {
     await this.d.save();
   }
 
-  /** Every process of the node: its own, and everything in its network namespace (shims, hostNetwork pods), with descendants. */
+  /**
+   * Every process of the node: its own, and everything in its network namespace (shims, hostNetwork
+   * pods), with descendants.
+   */
   private async roots(n: NodeState): Promise<number[]> {
     const p = this.procs(n);
     const inNs = await namespacePids(this.d.nsOf(n.name));
-    return [p.holderPid, p.containerdPid, p.kubeletPid, p.kubeProxyPid, ...inNs].filter((x): x is number => x !== undefined);
+    return [p.holderPid, p.containerdPid, p.kubeletPid, p.kubeProxyPid, ...inNs].filter(
+      (x): x is number => x !== undefined,
+    );
   }
 
   /**
@@ -322,9 +488,25 @@ export class KubeletNodes implements KubeletControl {
     await this.boot(n);
   }
 
-  /** Drains the node (test pods evicted), then kills all its processes; the caller deletes the Node and the namespace. */
+  /**
+   * Drains the node (test pods evicted), then kills all its processes; the caller deletes the Node
+   * and the namespace.
+   */
   async removeNode(n: NodeState): Promise<void> {
-    await this.d.kubectl(['drain', n.name, '--ignore-daemonsets', '--delete-local-data', '--force', '--grace-period=1', '--timeout=120s'], { timeoutMs: 180_000 }).catch(() => undefined);
+    await this.d
+      .kubectl(
+        [
+          'drain',
+          n.name,
+          '--ignore-daemonsets',
+          '--delete-local-data',
+          '--force',
+          '--grace-period=1',
+          '--timeout=120s',
+        ],
+        { timeoutMs: 180_000 },
+      )
+      .catch(() => undefined);
     await killTree(await this.roots(n));
     await removeContainerCgroups(join(this.spec(n).files.dir, 'runc'));
     n.kubelet = undefined;
@@ -335,13 +517,25 @@ export class KubeletNodes implements KubeletControl {
     return this.spec(this.node(name)).files;
   }
 
-  /** Everything a kubelet lab runs, also when its state is lost: every process in its namespaces and their descendants, the control plane; then the mount points it made. */
+  /**
+   * Everything a kubelet lab runs, also when its state is lost: every process in its namespaces and
+   * their descendants, the control plane; then the mount points it made.
+   */
   static async destroy(state: LabState | undefined, namespaces: readonly string[]): Promise<void> {
     const roots: number[] = [];
     for (const ns of namespaces) roots.push(...(await namespacePids(ns)));
-    for (const n of state?.nodes ?? []) roots.push(...[n.kubelet?.holderPid, n.kubelet?.containerdPid, n.kubelet?.kubeletPid, n.kubelet?.kubeProxyPid].filter((x): x is number => x !== undefined && alive(x)));
+    for (const n of state?.nodes ?? [])
+      roots.push(
+        ...[
+          n.kubelet?.holderPid,
+          n.kubelet?.containerdPid,
+          n.kubelet?.kubeletPid,
+          n.kubelet?.kubeProxyPid,
+        ].filter((x): x is number => x !== undefined && alive(x)),
+      );
     await killTree(roots);
-    for (const n of state?.nodes ?? []) await removeContainerCgroups(join(labDir(state?.name ?? ''), n.name, 'runc'));
+    for (const n of state?.nodes ?? [])
+      await removeContainerCgroups(join(labDir(state?.name ?? ''), n.name, 'runc'));
     await stopPid(state?.kubelet?.controllerManagerPid, 'kill');
     await stopPid(state?.kubelet?.schedulerPid, 'kill');
     for (const p of state?.kubelet?.madeMountPoints ?? []) await rmdir(p).catch(() => undefined);
@@ -350,5 +544,6 @@ export class KubeletNodes implements KubeletControl {
 
 /** Removes a directory's contents, keeping it. */
 async function wipe(dir: string): Promise<void> {
-  for (const e of await readdir(dir).catch(() => [])) await rm(join(dir, e), { recursive: true, force: true });
+  for (const e of await readdir(dir).catch(() => []))
+    await rm(join(dir, e), { recursive: true, force: true });
 }

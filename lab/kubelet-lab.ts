@@ -23,9 +23,15 @@ export const TOOLBOX_IMAGE = 'twill.local/toolbox:lab';
 /** the label every test pod carries (and the Service drill selects on, with the node) */
 export const TEST_POD_LABEL = 'twill-lab/test-pod';
 export const TEST_POD_PORT = 8080;
-/** a NoExecute taint twill's DaemonSet does not tolerate: it takes twill off a node, and test pods tolerate it */
+/**
+ * a NoExecute taint twill's DaemonSet does not tolerate: it takes twill off a node, and test pods
+ * tolerate it
+ */
 export const TWILL_DOWN_TAINT = 'twill-lab/twill-down';
-/** how many kubelet tokens `up` writes (the apiserver reads its token file once): node names n1..n<this> */
+/**
+ * how many kubelet tokens `up` writes (the apiserver reads its token file once): node names
+ * n1..n<this>
+ */
 export const MAX_KUBELET_NODES = 32;
 
 interface Tokens {
@@ -54,12 +60,21 @@ export async function writeNodeCredentials(k: KubeLab): Promise<void> {
 }
 
 /** The kubeconfigs of node `name`'s kubelet and kube-proxy. */
-export async function nodeKubeconfigs(k: KubeLab, name: string): Promise<{ kubelet: string; kubeProxy: string }> {
+export async function nodeKubeconfigs(
+  k: KubeLab,
+  name: string,
+): Promise<{ kubelet: string; kubeProxy: string }> {
   const tokens = JSON.parse(await readFile(tokensFile(k), 'utf8')) as Tokens;
   const token = tokens.kubelets[name];
-  if (token === undefined) throw new Error(`the kubelet lab has credentials for nodes n1..n${MAX_KUBELET_NODES} only, not ${name}`);
+  if (token === undefined)
+    throw new Error(
+      `the kubelet lab has credentials for nodes n1..n${MAX_KUBELET_NODES} only, not ${name}`,
+    );
   const { caFile } = apiServerFiles(k.dir);
-  return { kubelet: kubeconfigText({ url: k.url, caFile, token }), kubeProxy: kubeconfigText({ url: k.url, caFile, token: tokens.kubeProxy }) };
+  return {
+    kubelet: kubeconfigText({ url: k.url, caFile, token }),
+    kubeProxy: kubeconfigText({ url: k.url, caFile, token: tokens.kubeProxy }),
+  };
 }
 
 export function controllerManagerArgs(k: KubeLab): string[] {
@@ -81,7 +96,13 @@ export function controllerManagerArgs(k: KubeLab): string[] {
 }
 
 export function schedulerArgs(k: KubeLab): string[] {
-  return [`--kubeconfig=${k.admin.kubeconfig}`, `--bind-address=${k.host}`, '--port=0', '--leader-elect=false', '--v=1'];
+  return [
+    `--kubeconfig=${k.admin.kubeconfig}`,
+    `--bind-address=${k.host}`,
+    '--port=0',
+    '--leader-elect=false',
+    '--v=1',
+  ];
 }
 
 /** A test pod on `node`: the toolbox, serving its name on TEST_POD_PORT. */
@@ -89,7 +110,11 @@ export function testPod(name: string, node: string): string {
   return JSON.stringify({
     apiVersion: 'v1',
     kind: 'Pod',
-    metadata: { name, namespace: 'default', labels: { [TEST_POD_LABEL]: 'true', 'twill-lab/node': node } },
+    metadata: {
+      name,
+      namespace: 'default',
+      labels: { [TEST_POD_LABEL]: 'true', 'twill-lab/node': node },
+    },
     spec: {
       nodeSelector: { 'kubernetes.io/hostname': node },
       // the drill that keeps twill off a node taints it: test pods stay
@@ -100,7 +125,11 @@ export function testPod(name: string, node: string): string {
           name: 'toolbox',
           image: TOOLBOX_IMAGE,
           imagePullPolicy: 'Never',
-          command: ['sh', '-c', `mkdir -p /www && hostname > /www/index.html && exec httpd -f -p ${TEST_POD_PORT} -h /www`],
+          command: [
+            'sh',
+            '-c',
+            `mkdir -p /www && hostname > /www/index.html && exec httpd -f -p ${TEST_POD_PORT} -h /www`,
+          ],
           ports: [{ containerPort: TEST_POD_PORT }],
         },
       ],

@@ -24,10 +24,25 @@ import { alive, spawnLogged, stopPid } from './procs.ts';
 import { shJoin } from './shell-quote.ts';
 import { until } from './wait.ts';
 
-/** Paths a node owns: each is the node's own directory, bound over the host's path in the node's mount namespace. */
-export const NODE_PATHS = ['/etc/cni/net.d', '/opt/cni/bin', '/var/lib/cni', '/var/lib/kubelet', '/var/log', '/run/twill', '/run/containerd', '/run/netns'] as const;
+/**
+ * Paths a node owns: each is the node's own directory, bound over the host's path in the node's
+ * mount namespace.
+ */
+export const NODE_PATHS = [
+  '/etc/cni/net.d',
+  '/opt/cni/bin',
+  '/var/lib/cni',
+  '/var/lib/kubelet',
+  '/var/log',
+  '/run/twill',
+  '/run/containerd',
+  '/run/netns',
+] as const;
 
-/** The CNI plugins a node's OS provides (containerd needs loopback; deploy/'s conflist chains portmap). */
+/**
+ * The CNI plugins a node's OS provides (containerd needs loopback; deploy/'s conflist chains
+ * portmap).
+ */
 const OS_CNI_PLUGINS = ['loopback', 'portmap', 'host-local'];
 const OS_CNI_DIR = '/usr/lib/cni';
 
@@ -45,7 +60,12 @@ export interface NodeFiles {
   readonly kubeProxyConfig: string;
   readonly kubeconfig: string;
   readonly kubeProxyKubeconfig: string;
-  readonly log: { readonly holder: string; readonly containerd: string; readonly kubelet: string; readonly kubeProxy: string };
+  readonly log: {
+    readonly holder: string;
+    readonly containerd: string;
+    readonly kubelet: string;
+    readonly kubeProxy: string;
+  };
 }
 
 export function nodeFiles(dir: string): NodeFiles {
@@ -58,7 +78,12 @@ export function nodeFiles(dir: string): NodeFiles {
     kubeProxyConfig: join(dir, 'kube-proxy.yaml'),
     kubeconfig: join(dir, 'kubelet.kubeconfig'),
     kubeProxyKubeconfig: join(dir, 'kube-proxy.kubeconfig'),
-    log: { holder: join(dir, 'holder.log'), containerd: join(dir, 'containerd.log'), kubelet: join(dir, 'kubelet.log'), kubeProxy: join(dir, 'kube-proxy.log') },
+    log: {
+      holder: join(dir, 'holder.log'),
+      containerd: join(dir, 'containerd.log'),
+      kubelet: join(dir, 'kubelet.log'),
+      kubeProxy: join(dir, 'kube-proxy.log'),
+    },
   };
 }
 
@@ -88,7 +113,8 @@ export function containerdConfig(f: NodeFiles): string {
     `  path = ${toml(join(f.dir, 'containerd', 'opt'))}`,
     `[${cri}]`,
     `  sandbox_image = ${toml(PAUSE_IMAGE)}`,
-    // this host withholds CAP_SYS_RESOURCE: a negative oom_score_adj is refused and every sandbox fails to start
+    // this host withholds CAP_SYS_RESOURCE: a negative oom_score_adj is refused and every sandbox
+    // fails to start
     '  restrict_oom_score_adj = true',
     '  disable_apparmor = true',
     `[${cri}.containerd]`,
@@ -107,77 +133,108 @@ export function containerdConfig(f: NodeFiles): string {
 }
 
 export function kubeletConfig(n: NodeSpec): string {
-  return `${JSON.stringify({
-    apiVersion: 'kubelet.config.k8s.io/v1beta1',
-    kind: 'KubeletConfiguration',
-    address: n.ip,
-    port: KUBELET_PORT,
-    readOnlyPort: 0,
-    healthzBindAddress: '127.0.0.1',
-    healthzPort: 10248,
-    // the apiserver reaches kubelets for exec and logs without a client certificate
-    authentication: { anonymous: { enabled: true }, webhook: { enabled: false } },
-    authorization: { mode: 'AlwaysAllow' },
-    // this machine's cgroup layout: v1 hierarchies on a tmpfs, no systemd
-    cgroupDriver: 'cgroupfs',
-    cgroupsPerQOS: false,
-    enforceNodeAllocatable: [],
-    failSwapOn: false,
-    // every node shares this machine's disk and memory: no evictions, no image GC
-    evictionHard: { 'memory.available': '1Mi', 'nodefs.available': '1%', 'nodefs.inodesFree': '1%', 'imagefs.available': '1%' },
-    imageGCHighThresholdPercent: 100,
-    imageGCLowThresholdPercent: 99,
-    serializeImagePulls: false,
-    clusterDomain: 'cluster.local',
-    resolvConf: '',
-    rotateCertificates: false,
-    nodeStatusUpdateFrequency: '4s',
-  }, null, 2)}\n`;
+  return `${JSON.stringify(
+    {
+      apiVersion: 'kubelet.config.k8s.io/v1beta1',
+      kind: 'KubeletConfiguration',
+      address: n.ip,
+      port: KUBELET_PORT,
+      readOnlyPort: 0,
+      healthzBindAddress: '127.0.0.1',
+      healthzPort: 10248,
+      // the apiserver reaches kubelets for exec and logs without a client certificate
+      authentication: { anonymous: { enabled: true }, webhook: { enabled: false } },
+      authorization: { mode: 'AlwaysAllow' },
+      // this machine's cgroup layout: v1 hierarchies on a tmpfs, no systemd
+      cgroupDriver: 'cgroupfs',
+      cgroupsPerQOS: false,
+      enforceNodeAllocatable: [],
+      failSwapOn: false,
+      // every node shares this machine's disk and memory: no evictions, no image GC
+      evictionHard: {
+        'memory.available': '1Mi',
+        'nodefs.available': '1%',
+        'nodefs.inodesFree': '1%',
+        'imagefs.available': '1%',
+      },
+      imageGCHighThresholdPercent: 100,
+      imageGCLowThresholdPercent: 99,
+      serializeImagePulls: false,
+      clusterDomain: 'cluster.local',
+      resolvConf: '',
+      rotateCertificates: false,
+      nodeStatusUpdateFrequency: '4s',
+    },
+    null,
+    2,
+  )}\n`;
 }
 
 export function kubeProxyConfig(n: NodeSpec): string {
-  return `${JSON.stringify({
-    apiVersion: 'kubeproxy.config.k8s.io/v1alpha1',
-    kind: 'KubeProxyConfiguration',
-    clientConnection: { kubeconfig: n.files.kubeProxyKubeconfig },
-    hostnameOverride: n.name,
-    bindAddress: n.ip,
-    clusterCIDR: n.clusterCidr,
-    mode: 'iptables',
-    // no writes to the host-wide conntrack table size
-    conntrack: { maxPerCore: 0 },
-    metricsBindAddress: '127.0.0.1:10249',
-    healthzBindAddress: '127.0.0.1:10256',
-  }, null, 2)}\n`;
+  return `${JSON.stringify(
+    {
+      apiVersion: 'kubeproxy.config.k8s.io/v1alpha1',
+      kind: 'KubeProxyConfiguration',
+      clientConnection: { kubeconfig: n.files.kubeProxyKubeconfig },
+      hostnameOverride: n.name,
+      bindAddress: n.ip,
+      clusterCIDR: n.clusterCidr,
+      mode: 'iptables',
+      // no writes to the host-wide conntrack table size
+      conntrack: { maxPerCore: 0 },
+      metricsBindAddress: '127.0.0.1:10249',
+      healthzBindAddress: '127.0.0.1:10256',
+    },
+    null,
+    2,
+  )}\n`;
 }
 
 /** The host's cgroup mounts (dir, type, options), to mount again inside a node. */
 export async function hostCgroupMounts(): Promise<{ dir: string; type: string; opts: string }[]> {
   const mounts = await readFile('/proc/self/mounts', 'utf8');
-  const keep = (o: string): boolean => !['rw', 'ro', 'relatime', 'nosuid', 'nodev', 'noexec'].includes(o) && !o.startsWith('seclabel');
+  const keep = (o: string): boolean =>
+    !['rw', 'ro', 'relatime', 'nosuid', 'nodev', 'noexec'].includes(o) && !o.startsWith('seclabel');
   return mounts.split('\n').flatMap((line) => {
     const [, dir, type, opts] = line.split(' ');
-    if (dir === undefined || !dir.startsWith('/sys/fs/cgroup/') || (type !== 'cgroup' && type !== 'cgroup2')) return [];
+    if (
+      dir === undefined ||
+      !dir.startsWith('/sys/fs/cgroup/') ||
+      (type !== 'cgroup' && type !== 'cgroup2')
+    )
+      return [];
     return [{ dir, type, opts: (opts ?? '').split(',').filter(keep).join(',') }];
   });
 }
 
 /** The holder's shell script: the node's mounts, then sleep until killed. */
-export function holderScript(fsRoot: string, cgroups: readonly { dir: string; type: string; opts: string }[]): string {
+export function holderScript(
+  fsRoot: string,
+  cgroups: readonly { dir: string; type: string; opts: string }[],
+): string {
   const lines = ['set -eu', 'mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup'];
   for (const c of cgroups) {
-    lines.push(shJoin(['mkdir', '-p', c.dir]), shJoin(['mount', '-t', c.type, ...(c.opts === '' ? [] : ['-o', c.opts]), c.type, c.dir]));
+    lines.push(
+      shJoin(['mkdir', '-p', c.dir]),
+      shJoin(['mount', '-t', c.type, ...(c.opts === '' ? [] : ['-o', c.opts]), c.type, c.dir]),
+    );
   }
   for (const p of NODE_PATHS) lines.push(shJoin(['mount', '--bind', join(fsRoot, p), p]));
   lines.push('echo mounted', 'exec sleep infinity');
   return lines.join('\n');
 }
 
-/** Host paths the node's bind mounts need as mount points; returns those it had to create (down removes them). */
+/**
+ * Host paths the node's bind mounts need as mount points; returns those it had to create (down
+ * removes them).
+ */
 export async function ensureMountPoints(): Promise<string[]> {
   const made: string[] = [];
   for (const p of NODE_PATHS) {
-    const existed = await readdir(p).then(() => true, () => false);
+    const existed = await readdir(p).then(
+      () => true,
+      () => false,
+    );
     if (!existed) {
       await mkdir(p, { recursive: true });
       made.push(p);
@@ -187,7 +244,10 @@ export async function ensureMountPoints(): Promise<string[]> {
 }
 
 /** The node's directories, configuration files and the OS's CNI plugins. */
-export async function writeNodeFiles(n: NodeSpec, kubeconfigs: { kubelet: string; kubeProxy: string }): Promise<void> {
+export async function writeNodeFiles(
+  n: NodeSpec,
+  kubeconfigs: { kubelet: string; kubeProxy: string },
+): Promise<void> {
   const f = n.files;
   for (const p of NODE_PATHS) await mkdir(join(f.fs, p), { recursive: true });
   await mkdir(join(f.dir, 'containerd'), { recursive: true });
@@ -203,15 +263,23 @@ export async function writeNodeFiles(n: NodeSpec, kubeconfigs: { kubelet: string
   await writeFile(f.kubeProxyKubeconfig, kubeconfigs.kubeProxy, { mode: 0o600 });
 }
 
-/** Starts the holder in network namespace `ns`; resolves with its pid once the node's mounts are in place. */
+/**
+ * Starts the holder in network namespace `ns`; resolves with its pid once the node's mounts are in
+ * place.
+ */
 export async function startHolder(ns: string, f: NodeFiles): Promise<number> {
   const script = holderScript(f.fs, await hostCgroupMounts());
   await writeFile(f.log.holder, '');
   const pid = spawnLogged(['ip', 'netns', 'exec', ns, 'sh', '-c', script], f.log.holder);
-  const mounted = (): Promise<boolean> => readFile(f.log.holder, 'utf8').then((t) => t.includes('mounted') || !alive(pid), () => false);
+  const mounted = (): Promise<boolean> =>
+    readFile(f.log.holder, 'utf8').then(
+      (t) => t.includes('mounted') || !alive(pid),
+      () => false,
+    );
   await until(mounted, { timeoutMs: 20_000, everyMs: 20 });
   const log = await readFile(f.log.holder, 'utf8');
-  if (!alive(pid) || !log.includes('mounted')) throw new Error(`node mounts failed: ${log.trim() || 'no output'} (${f.log.holder})`);
+  if (!alive(pid) || !log.includes('mounted'))
+    throw new Error(`node mounts failed: ${log.trim() || 'no output'} (${f.log.holder})`);
   return pid;
 }
 
@@ -220,24 +288,47 @@ export function inNode(holder: number, argv: readonly string[]): string[] {
   return ['nsenter', `--target=${holder}`, '--mount', '--net', '--', ...argv];
 }
 
-export function spawnInNode(holder: number, argv: readonly string[], logFile: string, env: Record<string, string> = {}): number {
+export function spawnInNode(
+  holder: number,
+  argv: readonly string[],
+  logFile: string,
+  env: Record<string, string> = {},
+): number {
   return spawnLogged(inNode(holder, argv), logFile, env);
 }
 
-/** `ctr` against the node's containerd, in its k8s.io namespace (where the CRI keeps images and containers); stdout. */
-export async function ctr(f: NodeFiles, args: readonly string[], timeoutMs = 20_000): Promise<string> {
-  return (await run('ctr', ['--address', f.containerdSock, '--namespace', 'k8s.io', ...args], { timeoutMs })).stdout;
+/**
+ * `ctr` against the node's containerd, in its k8s.io namespace (where the CRI keeps images and
+ * containers); stdout.
+ */
+export async function ctr(
+  f: NodeFiles,
+  args: readonly string[],
+  timeoutMs = 20_000,
+): Promise<string> {
+  return (
+    await run('ctr', ['--address', f.containerdSock, '--namespace', 'k8s.io', ...args], {
+      timeoutMs,
+    })
+  ).stdout;
 }
 
 export async function startContainerd(holder: number, f: NodeFiles): Promise<number> {
   const pid = spawnInNode(holder, ['containerd', '--config', f.containerdConfig], f.log.containerd);
-  const up = (): Promise<boolean> => run('ctr', ['--address', f.containerdSock, 'version'], { timeoutMs: 5_000 }).then(() => true, () => !alive(pid));
+  const up = (): Promise<boolean> =>
+    run('ctr', ['--address', f.containerdSock, 'version'], { timeoutMs: 5_000 }).then(
+      () => true,
+      () => !alive(pid),
+    );
   await until(up, { timeoutMs: 60_000, everyMs: 100 });
   if (!alive(pid)) throw new Error(`containerd exited; see ${f.log.containerd}`);
   return pid;
 }
 
-/** Imports image archives into the node's containerd (k8s.io namespace, unpacked for the CRI's snapshotter). */
+/**
+ * Imports image archives into the node's containerd (k8s.io namespace, unpacked for the CRI's
+ * snapshotter).
+ */
 export async function importImages(f: NodeFiles, archives: readonly string[]): Promise<void> {
   for (const a of archives) await ctr(f, ['images', 'import', a], 600_000);
 }
@@ -264,7 +355,11 @@ export function startKubelet(holder: number, n: NodeSpec, binary: string): numbe
 }
 
 export function startKubeProxy(holder: number, n: NodeSpec, binary: string): number {
-  return spawnInNode(holder, [binary, `--config=${n.files.kubeProxyConfig}`, '--v=1'], n.files.log.kubeProxy);
+  return spawnInNode(
+    holder,
+    [binary, `--config=${n.files.kubeProxyConfig}`, '--v=1'],
+    n.files.log.kubeProxy,
+  );
 }
 
 /**
@@ -279,7 +374,10 @@ export async function removeContainerCgroups(runcRoot: string): Promise<void> {
   const parents = new Set<string>();
   for (const ns of await readdir(runcRoot).catch(() => [])) {
     for (const id of await readdir(join(runcRoot, ns)).catch(() => [])) {
-      const state = await readFile(join(runcRoot, ns, id, 'state.json'), 'utf8').then((t) => JSON.parse(t) as { cgroup_paths?: Record<string, string> }, () => undefined);
+      const state = await readFile(join(runcRoot, ns, id, 'state.json'), 'utf8').then(
+        (t) => JSON.parse(t) as { cgroup_paths?: Record<string, string> },
+        () => undefined,
+      );
       for (const path of Object.values(state?.cgroup_paths ?? {})) {
         if (!path.startsWith('/sys/fs/cgroup/')) continue;
         await rmdir(path).catch(() => undefined);
@@ -303,7 +401,10 @@ async function parents(): Promise<Map<number, number>> {
   return out;
 }
 
-/** `roots` and all their descendants (pod processes descend from containerd's shims, which run in the node's namespace). */
+/**
+ * `roots` and all their descendants (pod processes descend from containerd's shims, which run in
+ * the node's namespace).
+ */
 export async function withDescendants(roots: readonly number[]): Promise<number[]> {
   const ppid = await parents();
   const children = new Map<number, number[]>();
@@ -319,7 +420,10 @@ export async function withDescendants(roots: readonly number[]): Promise<number[
   return [...seen];
 }
 
-/** Kills `roots` and everything under them at once (SIGKILL: a node losing power), then waits until they are gone. */
+/**
+ * Kills `roots` and everything under them at once (SIGKILL: a node losing power), then waits until
+ * they are gone.
+ */
 export async function killTree(roots: readonly number[]): Promise<void> {
   const all = await withDescendants(roots);
   for (const pid of all) {

@@ -1,13 +1,17 @@
 // `npm run lab -- <command>`: the netns lab (as root).
-//   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw] [--store etcd|kube] [--slow F] [--etcd-members N]
+//   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw] [--store etcd|kube] [--slow F]
+// [--etcd-members N]
 //                                                         bring it up, print the matrix
 //                                                         (--slow: as on a machine F times slower;
-//                                                         --etcd-members 3: an etcd cluster, twill given every member)
+//                                                         --etcd-members 3: an etcd cluster, twill
+// given every member)
 //   up --kubelet [--nodes 3] [--pods 2]                   a real cluster: kubelet, containerd and
 //                                                         kube-proxy per node, deploy/ as shipped
 //   status                                                print the matrix and where the logs are
-//                                                         (kubelet mode: nodes, twill pods, test pods)
-//   kubectl ARGS…                                         kubectl as the lab's admin (kube and kubelet modes)
+//                                                         (kubelet mode: nodes, twill pods, test
+// pods)
+//   kubectl ARGS…                                         kubectl as the lab's admin (kube and
+// kubelet modes)
 //   kubeconfig                                            print the admin kubeconfig's path
 //   down                                                  remove everything the lab made
 //   drill <name>|all [--json] [--vagrant]                 break things, measure the healing
@@ -31,17 +35,20 @@ import { labNodeCount, VagrantCluster } from './vagrant-cluster.ts';
 
 function positive(value: string): number {
   const n = Number(value);
-  if (!Number.isInteger(n) || n < 1 || n > 200) throw new InvalidArgumentError(`${value} is not a whole number from 1 to 200`);
+  if (!Number.isInteger(n) || n < 1 || n > 200)
+    throw new InvalidArgumentError(`${value} is not a whole number from 1 to 200`);
   return n;
 }
 
 function backendOf(value: string): 'vxlan' | 'host-gw' {
-  if (value !== 'vxlan' && value !== 'host-gw') throw new InvalidArgumentError(`${value} is not vxlan or host-gw`);
+  if (value !== 'vxlan' && value !== 'host-gw')
+    throw new InvalidArgumentError(`${value} is not vxlan or host-gw`);
   return value;
 }
 
 function storeOf(value: string): StoreMode {
-  if (value !== 'etcd' && value !== 'kube') throw new InvalidArgumentError(`${value} is not etcd or kube`);
+  if (value !== 'etcd' && value !== 'kube')
+    throw new InvalidArgumentError(`${value} is not etcd or kube`);
   return value;
 }
 
@@ -60,28 +67,40 @@ async function ensureBuilt(): Promise<void> {
 
 async function openLab(name: string): Promise<NetnsCluster> {
   const c = await NetnsCluster.open(name);
-  if (!c) throw new Error(`no lab named ${name} is up (run: npm run lab -- up${name === 'twlab' ? '' : ` --name ${name}`})`);
+  if (!c)
+    throw new Error(
+      `no lab named ${name} is up (run: npm run lab -- up${name === 'twlab' ? '' : ` --name ${name}`})`,
+    );
   return c;
 }
 
 async function printStatus(c: Cluster): Promise<boolean> {
   const m = await connectivity(c);
   const nodes = await c.nodes();
-  const kube = c instanceof NetnsCluster && c.mode === 'kubelet' ? `${await kubeletStatus(c)}\n` : '';
-  process.stdout.write(`${c.description}\n${kube}${renderMatrix(m)}\nlogs:\n${nodes.map((n) => `  ${n.name} (${n.ip}): ${c.logPath(n.name)}`).join('\n')}\n`);
+  const kube =
+    c instanceof NetnsCluster && c.mode === 'kubelet' ? `${await kubeletStatus(c)}\n` : '';
+  process.stdout.write(
+    `${c.description}\n${kube}${renderMatrix(m)}\nlogs:\n${nodes.map((n) => `  ${n.name} (${n.ip}): ${c.logPath(n.name)}`).join('\n')}\n`,
+  );
   return m.failures.length === 0;
 }
 
 /** Nodes, twill pods and test pods, as kubectl shows them. */
 async function kubeletStatus(c: NetnsCluster): Promise<string> {
-  const wide = (args: string[]): Promise<string> => c.kubectl([...args, '-o', 'wide']).catch((err: Error) => `(${err.message})\n`);
-  const [nodes, twill, pods] = await Promise.all([wide(['get', 'nodes']), wide(['get', 'pods', '-n', 'twill-system']), wide(['get', 'pods', '-n', 'default'])]);
+  const wide = (args: string[]): Promise<string> =>
+    c.kubectl([...args, '-o', 'wide']).catch((err: Error) => `(${err.message})\n`);
+  const [nodes, twill, pods] = await Promise.all([
+    wide(['get', 'nodes']),
+    wide(['get', 'pods', '-n', 'twill-system']),
+    wide(['get', 'pods', '-n', 'default']),
+  ]);
   return `nodes:\n${nodes}twill pods:\n${twill}test pods:\n${pods}kubeconfig: ${c.adminKubeconfig}`;
 }
 
 function slowFactor(value: string): number {
   const n = Number(value);
-  if (!Number.isFinite(n) || n < 1 || n > 50) throw new InvalidArgumentError(`${value} is not a factor from 1 to 50`);
+  if (!Number.isFinite(n) || n < 1 || n > 50)
+    throw new InvalidArgumentError(`${value} is not a factor from 1 to 50`);
   return n;
 }
 
@@ -97,17 +116,37 @@ interface UpOptions {
 
 function etcdMembersOf(value: string): number {
   const n = Number(value);
-  if (!Number.isInteger(n) || n < 1 || n > MAX_ETCD_MEMBERS) throw new InvalidArgumentError(`${value} is not a whole number from 1 to ${MAX_ETCD_MEMBERS}`);
+  if (!Number.isInteger(n) || n < 1 || n > MAX_ETCD_MEMBERS)
+    throw new InvalidArgumentError(`${value} is not a whole number from 1 to ${MAX_ETCD_MEMBERS}`);
   return n;
 }
 
 async function up(o: UpOptions & { name: string }): Promise<number> {
-  if (await NetnsCluster.open(o.name)) throw new Error(`a lab named ${o.name} is already up (npm run lab -- down${o.name === 'twlab' ? '' : ` --name ${o.name}`})`);
+  if (await NetnsCluster.open(o.name))
+    throw new Error(
+      `a lab named ${o.name} is already up (npm run lab -- down${o.name === 'twlab' ? '' : ` --name ${o.name}`})`,
+    );
   await ensureBuilt();
-  if (o.kubelet === true && (o.slow !== undefined || o.backend !== 'vxlan' || o.store !== 'etcd')) throw new Error('--kubelet runs deploy/ as shipped (vxlan, the Kubernetes API as store) at full speed: no --backend, --store or --slow');
-  const c = await NetnsCluster.create({ name: o.name, backend: o.backend, store: o.store, ...(o.slow === undefined ? {} : { slow: o.slow }), ...(o.kubelet === true ? { kubelet: true } : {}), ...(o.etcdMembers === undefined ? {} : { etcdMembers: o.etcdMembers }) });
-  if (o.slow !== undefined) process.stderr.write(`lab: slow mode: etcd, the apiserver and every twill (with what it spawns) get 1/${o.slow} of this machine's CPU\n`);
-  await c.addNodes(Array.from({ length: o.nodes }, (_, i) => `n${i + 1}`), o.pods);
+  if (o.kubelet === true && (o.slow !== undefined || o.backend !== 'vxlan' || o.store !== 'etcd'))
+    throw new Error(
+      '--kubelet runs deploy/ as shipped (vxlan, the Kubernetes API as store) at full speed: no --backend, --store or --slow',
+    );
+  const c = await NetnsCluster.create({
+    name: o.name,
+    backend: o.backend,
+    store: o.store,
+    ...(o.slow === undefined ? {} : { slow: o.slow }),
+    ...(o.kubelet === true ? { kubelet: true } : {}),
+    ...(o.etcdMembers === undefined ? {} : { etcdMembers: o.etcdMembers }),
+  });
+  if (o.slow !== undefined)
+    process.stderr.write(
+      `lab: slow mode: etcd, the apiserver and every twill (with what it spawns) get 1/${o.slow} of this machine's CPU\n`,
+    );
+  await c.addNodes(
+    Array.from({ length: o.nodes }, (_, i) => `n${i + 1}`),
+    o.pods,
+  );
   await untilFull(c, o.kubelet === true ? 120_000 : 30_000);
   return (await printStatus(c)) ? 0 : 1;
 }
@@ -115,17 +154,30 @@ async function up(o: UpOptions & { name: string }): Promise<number> {
 async function drill(c: Cluster, o: { which: string; json: boolean }): Promise<number> {
   const names = o.which === 'all' ? drillsFor(c.mode).map((d) => d.name) : [o.which];
   const unknown = names.filter((n) => !DRILLS.some((d) => d.name === n));
-  if (unknown.length > 0) throw new Error(`no drill named ${unknown.join(', ')} (have: ${DRILLS.map((d) => d.name).join(', ')}, all)`);
+  if (unknown.length > 0)
+    throw new Error(
+      `no drill named ${unknown.join(', ')} (have: ${DRILLS.map((d) => d.name).join(', ')}, all)`,
+    );
   const results = await runDrills(c, names, (line) => process.stderr.write(`${line}\n`));
-  process.stdout.write(o.json ? `${JSON.stringify(results, null, 2)}\n` : `${renderDrills(results)}\n`);
+  process.stdout.write(
+    o.json ? `${JSON.stringify(results, null, 2)}\n` : `${renderDrills(results)}\n`,
+  );
   return results.every((r) => r.pass) ? 0 : 1;
 }
 
-/** `[--name N] kubectl ARGS…`: ARGS go to kubectl untouched (flags, `--` and all), so commander never sees them. */
+/**
+ * `[--name N] kubectl ARGS…`: ARGS go to kubectl untouched (flags, `--` and all), so commander
+ * never sees them.
+ */
 function kubectlPassThrough(argv: readonly string[]): { name: string; args: string[] } | undefined {
   const named = argv[0] === '--name' ? 2 : argv[0]?.startsWith('--name=') === true ? 1 : 0;
   if (argv[named] !== 'kubectl') return undefined;
-  const name = named === 2 ? (argv[1] ?? 'twlab') : named === 1 ? (argv[0] ?? '').slice('--name='.length) : 'twlab';
+  const name =
+    named === 2
+      ? (argv[1] ?? 'twlab')
+      : named === 1
+        ? (argv[0] ?? '').slice('--name='.length)
+        : 'twlab';
   return { name, args: argv.slice(named + 1) };
 }
 
@@ -148,7 +200,9 @@ async function main(argv: string[]): Promise<number> {
     });
   }
   let code = 0;
-  const program = new Command('lab').description('the twill lab: nodes, pods and etcd in network namespaces, and failure drills').exitOverride();
+  const program = new Command('lab')
+    .description('the twill lab: nodes, pods and etcd in network namespaces, and failure drills')
+    .exitOverride();
   program.option('--name <name>', 'the lab name (namespace and directory prefix)', 'twlab');
   const name = (): string => String(program.opts<{ name: string }>().name);
   program
@@ -156,17 +210,42 @@ async function main(argv: string[]): Promise<number> {
     .option('--nodes <n>', 'nodes', positive, 3)
     .option('--pods <n>', 'pods per node', positive, 2)
     .option('--backend <type>', 'vxlan or host-gw', backendOf, 'vxlan' as const)
-    .option('--store <mode>', 'etcd, or kube (a kube-apiserver, Node objects, twill run --kube-subnet-mgr)', storeOf, 'etcd' as const)
-    .option('--slow <factor>', 'run the lab as on a machine <factor> times slower: its processes share 1/<factor> of the CPUs (a cgroup CPU quota)', slowFactor)
-    .option('--etcd-members <n>', `etcd as a cluster of <n> members (1 to ${MAX_ETCD_MEMBERS}) in the etcd namespace, on ports 2379, 22379, 32379…; twill gets every endpoint (etcd store only)`, etcdMembersOf)
-    .option('--kubelet', 'a real cluster: controller-manager, scheduler, and per node containerd, kubelet and kube-proxy; twill as deploy/\'s DaemonSet')
+    .option(
+      '--store <mode>',
+      'etcd, or kube (a kube-apiserver, Node objects, twill run --kube-subnet-mgr)',
+      storeOf,
+      'etcd' as const,
+    )
+    .option(
+      '--slow <factor>',
+      'run the lab as on a machine <factor> times slower: its processes share 1/<factor> of the CPUs (a cgroup CPU quota)',
+      slowFactor,
+    )
+    .option(
+      '--etcd-members <n>',
+      `etcd as a cluster of <n> members (1 to ${MAX_ETCD_MEMBERS}) in the etcd namespace, on ports 2379, 22379, 32379…; twill gets every endpoint (etcd store only)`,
+      etcdMembersOf,
+    )
+    .option(
+      '--kubelet',
+      "a real cluster: controller-manager, scheduler, and per node containerd, kubelet and kube-proxy; twill as deploy/'s DaemonSet",
+    )
     .action(async (o: UpOptions) => void (code = await up({ name: name(), ...o })));
-  program.command('kubectl').description('kubectl as the lab\'s admin: npm run lab -- kubectl ARGS…').action(() => void (code = 1));
-  program.command('kubeconfig').action(async () => void process.stdout.write(`${(await openLab(name())).adminKubeconfig}\n`));
-  program.command('status').action(async () => void (code = (await printStatus(await openLab(name()))) ? 0 : 1));
+  program
+    .command('kubectl')
+    .description("kubectl as the lab's admin: npm run lab -- kubectl ARGS…")
+    .action(() => void (code = 1));
+  program
+    .command('kubeconfig')
+    .action(async () => void process.stdout.write(`${(await openLab(name())).adminKubeconfig}\n`));
+  program
+    .command('status')
+    .action(async () => void (code = (await printStatus(await openLab(name()))) ? 0 : 1));
   program.command('down').action(async () => {
     const removed = await NetnsCluster.destroy(name());
-    process.stdout.write(`lab ${name()}: removed ${removed.length} namespaces, its processes and /run/twill-lab/${name()}\n`);
+    process.stdout.write(
+      `lab ${name()}: removed ${removed.length} namespaces, its processes and /run/twill-lab/${name()}\n`,
+    );
   });
   program
     .command('drill <which>')
@@ -179,14 +258,17 @@ async function main(argv: string[]): Promise<number> {
   try {
     await program.parseAsync(argv, { from: 'user' });
   } catch (err) {
-    if (err instanceof Error && 'exitCode' in err) return Number((err as { exitCode: number }).exitCode);
+    if (err instanceof Error && 'exitCode' in err)
+      return Number((err as { exitCode: number }).exitCode);
     process.stderr.write(`lab: ${err instanceof Error ? err.message : String(err)}\n`);
     return 1;
   }
   return code;
 }
 
-/** The Vagrant lab next to the Vagrantfile (TWILL_LAB_NODES node VMs, as the Vagrantfile reads it). */
+/**
+ * The Vagrant lab next to the Vagrantfile (TWILL_LAB_NODES node VMs, as the Vagrantfile reads it).
+ */
 async function openVagrant(): Promise<Cluster> {
   return new VagrantCluster({ nodes: labNodeCount(process.env) });
 }

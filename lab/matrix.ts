@@ -28,16 +28,31 @@ export async function pool<T>(jobs: readonly (() => Promise<T>)[], limit: number
 }
 
 export async function ping(c: Cluster, from: string, ip: string, timeoutS = 0.3): Promise<boolean> {
-  return c.sh({ pod: from }, ['ping', '-c', '1', '-q', '-W', String(timeoutS), ip], { timeoutMs: 5_000 }).then(() => true, () => false);
+  return c
+    .sh({ pod: from }, ['ping', '-c', '1', '-q', '-W', String(timeoutS), ip], { timeoutMs: 5_000 })
+    .then(
+      () => true,
+      () => false,
+    );
 }
 
 export async function connectivity(c: Cluster, o: { timeoutS?: number } = {}): Promise<Matrix> {
   const pods = await c.pods();
-  const targets = [...pods.map((p) => ({ name: p.name, ip: p.ip })), { name: 'outside', ip: c.outsideIp }];
-  const jobs = pods.flatMap((p) => targets.map((t) => async (): Promise<boolean | null> => (t.name === p.name ? null : ping(c, p.name, t.ip, o.timeoutS))));
+  const targets = [
+    ...pods.map((p) => ({ name: p.name, ip: p.ip })),
+    { name: 'outside', ip: c.outsideIp },
+  ];
+  const jobs = pods.flatMap((p) =>
+    targets.map(
+      (t) => async (): Promise<boolean | null> =>
+        t.name === p.name ? null : ping(c, p.name, t.ip, o.timeoutS),
+    ),
+  );
   const flat = await pool(jobs, 24);
   const reach = pods.map((_, i) => flat.slice(i * targets.length, (i + 1) * targets.length));
-  const failures = pods.flatMap((p, i) => targets.filter((_, j) => reach[i]?.[j] === false).map((t) => `${p.name} → ${t.name} (${t.ip})`));
+  const failures = pods.flatMap((p, i) =>
+    targets.filter((_, j) => reach[i]?.[j] === false).map((t) => `${p.name} → ${t.name} (${t.ip})`),
+  );
   return { pods, columns: targets.map((t) => t.name), reach, failures };
 }
 
@@ -46,7 +61,12 @@ export async function connectivity(c: Cluster, o: { timeoutS?: number } = {}): P
  * undefined. A round that fails waits out its pings' timeout (`timeoutS`,
  * default 0.3 s), which is how late it can notice the network came back.
  */
-export async function untilFull(c: Cluster, timeoutMs: number, since = performance.now(), o: { timeoutS?: number } = {}): Promise<number | undefined> {
+export async function untilFull(
+  c: Cluster,
+  timeoutMs: number,
+  since = performance.now(),
+  o: { timeoutS?: number } = {},
+): Promise<number | undefined> {
   const until = since + timeoutMs;
   for (;;) {
     const m = await connectivity(c, o);
@@ -63,6 +83,9 @@ export function renderMatrix(m: Matrix): string {
     return `${String(i + 1).padStart(2)} ${p.name.padEnd(width)} ${p.ip.padEnd(13)} ${cells}`;
   });
   const legend = `columns: ${m.columns.map((c, j) => `${j + 1}=${c}`).join(' ')}`;
-  const verdict = m.failures.length === 0 ? `full connectivity: ${m.pods.length} pods, every pod reaches every pod and outside` : `${m.failures.length} unreachable: ${m.failures.join(', ')}`;
+  const verdict =
+    m.failures.length === 0
+      ? `full connectivity: ${m.pods.length} pods, every pod reaches every pod and outside`
+      : `${m.failures.length} unreachable: ${m.failures.join(', ')}`;
   return [head, ...rows, legend, verdict].join('\n');
 }

@@ -15,7 +15,17 @@ import { run, watchLines } from '../src/exec/runner.ts';
 import type { Cluster, LabMode, LabNode, LabPod, ShOptions, StoreMode, Target } from './cluster.ts';
 import { KubeletNodes } from './kubelet-cluster.ts';
 import { kubectlArgv } from './kube-apiserver.ts';
-import { adminKubectl, applyRbac, kubeLab, nodeObject, prepareKubeLab, spawnLabApiServer, twillKubeFlags, untilLabApiServerReady, type KubeLab } from './netns-kube.ts';
+import {
+  adminKubectl,
+  applyRbac,
+  kubeLab,
+  nodeObject,
+  prepareKubeLab,
+  spawnLabApiServer,
+  twillKubeFlags,
+  untilLabApiServerReady,
+  type KubeLab,
+} from './netns-kube.ts';
 import { alive, killNamespaceProcesses, spawnDetached, stopPid } from './procs.ts';
 import { labDir, readState, writeState, type LabState, type NodeState } from './state.ts';
 import { createThrottle, joinThrottle, processCpuMs, removeThrottle } from './throttle.ts';
@@ -23,7 +33,10 @@ import { TWILL_CNI, twillCommand } from './twill-command.ts';
 import { until } from './wait.ts';
 
 const ETCD_IP = '10.123.0.1';
-/** `up --etcd-members` at most: member k (1-based) serves clients on port k×10000+2379 (2379, 22379…), peers on +1, inside the etcd namespace */
+/**
+ * `up --etcd-members` at most: member k (1-based) serves clients on port k×10000+2379 (2379,
+ * 22379…), peers on +1, inside the etcd namespace
+ */
 export const MAX_ETCD_MEMBERS = 5;
 const etcdClientPort = (k: number): number => (k === 1 ? 2379 : k * 10_000 + 2379);
 const OUTSIDE_IP = '203.0.113.2';
@@ -39,24 +52,46 @@ export class NetnsCluster implements Cluster {
   readonly outsideIp = OUTSIDE_IP;
   /** every etcd member's client URL, member 1 first */
   readonly etcdEndpoints: readonly string[];
-  /** what etcdctl and twill's --etcd-endpoints get: the members' URLs, comma-separated (one URL on a one-member lab) */
+  /**
+   * what etcdctl and twill's --etcd-endpoints get: the members' URLs, comma-separated (one URL on a
+   * one-member lab)
+   */
   readonly etcdEndpoint: string;
   readonly etcdPrefix = '/coreos.com/network';
   private readonly state: LabState;
   private readonly dir: string;
   private readonly kube: KubeLab;
-  /** kubelet mode: the nodes' kubelets, containerds and kube-proxies, the control plane around the apiserver */
+  /**
+   * kubelet mode: the nodes' kubelets, containerds and kube-proxies, the control plane around the
+   * apiserver
+   */
   private readonly kubelet: KubeletNodes | undefined;
 
   private constructor(state: LabState) {
     this.state = state;
     this.dir = labDir(state.name);
     this.kube = kubeLab(this.dir, ETCD_IP);
-    this.etcdEndpoints = Array.from({ length: state.etcdMembers ?? 1 }, (_, i) => `http://${ETCD_IP}:${etcdClientPort(i + 1)}`);
+    this.etcdEndpoints = Array.from(
+      { length: state.etcdMembers ?? 1 },
+      (_, i) => `http://${ETCD_IP}:${etcdClientPort(i + 1)}`,
+    );
     this.etcdEndpoint = this.etcdEndpoints.join(',');
-    const how = state.kubelet ? ', kubelet + DaemonSet' : state.store === 'kube' ? ', Kubernetes API' : '';
+    const how = state.kubelet
+      ? ', kubelet + DaemonSet'
+      : state.store === 'kube'
+        ? ', Kubernetes API'
+        : '';
     this.description = `netns lab ${state.name} (${state.backend}${how})`;
-    this.kubelet = state.kubelet ? new KubeletNodes({ state, dir: this.dir, kube: this.kube, save: () => writeState(this.state), kubectl: (args, opts) => this.kubectl(args, opts), nsOf: (short) => this.nsOf(short) }) : undefined;
+    this.kubelet = state.kubelet
+      ? new KubeletNodes({
+          state,
+          dir: this.dir,
+          kube: this.kube,
+          save: () => writeState(this.state),
+          kubectl: (args, opts) => this.kubectl(args, opts),
+          nsOf: (short) => this.nsOf(short),
+        })
+      : undefined;
   }
 
   get store(): StoreMode {
@@ -82,26 +117,65 @@ export class NetnsCluster implements Cluster {
    * config in etcd. kube mode: the kube-apiserver, RBAC, kubeconfigs and
    * net-conf.json (netns-kube.ts).
    */
-  static async create(o: { name: string; backend: 'vxlan' | 'host-gw'; store?: StoreMode; slow?: number; kubelet?: boolean; etcdMembers?: number }): Promise<NetnsCluster> {
+  static async create(o: {
+    name: string;
+    backend: 'vxlan' | 'host-gw';
+    store?: StoreMode;
+    slow?: number;
+    kubelet?: boolean;
+    etcdMembers?: number;
+  }): Promise<NetnsCluster> {
     const store = o.kubelet === true ? 'kube' : (o.store ?? 'etcd');
     const kubelet = o.kubelet === true ? { kubelet: KubeletNodes.initialState() } : {};
     const members = o.etcdMembers ?? 1;
-    if (!Number.isInteger(members) || members < 1 || members > MAX_ETCD_MEMBERS) throw new Error(`--etcd-members ${members}: from 1 to ${MAX_ETCD_MEMBERS}`);
-    if (members > 1 && store !== 'etcd') throw new Error('--etcd-members: an etcd cluster is for twill\'s etcd store (--store etcd, no --kubelet)');
-    const etcd = members > 1 ? { etcdMembers: members, etcdMemberPids: Array.from({ length: members - 1 }, () => null) } : {};
-    const c = new NetnsCluster({ name: o.name, backend: o.backend, store, etcdPid: undefined, apiServerPid: undefined, nodes: [], nextIndex: 1, ...(o.slow === undefined ? {} : { slow: o.slow }), ...kubelet, ...etcd });
+    if (!Number.isInteger(members) || members < 1 || members > MAX_ETCD_MEMBERS)
+      throw new Error(`--etcd-members ${members}: from 1 to ${MAX_ETCD_MEMBERS}`);
+    if (members > 1 && store !== 'etcd')
+      throw new Error(
+        "--etcd-members: an etcd cluster is for twill's etcd store (--store etcd, no --kubelet)",
+      );
+    const etcd =
+      members > 1
+        ? { etcdMembers: members, etcdMemberPids: Array.from({ length: members - 1 }, () => null) }
+        : {};
+    const c = new NetnsCluster({
+      name: o.name,
+      backend: o.backend,
+      store,
+      etcdPid: undefined,
+      apiServerPid: undefined,
+      nodes: [],
+      nextIndex: 1,
+      ...(o.slow === undefined ? {} : { slow: o.slow }),
+      ...kubelet,
+      ...etcd,
+    });
     await mkdir(c.dir, { recursive: true });
     await writeState(c.state);
     if (o.slow !== undefined) await createThrottle(o.name, o.slow);
     const rt = await c.addNs('rt');
-    // a fixed MAC: a bridge otherwise takes its lowest port MAC, which changes as nodes come and go,
+    // a fixed MAC: a bridge otherwise takes its lowest port MAC, which changes as nodes come and
+    // go,
     // and every node's cached ARP entry for the gateway then points nowhere for half a minute
     await ns(['-n', rt, 'link', 'add', 'br0', 'address', '02:00:7e:00:00:fe', 'type', 'bridge']);
     await ns(['-n', rt, 'addr', 'add', '10.123.0.254/24', 'dev', 'br0']);
     await ns(['-n', rt, 'link', 'set', 'br0', 'up']);
     await run('ip', ['netns', 'exec', rt, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
     const out = await c.addNs('out');
-    await ns(['-n', rt, 'link', 'add', 'out0', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', out]);
+    await ns([
+      '-n',
+      rt,
+      'link',
+      'add',
+      'out0',
+      'type',
+      'veth',
+      'peer',
+      'name',
+      'eth0',
+      'netns',
+      out,
+    ]);
     await ns(['-n', rt, 'addr', 'add', '203.0.113.1/24', 'dev', 'out0']);
     await ns(['-n', rt, 'link', 'set', 'out0', 'up']);
     await ns(['-n', out, 'addr', 'add', `${OUTSIDE_IP}/24`, 'dev', 'eth0']);
@@ -110,7 +184,14 @@ export class NetnsCluster implements Cluster {
     await c.attach('etcd', ETCD_IP);
     await c.startEtcd({ wipe: true });
     if (store === 'etcd') {
-      await c.sh('etcd', ['etcdctl', '--endpoints', c.etcdEndpoint, 'put', `${c.etcdPrefix}/config`, `{"Network":"10.244.0.0/16","Backend":{"Type":"${o.backend}"}}`]);
+      await c.sh('etcd', [
+        'etcdctl',
+        '--endpoints',
+        c.etcdEndpoint,
+        'put',
+        `${c.etcdPrefix}/config`,
+        `{"Network":"10.244.0.0/16","Backend":{"Type":"${o.backend}"}}`,
+      ]);
       return c;
     }
     await prepareKubeLab(c.kube, o.backend);
@@ -121,13 +202,25 @@ export class NetnsCluster implements Cluster {
     return c;
   }
 
-  /** Removes every process, namespace and file of the lab `name`, whether or not its state survived. */
+  /**
+   * Removes every process, namespace and file of the lab `name`, whether or not its state survived.
+   */
   static async destroy(name: string): Promise<string[]> {
     const state = await readState(name);
-    const mine = (await ns(['netns', 'list'])).split('\n').map((l) => l.split(' ')[0] ?? '').filter((n) => n.startsWith(`${name}-`));
-    // kubelet mode first: every process of its nodes (pods included) at once, then its control plane
+    const mine = (await ns(['netns', 'list']))
+      .split('\n')
+      .map((l) => l.split(' ')[0] ?? '')
+      .filter((n) => n.startsWith(`${name}-`));
+    // kubelet mode first: every process of its nodes (pods included) at once, then its control
+    // plane
     await KubeletNodes.destroy(state, mine);
-    for (const pid of [state?.apiServerPid, state?.etcdPid, ...(state?.etcdMemberPids ?? []).map((p) => p ?? undefined), ...(state?.nodes ?? []).map((n) => n.pid)]) await stopPid(pid, 'kill');
+    for (const pid of [
+      state?.apiServerPid,
+      state?.etcdPid,
+      ...(state?.etcdMemberPids ?? []).map((p) => p ?? undefined),
+      ...(state?.nodes ?? []).map((n) => n.pid),
+    ])
+      await stopPid(pid, 'kill');
     for (const n of mine) await killNamespaceProcesses(n);
     for (const n of mine) await ns(['netns', 'del', n]).catch(() => undefined);
     await rm(labDir(name), { recursive: true, force: true });
@@ -150,7 +243,20 @@ export class NetnsCluster implements Cluster {
   private async attach(short: string, ip: string): Promise<string> {
     const name = await this.addNs(short);
     const rt = this.nsOf('rt');
-    await ns(['-n', rt, 'link', 'add', `u-${short}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', name]);
+    await ns([
+      '-n',
+      rt,
+      'link',
+      'add',
+      `u-${short}`,
+      'type',
+      'veth',
+      'peer',
+      'name',
+      'eth0',
+      'netns',
+      name,
+    ]);
     await ns(['-n', rt, 'link', 'set', `u-${short}`, 'master', 'br0', 'up']);
     await ns(['-n', name, 'addr', 'add', `${ip}/24`, 'dev', 'eth0']);
     await ns(['-n', name, 'link', 'set', 'eth0', 'up']);
@@ -163,18 +269,29 @@ export class NetnsCluster implements Cluster {
     return this.nsOf('node' in t ? t.node : t.pod);
   }
 
-  /** nsenter's --net argument for a target: a namespace the lab made, or (kubelet mode) a pod's, by its process */
+  /**
+   * nsenter's --net argument for a target: a namespace the lab made, or (kubelet mode) a pod's, by
+   * its process
+   */
   private async netOf(t: Target): Promise<string> {
-    if (this.kubelet && t !== 'etcd' && t !== 'outside' && 'pod' in t) return `--net=${await this.kubelet.podNetns(t.pod)}`;
+    if (this.kubelet && t !== 'etcd' && t !== 'outside' && 'pod' in t)
+      return `--net=${await this.kubelet.podNetns(t.pod)}`;
     return `--net=/run/netns/${this.targetNs(t)}`;
   }
 
   async sh(t: Target, argv: readonly string[], opts: ShOptions = {}): Promise<string> {
-    const r = await run('nsenter', [await this.netOf(t), ...argv], { timeoutMs: opts.timeoutMs ?? 20_000, ...(opts.input === undefined ? {} : { input: opts.input }) });
+    const r = await run('nsenter', [await this.netOf(t), ...argv], {
+      timeoutMs: opts.timeoutMs ?? 20_000,
+      ...(opts.input === undefined ? {} : { input: opts.input }),
+    });
     return r.stdout;
   }
 
-  async watch(t: Target, argv: readonly string[], opts: { signal: AbortSignal; onLine: (line: string) => void }): Promise<void> {
+  async watch(
+    t: Target,
+    argv: readonly string[],
+    opts: { signal: AbortSignal; onLine: (line: string) => void },
+  ): Promise<void> {
     await watchLines('nsenter', [await this.netOf(t), ...argv], opts);
   }
 
@@ -184,7 +301,9 @@ export class NetnsCluster implements Cluster {
 
   async pods(): Promise<LabPod[]> {
     if (this.kubelet) return this.kubelet.pods();
-    return this.state.nodes.flatMap((n) => n.pods.map((p) => ({ name: p.name, node: n.name, ip: p.ip })));
+    return this.state.nodes.flatMap((n) =>
+      n.pods.map((p) => ({ name: p.name, node: n.name, ip: p.ip })),
+    );
   }
 
   private node(name: string): NodeState {
@@ -198,7 +317,10 @@ export class NetnsCluster implements Cluster {
     return this.state.slow;
   }
 
-  /** Starts a lab process (etcd, the apiserver, twill) in a namespace: in the slow lab's CPU group, when it has one. */
+  /**
+   * Starts a lab process (etcd, the apiserver, twill) in a namespace: in the slow lab's CPU group,
+   * when it has one.
+   */
   private async spawnIn(ns: string, argv: readonly string[], log: string): Promise<number> {
     const pid = spawnDetached(ns, argv, log);
     if (this.state.slow !== undefined) await joinThrottle(this.state.name, pid);
@@ -220,9 +342,15 @@ export class NetnsCluster implements Cluster {
     return readFile(this.logPath(node), 'utf8').catch(() => '');
   }
 
-  /** kubelet mode: twill is the DaemonSet's pod, which kubelet starts and restarts; the drills go through Kubernetes */
+  /**
+   * kubelet mode: twill is the DaemonSet's pod, which kubelet starts and restarts; the drills go
+   * through Kubernetes
+   */
   private notKubelet(what: string): void {
-    if (this.kubelet) throw new Error(`${this.description}: ${what}: in kubelet mode twill runs as the DaemonSet's pod (use kubectl)`);
+    if (this.kubelet)
+      throw new Error(
+        `${this.description}: ${what}: in kubelet mode twill runs as the DaemonSet's pod (use kubectl)`,
+      );
   }
 
   get kubeletControl(): KubeletNodes | undefined {
@@ -233,8 +361,22 @@ export class NetnsCluster implements Cluster {
     this.notKubelet('starting twill');
     const n = this.node(name);
     if (alive(n.pid)) throw new Error(`twill already runs on ${name} (pid ${n.pid})`);
-    const store = this.store === 'kube' ? twillKubeFlags(this.kube, name) : ['--etcd-endpoints', this.etcdEndpoints.join(','), '--node-name', name];
-    const argv = [...(await twillCommand()), 'run', ...store, '--iface', 'eth0', '--ip-masq', '--healthz-port', String(HEALTHZ_PORT), '--subnet-file', join(this.dir, name, 'subnet.env')];
+    const store =
+      this.store === 'kube'
+        ? twillKubeFlags(this.kube, name)
+        : ['--etcd-endpoints', this.etcdEndpoints.join(','), '--node-name', name];
+    const argv = [
+      ...(await twillCommand()),
+      'run',
+      ...store,
+      '--iface',
+      'eth0',
+      '--ip-masq',
+      '--healthz-port',
+      String(HEALTHZ_PORT),
+      '--subnet-file',
+      join(this.dir, name, 'subnet.env'),
+    ];
     n.pid = await this.spawnIn(this.nsOf(name), argv, this.logPath(name));
     await writeState(this.state);
   }
@@ -248,10 +390,12 @@ export class NetnsCluster implements Cluster {
   }
 
   /** Runs argv in the etcd namespace, where the kube-apiserver listens. */
-  private readonly controlPlane = (argv: readonly string[], opts?: ShOptions): Promise<string> => this.sh('etcd', argv, opts);
+  private readonly controlPlane = (argv: readonly string[], opts?: ShOptions): Promise<string> =>
+    this.sh('etcd', argv, opts);
 
   private kubeOnly(what: string): void {
-    if (this.store !== 'kube') throw new Error(`${this.description}: ${what} needs a lab in kube mode (up --store kube)`);
+    if (this.store !== 'kube')
+      throw new Error(`${this.description}: ${what} needs a lab in kube mode (up --store kube)`);
   }
 
   async kubectl(args: readonly string[], opts?: ShOptions): Promise<string> {
@@ -259,16 +403,25 @@ export class NetnsCluster implements Cluster {
     return adminKubectl(this.kube, this.controlPlane, args, opts);
   }
 
-  /** The admin's kubeconfig (its server is reachable from the lab's namespaces, such as <name>-etcd). */
+  /**
+   * The admin's kubeconfig (its server is reachable from the lab's namespaces, such as
+   * <name>-etcd).
+   */
   get adminKubeconfig(): string {
     this.kubeOnly('a kubeconfig');
     return this.kube.admin.kubeconfig;
   }
 
-  /** argv of kubectl as the admin, run where the apiserver is reachable (`npm run lab -- kubectl`). */
+  /**
+   * argv of kubectl as the admin, run where the apiserver is reachable (`npm run lab -- kubectl`).
+   */
   kubectlArgv(args: readonly string[]): string[] {
     this.kubeOnly('kubectl');
-    return ['nsenter', `--net=/run/netns/${this.nsOf('etcd')}`, ...kubectlArgv(this.kube.admin, args)];
+    return [
+      'nsenter',
+      `--net=/run/netns/${this.nsOf('etcd')}`,
+      ...kubectlArgv(this.kube.admin, args),
+    ];
   }
 
   async stopApiServer(): Promise<void> {
@@ -280,8 +433,13 @@ export class NetnsCluster implements Cluster {
 
   async startApiServer(): Promise<void> {
     this.kubeOnly('starting the kube-apiserver');
-    if (alive(this.state.apiServerPid)) throw new Error(`the kube-apiserver already runs (pid ${this.state.apiServerPid})`);
-    const pid = await spawnLabApiServer({ k: this.kube, ns: this.nsOf('etcd'), etcd: this.etcdEndpoint });
+    if (alive(this.state.apiServerPid))
+      throw new Error(`the kube-apiserver already runs (pid ${this.state.apiServerPid})`);
+    const pid = await spawnLabApiServer({
+      k: this.kube,
+      ns: this.nsOf('etcd'),
+      etcd: this.etcdEndpoint,
+    });
     if (this.state.slow !== undefined) await joinThrottle(this.state.name, pid);
     this.state.apiServerPid = pid;
     await writeState(this.state);
@@ -308,9 +466,39 @@ export class NetnsCluster implements Cluster {
     const peer = (m: number): string => `http://127.0.0.1:${etcdClientPort(m) + 1}`;
     const url = this.etcdEndpoints[k - 1] ?? '';
     const name = k === 1 ? 'lab' : `lab${k}`;
-    const cluster = this.etcdMembers === 1 ? [`lab=${peer(1)}`] : this.etcdEndpoints.map((_, i) => `${i === 0 ? 'lab' : `lab${i + 1}`}=${peer(i + 1)}`);
-    const token = this.etcdMembers === 1 ? [] : ['--initial-cluster-token', `twill-lab-${this.state.name}`, '--initial-cluster-state', 'new'];
-    return ['etcd', '--name', name, '--data-dir', this.etcdDataDir(k), '--listen-client-urls', url, '--advertise-client-urls', url, '--listen-peer-urls', peer(k), '--initial-advertise-peer-urls', peer(k), '--initial-cluster', cluster.join(','), ...token, '--log-level', 'error'];
+    const cluster =
+      this.etcdMembers === 1
+        ? [`lab=${peer(1)}`]
+        : this.etcdEndpoints.map((_, i) => `${i === 0 ? 'lab' : `lab${i + 1}`}=${peer(i + 1)}`);
+    const token =
+      this.etcdMembers === 1
+        ? []
+        : [
+            '--initial-cluster-token',
+            `twill-lab-${this.state.name}`,
+            '--initial-cluster-state',
+            'new',
+          ];
+    return [
+      'etcd',
+      '--name',
+      name,
+      '--data-dir',
+      this.etcdDataDir(k),
+      '--listen-client-urls',
+      url,
+      '--advertise-client-urls',
+      url,
+      '--listen-peer-urls',
+      peer(k),
+      '--initial-advertise-peer-urls',
+      peer(k),
+      '--initial-cluster',
+      cluster.join(','),
+      ...token,
+      '--log-level',
+      'error',
+    ];
   }
 
   private etcdDataDir(k: number): string {
@@ -328,19 +516,38 @@ export class NetnsCluster implements Cluster {
     await writeState(this.state);
   }
 
-  /** Starts every etcd member that does not run (together: a cluster's members wait for each other), and waits until each is healthy. */
+  /**
+   * Starts every etcd member that does not run (together: a cluster's members wait for each other),
+   * and waits until each is healthy.
+   */
   async startEtcd(o: { wipe: boolean }): Promise<void> {
-    const down = Array.from({ length: this.etcdMembers }, (_, i) => i + 1).filter((k) => !alive(this.etcdPidOf(k)));
-    if (o.wipe) for (const k of down) await rm(this.etcdDataDir(k), { recursive: true, force: true });
-    for (const k of down) this.setEtcdPid(k, await this.spawnIn(this.nsOf('etcd'), this.etcdArgv(k), this.etcdLogPath(k)));
+    const down = Array.from({ length: this.etcdMembers }, (_, i) => i + 1).filter(
+      (k) => !alive(this.etcdPidOf(k)),
+    );
+    if (o.wipe)
+      for (const k of down) await rm(this.etcdDataDir(k), { recursive: true, force: true });
+    for (const k of down)
+      this.setEtcdPid(
+        k,
+        await this.spawnIn(this.nsOf('etcd'), this.etcdArgv(k), this.etcdLogPath(k)),
+      );
     await writeState(this.state);
     await Promise.all(down.map((k) => this.untilEtcdMemberHealthy(k)));
   }
 
   private async untilEtcdMemberHealthy(k: number): Promise<void> {
     const url = this.etcdEndpoints[k - 1] ?? '';
-    const healthy = (): Promise<boolean> => this.sh('etcd', ['etcdctl', '--endpoints', url, 'endpoint', 'health'], { timeoutMs: 3_000 }).then(() => true, () => false);
-    if ((await until(healthy, { timeoutMs: 20_000, everyMs: 100 })) === undefined) throw new Error(`etcd${this.etcdMembers > 1 ? ` member ${k}` : ''} did not become healthy; see ${this.etcdLogPath(k)}`);
+    const healthy = (): Promise<boolean> =>
+      this.sh('etcd', ['etcdctl', '--endpoints', url, 'endpoint', 'health'], {
+        timeoutMs: 3_000,
+      }).then(
+        () => true,
+        () => false,
+      );
+    if ((await until(healthy, { timeoutMs: 20_000, everyMs: 100 })) === undefined)
+      throw new Error(
+        `etcd${this.etcdMembers > 1 ? ` member ${k}` : ''} did not become healthy; see ${this.etcdLogPath(k)}`,
+      );
   }
 
   /** Stops etcd member k (1-based) alone: SIGTERM, or SIGKILL as a crashed machine. */
@@ -352,8 +559,12 @@ export class NetnsCluster implements Cluster {
 
   /** Starts etcd member k again with its data, and waits until it is healthy. */
   async startEtcdMember(k: number): Promise<void> {
-    if (alive(this.etcdPidOf(k))) throw new Error(`etcd member ${k} already runs (pid ${this.etcdPidOf(k)})`);
-    this.setEtcdPid(k, await this.spawnIn(this.nsOf('etcd'), this.etcdArgv(k), this.etcdLogPath(k)));
+    if (alive(this.etcdPidOf(k)))
+      throw new Error(`etcd member ${k} already runs (pid ${this.etcdPidOf(k)})`);
+    this.setEtcdPid(
+      k,
+      await this.spawnIn(this.nsOf('etcd'), this.etcdArgv(k), this.etcdLogPath(k)),
+    );
     await writeState(this.state);
     await this.untilEtcdMemberHealthy(k);
   }
@@ -366,10 +577,26 @@ export class NetnsCluster implements Cluster {
   async etcdLeader(): Promise<number | undefined> {
     const up = this.etcdEndpoints.filter((_, i) => alive(this.etcdPidOf(i + 1)));
     if (up.length === 0) return undefined;
-    const out = await this.sh('etcd', ['etcdctl', '--endpoints', up.join(','), '--command-timeout', '2s', 'endpoint', 'status', '-w', 'json'], { timeoutMs: 5_000 }).catch(() => '');
+    const out = await this.sh(
+      'etcd',
+      [
+        'etcdctl',
+        '--endpoints',
+        up.join(','),
+        '--command-timeout',
+        '2s',
+        'endpoint',
+        'status',
+        '-w',
+        'json',
+      ],
+      { timeoutMs: 5_000 },
+    ).catch(() => '');
     if (out === '') return undefined;
     // member ids are JSON numbers past 2^53: read them as text
-    const status = JSON.parse(out.replace(/"(member_id|leader|cluster_id)":(\d+)/g, '"$1":"$2"')) as { Endpoint: string; Status: { header: { member_id: string }; leader: string } }[];
+    const status = JSON.parse(
+      out.replace(/"(member_id|leader|cluster_id)":(\d+)/g, '"$1":"$2"'),
+    ) as { Endpoint: string; Status: { header: { member_id: string }; leader: string } }[];
     const leaders = new Set(status.map((s) => s.Status.leader));
     const at = status.find((s) => s.Status.header.member_id === [...leaders][0]);
     if (leaders.size !== 1 || status.length !== up.length || !at) return undefined;
@@ -390,7 +617,11 @@ export class NetnsCluster implements Cluster {
     await writeState(this.state);
     if (this.kubelet) return this.kubelet.addNodes(added, pods);
     // a controller-manager would give each Node its podCIDR: here the lab does, before twill starts
-    for (const n of added) if (this.store === 'kube') await this.kubectl(['create', '-f', '-'], { input: nodeObject(n.name, `10.244.${n.index}.0/24`) });
+    for (const n of added)
+      if (this.store === 'kube')
+        await this.kubectl(['create', '-f', '-'], {
+          input: nodeObject(n.name, `10.244.${n.index}.0/24`),
+        });
     for (const n of added) await this.startTwill(n.name);
     for (const n of added) await this.wirePods(n, pods);
   }
@@ -407,9 +638,13 @@ export class NetnsCluster implements Cluster {
     await ns(['-n', this.nsOf('rt'), 'link', 'del', `u-${name}`]).catch(() => undefined);
     this.state.nodes = this.state.nodes.filter((x) => x !== n);
     await writeState(this.state);
-    // a node added later under the same name starts afresh; its log (kubelet mode: its pod logs) is kept under removed/
+    // a node added later under the same name starts afresh; its log (kubelet mode: its pod logs) is
+    // kept under removed/
     await mkdir(join(this.dir, 'removed'), { recursive: true });
-    await rename(log, join(this.dir, 'removed', `${name}-${Date.now()}${this.kubelet ? '-pods' : '.log'}`)).catch(() => undefined);
+    await rename(
+      log,
+      join(this.dir, 'removed', `${name}-${Date.now()}${this.kubelet ? '-pods' : '.log'}`),
+    ).catch(() => undefined);
     await rm(join(this.dir, name), { recursive: true, force: true });
   }
 
@@ -417,18 +652,39 @@ export class NetnsCluster implements Cluster {
   private async wirePods(n: NodeState, count: number): Promise<void> {
     const subnetFile = join(this.dir, n.name, 'subnet.env');
     // a twill that stopped (say on a bad flag) will not write it: no point waiting the full minute
-    const written = async (): Promise<boolean> => (await readFile(subnetFile, 'utf8').catch(() => '')) !== '' || !alive(n.pid);
+    const written = async (): Promise<boolean> =>
+      (await readFile(subnetFile, 'utf8').catch(() => '')) !== '' || !alive(n.pid);
     await until(written, { timeoutMs: 60_000, everyMs: 25 });
     if ((await readFile(subnetFile, 'utf8').catch(() => '')) === '') {
-      throw new Error(`${n.name}: no subnet.env ${alive(n.pid) ? 'after 60 s' : 'and its twill exited'}; see ${this.logPath(n.name)}`);
+      throw new Error(
+        `${n.name}: no subnet.env ${alive(n.pid) ? 'after 60 s' : 'and its twill exited'}; see ${this.logPath(n.name)}`,
+      );
     }
-    const conf = { cniVersion: '1.0.0', name: 'twill-lab', type: 'twill', subnetFile, dataDir: join(this.dir, n.name, 'ipam'), logFile: join(this.dir, n.name, 'cni.log') };
+    const conf = {
+      cniVersion: '1.0.0',
+      name: 'twill-lab',
+      type: 'twill',
+      subnetFile,
+      dataDir: join(this.dir, n.name, 'ipam'),
+      logFile: join(this.dir, n.name, 'cni.log'),
+    };
     for (let k = n.pods.length + 1; n.pods.length < count; k++) {
       const pod = `${n.name}-p${k}`;
       await this.addNs(pod);
-      const env = [`CNI_COMMAND=ADD`, `CNI_CONTAINERID=${this.state.name}-${pod}`, `CNI_NETNS=/run/netns/${this.nsOf(pod)}`, 'CNI_IFNAME=eth0', 'CNI_PATH=/opt/cni/bin'];
-      const out = await this.sh({ node: n.name }, ['env', ...env, TWILL_CNI], { input: JSON.stringify(conf) });
-      const ip = ((JSON.parse(out) as { ips?: { address?: string }[] }).ips?.[0]?.address ?? '').split('/')[0] ?? '';
+      const env = [
+        `CNI_COMMAND=ADD`,
+        `CNI_CONTAINERID=${this.state.name}-${pod}`,
+        `CNI_NETNS=/run/netns/${this.nsOf(pod)}`,
+        'CNI_IFNAME=eth0',
+        'CNI_PATH=/opt/cni/bin',
+      ];
+      const out = await this.sh({ node: n.name }, ['env', ...env, TWILL_CNI], {
+        input: JSON.stringify(conf),
+      });
+      const ip =
+        ((JSON.parse(out) as { ips?: { address?: string }[] }).ips?.[0]?.address ?? '').split(
+          '/',
+        )[0] ?? '';
       n.pods.push({ name: pod, ip });
       await writeState(this.state);
     }

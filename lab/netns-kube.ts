@@ -23,8 +23,15 @@ import { until } from './wait.ts';
 
 export const KUBE_API_PORT = 6443;
 const DEPLOY = resolve(import.meta.dirname, '../deploy/base');
-/** deploy/'s objects that give twill its rights (the DaemonSet and ConfigMap are not needed here) */
-const RBAC_FILES = ['namespace.yaml', 'serviceaccount.yaml', 'clusterrole.yaml', 'clusterrolebinding.yaml'];
+/**
+ * deploy/'s objects that give twill its rights (the DaemonSet and ConfigMap are not needed here)
+ */
+const RBAC_FILES = [
+  'namespace.yaml',
+  'serviceaccount.yaml',
+  'clusterrole.yaml',
+  'clusterrolebinding.yaml',
+];
 
 /** Runs an argv in the etcd namespace (where the apiserver listens); stdout. */
 export type ControlPlaneExec = (argv: readonly string[], opts?: ShOptions) => Promise<string>;
@@ -59,35 +66,73 @@ export async function prepareKubeLab(k: KubeLab, backend: 'vxlan' | 'host-gw'): 
   await mkdir(k.admin.cacheDir, { recursive: true });
   const creds = await writeCredentials(k.dir);
   const { caFile } = apiServerFiles(k.dir);
-  await writeFile(k.admin.kubeconfig, kubeconfigText({ url: k.url, caFile, token: creds.adminToken }), { mode: 0o600 });
-  await writeFile(k.twillKubeconfig, kubeconfigText({ url: k.url, caFile, token: creds.twillToken }), { mode: 0o600 });
-  await writeFile(k.netConf, `${JSON.stringify({ Network: '10.244.0.0/16', Backend: { Type: backend } })}\n`);
+  await writeFile(
+    k.admin.kubeconfig,
+    kubeconfigText({ url: k.url, caFile, token: creds.adminToken }),
+    { mode: 0o600 },
+  );
+  await writeFile(
+    k.twillKubeconfig,
+    kubeconfigText({ url: k.url, caFile, token: creds.twillToken }),
+    { mode: 0o600 },
+  );
+  await writeFile(
+    k.netConf,
+    `${JSON.stringify({ Network: '10.244.0.0/16', Backend: { Type: backend } })}\n`,
+  );
 }
 
-/** The apiserver binary; builds the Kubernetes binaries (3 to 20 minutes, once) when there is no cached one. */
+/**
+ * The apiserver binary; builds the Kubernetes binaries (3 to 20 minutes, once) when there is no
+ * cached one.
+ */
 export async function labApiServerBinary(): Promise<string> {
   const cached = await kubeApiServerBinary({ cachedOnly: true }).catch(() => undefined);
   if (cached !== undefined) return cached;
-  process.stderr.write('lab: no cached kube-apiserver; building the Kubernetes binaries with scripts/kubernetes.sh (3 to 20 minutes, once)…\n');
+  process.stderr.write(
+    'lab: no cached kube-apiserver; building the Kubernetes binaries with scripts/kubernetes.sh (3 to 20 minutes, once)…\n',
+  );
   return kubeApiServerBinary({ cachedOnly: false });
 }
 
-/** Starts the apiserver detached in namespace `ns` (it must be waited for: `untilLabApiServerReady`); its pid. */
-export async function spawnLabApiServer(o: { k: KubeLab; ns: string; etcd: string }): Promise<number> {
+/**
+ * Starts the apiserver detached in namespace `ns` (it must be waited for:
+ * `untilLabApiServerReady`); its pid.
+ */
+export async function spawnLabApiServer(o: {
+  k: KubeLab;
+  ns: string;
+  etcd: string;
+}): Promise<number> {
   const binary = await labApiServerBinary();
   const args = apiServerArgs({ dir: o.k.dir, host: o.k.host, port: KUBE_API_PORT, etcd: o.etcd });
   return spawnDetached(o.ns, [binary, ...args], o.k.log);
 }
 
-export async function untilLabApiServerReady(k: KubeLab, exec: ControlPlaneExec, pid: number): Promise<void> {
+export async function untilLabApiServerReady(
+  k: KubeLab,
+  exec: ControlPlaneExec,
+  pid: number,
+): Promise<void> {
   const probe = (argv: readonly string[]): Promise<string> => exec(argv, { timeoutMs: 5_000 });
-  await untilApiServerReady({ dir: k.dir, kubectl: k.admin, exec: probe, exited: () => !alive(pid), timeoutMs: 60_000 }).catch((err: Error) => {
+  await untilApiServerReady({
+    dir: k.dir,
+    kubectl: k.admin,
+    exec: probe,
+    exited: () => !alive(pid),
+    timeoutMs: 60_000,
+  }).catch((err: Error) => {
     throw new Error(`${err.message}; see ${k.log}`);
   });
 }
 
 /** kubectl as the admin, on the control-plane host. */
-export function adminKubectl(k: KubeLab, exec: ControlPlaneExec, args: readonly string[], opts?: ShOptions): Promise<string> {
+export function adminKubectl(
+  k: KubeLab,
+  exec: ControlPlaneExec,
+  args: readonly string[],
+  opts?: ShOptions,
+): Promise<string> {
   return exec(kubectlArgv(k.admin, args), opts);
 }
 
@@ -98,19 +143,55 @@ export function adminKubectl(k: KubeLab, exec: ControlPlaneExec, args: readonly 
  * binding through its informer, a moment later).
  */
 export async function applyRbac(k: KubeLab, exec: ControlPlaneExec): Promise<void> {
-  await adminKubectl(k, exec, ['apply', ...RBAC_FILES.flatMap((f) => ['-f', join(DEPLOY, f)])], { timeoutMs: 60_000 });
-  await adminKubectl(k, exec, ['create', 'clusterrolebinding', 'twill-lab-user', '--clusterrole=twill', '--user=twill']);
-  const asTwill = kubectlArgv({ kubeconfig: k.twillKubeconfig, cacheDir: k.admin.cacheDir }, ['get', 'nodes', '-o', 'name']);
-  const bound = await until(() => exec(asTwill).then(() => true, () => false), { timeoutMs: 10_000, everyMs: 100 });
-  if (bound === undefined) throw new Error(`twill's kubeconfig (${k.twillKubeconfig}) still may not list Nodes 10 s after the binding`);
+  await adminKubectl(k, exec, ['apply', ...RBAC_FILES.flatMap((f) => ['-f', join(DEPLOY, f)])], {
+    timeoutMs: 60_000,
+  });
+  await adminKubectl(k, exec, [
+    'create',
+    'clusterrolebinding',
+    'twill-lab-user',
+    '--clusterrole=twill',
+    '--user=twill',
+  ]);
+  const asTwill = kubectlArgv({ kubeconfig: k.twillKubeconfig, cacheDir: k.admin.cacheDir }, [
+    'get',
+    'nodes',
+    '-o',
+    'name',
+  ]);
+  const bound = await until(
+    () =>
+      exec(asTwill).then(
+        () => true,
+        () => false,
+      ),
+    { timeoutMs: 10_000, everyMs: 100 },
+  );
+  if (bound === undefined)
+    throw new Error(
+      `twill's kubeconfig (${k.twillKubeconfig}) still may not list Nodes 10 s after the binding`,
+    );
 }
 
 /** The Node object of lab node `name`: the podCIDR a controller-manager would allocate. */
 export function nodeObject(name: string, podCIDR: string): string {
-  return JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name }, spec: { podCIDR, podCIDRs: [podCIDR] } });
+  return JSON.stringify({
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: { name },
+    spec: { podCIDR, podCIDRs: [podCIDR] },
+  });
 }
 
 /** `twill run`'s store flags in kube mode. */
 export function twillKubeFlags(k: KubeLab, node: string): string[] {
-  return ['--kube-subnet-mgr', '--kubeconfig-file', k.twillKubeconfig, '--net-config-path', k.netConf, '--node-name', node];
+  return [
+    '--kube-subnet-mgr',
+    '--kubeconfig-file',
+    k.twillKubeconfig,
+    '--net-config-path',
+    k.netConf,
+    '--node-name',
+    node,
+  ];
 }

@@ -17,7 +17,11 @@ export interface PassLine {
   readonly durationMs: number;
 }
 
-const PASS_MESSAGES = new Set(['repaired dataplane drift', 'dataplane updated', 'dataplane pass could not apply every change']);
+const PASS_MESSAGES = new Set([
+  'repaired dataplane drift',
+  'dataplane updated',
+  'dataplane pass could not apply every change',
+]);
 const num = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
 
 /** The records of a JSON-lines log (other lines skipped). */
@@ -34,7 +38,8 @@ function* records(log: string): Generator<Record<string, unknown>> {
 
 /** The epoch ms of the first log record with `msg` at or after `from`. */
 export function firstLogTime(log: string, msg: string, from: number): number | undefined {
-  for (const rec of records(log)) if (rec.msg === msg && num(rec.time) >= from) return num(rec.time);
+  for (const rec of records(log))
+    if (rec.msg === msg && num(rec.time) >= from) return num(rec.time);
   return undefined;
 }
 
@@ -60,8 +65,10 @@ export function passesBetween(log: string, from: number, to: number): PassLine[]
 
 /** One line per pass, times relative to the break ("+12 ms"). */
 export function renderStages(passes: readonly PassLine[], brokeAt: number): string[] {
-  // an event can reach twill before the command that caused it has returned: then it is before the break's mark
-  const rel = (t: number): string => `${t < brokeAt ? '-' : '+'}${Math.abs(Math.round(t - brokeAt))} ms`;
+  // an event can reach twill before the command that caused it has returned: then it is before the
+  // break's mark
+  const rel = (t: number): string =>
+    `${t < brokeAt ? '-' : '+'}${Math.abs(Math.round(t - brokeAt))} ms`;
   return passes.map((p, i) => {
     const start = p.time - p.durationMs;
     return `twill pass ${i + 1}/${passes.length} (${p.kind}): trigger "${p.trigger}" ${rel(start - p.waitedMs)}, waited ${Math.round(p.waitedMs)} ms, observe ${Math.round(p.observeMs)} ms, apply ${Math.round(p.applyMs)} ms, ${p.spawns} spawns, done ${rel(p.time)}`;

@@ -6,11 +6,22 @@ import { closeSync, openSync } from 'node:fs';
 import { run } from '../src/exec/runner.ts';
 import { sleep } from '../src/util/abort.ts';
 
-/** Starts argv detached (it outlives this process), output appended to `logFile`, with `env` added; the pid. */
-export function spawnLogged(argv: readonly string[], logFile: string, env: Readonly<Record<string, string>> = {}): number {
+/**
+ * Starts argv detached (it outlives this process), output appended to `logFile`, with `env` added;
+ * the pid.
+ */
+export function spawnLogged(
+  argv: readonly string[],
+  logFile: string,
+  env: Readonly<Record<string, string>> = {},
+): number {
   const fd = openSync(logFile, 'a');
   const [file = '', ...args] = argv;
-  const child = spawn(file, args, { stdio: ['ignore', fd, fd], detached: true, env: { ...process.env, ...env } });
+  const child = spawn(file, args, {
+    stdio: ['ignore', fd, fd],
+    detached: true,
+    env: { ...process.env, ...env },
+  });
   closeSync(fd);
   child.unref();
   if (child.pid === undefined) throw new Error(`could not start ${argv.join(' ')}`);
@@ -33,7 +44,11 @@ export function alive(pid: number | undefined): boolean {
 }
 
 /** SIGTERM (then SIGKILL after `graceMs`) or SIGKILL at once; resolves when the pid is gone. */
-export async function stopPid(pid: number | undefined, how: 'term' | 'kill', graceMs = 10_000): Promise<void> {
+export async function stopPid(
+  pid: number | undefined,
+  how: 'term' | 'kill',
+  graceMs = 10_000,
+): Promise<void> {
   if (!alive(pid)) return;
   process.kill(pid as number, how === 'term' ? 'SIGTERM' : 'SIGKILL');
   const until = Date.now() + graceMs;
@@ -49,5 +64,8 @@ export async function killNamespaceProcesses(ns: string): Promise<void> {
 
 /** The processes in network namespace `ns` (none when it is gone). */
 export async function namespacePids(ns: string): Promise<number[]> {
-  return run('ip', ['netns', 'pids', ns]).then((r) => r.stdout.split('\n').filter(Boolean).map(Number), () => []);
+  return run('ip', ['netns', 'pids', ns]).then(
+    (r) => r.stdout.split('\n').filter(Boolean).map(Number),
+    () => [],
+  );
 }

@@ -24,7 +24,10 @@ export interface NodeState {
   kubelet?: KubeletNodeState;
 }
 
-/** A kubelet-lab node's processes: the holder of its mount namespace, containerd, kubelet, kube-proxy. */
+/**
+ * A kubelet-lab node's processes: the holder of its mount namespace, containerd, kubelet,
+ * kube-proxy.
+ */
 export interface KubeletNodeState {
   holderPid: number | undefined;
   containerdPid: number | undefined;
@@ -36,7 +39,9 @@ export interface KubeletNodeState {
 export interface KubeletLabState {
   controllerManagerPid: number | undefined;
   schedulerPid: number | undefined;
-  /** host directories made as mount points for the nodes' bind mounts (removed by `down` when empty) */
+  /**
+   * host directories made as mount points for the nodes' bind mounts (removed by `down` when empty)
+   */
   madeMountPoints: string[];
   /** image archives every node imports */
   images: string[];
@@ -69,7 +74,13 @@ export function labDir(name: string): string {
 export async function readState(name: string): Promise<LabState | undefined> {
   const text = await readFile(join(labDir(name), 'state.json'), 'utf8').catch(() => undefined);
   // a state file from before the store mode existed is an etcd lab
-  return text === undefined ? undefined : { store: 'etcd', apiServerPid: undefined, ...(JSON.parse(text) as Partial<LabState>) } as LabState;
+  return text === undefined
+    ? undefined
+    : ({
+        store: 'etcd',
+        apiServerPid: undefined,
+        ...(JSON.parse(text) as Partial<LabState>),
+      } as LabState);
 }
 
 export async function writeState(state: LabState): Promise<void> {

@@ -16,22 +16,34 @@ export interface LeaseView {
 export const ANNOTATION_PREFIX = 'flannel.alpha.coreos.com';
 
 export interface NodeObject {
-  readonly metadata: { readonly name: string; readonly annotations?: Readonly<Record<string, string>> };
+  readonly metadata: {
+    readonly name: string;
+    readonly annotations?: Readonly<Record<string, string>>;
+  };
   readonly spec?: { readonly podCIDR?: string };
-  readonly status?: { readonly conditions?: readonly { readonly type: string; readonly status: string }[] };
+  readonly status?: {
+    readonly conditions?: readonly { readonly type: string; readonly status: string }[];
+  };
 }
 
 export async function nodeObjects(c: Cluster): Promise<NodeObject[]> {
-  return (JSON.parse(await c.kubectl(['get', 'nodes', '-o', 'json'])) as { items: NodeObject[] }).items;
+  return (JSON.parse(await c.kubectl(['get', 'nodes', '-o', 'json'])) as { items: NodeObject[] })
+    .items;
 }
 
-const annotation = (n: NodeObject, key: string): string | undefined => n.metadata.annotations?.[`${ANNOTATION_PREFIX}/${key}`];
+const annotation = (n: NodeObject, key: string): string | undefined =>
+  n.metadata.annotations?.[`${ANNOTATION_PREFIX}/${key}`];
 
 async function kubeLeases(c: Cluster): Promise<LeaseView[]> {
   const views: LeaseView[] = [];
   for (const n of await nodeObjects(c)) {
     const publicIp = annotation(n, 'public-ip');
-    if (annotation(n, 'kube-subnet-manager') !== 'true' || publicIp === undefined || n.spec?.podCIDR === undefined) continue;
+    if (
+      annotation(n, 'kube-subnet-manager') !== 'true' ||
+      publicIp === undefined ||
+      n.spec?.podCIDR === undefined
+    )
+      continue;
     views.push({ key: n.metadata.name, subnet: n.spec.podCIDR, publicIp });
   }
   return views;
@@ -61,10 +73,15 @@ export async function leaseOf(c: Cluster, ip: string): Promise<LeaseView | undef
 
 export async function backendOf(c: Cluster): Promise<string> {
   if (c.store === 'kube') {
-    const types = (await nodeObjects(c)).map((n) => annotation(n, 'backend-type')).filter((t) => t !== undefined);
-    if (types[0] === undefined) throw new Error(`${c.description}: no Node carries ${ANNOTATION_PREFIX}/backend-type yet`);
+    const types = (await nodeObjects(c))
+      .map((n) => annotation(n, 'backend-type'))
+      .filter((t) => t !== undefined);
+    if (types[0] === undefined)
+      throw new Error(`${c.description}: no Node carries ${ANNOTATION_PREFIX}/backend-type yet`);
     return types[0];
   }
-  const conf = JSON.parse(await etcdctl(c, ['get', '--print-value-only', `${c.etcdPrefix}/config`])) as { Backend?: { Type?: string } };
+  const conf = JSON.parse(
+    await etcdctl(c, ['get', '--print-value-only', `${c.etcdPrefix}/config`]),
+  ) as { Backend?: { Type?: string } };
   return conf.Backend?.Type ?? 'vxlan';
 }

@@ -19,10 +19,15 @@ export function cgroupDir(lab: string): string {
 }
 
 /** Creates the lab's CPU group with 1/factor of the machine's CPUs. */
-export async function createThrottle(lab: string, factor: number): Promise<{ cpus: number; quotaUs: number }> {
+export async function createThrottle(
+  lab: string,
+  factor: number,
+): Promise<{ cpus: number; quotaUs: number }> {
   const dir = cgroupDir(lab);
   await mkdir(dir, { recursive: true }).catch((err: unknown) => {
-    throw new Error(`--slow needs the cgroup v1 cpu controller at ${CPU_ROOT} (as root): ${err instanceof Error ? err.message : String(err)}`);
+    throw new Error(
+      `--slow needs the cgroup v1 cpu controller at ${CPU_ROOT} (as root): ${err instanceof Error ? err.message : String(err)}`,
+    );
   });
   const cpus = availableParallelism();
   const quotaUs = Math.max(1_000, Math.round((cpus * PERIOD_US) / factor));
@@ -38,18 +43,25 @@ export async function joinThrottle(lab: string, pid: number): Promise<void> {
 
 /** Removes the lab's CPU group (its processes must be gone); no error when there is none. */
 export async function removeThrottle(lab: string): Promise<boolean> {
-  return rmdir(cgroupDir(lab)).then(() => true, () => false);
+  return rmdir(cgroupDir(lab)).then(
+    () => true,
+    () => false,
+  );
 }
 
 let ticks: number | undefined;
 
 /** Clock ticks per second (`getconf CLK_TCK`, 100 on Linux almost everywhere). */
 async function clockTicks(): Promise<number> {
-  ticks ??= Number((await run('getconf', ['CLK_TCK']).catch(() => ({ stdout: '100' }))).stdout.trim()) || 100;
+  ticks ??=
+    Number((await run('getconf', ['CLK_TCK']).catch(() => ({ stdout: '100' }))).stdout.trim()) ||
+    100;
   return ticks;
 }
 
-/** utime+stime+cutime+cstime of a /proc/<pid>/stat line, in ms (children: those it has waited for). */
+/**
+ * utime+stime+cutime+cstime of a /proc/<pid>/stat line, in ms (children: those it has waited for).
+ */
 export async function cpuMsOfStat(stat: string): Promise<number | undefined> {
   // the command name (field 2) may hold spaces and parentheses: fields count from the last ')'
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');

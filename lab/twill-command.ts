@@ -13,6 +13,9 @@ export const TWILL_CNI = join(ROOT, 'dist/twill-cni');
  */
 export async function twillCommand(extraNodeFlags: readonly string[] = []): Promise<string[]> {
   const first = (await readFile(TWILL_MAIN, 'utf8')).split('\n')[0] ?? '';
-  const flags = first.replace(/^#!\/usr\/bin\/env (-S )?node ?/, '').split(' ').filter(Boolean);
+  const flags = first
+    .replace(/^#!\/usr\/bin\/env (-S )?node ?/, '')
+    .split(' ')
+    .filter(Boolean);
   return [process.execPath, ...flags, ...extraNodeFlags, TWILL_MAIN];
 }

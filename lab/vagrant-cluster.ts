@@ -16,7 +16,11 @@ import { sudoChain } from './shell-quote.ts';
 import { cpuMsOfStat } from './throttle.ts';
 
 /** Runs one local program; production passes `run` (src/exec/runner.ts), tests a recorder. */
-export type VagrantExec = (file: string, args: readonly string[], opts?: RunOptions) => Promise<{ readonly stdout: string }>;
+export type VagrantExec = (
+  file: string,
+  args: readonly string[],
+  opts?: RunOptions,
+) => Promise<{ readonly stdout: string }>;
 
 /** The addresses and paths the Vagrantfile and lab/vagrant/*.sh set up. */
 export const VAGRANT_LAB = {
@@ -35,22 +39,31 @@ export interface VagrantClusterOptions {
   /** how many node VMs the Vagrantfile defines (its TWILL_LAB_NODES); default 3 */
   readonly nodes?: number;
   readonly exec?: VagrantExec;
-  /** streams a long-lived local program's lines; production passes `watchLines`, tests a recorder */
+  /**
+   * streams a long-lived local program's lines; production passes `watchLines`, tests a recorder
+   */
   readonly watcher?: LineWatcher;
 }
 
-/** What `vagrant ssh` itself costs per call (Ruby start-up, ssh handshake), added to every timeout. */
+/**
+ * What `vagrant ssh` itself costs per call (Ruby start-up, ssh handshake), added to every timeout.
+ */
 export const VAGRANT_OVERHEAD_MS = 15_000;
 const SH_TIMEOUT_MS = 20_000;
 const JOIN_TIMEOUT_MS = 180_000;
 const REPO_ROOT = resolve(import.meta.dirname, '..');
 
-/** TWILL_LAB_NODES as the Vagrantfile reads it (default 3); for the entry point to pass as `nodes`. */
+/**
+ * TWILL_LAB_NODES as the Vagrantfile reads it (default 3); for the entry point to pass as `nodes`.
+ */
 export function labNodeCount(env: Readonly<Record<string, string | undefined>>): number {
   const text = env.TWILL_LAB_NODES ?? '3';
   const n = /^\d+$/.test(text) ? Number(text) : NaN;
   if (!Number.isInteger(n) || n < 1 || n > VAGRANT_LAB.maxNodes) {
-    throw new TwillError('CONFIG_INVALID', `TWILL_LAB_NODES=${JSON.stringify(text)}: must be a whole number 1..${VAGRANT_LAB.maxNodes}`);
+    throw new TwillError(
+      'CONFIG_INVALID',
+      `TWILL_LAB_NODES=${JSON.stringify(text)}: must be a whole number 1..${VAGRANT_LAB.maxNodes}`,
+    );
   }
   return n;
 }
@@ -62,7 +75,10 @@ export function parsePodList(node: string, text: string): LabPod[] {
     const [name, ip, extra] = line.trim().split(/\s+/);
     if (!name) continue;
     if (!ip || ip === '-' || extra !== undefined || !/^\d+\.\d+\.\d+\.\d+$/.test(ip)) {
-      throw new TwillError('CONFIG_INVALID', `vagrant lab: pod ${name} on ${node} has no IPv4 address on eth0 (twill-lab pods said ${JSON.stringify(line)})`);
+      throw new TwillError(
+        'CONFIG_INVALID',
+        `vagrant lab: pod ${name} on ${node} has no IPv4 address on eth0 (twill-lab pods said ${JSON.stringify(line)})`,
+      );
     }
     pods.push({ name, node, ip });
   }
@@ -70,7 +86,10 @@ export function parsePodList(node: string, text: string): LabPod[] {
 }
 
 function kubeNetnsOnly(what: string): TwillError {
-  return new TwillError('CONFIG_UNSUPPORTED', `vagrant lab: ${what}: kube mode is netns-only for now (npm run lab -- up --store kube); the Vagrant lab's twill uses etcd`);
+  return new TwillError(
+    'CONFIG_UNSUPPORTED',
+    `vagrant lab: ${what}: kube mode is netns-only for now (npm run lab -- up --store kube); the Vagrant lab's twill uses etcd`,
+  );
 }
 
 export class VagrantCluster implements Cluster {
@@ -89,18 +108,26 @@ export class VagrantCluster implements Cluster {
   constructor(opts: VagrantClusterOptions = {}) {
     const count = opts.nodes ?? 3;
     if (!Number.isInteger(count) || count < 1 || count > VAGRANT_LAB.maxNodes) {
-      throw new TwillError('CONFIG_INVALID', `vagrant lab: nodes=${count}: must be a whole number 1..${VAGRANT_LAB.maxNodes}`);
+      throw new TwillError(
+        'CONFIG_INVALID',
+        `vagrant lab: nodes=${count}: must be a whole number 1..${VAGRANT_LAB.maxNodes}`,
+      );
     }
     this.dir = opts.dir ?? REPO_ROOT;
     this.exec = opts.exec ?? run;
     this.watcher = opts.watcher ?? watchLines;
-    this.machines = Array.from({ length: count }, (_, i) => ({ name: `node${i + 1}`, ip: `${VAGRANT_LAB.underlay}.${11 + i}` }));
+    this.machines = Array.from({ length: count }, (_, i) => ({
+      name: `node${i + 1}`,
+      ip: `${VAGRANT_LAB.underlay}.${11 + i}`,
+    }));
     this.description = `vagrant lab (${count} node VMs, ${this.dir}/Vagrantfile)`;
   }
 
   /** Nodes in the lab: machines of the Vagrantfile whose twill.service is enabled. */
   async nodes(): Promise<LabNode[]> {
-    const answers = await Promise.all(this.machines.map((m) => this.onVm(m.name, [['twill-lab', 'member']])));
+    const answers = await Promise.all(
+      this.machines.map((m) => this.onVm(m.name, [['twill-lab', 'member']])),
+    );
     return this.machines.filter((_, i) => answers[i]?.trim() === 'yes');
   }
 
@@ -123,7 +150,11 @@ export class VagrantCluster implements Cluster {
     if (target === 'etcd' || target === 'outside') return this.onVm(target, [argv], opts);
     if ('node' in target) return this.onVm(this.machine(target.node).name, [argv], opts);
     const node = await this.podHome(target.pod);
-    return this.onVm(node, [['ip', 'netns', 'exec', `${VAGRANT_LAB.podNetnsPrefix}${target.pod}`, ...argv]], opts);
+    return this.onVm(
+      node,
+      [['ip', 'netns', 'exec', `${VAGRANT_LAB.podNetnsPrefix}${target.pod}`, ...argv]],
+      opts,
+    );
   }
 
   /** The VM a target lives on. */
@@ -133,8 +164,15 @@ export class VagrantCluster implements Cluster {
     return this.podHome(target.pod);
   }
 
-  async watch(target: Target, argv: readonly string[], opts: { signal: AbortSignal; onLine: (line: string) => void }): Promise<void> {
-    const inPod = typeof target === 'object' && 'pod' in target ? ['ip', 'netns', 'exec', `${VAGRANT_LAB.podNetnsPrefix}${target.pod}`] : [];
+  async watch(
+    target: Target,
+    argv: readonly string[],
+    opts: { signal: AbortSignal; onLine: (line: string) => void },
+  ): Promise<void> {
+    const inPod =
+      typeof target === 'object' && 'pod' in target
+        ? ['ip', 'netns', 'exec', `${VAGRANT_LAB.podNetnsPrefix}${target.pod}`]
+        : [];
     await this.watcher('env', this.sshArgs(await this.vmOf(target), [[...inPod, ...argv]]), opts);
   }
 
@@ -149,7 +187,11 @@ export class VagrantCluster implements Cluster {
 
   async twillCpuMs(node: string): Promise<number | undefined> {
     const vm = this.machine(node).name;
-    const pid = (await this.onVm(vm, [['systemctl', 'show', '--property', 'MainPID', '--value', 'twill']]).catch(() => '')).trim();
+    const pid = (
+      await this.onVm(vm, [
+        ['systemctl', 'show', '--property', 'MainPID', '--value', 'twill'],
+      ]).catch(() => '')
+    ).trim();
     if (!/^[1-9]\d*$/.test(pid)) return undefined;
     const stat = await this.onVm(vm, [['cat', '--', `/proc/${pid}/stat`]]).catch(() => '');
     return stat.trim() === '' ? undefined : cpuMsOfStat(stat);
@@ -181,20 +223,37 @@ export class VagrantCluster implements Cluster {
 
   async startEtcd(opts: { wipe: boolean }): Promise<void> {
     const start = ['systemctl', 'start', 'etcd'];
-    await this.onVm('etcd', opts.wipe ? [['rm', '-rf', '--', VAGRANT_LAB.etcdDataDir], start] : [start], { timeoutMs: 60_000 });
+    await this.onVm(
+      'etcd',
+      opts.wipe ? [['rm', '-rf', '--', VAGRANT_LAB.etcdDataDir], start] : [start],
+      { timeoutMs: 60_000 },
+    );
   }
 
   async addNodes(names: readonly string[], pods: number): Promise<void> {
-    if (!Number.isInteger(pods) || pods < 0) throw new TwillError('CONFIG_INVALID', `vagrant lab: pods=${pods}: must be a whole number ≥ 0`);
+    if (!Number.isInteger(pods) || pods < 0)
+      throw new TwillError(
+        'CONFIG_INVALID',
+        `vagrant lab: pods=${pods}: must be a whole number ≥ 0`,
+      );
     const members = new Set((await this.nodes()).map((n) => n.name));
     const seen = new Set<string>();
     for (const name of names) {
       this.machine(name);
-      if (members.has(name) || seen.has(name)) throw new TwillError('CONFIG_INVALID', `vagrant lab: ${name} is already in the lab (or named twice)`);
+      if (members.has(name) || seen.has(name))
+        throw new TwillError(
+          'CONFIG_INVALID',
+          `vagrant lab: ${name} is already in the lab (or named twice)`,
+        );
       seen.add(name);
     }
-    const podNames = (node: string): string[] => Array.from({ length: pods }, (_, i) => `${node}-pod${i + 1}`);
-    await Promise.all(names.map((name) => this.onVm(name, [['twill-lab', 'join', ...podNames(name)]], { timeoutMs: JOIN_TIMEOUT_MS })));
+    const podNames = (node: string): string[] =>
+      Array.from({ length: pods }, (_, i) => `${node}-pod${i + 1}`);
+    await Promise.all(
+      names.map((name) =>
+        this.onVm(name, [['twill-lab', 'join', ...podNames(name)]], { timeoutMs: JOIN_TIMEOUT_MS }),
+      ),
+    );
   }
 
   async removeNode(node: string): Promise<void> {
@@ -217,7 +276,11 @@ export class VagrantCluster implements Cluster {
   private async podHome(pod: string): Promise<string> {
     if (!this.podNode.has(pod)) await this.pods();
     const node = this.podNode.get(pod);
-    if (node === undefined) throw new TwillError('CONFIG_INVALID', `vagrant lab: no pod ${JSON.stringify(pod)} on any node in the lab`);
+    if (node === undefined)
+      throw new TwillError(
+        'CONFIG_INVALID',
+        `vagrant lab: no pod ${JSON.stringify(pod)} on any node in the lab`,
+      );
     return node;
   }
 
@@ -227,7 +290,11 @@ export class VagrantCluster implements Cluster {
   }
 
   /** Runs commands as root on a VM, one after the other (`&&`), and resolves with their stdout. */
-  private async onVm(vm: string, commands: readonly (readonly string[])[], opts: ShOptions = {}): Promise<string> {
+  private async onVm(
+    vm: string,
+    commands: readonly (readonly string[])[],
+    opts: ShOptions = {},
+  ): Promise<string> {
     const args = this.sshArgs(vm, commands);
     const timeoutMs = (opts.timeoutMs ?? SH_TIMEOUT_MS) + VAGRANT_OVERHEAD_MS;
     const { stdout } = await this.exec('env', args, { timeoutMs, input: opts.input ?? '' });

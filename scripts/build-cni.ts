@@ -34,7 +34,14 @@ async function bundle(): Promise<string> {
 async function blob(main: string): Promise<Buffer> {
   const config = join(WORK, 'sea-config.json');
   const output = join(WORK, 'twill-cni.blob');
-  await writeFile(config, JSON.stringify({ main, output, disableExperimentalSEAWarning: true, useSnapshot: true }, null, 2));
+  await writeFile(
+    config,
+    JSON.stringify(
+      { main, output, disableExperimentalSEAWarning: true, useSnapshot: true },
+      null,
+      2,
+    ),
+  );
   await run(process.execPath, ['--experimental-sea-config', config], { timeoutMs: 120_000 });
   return readFile(output);
 }

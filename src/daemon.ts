@@ -29,7 +29,10 @@ export interface DaemonDeps {
   readonly runner: Runner;
   readonly watch: LineWatcher;
   readonly logger: Logger;
-  /** sets net.ipv4.ip_forward=1 when it is not (true when it had to); a throw fails the pass's report, not the pass */
+  /**
+   * sets net.ipv4.ip_forward=1 when it is not (true when it had to); a throw fails the pass's
+   * report, not the pass
+   */
   readonly ensureForwarding: () => Promise<boolean>;
   /** why bridged traffic would bypass iptables, if it would */
   readonly bridgeNetfilterProblem: () => Promise<string | undefined>;
@@ -74,7 +77,13 @@ export function derivedVtepMac(nodeName: string, vni: number): string {
  * that keeps trying stays alive however long it lasts, and one that stops
  * trying (a call that never returns) does not.
  */
-async function whileUnavailable<T>(deps: DaemonDeps, progress: StartupProgress, what: string, fn: () => Promise<T>, signal: AbortSignal): Promise<T> {
+async function whileUnavailable<T>(
+  deps: DaemonDeps,
+  progress: StartupProgress,
+  what: string,
+  fn: () => Promise<T>,
+  signal: AbortSignal,
+): Promise<T> {
   const backoff = new Backoff(500, 10_000);
   progress.step(what);
   for (;;) {
@@ -86,21 +95,40 @@ async function whileUnavailable<T>(deps: DaemonDeps, progress: StartupProgress, 
       if ((!hasCode(err, 'STORE_UNAVAILABLE') && !conflict) || signal.aborted) throw err;
       const retryInMs = backoff.next();
       progress.retrying(describeError(err));
-      deps.logger.warn({ err: describeError(err), retryInMs }, conflict ? `${what}: another live node holds our PublicIP's lease; retrying` : `${what}: lease store unreachable; retrying`);
+      deps.logger.warn(
+        { err: describeError(err), retryInMs },
+        conflict
+          ? `${what}: another live node holds our PublicIP's lease; retrying`
+          : `${what}: lease store unreachable; retrying`,
+      );
       await sleep(retryInMs, signal);
     }
   }
 }
 
-async function leaseAttrs(deps: DaemonDeps, o: { config: NetConfig; choice: IfaceChoice; nodeName: string }, signal: AbortSignal): Promise<LeaseAttrs> {
+async function leaseAttrs(
+  deps: DaemonDeps,
+  o: { config: NetConfig; choice: IfaceChoice; nodeName: string },
+  signal: AbortSignal,
+): Promise<LeaseAttrs> {
   const backend = o.config.backend;
   if (backend.type === 'host-gw') {
-    return { publicIp: o.choice.publicIp, publicIpv6: null, backendType: 'host-gw', backendData: null };
+    return {
+      publicIp: o.choice.publicIp,
+      publicIpv6: null,
+      backendType: 'host-gw',
+      backendData: null,
+    };
   }
   // Peers' FDB entries name our VtepMAC: keep an existing device's MAC, else a stable derived one.
   const existing = await linkMac(deps.runner, vxlanDeviceName(backend.vni), signal);
   const vtepMac = existing ?? derivedVtepMac(o.nodeName, backend.vni);
-  return { publicIp: o.choice.publicIp, publicIpv6: null, backendType: 'vxlan', backendData: { vni: backend.vni, vtepMac } };
+  return {
+    publicIp: o.choice.publicIp,
+    publicIpv6: null,
+    backendType: 'vxlan',
+    backendData: { vni: backend.vni, vtepMac },
+  };
 }
 
 async function previousSubnet(deps: DaemonDeps, path: string): Promise<SubnetEnv | undefined> {
@@ -112,8 +140,16 @@ async function previousSubnet(deps: DaemonDeps, path: string): Promise<SubnetEnv
   }
 }
 
-function subnetEnvFor(config: NetConfig, choice: IfaceChoice, lease: Lease, ipMasq: boolean): SubnetEnv {
-  const mtu = config.backend.type === 'vxlan' ? (config.backend.mtu ?? choice.iface.mtu) - 50 : choice.iface.mtu;
+function subnetEnvFor(
+  config: NetConfig,
+  choice: IfaceChoice,
+  lease: Lease,
+  ipMasq: boolean,
+): SubnetEnv {
+  const mtu =
+    config.backend.type === 'vxlan'
+      ? (config.backend.mtu ?? choice.iface.mtu) - 50
+      : choice.iface.mtu;
   return { network: config.network, subnet: lease.subnet, mtu, ipMasq };
 }
 
@@ -125,33 +161,82 @@ interface Started {
 }
 
 /** Config, interface, lease, subnet.env: everything before the loops start. */
-async function acquire(deps: DaemonDeps, opts: DaemonOptions, progress: StartupProgress, signal: AbortSignal): Promise<Started> {
+async function acquire(
+  deps: DaemonDeps,
+  opts: DaemonOptions,
+  progress: StartupProgress,
+  signal: AbortSignal,
+): Promise<Started> {
   const { store, logger } = deps;
-  const config = await whileUnavailable(deps, progress, 'reading network config', () => store.getNetworkConfig(signal), signal);
-  if (config.unknownKeys.length > 0) logger.warn({ keys: config.unknownKeys }, 'net-conf.json has keys twill does not know; they are ignored');
+  const config = await whileUnavailable(
+    deps,
+    progress,
+    'reading network config',
+    () => store.getNetworkConfig(signal),
+    signal,
+  );
+  if (config.unknownKeys.length > 0)
+    logger.warn(
+      { keys: config.unknownKeys },
+      'net-conf.json has keys twill does not know; they are ignored',
+    );
   progress.step('choosing the interface');
   const choice = await discoverInterface(deps.runner, opts.iface, signal);
-  logger.info({ iface: choice.iface.name, ifaceIp: choice.ifaceIp, publicIp: choice.publicIp, mtu: choice.iface.mtu }, 'using interface');
+  logger.info(
+    {
+      iface: choice.iface.name,
+      ifaceIp: choice.ifaceIp,
+      publicIp: choice.publicIp,
+      mtu: choice.iface.mtu,
+    },
+    'using interface',
+  );
   const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
   const previous = await previousSubnet(deps, opts.subnetFile);
-  const prevSubnet = previous && sameCidr(previous.network, config.network) ? previous.subnet : undefined;
-  const lease = await whileUnavailable(deps, progress, 'acquiring lease', () => store.acquireLease({ config, attrs, previous: prevSubnet, nodeName: opts.nodeName }, signal), signal);
+  const prevSubnet =
+    previous && sameCidr(previous.network, config.network) ? previous.subnet : undefined;
+  const lease = await whileUnavailable(
+    deps,
+    progress,
+    'acquiring lease',
+    () =>
+      store.acquireLease({ config, attrs, previous: prevSubnet, nodeName: opts.nodeName }, signal),
+    signal,
+  );
   progress.step('writing subnet.env');
   await writeSubnetEnv(opts.subnetFile, subnetEnvFor(config, choice, lease, opts.ipMasq));
-  logger.info({ key: lease.key, subnet: formatCidr(lease.subnet), expiresAt: new Date(lease.expiresAt).toISOString(), subnetFile: opts.subnetFile }, 'lease acquired');
+  logger.info(
+    {
+      key: lease.key,
+      subnet: formatCidr(lease.subnet),
+      expiresAt: new Date(lease.expiresAt).toISOString(),
+      subnetFile: opts.subnetFile,
+    },
+    'lease acquired',
+  );
   return { config, choice, attrs, lease };
 }
 
-export async function runDaemon(deps: DaemonDeps, opts: DaemonOptions, signal: AbortSignal): Promise<void> {
+export async function runDaemon(
+  deps: DaemonDeps,
+  opts: DaemonOptions,
+  signal: AbortSignal,
+): Promise<void> {
   const probe = new DaemonProbe({ version: opts.version ?? 'dev', resyncMs: opts.resyncMs });
-  const loops: ((s: AbortSignal) => Promise<void>)[] = [(s) => runNode(deps, { ...opts, probe }, s)];
+  const loops: ((s: AbortSignal) => Promise<void>)[] = [
+    (s) => runNode(deps, { ...opts, probe }, s),
+  ];
   // the health endpoint answers from the very start, while etcd may still be unreachable
   const healthz = opts.healthz;
   if (healthz) loops.unshift((s) => serveHealth({ ...healthz, probe, logger: deps.logger }, s));
   await runTogether(signal, loops);
 }
 
-async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonProbe }, signal: AbortSignal): Promise<void> {
+async function runNode(
+  deps: DaemonDeps,
+  opts: DaemonOptions & { probe: DaemonProbe },
+  signal: AbortSignal,
+): Promise<void> {
   const { store, logger, runner } = deps;
   const { probe } = opts;
   const { config, choice, lease } = await acquire(deps, opts, probe, signal);
@@ -160,14 +245,26 @@ async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonPr
   const brProblem = await deps.bridgeNetfilterProblem();
   if (brProblem !== undefined) logger.warn(brProblem);
 
-  const keeper = new LeaseKeeper({ store, lease, renewMarginMs: opts.renewMarginMs, logger, onLease: (l) => probe.leaseChanged(l) });
+  const keeper = new LeaseKeeper({
+    store,
+    lease,
+    renewMarginMs: opts.renewMarginMs,
+    logger,
+    onLease: (l) => probe.leaseChanged(l),
+  });
   // the callbacks below run only once the loops start, after `reconciler` exists
   const publish = (): void => {
     probe.peers(tracker.list(), tracker.skipped());
     opts.onState?.({ lease: keeper.current(), peers: tracker.list(), pass: reconciler.lastPass() });
   };
   const tracker = new PeerTracker({
-    context: { config, self: lease.subnet, selfPublicIp: lease.attrs.publicIp, ...(lease.attrs.backendData ? { selfVtepMac: lease.attrs.backendData.vtepMac } : {}), anySubnetSize: store.anySubnetSize === true },
+    context: {
+      config,
+      self: lease.subnet,
+      selfPublicIp: lease.attrs.publicIp,
+      ...(lease.attrs.backendData ? { selfVtepMac: lease.attrs.backendData.vtepMac } : {}),
+      anySubnetSize: store.anySubnetSize === true,
+    },
     selfKey: lease.key,
     selfAttrs: () => keeper.current().attrs,
     logger,
@@ -178,7 +275,14 @@ async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonPr
     },
   });
   const desired = (): DesiredState =>
-    desiredState({ config, self: keeper.current(), peers: tracker.list(), choice, ipMasq: opts.ipMasq, randomFully: iptables.randomFully });
+    desiredState({
+      config,
+      self: keeper.current(),
+      peers: tracker.list(),
+      choice,
+      ipMasq: opts.ipMasq,
+      randomFully: iptables.randomFully,
+    });
   // no pass before the first complete peer list, or a restart would sweep every peer
   const listed = Promise.withResolvers<void>();
   const onEvent = (ev: LeaseEvent): void => {
@@ -187,7 +291,12 @@ async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonPr
     if (ev.type === 'snapshot') listed.resolve();
   };
   const reconciler = new Reconciler({
-    runner, logger, desired, ensureForwarding: deps.ensureForwarding, resyncMs: opts.resyncMs, ready: listed.promise,
+    runner,
+    logger,
+    desired,
+    ensureForwarding: deps.ensureForwarding,
+    resyncMs: opts.resyncMs,
+    ready: listed.promise,
     onPass: (r) => {
       probe.passDone(r);
       publish();
@@ -197,27 +306,64 @@ async function runNode(deps: DaemonDeps, opts: DaemonOptions & { probe: DaemonPr
     onPassError: (err) => probe.passFailed(err),
   });
   const ready = new ReadyMark({ store, keeper, logger }, signal);
-  probe.started({ keeper, subnetFile: opts.subnetFile, env: subnetEnvFor(config, choice, lease, opts.ipMasq), underlay: choice.iface.name });
+  probe.started({
+    keeper,
+    subnetFile: opts.subnetFile,
+    env: subnetEnvFor(config, choice, lease, opts.ipMasq),
+    underlay: choice.iface.name,
+  });
   publish();
-  const trigger = (source: string, touch?: Touch): void => (touch ? reconciler.touch(source, touch) : reconciler.trigger(source));
-  // the poll needs only the chains' inputs, not the whole desired state (5,000 peers sorted every second)
-  const masq = (): MasqSpec => masqSpec({ config, self: keeper.current(), ipMasq: opts.ipMasq, randomFully: iptables.randomFully });
-  const poll = (s: AbortSignal): Promise<void> => pollChains({ runner, logger, masq, intervalMs: 1_000, onDrift: trigger }, s);
+  const trigger = (source: string, touch?: Touch): void =>
+    touch ? reconciler.touch(source, touch) : reconciler.trigger(source);
+  // the poll needs only the chains' inputs, not the whole desired state (5,000 peers sorted every
+  // second)
+  const masq = (): MasqSpec =>
+    masqSpec({
+      config,
+      self: keeper.current(),
+      ipMasq: opts.ipMasq,
+      randomFully: iptables.randomFully,
+    });
+  const poll = (s: AbortSignal): Promise<void> =>
+    pollChains({ runner, logger, masq, intervalMs: 1_000, onDrift: trigger }, s);
   const loops: ((s: AbortSignal) => Promise<void>)[] = [
     (s) => store.watchLeases({ signal: s, onEvent }),
     (s) => keeper.run(s),
     (s) => reconciler.run(s),
-    (s) => runMonitors({ watch: deps.watch, logger, ctx: { underlay: choice.iface.name }, nft: iptables.nftables, onEvent: trigger, poll, ...(opts.nftFlood ? { flood: opts.nftFlood } : {}) }, s),
+    (s) =>
+      runMonitors(
+        {
+          watch: deps.watch,
+          logger,
+          ctx: { underlay: choice.iface.name },
+          nft: iptables.nftables,
+          onEvent: trigger,
+          poll,
+          ...(opts.nftFlood ? { flood: opts.nftFlood } : {}),
+        },
+        s,
+      ),
   ];
   // iptables-legacy has no event stream for rule changes: poll twill's chains
   if (!iptables.nftables) loops.push(poll);
   await runTogether(signal, loops);
 }
 
-/** Runs loops until `signal` aborts; the first loop to fail stops the others and its error is thrown. */
-async function runTogether(signal: AbortSignal, loops: ((s: AbortSignal) => Promise<void>)[]): Promise<void> {
+/**
+ * Runs loops until `signal` aborts; the first loop to fail stops the others and its error is
+ * thrown.
+ */
+async function runTogether(
+  signal: AbortSignal,
+  loops: ((s: AbortSignal) => Promise<void>)[],
+): Promise<void> {
   const ctl = childController(signal);
-  const results = await Promise.allSettled(loops.map((loop) => loop(ctl.signal).finally(() => ctl.abort())));
+  const results = await Promise.allSettled(
+    loops.map((loop) => loop(ctl.signal).finally(() => ctl.abort())),
+  );
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-  if (failed) throw failed.reason instanceof Error ? failed.reason : new TwillError('STORE_UNAVAILABLE', String(failed.reason));
+  if (failed)
+    throw failed.reason instanceof Error
+      ? failed.reason
+      : new TwillError('STORE_UNAVAILABLE', String(failed.reason));
 }

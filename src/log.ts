@@ -18,10 +18,13 @@ export const MIN_SCRUBBED_SECRET = 4;
  * scheme://***@host). Works on plain text and on JSON text alike.
  */
 export function redactUrlCredentials(text: string): string {
-  return text.replace(/\b([a-z][a-z0-9+.-]*:\/\/)([^\s/?#@"'<>]+)@/gi, (_all, scheme: string, userinfo: string) => {
-    const colon = userinfo.indexOf(':');
-    return colon < 0 ? `${scheme}***@` : `${scheme}${userinfo.slice(0, colon)}:***@`;
-  });
+  return text.replace(
+    /\b([a-z][a-z0-9+.-]*:\/\/)([^\s/?#@"'<>]+)@/gi,
+    (_all, scheme: string, userinfo: string) => {
+      const colon = userinfo.indexOf(':');
+      return colon < 0 ? `${scheme}***@` : `${scheme}${userinfo.slice(0, colon)}:***@`;
+    },
+  );
 }
 
 /** `text` with URL credentials and each of `secrets` (raw or JSON-escaped) replaced by ***. */
@@ -35,7 +38,11 @@ export function redact(text: string, secrets: readonly (string | undefined)[] = 
   return out;
 }
 
-export function createLogger(opts: { level: LogLevel; node: string; secrets?: readonly (string | undefined)[] }): Logger {
+export function createLogger(opts: {
+  level: LogLevel;
+  node: string;
+  secrets?: readonly (string | undefined)[];
+}): Logger {
   const dest = pino.destination({ dest: 2, sync: true });
   const secrets = opts.secrets ?? [];
   const scrubbed = { write: (line: string): void => void dest.write(redact(line, secrets)) };

@@ -41,14 +41,21 @@ export function parseSubnetEnv(text: string, path: string): SubnetEnv {
   }
   const need = (key: string): string => vars.get(key) ?? bad(path, `${key} is missing`);
   const network = parseCidr(need('FLANNEL_NETWORK'), { strict: true });
-  if (!network) bad(path, `FLANNEL_NETWORK ${JSON.stringify(vars.get('FLANNEL_NETWORK'))} is not a network CIDR`);
+  if (!network)
+    bad(
+      path,
+      `FLANNEL_NETWORK ${JSON.stringify(vars.get('FLANNEL_NETWORK'))} is not a network CIDR`,
+    );
   const subnet = parseCidr(need('FLANNEL_SUBNET'), { strict: false });
-  if (!subnet) bad(path, `FLANNEL_SUBNET ${JSON.stringify(vars.get('FLANNEL_SUBNET'))} is not a CIDR`);
+  if (!subnet)
+    bad(path, `FLANNEL_SUBNET ${JSON.stringify(vars.get('FLANNEL_SUBNET'))} is not a CIDR`);
   const mtuText = need('FLANNEL_MTU');
   const mtu = /^\d{2,5}$/.test(mtuText) ? Number(mtuText) : NaN;
-  if (!Number.isInteger(mtu) || mtu < 68 || mtu > 65535) bad(path, `FLANNEL_MTU ${JSON.stringify(vars.get('FLANNEL_MTU'))} is not an MTU`);
+  if (!Number.isInteger(mtu) || mtu < 68 || mtu > 65535)
+    bad(path, `FLANNEL_MTU ${JSON.stringify(vars.get('FLANNEL_MTU'))} is not an MTU`);
   const masq = need('FLANNEL_IPMASQ');
-  if (masq !== 'true' && masq !== 'false') bad(path, `FLANNEL_IPMASQ ${JSON.stringify(masq)} is not true or false`);
+  if (masq !== 'true' && masq !== 'false')
+    bad(path, `FLANNEL_IPMASQ ${JSON.stringify(masq)} is not true or false`);
   return { network, subnet, mtu, ipMasq: masq === 'true' };
 }
 
@@ -67,8 +74,12 @@ export async function readSubnetEnv(path: string): Promise<SubnetEnv | undefined
 /** Writes subnet.env atomically, creating its directory when needed. */
 export async function writeSubnetEnv(path: string, env: SubnetEnv): Promise<void> {
   await mkdir(dirname(path), { recursive: true });
-  // unique per write: two writers in one process (tests run several daemons) may start in the same millisecond
-  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
+  // unique per write: two writers in one process (tests run several daemons) may start in the same
+  // millisecond
+  const tmp = join(
+    dirname(path),
+    `.${basename(path)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`,
+  );
   try {
     const fh = await open(tmp, 'w', 0o644);
     try {

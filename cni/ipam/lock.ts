@@ -67,7 +67,13 @@ async function pidNamespace(): Promise<string> {
 export function parseHolder(text: string): LockHolder | undefined {
   try {
     const h = JSON.parse(text) as Partial<LockHolder> | null;
-    if (typeof h?.pid !== 'number' || typeof h.start !== 'string' || typeof h.pidns !== 'string' || typeof h.token !== 'string') return undefined;
+    if (
+      typeof h?.pid !== 'number' ||
+      typeof h.start !== 'string' ||
+      typeof h.pidns !== 'string' ||
+      typeof h.token !== 'string'
+    )
+      return undefined;
     return { pid: h.pid, start: h.start, pidns: h.pidns, token: h.token };
   } catch {
     return undefined;
@@ -112,9 +118,18 @@ export class DirLock {
     return (await processStart(h.pid)) !== h.start;
   }
 
-  private async acquire(name: string, waitMs: number, breakStale: (seen: Seen) => Promise<void>): Promise<string> {
+  private async acquire(
+    name: string,
+    waitMs: number,
+    breakStale: (seen: Seen) => Promise<void>,
+  ): Promise<string> {
     const pidns = await pidNamespace();
-    const holder: LockHolder = { pid: process.pid, start: (await processStart('self')) ?? '', pidns, token: randomUUID() };
+    const holder: LockHolder = {
+      pid: process.pid,
+      start: (await processStart('self')) ?? '',
+      pidns,
+      token: randomUUID(),
+    };
     const tmp = join(this.dir, `.twill-${randomUUID()}.tmp`);
     await writeFile(tmp, JSON.stringify(holder), { mode: 0o644, flag: 'wx' });
     const path = join(this.dir, name);
@@ -136,7 +151,10 @@ export class DirLock {
         if (Date.now() >= deadline) {
           const h = parseHolder(seen.text);
           const by = h ? `pid ${h.pid}` : 'an unknown holder';
-          fail(CNI_CODES.tryAgain, `cannot lock the IP store ${this.dir}: ${path} is held by ${by} (for ${Math.round(Date.now() - seen.mtimeMs)} ms; waited ${waitMs} ms); try again later`);
+          fail(
+            CNI_CODES.tryAgain,
+            `cannot lock the IP store ${this.dir}: ${path} is held by ${by} (for ${Math.round(Date.now() - seen.mtimeMs)} ms; waited ${waitMs} ms); try again later`,
+          );
         }
         await sleep(delay * (0.5 + Math.random()));
       }
@@ -152,7 +170,9 @@ export class DirLock {
       this.warn('the store lock was no longer ours when released', { file: join(this.dir, name) });
       return;
     }
-    await unlink(join(this.dir, name)).catch((err: unknown) => this.warn('cannot remove the store lock', { file: join(this.dir, name), err: String(err) }));
+    await unlink(join(this.dir, name)).catch((err: unknown) =>
+      this.warn('cannot remove the store lock', { file: join(this.dir, name), err: String(err) }),
+    );
   }
 
   /** Removes the stale main lock `seen`: under the break lock, and only if it is still that one. */
@@ -161,21 +181,27 @@ export class DirLock {
     try {
       token = await this.acquire(BREAK_NAME, BREAK_WAIT_MS, (s) => this.breakAside(BREAK_NAME, s));
     } catch (err) {
-      if (err instanceof CniError) return; // the caller goes on waiting for the main lock, within its own bound
+      // the caller goes on waiting for the main lock, within its own bound
+      if (err instanceof CniError) return;
       throw err;
     }
     try {
       const now = await this.inspect(LOCK_NAME);
       if (now?.text === seen.text) {
         await unlink(join(this.dir, LOCK_NAME));
-        this.warn('removed a stale store lock', { file: join(this.dir, LOCK_NAME), holder: seen.text });
+        this.warn('removed a stale store lock', {
+          file: join(this.dir, LOCK_NAME),
+          holder: seen.text,
+        });
       }
     } finally {
       await this.release(BREAK_NAME, token);
     }
   }
 
-  /** Removes a stale break lock: moved aside, deleted if it is the stale one, put back otherwise. */
+  /**
+   * Removes a stale break lock: moved aside, deleted if it is the stale one, put back otherwise.
+   */
   private async breakAside(name: string, seen: Seen): Promise<void> {
     const path = join(this.dir, name);
     const aside = join(this.dir, `.twill-${randomUUID()}.stale`);

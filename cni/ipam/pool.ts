@@ -30,7 +30,11 @@ export function* candidates(pool: Pool, last?: number): Generator<number> {
 }
 
 /** The first candidate not in `used`, or undefined when the pool is full. */
-export function pickAddress(pool: Pool, used: ReadonlySet<number>, last?: number): number | undefined {
+export function pickAddress(
+  pool: Pool,
+  used: ReadonlySet<number>,
+  last?: number,
+): number | undefined {
   for (const a of candidates(pool, last)) if (!used.has(a)) return a;
   return undefined;
 }

@@ -64,7 +64,10 @@ export class IpStore {
     this.lock = new DirLock(dir, warn);
   }
 
-  /** Runs `fn` under the directory's lock; `whenMissing` instead when the directory does not exist (nothing to act on). */
+  /**
+   * Runs `fn` under the directory's lock; `whenMissing` instead when the directory does not exist
+   * (nothing to act on).
+   */
   private async locked<T>(fn: () => Promise<T>, whenMissing: () => T): Promise<T> {
     try {
       await stat(this.dir);
@@ -90,7 +93,10 @@ export class IpStore {
     try {
       return parseIpv4((await readIfExists(join(this.dir, LAST_RESERVED)))?.trim() ?? '');
     } catch (err) {
-      this.warn('cannot read the round-robin hint; starting at the first address', { file: join(this.dir, LAST_RESERVED), err: String(err) });
+      this.warn('cannot read the round-robin hint; starting at the first address', {
+        file: join(this.dir, LAST_RESERVED),
+        err: String(err),
+      });
       return undefined;
     }
   }
@@ -107,7 +113,11 @@ export class IpStore {
     return this.lock.run(() => this.reserveLocked(o));
   }
 
-  private async reserveLocked(o: { pool: Pool; containerId: string; ifname: string }): Promise<number> {
+  private async reserveLocked(o: {
+    pool: Pool;
+    containerId: string;
+    ifname: string;
+  }): Promise<number> {
     const { used, last } = await this.usedAndLast();
     const tmp = await this.writeTmp(formatOwner(o.containerId, o.ifname));
     try {
@@ -126,7 +136,10 @@ export class IpStore {
       await unlink(tmp).catch(() => undefined);
     }
     const size = poolSize(o.pool);
-    fail(CNI_CODES.exhausted, `no free address in ${this.dir}: all ${size} addresses of the node's subnet are reserved`);
+    fail(
+      CNI_CODES.exhausted,
+      `no free address in ${this.dir}: all ${size} addresses of the node's subnet are reserved`,
+    );
   }
 
   /** Saves the round-robin hint; best effort (the address is reserved either way). */
@@ -136,7 +149,11 @@ export class IpStore {
       tmp = await this.writeTmp(formatIpv4(addr));
       await rename(tmp, join(this.dir, LAST_RESERVED));
     } catch (err) {
-      this.warn('cannot save the round-robin hint; the address stays reserved', { file: join(this.dir, LAST_RESERVED), ip: formatIpv4(addr), err: String(err) });
+      this.warn('cannot save the round-robin hint; the address stays reserved', {
+        file: join(this.dir, LAST_RESERVED),
+        ip: formatIpv4(addr),
+        err: String(err),
+      });
       if (tmp !== undefined) await unlink(tmp).catch(() => undefined);
     }
   }
@@ -153,7 +170,10 @@ export class IpStore {
 
   /** Every reservation, read under the lock (GC's scan). */
   async snapshot(): Promise<StoreEntry[]> {
-    return this.locked(() => this.entries(), () => []);
+    return this.locked(
+      () => this.entries(),
+      () => [],
+    );
   }
 
   /** Every reservation (files whose name is an address), without the lock: a reader's view. */
@@ -169,19 +189,25 @@ export class IpStore {
     for (const ip of names.filter((n) => parseIpv4(n) !== undefined)) {
       const text = await readIfExists(join(this.dir, ip));
       const writtenMs = await this.writtenMs(ip);
-      if (text !== undefined && writtenMs !== undefined) out.push({ ip, ...parseOwner(text), writtenMs });
+      if (text !== undefined && writtenMs !== undefined)
+        out.push({ ip, ...parseOwner(text), writtenMs });
     }
     return out;
   }
 
   /** The addresses reserved for one attachment. */
   async find(containerId: string, ifname: string): Promise<string[]> {
-    return (await this.entries()).filter((e) => e.containerId === containerId && e.ifname === ifname).map((e) => e.ip);
+    return (await this.entries())
+      .filter((e) => e.containerId === containerId && e.ifname === ifname)
+      .map((e) => e.ip);
   }
 
   /** Deletes one address's file under the lock; true when it was there. */
   async release(ip: string): Promise<boolean> {
-    return this.locked(() => this.unlinkIp(ip), () => false);
+    return this.locked(
+      () => this.unlinkIp(ip),
+      () => false,
+    );
   }
 
   private async unlinkIp(ip: string): Promise<boolean> {
@@ -203,14 +229,21 @@ export class IpStore {
    * reservation can slip in between them.
    */
   async releaseIfStale(entry: StoreEntry, notAfterMs: number): Promise<ReleaseOutcome> {
-    return this.locked(() => this.releaseIfStaleLocked(entry, notAfterMs), () => 'gone' as const);
+    return this.locked(
+      () => this.releaseIfStaleLocked(entry, notAfterMs),
+      () => 'gone' as const,
+    );
   }
 
-  private async releaseIfStaleLocked(entry: StoreEntry, notAfterMs: number): Promise<ReleaseOutcome> {
+  private async releaseIfStaleLocked(
+    entry: StoreEntry,
+    notAfterMs: number,
+  ): Promise<ReleaseOutcome> {
     const text = await readIfExists(join(this.dir, entry.ip));
     if (text === undefined) return 'gone';
     const now = parseOwner(text);
-    if (now.containerId !== entry.containerId || now.ifname !== entry.ifname) return 'owner-changed';
+    if (now.containerId !== entry.containerId || now.ifname !== entry.ifname)
+      return 'owner-changed';
     const mtimeMs = await this.writtenMs(entry.ip);
     if (mtimeMs === undefined) return 'gone';
     if (mtimeMs >= notAfterMs) return 'too-new';
@@ -219,10 +252,13 @@ export class IpStore {
 
   /** Releases every address of one attachment, found and deleted under one lock; returns them. */
   async releaseAttachment(containerId: string, ifname: string): Promise<string[]> {
-    return this.locked(async () => {
-      const ips = await this.find(containerId, ifname);
-      for (const ip of ips) await this.unlinkIp(ip);
-      return ips;
-    }, () => []);
+    return this.locked(
+      async () => {
+        const ips = await this.find(containerId, ifname);
+        for (const ip of ips) await this.unlinkIp(ip);
+        return ips;
+      },
+      () => [],
+    );
   }
 }

@@ -12,10 +12,27 @@ import { formatCidr, formatIpv4 } from '../../src/net/ipv4.ts';
 import type { SubnetEnv } from '../../src/subnetenv.ts';
 import { CommandError } from '../../src/exec/runner.ts';
 import { CNI_CODES, CniError, fail } from '../errors.ts';
-import { bridgeMac, failedLine, hostAddBatch, linkOf, podAddBatch, type HostWiring, type IpLink } from '../ip-batch.ts';
+import {
+  bridgeMac,
+  failedLine,
+  hostAddBatch,
+  linkOf,
+  podAddBatch,
+  type HostWiring,
+  type IpLink,
+} from '../ip-batch.ts';
 import type { IpStore } from '../ipam/store.ts';
 import { poolOf } from '../ipam/pool.ts';
-import { deleteLink, enableForwarding, hostBatch, linkKind, linkNames, podBatch, type KernelDeps, type LinkKind } from '../kernel.ts';
+import {
+  deleteLink,
+  enableForwarding,
+  hostBatch,
+  linkKind,
+  linkNames,
+  podBatch,
+  type KernelDeps,
+  type LinkKind,
+} from '../kernel.ts';
 import { hostVethName } from '../names.ts';
 import { renderResult, type Attachment, type ResultInterface } from '../result.ts';
 import { assertNetns, loadSubnet, storeFor, type PluginDeps, type Request } from './common.ts';
@@ -24,7 +41,10 @@ const ROLLBACK_TIMEOUT_MS = 5000;
 
 type HostLinks = { bridge: ResultInterface; host: ResultInterface };
 
-/** A host batch failure, and whether it failed at or before the line creating the veth pair (so none was made). */
+/**
+ * A host batch failure, and whether it failed at or before the line creating the veth pair (so none
+ * was made).
+ */
 class HostWiringError extends Error {
   readonly vethNotCreated: boolean;
   constructor(cause: unknown, vethNotCreated: boolean) {
@@ -54,15 +74,25 @@ function describeKind(k: LinkKind): string {
   return `it is a ${k.linkType ?? 'plain'} device`;
 }
 
-/** True when `bridge` exists and is a bridge, false when it does not exist; code 7 when it is something else. */
+/**
+ * True when `bridge` exists and is a bridge, false when it does not exist; code 7 when it is
+ * something else.
+ */
 async function checkBridge(k: KernelDeps, bridge: string): Promise<boolean> {
   const kind = await linkKind(k, bridge);
   if (kind === undefined) return false;
-  if (kind.kind !== 'bridge') fail(CNI_CODES.invalidConfig, `network config: "bridge" ${JSON.stringify(bridge)}: ${bridge} already exists but is not a bridge (${describeKind(kind)}); twill leaves it alone`);
+  if (kind.kind !== 'bridge')
+    fail(
+      CNI_CODES.invalidConfig,
+      `network config: "bridge" ${JSON.stringify(bridge)}: ${bridge} already exists but is not a bridge (${describeKind(kind)}); twill leaves it alone`,
+    );
   return true;
 }
 
-/** Before anything is changed: code 104 when the host veth exists, 7 when the bridge is not a bridge; whether the bridge exists. */
+/**
+ * Before anything is changed: code 104 when the host veth exists, 7 when the bridge is not a
+ * bridge; whether the bridge exists.
+ */
 async function inspectHost(k: KernelDeps, w: HostWiring): Promise<{ bridgeExists: boolean }> {
   const names = await linkNames();
   if (names.has(w.hostVeth)) throw existsError(w);
@@ -73,14 +103,20 @@ async function tryHost(k: KernelDeps, w: HostWiring, createBridge: boolean): Pro
   const { lines, vethLine } = hostAddBatch(w, createBridge);
   try {
     const [bridge, host] = await hostBatch(k, lines);
-    return { bridge: asInterface(linkOf(bridge, w.bridge)), host: asInterface(linkOf(host, w.hostVeth)) };
+    return {
+      bridge: asInterface(linkOf(bridge, w.bridge)),
+      host: asInterface(linkOf(host, w.hostVeth)),
+    };
   } catch (err) {
     const line = failedLine(stderrOf(err));
     throw new HostWiringError(err, line !== undefined && line <= vethLine);
   }
 }
 
-/** The host batch, creating the bridge when it was missing (tolerating a concurrent creator, once it is checked to be a bridge). */
+/**
+ * The host batch, creating the bridge when it was missing (tolerating a concurrent creator, once it
+ * is checked to be a bridge).
+ */
 async function wireHost(k: KernelDeps, w: HostWiring, bridgeExists: boolean): Promise<HostLinks> {
   if (bridgeExists) return tryHost(k, w, false);
   try {
@@ -97,25 +133,49 @@ function hostWiring(req: Request, subnet: SubnetEnv, mtu: number): HostWiring {
   const { env, conf } = req;
   const gw = poolOf(subnet.subnet).gateway;
   const gateway = conf.isGateway ? { addr: gw, prefix: subnet.subnet.prefix } : undefined;
-  return { bridge: conf.bridge, bridgeMac: bridgeMac(gw), hostVeth: hostVethName(env.containerId, env.ifname), ifname: env.ifname, netns: env.netns, mtu, gateway, hairpin: conf.hairpinMode };
+  return {
+    bridge: conf.bridge,
+    bridgeMac: bridgeMac(gw),
+    hostVeth: hostVethName(env.containerId, env.ifname),
+    ifname: env.ifname,
+    netns: env.netns,
+    mtu,
+    gateway,
+    hairpin: conf.hairpinMode,
+  };
 }
 
 /** Turns a kernel failure into the answer a runtime should see. */
 function explain(err: unknown, w: HostWiring): unknown {
   const cause = err instanceof HostWiringError ? err.cause : err;
-  if (err instanceof HostWiringError && err.vethNotCreated && /File exists/.test(stderrOf(cause))) return existsError(w, cause);
+  if (err instanceof HostWiringError && err.vethNotCreated && /File exists/.test(stderrOf(cause)))
+    return existsError(w, cause);
   return cause;
 }
 
-async function wire(deps: PluginDeps, req: Request, o: { subnet: SubnetEnv; addr: number; w: HostWiring; bridgeExists: boolean }): Promise<Attachment> {
+async function wire(
+  deps: PluginDeps,
+  req: Request,
+  o: { subnet: SubnetEnv; addr: number; w: HostWiring; bridgeExists: boolean },
+): Promise<Attachment> {
   const { env, conf } = req;
   const links = await wireHost(deps, o.w, o.bridgeExists);
   const gateway = poolOf(o.subnet.subnet).gateway;
-  const pod = { ifname: env.ifname, address: o.addr, subnet: o.subnet.subnet, gateway, network: o.subnet.network, defaultRoute: conf.isDefaultGateway };
+  const pod = {
+    ifname: env.ifname,
+    address: o.addr,
+    subnet: o.subnet.subnet,
+    gateway,
+    network: o.subnet.network,
+    defaultRoute: conf.isDefaultGateway,
+  };
   const [podLink] = await podBatch(deps, env.netns, podAddBatch(pod));
   if (conf.isGateway) await enableForwarding();
   const gw = formatIpv4(gateway);
-  const routes = [{ dst: formatCidr(o.subnet.network), gw }, ...(conf.isDefaultGateway ? [{ dst: '0.0.0.0/0', gw }] : [])];
+  const routes = [
+    { dst: formatCidr(o.subnet.network), gw },
+    ...(conf.isDefaultGateway ? [{ dst: '0.0.0.0/0', gw }] : []),
+  ];
   return {
     ...links,
     pod: { ...asInterface(linkOf(podLink, env.ifname)), sandbox: env.netns },
@@ -125,21 +185,37 @@ async function wire(deps: PluginDeps, req: Request, o: { subnet: SubnetEnv; addr
   };
 }
 
-/** Undoes this call: its veth (unless the batch provably failed before making it) and its address. */
-async function rollback(deps: PluginDeps, o: { err: unknown; w: HostWiring; store: IpStore; addr: number }): Promise<void> {
+/**
+ * Undoes this call: its veth (unless the batch provably failed before making it) and its address.
+ */
+async function rollback(
+  deps: PluginDeps,
+  o: { err: unknown; w: HostWiring; store: IpStore; addr: number },
+): Promise<void> {
   const k: KernelDeps = { runner: deps.runner, signal: AbortSignal.timeout(ROLLBACK_TIMEOUT_MS) };
   const madeNoVeth = o.err instanceof HostWiringError && o.err.vethNotCreated;
   if (!madeNoVeth) {
-    await deleteLink(k, o.w.hostVeth).catch((e: unknown) => deps.log.error('rollback: cannot delete veth', { dev: o.w.hostVeth, err: String(e) }));
+    await deleteLink(k, o.w.hostVeth).catch((e: unknown) =>
+      deps.log.error('rollback: cannot delete veth', { dev: o.w.hostVeth, err: String(e) }),
+    );
   }
   const ip = formatIpv4(o.addr);
-  await o.store.release(ip).catch((e: unknown) => deps.log.error('rollback: cannot release address', { ip, err: String(e) }));
+  await o.store
+    .release(ip)
+    .catch((e: unknown) =>
+      deps.log.error('rollback: cannot release address', { ip, err: String(e) }),
+    );
 }
 
-/** twill creates the pod's interface: it is the first plugin of a conflist and gets no prevResult. */
+/**
+ * twill creates the pod's interface: it is the first plugin of a conflist and gets no prevResult.
+ */
 function refusePrevResult(req: Request): void {
   if (req.conf.prevResult === undefined) return;
-  fail(CNI_CODES.invalidConfig, 'network config: "prevResult" is set, but twill creates the pod\'s interface and address and must be the first plugin of the conflist (put it before the plugin whose result this is)');
+  fail(
+    CNI_CODES.invalidConfig,
+    'network config: "prevResult" is set, but twill creates the pod\'s interface and address and must be the first plugin of the conflist (put it before the plugin whose result this is)',
+  );
 }
 
 export async function cmdAdd(deps: PluginDeps, req: Request): Promise<Record<string, unknown>> {
@@ -150,7 +226,11 @@ export async function cmdAdd(deps: PluginDeps, req: Request): Promise<Record<str
   const w = hostWiring(req, subnet, conf.mtu ?? subnet.mtu);
   const { bridgeExists } = await inspectHost(deps, w);
   const store = storeFor(conf, deps.log);
-  const addr = await store.reserve({ pool: poolOf(subnet.subnet), containerId: env.containerId, ifname: env.ifname });
+  const addr = await store.reserve({
+    pool: poolOf(subnet.subnet),
+    containerId: env.containerId,
+    ifname: env.ifname,
+  });
   try {
     return renderResult(conf.cniVersion, await wire(deps, req, { subnet, addr, w, bridgeExists }));
   } catch (err) {

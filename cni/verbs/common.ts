@@ -23,13 +23,20 @@ export interface PluginDeps extends KernelDeps {
 /** The node's subnet.env; code 11 while it does not exist, 102 when it is malformed. */
 export async function loadSubnet(file: string): Promise<SubnetEnv> {
   const env = await readSubnetEnv(file);
-  if (!env) fail(CNI_CODES.tryAgain, `${file} does not exist yet (twill run writes it once it holds a subnet lease); try again later`);
+  if (!env)
+    fail(
+      CNI_CODES.tryAgain,
+      `${file} does not exist yet (twill run writes it once it holds a subnet lease); try again later`,
+    );
   return env;
 }
 
 /** The IP store of this network; its warnings (the round-robin hint) go to the log. */
 export function storeFor(conf: NetConf, log?: CniLog): IpStore {
-  return new IpStore(join(conf.dataDir, conf.name), log ? (msg, fields) => log.error(msg, fields) : undefined);
+  return new IpStore(
+    join(conf.dataDir, conf.name),
+    log ? (msg, fields) => log.error(msg, fields) : undefined,
+  );
 }
 
 /** Code 4 when the netns path does not exist. */
@@ -37,7 +44,8 @@ export async function assertNetns(netns: string): Promise<void> {
   try {
     await stat(netns);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') fail(CNI_CODES.invalidEnv, `CNI_NETNS ${JSON.stringify(netns)} does not exist`);
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+      fail(CNI_CODES.invalidEnv, `CNI_NETNS ${JSON.stringify(netns)} does not exist`);
     throw err;
   }
 }

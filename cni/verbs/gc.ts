@@ -15,7 +15,10 @@ import { deleteLinks } from '../kernel.ts';
 import { hostVethName } from '../names.ts';
 import { storeFor, type PluginDeps, type Request } from './common.ts';
 
-/** Entries written this shortly before GC started are kept: longer than an ADD may take (its processes time out after 10 s each). */
+/**
+ * Entries written this shortly before GC started are kept: longer than an ADD may take (its
+ * processes time out after 10 s each).
+ */
 export const GC_GRACE_MS = 60_000;
 
 const key = (containerId: string, ifname: string): string => `${containerId}/${ifname}`;
@@ -28,14 +31,23 @@ export async function cmdGc(deps: PluginDeps, req: Request): Promise<void> {
   const { conf } = req;
   const notAfterMs = Date.now() - GC_GRACE_MS;
   const valid = conf.validAttachments;
-  if (valid === undefined) fail(CNI_CODES.invalidConfig, 'network config: GC needs "cni.dev/valid-attachments" (or "cni.dev/attachments")');
+  if (valid === undefined)
+    fail(
+      CNI_CODES.invalidConfig,
+      'network config: GC needs "cni.dev/valid-attachments" (or "cni.dev/attachments")',
+    );
   const keep = new Set(valid.map((a) => key(a.containerId, a.ifname)));
   const store = storeFor(conf, deps.log);
-  // an entry written since (GC start - grace) may be an ADD in flight: neither its veth nor its address is touched
-  const stale = (await store.snapshot()).filter((e) => !keep.has(key(e.containerId, e.ifname)) && e.writtenMs < notAfterMs);
+  // an entry written since (GC start - grace) may be an ADD in flight: neither its veth nor its
+  // address is touched
+  const stale = (await store.snapshot()).filter(
+    (e) => !keep.has(key(e.containerId, e.ifname)) && e.writtenMs < notAfterMs,
+  );
   const errors: string[] = [];
   const devs = [...new Set(stale.map(vethOf).filter((d) => d !== undefined))];
-  const undeleted = await deleteLinks(deps, devs).catch((err: unknown) => new Map(devs.map((d) => [d, String(err)])));
+  const undeleted = await deleteLinks(deps, devs).catch(
+    (err: unknown) => new Map(devs.map((d) => [d, String(err)])),
+  );
   for (const [dev, why] of undeleted) errors.push(`cannot delete veth ${dev}: ${why}`);
   const outcomes: Record<string, string> = {};
   for (const e of stale) {
@@ -50,6 +62,15 @@ export async function cmdGc(deps: PluginDeps, req: Request): Promise<void> {
       errors.push(`cannot release ${e.ip} (${key(e.containerId, e.ifname)}): ${String(err)}`);
     }
   }
-  deps.log.info('gc', { kept: valid.length, stale: stale.map((e) => ({ ip: e.ip, containerId: e.containerId, ifname: e.ifname, outcome: outcomes[e.ip] })) });
-  if (errors.length > 0) fail(CNI_CODES.internal, `GC finished with ${errors.length} error(s): ${errors.join('; ')}`);
+  deps.log.info('gc', {
+    kept: valid.length,
+    stale: stale.map((e) => ({
+      ip: e.ip,
+      containerId: e.containerId,
+      ifname: e.ifname,
+      outcome: outcomes[e.ip],
+    })),
+  });
+  if (errors.length > 0)
+    fail(CNI_CODES.internal, `GC finished with ${errors.length} error(s): ${errors.join('; ')}`);
 }

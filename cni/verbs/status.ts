@@ -14,7 +14,13 @@
 //   CAP_NET_ADMIN in the netns and the bridge module);
 // - when `readyUrl` is configured, the daemon answers it with a 2xx.
 import { randomBytes } from 'node:crypto';
-import { containsAddr, containsCidr, formatCidr, formatIpv4, parseIpv4 } from '../../src/net/ipv4.ts';
+import {
+  containsAddr,
+  containsCidr,
+  formatCidr,
+  formatIpv4,
+  parseIpv4,
+} from '../../src/net/ipv4.ts';
 import type { SubnetEnv } from '../../src/subnetenv.ts';
 import { CNI_CODES, asCniError, fail } from '../errors.ts';
 import { poolOf } from '../ipam/pool.ts';
@@ -29,7 +35,9 @@ function notReady(why: string): never {
 
 async function daemonReady(url: string, signal: AbortSignal): Promise<string | undefined> {
   try {
-    const res = await fetch(url, { signal: AbortSignal.any([signal, AbortSignal.timeout(READY_TIMEOUT_MS)]) });
+    const res = await fetch(url, {
+      signal: AbortSignal.any([signal, AbortSignal.timeout(READY_TIMEOUT_MS)]),
+    });
     return res.ok ? undefined : `${url} answered ${res.status}`;
   } catch (err) {
     return `${url} did not answer: ${(err as Error).message}`;
@@ -43,12 +51,22 @@ async function subnetOf(file: string): Promise<SubnetEnv> {
   } catch (err) {
     notReady(asCniError(err).message);
   }
-  if (!containsCidr(env.network, env.subnet)) notReady(`${file}: FLANNEL_SUBNET ${formatCidr(env.subnet)} is not inside FLANNEL_NETWORK ${formatCidr(env.network)}`);
+  if (!containsCidr(env.network, env.subnet))
+    notReady(
+      `${file}: FLANNEL_SUBNET ${formatCidr(env.subnet)} is not inside FLANNEL_NETWORK ${formatCidr(env.network)}`,
+    );
   return env;
 }
 
-/** The bridge as it is, or a throwaway one created and deleted; the reason it is not usable, if any. */
-async function bridgeProblem(deps: PluginDeps, bridge: string, env: SubnetEnv, file: string): Promise<string | undefined> {
+/**
+ * The bridge as it is, or a throwaway one created and deleted; the reason it is not usable, if any.
+ */
+async function bridgeProblem(
+  deps: PluginDeps,
+  bridge: string,
+  env: SubnetEnv,
+  file: string,
+): Promise<string | undefined> {
   let link;
   try {
     link = await linkAddrs(deps, bridge);
@@ -64,11 +82,16 @@ async function bridgeProblem(deps: PluginDeps, bridge: string, env: SubnetEnv, f
       return `bridge ${bridge} does not exist and cannot be created (trying with ${probe}): ${asCniError(err).message}`;
     }
   }
-  if (link.kind !== 'bridge') return `"bridge" ${JSON.stringify(bridge)} already exists but is not a bridge (it is a ${link.kind ?? link.linkType ?? 'plain'} device)`;
+  if (link.kind !== 'bridge')
+    return `"bridge" ${JSON.stringify(bridge)} already exists but is not a bridge (it is a ${link.kind ?? link.linkType ?? 'plain'} device)`;
   const gw = poolOf(env.subnet).gateway;
   const foreign = link.inet.filter((a) => {
     const addr = parseIpv4(a.local);
-    return addr !== undefined && containsAddr(env.network, addr) && !(addr === gw && a.prefixlen === env.subnet.prefix);
+    return (
+      addr !== undefined &&
+      containsAddr(env.network, addr) &&
+      !(addr === gw && a.prefixlen === env.subnet.prefix)
+    );
   });
   if (foreign.length === 0) return undefined;
   const list = foreign.map((a) => `${a.local}/${a.prefixlen}`).join(', ');

@@ -16,7 +16,10 @@ import { nodeNameOf, openStore } from './store.ts';
 /** How long the store may take to answer (each etcd call, and the whole read). */
 const STORE_TIMEOUT_MS = 3_000;
 
-async function readStore(flags: RunFlags, o: { signal: AbortSignal; nodeName: string }): Promise<StoreFact> {
+async function readStore(
+  flags: RunFlags,
+  o: { signal: AbortSignal; nodeName: string },
+): Promise<StoreFact> {
   const { signal } = o;
   const store = await openStore(flags, { nodeName: o.nodeName, callTimeoutMs: STORE_TIMEOUT_MS });
   try {
@@ -26,11 +29,24 @@ async function readStore(flags: RunFlags, o: { signal: AbortSignal; nodeName: st
   }
 }
 
-async function doctor(flags: RunFlags, o: { json: boolean; bridge: string; nodeName: string }, out: (text: string) => void): Promise<number> {
+async function doctor(
+  flags: RunFlags,
+  o: { json: boolean; bridge: string; nodeName: string },
+  out: (text: string) => void,
+): Promise<number> {
   const signal = AbortSignal.timeout(60_000);
   const facts = await gather(
-    { runner: run, readText: (path) => readFile(path, 'utf8'), readStore: (s) => readStore(flags, { signal: s, nodeName: o.nodeName }) },
-    { iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp }, subnetFile: flags.subnetFile, bridge: o.bridge, procSysNet: flags.procSysNet },
+    {
+      runner: run,
+      readText: (path) => readFile(path, 'utf8'),
+      readStore: (s) => readStore(flags, { signal: s, nodeName: o.nodeName }),
+    },
+    {
+      iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp },
+      subnetFile: flags.subnetFile,
+      bridge: o.bridge,
+      procSysNet: flags.procSysNet,
+    },
     signal,
   );
   const results = runChecks(facts);
@@ -39,16 +55,25 @@ async function doctor(flags: RunFlags, o: { json: boolean; bridge: string; nodeN
 }
 
 /** Adds `twill doctor` to the program; `setExitCode` receives its exit code. */
-export function addDoctorCommand(program: Command, o: { env: NodeJS.ProcessEnv; setExitCode: (code: number) => void }): void {
+export function addDoctorCommand(
+  program: Command,
+  o: { env: NodeJS.ProcessEnv; setExitCode: (code: number) => void },
+): void {
   const cmd = program
     .command('doctor')
-    .description('check this node for what breaks overlays (sysctls, iptables, MTU, subnet.env vs lease, stale routes, leftovers); exit 1 when a check fails')
+    .description(
+      'check this node for what breaks overlays (sysctls, iptables, MTU, subnet.env vs lease, stale routes, leftovers); exit 1 when a check fails',
+    )
     .option('--json', 'print the verdicts as JSON')
     .option('--bridge <name>', 'the CNI bridge to inspect', 'cni0');
   addRunFlags(cmd).action(async () => {
     const own = cmd.opts<{ json?: boolean; bridge: string }>();
     const flags = resolveRunFlags(cmd, o.env);
-    const code = await doctor(flags, { json: own.json === true, bridge: own.bridge, nodeName: nodeNameOf(flags, o.env) }, (text) => process.stdout.write(text));
+    const code = await doctor(
+      flags,
+      { json: own.json === true, bridge: own.bridge, nodeName: nodeNameOf(flags, o.env) },
+      (text) => process.stdout.write(text),
+    );
     o.setExitCode(code);
   });
 }

@@ -19,12 +19,21 @@ import { addDoctorCommand } from './doctor-cmd.ts';
 
 /** Exit codes: 0 clean stop, 1 runtime failure, 2 bad flags or config. */
 const EXIT_USAGE = 2;
-const USAGE_CODES = new Set(['FLAG_INVALID', 'CONFIG_INVALID', 'CONFIG_MISSING', 'CONFIG_UNSUPPORTED', 'IFACE_NOT_FOUND']);
+const USAGE_CODES = new Set([
+  'FLAG_INVALID',
+  'CONFIG_INVALID',
+  'CONFIG_MISSING',
+  'CONFIG_UNSUPPORTED',
+  'IFACE_NOT_FOUND',
+]);
 
 function packageVersion(): string {
   for (let dir = import.meta.dirname; dir !== dirname(dir); dir = dirname(dir)) {
     try {
-      const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name?: string; version?: string };
+      const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as {
+        name?: string;
+        version?: string;
+      };
       if (pkg.name === 'twill') return pkg.version ?? 'unknown';
     } catch {
       // keep walking up
@@ -33,8 +42,14 @@ function packageVersion(): string {
   return 'unknown';
 }
 
-/** `twill status`: exit 0 when the kernel matches the desired state, 1 when it does not (or the views cannot be read). */
-async function statusCommand(flags: RunFlags, o: { json: boolean; env: NodeJS.ProcessEnv }): Promise<number> {
+/**
+ * `twill status`: exit 0 when the kernel matches the desired state, 1 when it does not (or the
+ * views cannot be read).
+ */
+async function statusCommand(
+  flags: RunFlags,
+  o: { json: boolean; env: NodeJS.ProcessEnv },
+): Promise<number> {
   const { json } = o;
   const store = await openStore(flags, { nodeName: nodeNameOf(flags, o.env) });
   try {
@@ -57,7 +72,11 @@ async function statusCommand(flags: RunFlags, o: { json: boolean; env: NodeJS.Pr
 async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<number> {
   const nodeName = nodeNameOf(flags, env);
   // the etcd password is scrubbed from every log line, whatever carries it
-  const logger = createLogger({ level: flags.logLevel, node: nodeName, secrets: [flags.etcdPassword] });
+  const logger = createLogger({
+    level: flags.logLevel,
+    node: nodeName,
+    secrets: [flags.etcdPassword],
+  });
   const store = await openStore(flags, { nodeName });
   const root = new AbortController();
   const stop = (sig: string): void => {
@@ -65,7 +84,8 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
     logger.info({ signal: sig }, 'shutting down; the lease is kept for the next start');
     root.abort();
   };
-  // `on`, not `once`: a second signal while shutting down must still reach stop(), which then exits at once
+  // `on`, not `once`: a second signal while shutting down must still reach stop(), which then exits
+  // at once
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
   logger.info({ version: packageVersion(), store: store.description }, 'twill starting');
@@ -87,7 +107,9 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
         ipMasq: flags.ipMasq,
         resyncMs: flags.iptablesResync * 1000,
         version: packageVersion(),
-        ...(flags.healthzPort > 0 ? { healthz: { ip: flags.healthzIp, port: flags.healthzPort } } : {}),
+        ...(flags.healthzPort > 0
+          ? { healthz: { ip: flags.healthzIp, port: flags.healthzPort } }
+          : {}),
       },
       root.signal,
     );
@@ -105,18 +127,33 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
 async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
   let exitCode = 0;
   const program = new Command('twill')
-    .description('twill: a per-node overlay network daemon for Kubernetes, in the spirit of flannel')
+    .description(
+      'twill: a per-node overlay network daemon for Kubernetes, in the spirit of flannel',
+    )
     .version(packageVersion(), '--version', 'print the version')
     .showHelpAfterError()
     .exitOverride();
-  const runCmd = program.command('run').description('lease this node\'s pod subnet, write subnet.env, track peers and program the dataplane');
+  const runCmd = program
+    .command('run')
+    .description(
+      "lease this node's pod subnet, write subnet.env, track peers and program the dataplane",
+    );
   addRunFlags(runCmd).action(async () => {
     exitCode = await runCommand(resolveRunFlags(runCmd, env), env);
   });
-  const statusCmd = program.command('status').description('this node: our lease, every peer and whether the kernel has its entries, the desired-vs-actual diff, the masquerade chains');
-  addRunFlags(statusCmd).option('--json', 'print the report as JSON').action(async () => {
-    exitCode = await statusCommand(resolveRunFlags(statusCmd, env), { json: statusCmd.opts<{ json?: boolean }>().json === true, env });
-  });
+  const statusCmd = program
+    .command('status')
+    .description(
+      'this node: our lease, every peer and whether the kernel has its entries, the desired-vs-actual diff, the masquerade chains',
+    );
+  addRunFlags(statusCmd)
+    .option('--json', 'print the report as JSON')
+    .action(async () => {
+      exitCode = await statusCommand(resolveRunFlags(statusCmd, env), {
+        json: statusCmd.opts<{ json?: boolean }>().json === true,
+        env,
+      });
+    });
   addDoctorCommand(program, { env, setExitCode: (code) => (exitCode = code) });
   try {
     await program.parseAsync(argv);

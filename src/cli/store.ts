@@ -7,18 +7,33 @@ import { hostname } from 'node:os';
 import type { LeaseStore } from '../lease/types.ts';
 import type { RunFlags } from './flags.ts';
 
-/** This node's name: --node-name, else $NODE_NAME (the DaemonSet sets it from spec.nodeName), else the host name. */
+/**
+ * This node's name: --node-name, else $NODE_NAME (the DaemonSet sets it from spec.nodeName), else
+ * the host name.
+ */
 export function nodeNameOf(flags: RunFlags, env: NodeJS.ProcessEnv): string {
   return flags.nodeName ?? env.NODE_NAME ?? hostname();
 }
 
-export async function openStore(flags: RunFlags, o: { nodeName: string; callTimeoutMs?: number }): Promise<LeaseStore> {
+export async function openStore(
+  flags: RunFlags,
+  o: { nodeName: string; callTimeoutMs?: number },
+): Promise<LeaseStore> {
   const timeout = o.callTimeoutMs === undefined ? {} : { callTimeoutMs: o.callTimeoutMs };
   if (flags.kubeSubnetMgr) {
     const { ClientKubeApi } = await import('../lease/kube-api.ts');
     const { KubeLeaseStore } = await import('../lease/kube-store.ts');
-    const api = new ClientKubeApi({ kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl, ...timeout });
-    return new KubeLeaseStore({ api, nodeName: o.nodeName, netConfigPath: flags.netConfigPath, annotationPrefix: flags.kubeAnnotationPrefix });
+    const api = new ClientKubeApi({
+      kubeconfigFile: flags.kubeconfigFile,
+      apiUrl: flags.kubeApiUrl,
+      ...timeout,
+    });
+    return new KubeLeaseStore({
+      api,
+      nodeName: o.nodeName,
+      netConfigPath: flags.netConfigPath,
+      annotationPrefix: flags.kubeAnnotationPrefix,
+    });
   }
   const { EtcdKv } = await import('../lease/etcd-kv.ts');
   const { KvLeaseStore } = await import('../lease/kv-store.ts');

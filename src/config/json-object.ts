@@ -18,14 +18,18 @@ export class CiObject {
     for (const [key, value] of Object.entries(obj)) {
       const lower = key.toLowerCase();
       const prev = this.entries.get(lower);
-      if (prev) this.fail(`keys "${prev.key}" and "${key}" are the same key (keys are case-insensitive)`);
+      if (prev)
+        this.fail(`keys "${prev.key}" and "${key}" are the same key (keys are case-insensitive)`);
       this.entries.set(lower, { key, value });
     }
   }
 
   static from(where: string, value: unknown, code: ErrorCode): CiObject {
     if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-      throw new TwillError(code, `${where}: must be a JSON object, got ${JSON.stringify(value) ?? String(value)}`);
+      throw new TwillError(
+        code,
+        `${where}: must be a JSON object, got ${JSON.stringify(value) ?? String(value)}`,
+      );
     }
     return new CiObject(where, value as Record<string, unknown>, code);
   }
@@ -57,7 +61,8 @@ export class CiObject {
   bool(name: string): boolean | undefined {
     const v = this.get(name);
     if (v === undefined) return undefined;
-    if (typeof v !== 'boolean') this.fail(`"${name}" must be true or false, got ${JSON.stringify(v)}`);
+    if (typeof v !== 'boolean')
+      this.fail(`"${name}" must be true or false, got ${JSON.stringify(v)}`);
     return v;
   }
 
@@ -66,13 +71,17 @@ export class CiObject {
     const v = this.get(name);
     if (v === undefined) return undefined;
     if (typeof v !== 'number' || !Number.isInteger(v) || v < range.min || v > range.max) {
-      this.fail(`"${name}" must be an integer from ${range.min} to ${range.max}, got ${JSON.stringify(v)}`);
+      this.fail(
+        `"${name}" must be an integer from ${range.min} to ${range.max}, got ${JSON.stringify(v)}`,
+      );
     }
     return v;
   }
 
   /** Keys present in the object that no getter asked for, in their spelling. */
   unknownKeys(): string[] {
-    return [...this.entries.entries()].filter(([lower]) => !this.seen.has(lower)).map(([, e]) => e.key);
+    return [...this.entries.entries()]
+      .filter(([lower]) => !this.seen.has(lower))
+      .map(([, e]) => e.key);
   }
 }

@@ -3,7 +3,15 @@
 // defaults), except that the default backend is vxlan rather than flannel's
 // accidental udp. Pure: text in, NetConfig or a CONFIG_* error out.
 import { TwillError } from '../errors.ts';
-import { blockSize, formatCidr, formatIpv4, lastAddress, parseCidr, parseIpv4, type Cidr } from '../net/ipv4.ts';
+import {
+  blockSize,
+  formatCidr,
+  formatIpv4,
+  lastAddress,
+  parseCidr,
+  parseIpv4,
+  type Cidr,
+} from '../net/ipv4.ts';
 import { CiObject } from './json-object.ts';
 
 export interface VxlanBackend {
@@ -61,7 +69,12 @@ export function parseNetConfig(text: string): NetConfig {
   checkAddressFamilies(obj);
   const network = parseNetwork(obj);
   const subnetLen = parseSubnetLen(obj, network);
-  const subnetMin = parseBound(obj, { name: 'SubnetMin', network, subnetLen, fallback: network.base + blockSize(subnetLen) });
+  const subnetMin = parseBound(obj, {
+    name: 'SubnetMin',
+    network,
+    subnetLen,
+    fallback: network.base + blockSize(subnetLen),
+  });
   const subnetMax = parseBound(obj, {
     name: 'SubnetMax',
     network,
@@ -72,25 +85,43 @@ export function parseNetConfig(text: string): NetConfig {
     invalid(`"SubnetMin" ${formatIpv4(subnetMin)} is above "SubnetMax" ${formatIpv4(subnetMax)}`);
   }
   const backendObj = obj.get('Backend');
-  const backend = parseBackend(backendObj === undefined ? undefined : CiObject.from(`${WHERE}: "Backend"`, backendObj, 'CONFIG_INVALID'));
-  return { network, subnetLen, subnetMin, subnetMax, backend: backend.config, unknownKeys: [...obj.unknownKeys(), ...backend.unknown] };
+  const backend = parseBackend(
+    backendObj === undefined
+      ? undefined
+      : CiObject.from(`${WHERE}: "Backend"`, backendObj, 'CONFIG_INVALID'),
+  );
+  return {
+    network,
+    subnetLen,
+    subnetMin,
+    subnetMax,
+    backend: backend.config,
+    unknownKeys: [...obj.unknownKeys(), ...backend.unknown],
+  };
 }
 
 function checkAddressFamilies(obj: CiObject): void {
-  if (obj.bool('EnableIPv6') === true) unsupported('"EnableIPv6" is true, but IPv6 is not supported by twill yet; remove it');
+  if (obj.bool('EnableIPv6') === true)
+    unsupported('"EnableIPv6" is true, but IPv6 is not supported by twill yet; remove it');
   if (obj.has('IPv6Network')) {
-    unsupported(`"IPv6Network" is ${JSON.stringify(obj.get('IPv6Network'))}, but IPv6 is not supported by twill yet; remove it`);
+    unsupported(
+      `"IPv6Network" is ${JSON.stringify(obj.get('IPv6Network'))}, but IPv6 is not supported by twill yet; remove it`,
+    );
   }
-  if (obj.bool('EnableIPv4') === false) unsupported('"EnableIPv4" is false, but twill supports only IPv4 networks');
+  if (obj.bool('EnableIPv4') === false)
+    unsupported('"EnableIPv4" is false, but twill supports only IPv4 networks');
 }
 
 function parseNetwork(obj: CiObject): Cidr {
   const text = obj.string('Network');
   if (text === undefined) invalid('"Network" is required (an IPv4 CIDR such as "10.244.0.0/16")');
   const network = parseCidr(text, { strict: false });
-  if (!network) invalid(`"Network" must be an IPv4 CIDR such as "10.244.0.0/16", got ${JSON.stringify(text)}`);
+  if (!network)
+    invalid(`"Network" must be an IPv4 CIDR such as "10.244.0.0/16", got ${JSON.stringify(text)}`);
   if (formatCidr(network) !== text) {
-    invalid(`"Network" ${JSON.stringify(text)} has host bits set; did you mean "${formatCidr(network)}"?`);
+    invalid(
+      `"Network" ${JSON.stringify(text)} has host bits set; did you mean "${formatCidr(network)}"?`,
+    );
   }
   if (network.prefix > 28) invalid(`"Network" ${text} is too small: it must be /28 or larger`);
   return network;
@@ -101,16 +132,24 @@ function parseSubnetLen(obj: CiObject, network: Cidr): number {
   if (len === undefined) return network.prefix <= 22 ? 24 : network.prefix + 2;
   if (len > 30) invalid(`"SubnetLen" is ${len}; it must be 30 or less`);
   if (len < network.prefix + 2) {
-    invalid(`"SubnetLen" is ${len}; with "Network" ${formatCidr(network)} it must be at least ${network.prefix + 2} (room for four subnets)`);
+    invalid(
+      `"SubnetLen" is ${len}; with "Network" ${formatCidr(network)} it must be at least ${network.prefix + 2} (room for four subnets)`,
+    );
   }
   return len;
 }
 
-function parseBound(obj: CiObject, o: { name: string; network: Cidr; subnetLen: number; fallback: number }): number {
+function parseBound(
+  obj: CiObject,
+  o: { name: string; network: Cidr; subnetLen: number; fallback: number },
+): number {
   const text = obj.string(o.name);
   if (text === undefined) return o.fallback;
   const addr = parseIpv4(text);
-  if (addr === undefined) invalid(`"${o.name}" must be an IPv4 address such as "10.244.1.0", got ${JSON.stringify(text)}`);
+  if (addr === undefined)
+    invalid(
+      `"${o.name}" must be an IPv4 address such as "10.244.1.0", got ${JSON.stringify(text)}`,
+    );
   if (addr < o.network.base || addr > lastAddress(o.network)) {
     invalid(`"${o.name}" ${text} is not inside "Network" ${formatCidr(o.network)}`);
   }
@@ -122,9 +161,15 @@ function parseBound(obj: CiObject, o: { name: string; network: Cidr; subnetLen: 
 
 function parseBackend(obj: CiObject | undefined): { config: BackendConfig; unknown: string[] } {
   const type = obj?.string('Type') ?? 'vxlan';
-  if (type === 'host-gw') return { config: { type: 'host-gw' }, unknown: (obj?.unknownKeys() ?? []).map((k) => `Backend.${k}`) };
+  if (type === 'host-gw')
+    return {
+      config: { type: 'host-gw' },
+      unknown: (obj?.unknownKeys() ?? []).map((k) => `Backend.${k}`),
+    };
   if (type !== 'vxlan') {
-    unsupported(`"Backend"."Type" ${JSON.stringify(type)} is not supported; use "vxlan" or "host-gw"`);
+    unsupported(
+      `"Backend"."Type" ${JSON.stringify(type)} is not supported; use "vxlan" or "host-gw"`,
+    );
   }
   const config: VxlanBackend = {
     type: 'vxlan',

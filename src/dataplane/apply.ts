@@ -22,13 +22,21 @@ export function renderBatches(ops: readonly Op[]): Batch[] {
   const batches: Batch[] = [];
   const lined = (phase: Phase, file: string): void => {
     const lines = ops.filter((o) => o.phase === phase).map((o) => o.line);
-    if (lines.length > 0) batches.push({ phase, file, args: BATCH_ARGS, input: `${lines.join('\n')}\n`, lines });
+    if (lines.length > 0)
+      batches.push({ phase, file, args: BATCH_ARGS, input: `${lines.join('\n')}\n`, lines });
   };
   lined('ip-pre', 'ip');
   lined('bridge', 'bridge');
   lined('ip-post', 'ip');
   const restore = renderRestore(ops);
-  if (restore !== '') batches.push({ phase: 'iptables', file: 'iptables-restore', args: ['--noflush', '-w', '5'], input: restore, lines: restore.trimEnd().split('\n') });
+  if (restore !== '')
+    batches.push({
+      phase: 'iptables',
+      file: 'iptables-restore',
+      args: ['--noflush', '-w', '5'],
+      input: restore,
+      lines: restore.trimEnd().split('\n'),
+    });
   return batches;
 }
 
@@ -54,7 +62,11 @@ export interface ApplyResult {
 }
 
 /** Runs the plan's batches; a failing batch does not stop the later ones. */
-export async function applyOps(runner: Runner, ops: readonly Op[], signal: AbortSignal): Promise<ApplyResult> {
+export async function applyOps(
+  runner: Runner,
+  ops: readonly Op[],
+  signal: AbortSignal,
+): Promise<ApplyResult> {
   const batches = renderBatches(ops);
   const failures: string[] = [];
   for (const b of batches) {
@@ -63,7 +75,9 @@ export async function applyOps(runner: Runner, ops: readonly Op[], signal: Abort
     } catch (err) {
       if (signal.aborted) throw err;
       const found = err instanceof CommandError ? batchFailures(err.stderr, b.lines) : [];
-      failures.push(...(found.length > 0 ? found.map((f) => `${b.file}: ${f}`) : [describeError(err)]));
+      failures.push(
+        ...(found.length > 0 ? found.map((f) => `${b.file}: ${f}`) : [describeError(err)]),
+      );
     }
   }
   return { batches: batches.length, failures };

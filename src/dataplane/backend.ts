@@ -7,7 +7,15 @@ import type { Lease } from '../lease/types.ts';
 import type { IfaceChoice } from '../net/iface.ts';
 import { withoutConflicts } from '../lease/admit.ts';
 import { containsAddr, formatCidr, formatIpv4, parseCidr, parseIpv4 } from '../net/ipv4.ts';
-import type { DesiredState, FdbSpec, MasqSpec, NeighSpec, PeerProblem, RouteSpec, VxlanDevice } from './model.ts';
+import type {
+  DesiredState,
+  FdbSpec,
+  MasqSpec,
+  NeighSpec,
+  PeerProblem,
+  RouteSpec,
+  VxlanDevice,
+} from './model.ts';
 
 export interface BackendInput {
   readonly config: NetConfig;
@@ -43,7 +51,12 @@ interface PeerEntries {
 }
 
 function directRoute(peer: Lease, choice: IfaceChoice): RouteSpec {
-  return { dst: formatCidr(peer.subnet), via: peer.attrs.publicIp, dev: choice.iface.name, onlink: false };
+  return {
+    dst: formatCidr(peer.subnet),
+    via: peer.attrs.publicIp,
+    dev: choice.iface.name,
+    onlink: false,
+  };
 }
 
 function notOnLink(peer: Lease, choice: IfaceChoice): PeerProblem {
@@ -66,7 +79,8 @@ function hostGwEntries(input: BackendInput): PeerEntries {
 
 function vxlanEntries(input: BackendInput, dev: VxlanDevice, backend: VxlanBackend): PeerEntries {
   const out: PeerEntries = { routes: [], neighs: [], fdb: [], problems: [] };
-  // duplicate VtepMACs among peers are refused before (admit.ts); our own may have changed since the tracker checked
+  // duplicate VtepMACs among peers are refused before (admit.ts); our own may have changed since
+  // the tracker checked
   for (const peer of input.peers) {
     const mac = peer.attrs.backendData?.vtepMac;
     if (backend.directRouting && onLink(input.choice, peer.attrs.publicIp)) {
@@ -74,11 +88,21 @@ function vxlanEntries(input: BackendInput, dev: VxlanDevice, backend: VxlanBacke
       continue;
     }
     if (mac === undefined) {
-      out.problems.push({ key: peer.key, subnet: formatCidr(peer.subnet), code: 'vtep-mac', reason: 'vxlan lease without BackendData.VtepMAC' });
+      out.problems.push({
+        key: peer.key,
+        subnet: formatCidr(peer.subnet),
+        code: 'vtep-mac',
+        reason: 'vxlan lease without BackendData.VtepMAC',
+      });
       continue;
     }
     if (mac.toLowerCase() === dev.mac.toLowerCase()) {
-      out.problems.push({ key: peer.key, subnet: formatCidr(peer.subnet), code: 'vtep-mac', reason: `VtepMAC ${mac} is this node's own` });
+      out.problems.push({
+        key: peer.key,
+        subnet: formatCidr(peer.subnet),
+        code: 'vtep-mac',
+        reason: `VtepMAC ${mac} is this node's own`,
+      });
       continue;
     }
     const gw = formatIpv4(peer.subnet.base);
@@ -105,19 +129,40 @@ function vxlanDevice(input: BackendInput, backend: VxlanBackend): VxlanDevice {
 }
 
 /** The masquerade and forward chains' inputs: cheap, for the chain poll that runs every second. */
-export function masqSpec(o: { config: NetConfig; self: Lease; ipMasq: boolean; randomFully: boolean }): MasqSpec {
-  return { ipMasq: o.ipMasq, network: o.config.network, subnet: o.self.subnet, randomFully: o.randomFully };
+export function masqSpec(o: {
+  config: NetConfig;
+  self: Lease;
+  ipMasq: boolean;
+  randomFully: boolean;
+}): MasqSpec {
+  return {
+    ipMasq: o.ipMasq,
+    network: o.config.network,
+    subnet: o.self.subnet,
+    randomFully: o.randomFully,
+  };
 }
 
-/** The whole desired state for one pass, from peers that each passed admission (the tracker's `checkPeer`). */
+/**
+ * The whole desired state for one pass, from peers that each passed admission (the tracker's
+ * `checkPeer`).
+ */
 export function desiredState(input: BackendInput): DesiredState {
   // peers whose subnets or VtepMACs conflict: refused on every node alike (admit.ts)
   const distinct = withoutConflicts(input.peers, input.config);
-  const problems: PeerProblem[] = distinct.refused.map((r) => ({ key: r.lease.key, subnet: formatCidr(r.lease.subnet), code: r.refusal.reason, reason: r.refusal.detail }));
+  const problems: PeerProblem[] = distinct.refused.map((r) => ({
+    key: r.lease.key,
+    subnet: formatCidr(r.lease.subnet),
+    code: r.refusal.reason,
+    reason: r.refusal.detail,
+  }));
   const sorted = { ...input, peers: distinct.admitted };
   const backend = input.config.backend;
   const vxlan = backend.type === 'vxlan' ? vxlanDevice(sorted, backend) : null;
-  const entries = vxlan && backend.type === 'vxlan' ? vxlanEntries(sorted, vxlan, backend) : hostGwEntries(sorted);
+  const entries =
+    vxlan && backend.type === 'vxlan'
+      ? vxlanEntries(sorted, vxlan, backend)
+      : hostGwEntries(sorted);
   return {
     vxlan,
     ...entries,

@@ -3,7 +3,15 @@
 // named twill.*, permanent neighbour and FDB entries on twill's device, and
 // twill's chains. An unchanged kernel gives an empty plan.
 import { chainSpecs, diffChain } from './masq.ts';
-import { ROUTE_PROTOCOL, type DesiredState, type ObservedLink, type ObservedState, type Op, type RouteSpec, type VxlanDevice } from './model.ts';
+import {
+  ROUTE_PROTOCOL,
+  type DesiredState,
+  type ObservedLink,
+  type ObservedState,
+  type Op,
+  type RouteSpec,
+  type VxlanDevice,
+} from './model.ts';
 
 const P = `proto ${ROUTE_PROTOCOL}`;
 
@@ -21,7 +29,12 @@ function sameDevice(want: VxlanDevice, seen: ObservedLink): boolean {
 function createDevice(d: VxlanDevice): Op[] {
   const flags = `${d.learning ? '' : ' nolearning'}${d.gbp ? ' gbp' : ''}`;
   return [
-    { kind: 'link', action: 'add', phase: 'ip-pre', line: `link add ${d.name} mtu ${d.mtu} address ${d.mac} type vxlan id ${d.vni} local ${d.local} dev ${d.underlay} dstport ${d.port}${flags}` },
+    {
+      kind: 'link',
+      action: 'add',
+      phase: 'ip-pre',
+      line: `link add ${d.name} mtu ${d.mtu} address ${d.mac} type vxlan id ${d.vni} local ${d.local} dev ${d.underlay} dstport ${d.port}${flags}`,
+    },
     { kind: 'addr', action: 'add', phase: 'ip-pre', line: `addr add ${d.address} dev ${d.name}` },
     { kind: 'link', action: 'change', phase: 'ip-pre', line: `link set ${d.name} up` },
   ];
@@ -30,13 +43,31 @@ function createDevice(d: VxlanDevice): Op[] {
 /** Fixes a compatible device in place: MAC, MTU, addresses, up. */
 function tuneDevice(d: VxlanDevice, seen: ObservedLink): Op[] {
   const ops: Op[] = [];
-  const set = (what: string): void => void ops.push({ kind: 'link', action: 'change', phase: 'ip-pre', line: `link set ${d.name} ${what}` });
+  const set = (what: string): void =>
+    void ops.push({
+      kind: 'link',
+      action: 'change',
+      phase: 'ip-pre',
+      line: `link set ${d.name} ${what}`,
+    });
   if (seen.mac !== d.mac) set(`address ${d.mac}`);
   if (seen.mtu !== d.mtu) set(`mtu ${d.mtu}`);
   for (const a of seen.addresses) {
-    if (a !== d.address) ops.push({ kind: 'addr', action: 'delete', phase: 'ip-pre', line: `addr del ${a} dev ${d.name}` });
+    if (a !== d.address)
+      ops.push({
+        kind: 'addr',
+        action: 'delete',
+        phase: 'ip-pre',
+        line: `addr del ${a} dev ${d.name}`,
+      });
   }
-  if (!seen.addresses.includes(d.address)) ops.push({ kind: 'addr', action: 'add', phase: 'ip-pre', line: `addr add ${d.address} dev ${d.name}` });
+  if (!seen.addresses.includes(d.address))
+    ops.push({
+      kind: 'addr',
+      action: 'add',
+      phase: 'ip-pre',
+      line: `addr add ${d.address} dev ${d.name}`,
+    });
   if (!seen.up) set('up');
   return ops;
 }
@@ -45,12 +76,15 @@ function tuneDevice(d: VxlanDevice, seen: ObservedLink): Op[] {
 function diffLinks(want: VxlanDevice | null, seen: ObservedState): { ops: Op[]; fresh: boolean } {
   const ops: Op[] = [];
   for (const l of seen.links) {
-    if (l.name !== want?.name) ops.push({ kind: 'link', action: 'delete', phase: 'ip-post', line: `link del ${l.name}` });
+    if (l.name !== want?.name)
+      ops.push({ kind: 'link', action: 'delete', phase: 'ip-post', line: `link del ${l.name}` });
   }
   if (!want) return { ops, fresh: false };
   const current = seen.links.find((l) => l.name === want.name);
-  if (current && sameDevice(want, current)) return { ops: [...ops, ...tuneDevice(want, current)], fresh: false };
-  if (current) ops.push({ kind: 'link', action: 'delete', phase: 'ip-pre', line: `link del ${want.name}` });
+  if (current && sameDevice(want, current))
+    return { ops: [...ops, ...tuneDevice(want, current)], fresh: false };
+  if (current)
+    ops.push({ kind: 'link', action: 'delete', phase: 'ip-pre', line: `link del ${want.name}` });
   return { ops: [...ops, ...createDevice(want)], fresh: true };
 }
 
@@ -63,12 +97,30 @@ function diffRoutes(want: readonly RouteSpec[], seen: readonly RouteSpec[]): Op[
   const have = new Map(seen.map((r) => [r.dst, r]));
   const wanted = new Set(want.map((r) => r.dst));
   for (const r of seen) {
-    if (!wanted.has(r.dst)) ops.push({ kind: 'route', action: 'delete', phase: 'ip-pre', line: `route del ${routeLine(r)}` });
+    if (!wanted.has(r.dst))
+      ops.push({
+        kind: 'route',
+        action: 'delete',
+        phase: 'ip-pre',
+        line: `route del ${routeLine(r)}`,
+      });
   }
   for (const r of want) {
     const h = have.get(r.dst);
-    if (!h) ops.push({ kind: 'route', action: 'add', phase: 'ip-post', line: `route add ${routeLine(r)}` });
-    else if (routeLine(h) !== routeLine(r)) ops.push({ kind: 'route', action: 'change', phase: 'ip-post', line: `route replace ${routeLine(r)}` });
+    if (!h)
+      ops.push({
+        kind: 'route',
+        action: 'add',
+        phase: 'ip-post',
+        line: `route add ${routeLine(r)}`,
+      });
+    else if (routeLine(h) !== routeLine(r))
+      ops.push({
+        kind: 'route',
+        action: 'change',
+        phase: 'ip-post',
+        line: `route replace ${routeLine(r)}`,
+      });
   }
   return ops;
 }
@@ -83,10 +135,21 @@ function diffNeighs(want: DesiredState, seen: ObservedState, fresh: boolean): Op
     const h = have.get(n.ip);
     if (h?.permanent && h.mac === n.mac) continue;
     const action = h ? 'change' : 'add';
-    ops.push({ kind: 'neigh', action, phase: 'ip-pre', line: `neigh replace ${n.ip} lladdr ${n.mac} dev ${n.dev} nud permanent` });
+    ops.push({
+      kind: 'neigh',
+      action,
+      phase: 'ip-pre',
+      line: `neigh replace ${n.ip} lladdr ${n.mac} dev ${n.dev} nud permanent`,
+    });
   }
   for (const n of observed) {
-    if (n.permanent && !wanted.has(n.ip)) ops.push({ kind: 'neigh', action: 'delete', phase: 'ip-post', line: `neigh del ${n.ip} dev ${n.dev}` });
+    if (n.permanent && !wanted.has(n.ip))
+      ops.push({
+        kind: 'neigh',
+        action: 'delete',
+        phase: 'ip-post',
+        line: `neigh del ${n.ip} dev ${n.dev}`,
+      });
   }
   return ops;
 }
@@ -101,10 +164,21 @@ function diffFdb(want: DesiredState, seen: ObservedState, fresh: boolean): Op[] 
   for (const f of observed) {
     if (wanted.has(key(f.mac, f.dst))) continue;
     const dst = f.dst === undefined ? '' : ` dst ${f.dst}`;
-    ops.push({ kind: 'fdb', action: 'delete', phase: 'bridge', line: `fdb del ${f.mac} dev ${f.dev}${dst} self` });
+    ops.push({
+      kind: 'fdb',
+      action: 'delete',
+      phase: 'bridge',
+      line: `fdb del ${f.mac} dev ${f.dev}${dst} self`,
+    });
   }
   for (const f of want.fdb) {
-    if (!have.has(key(f.mac, f.dst))) ops.push({ kind: 'fdb', action: 'add', phase: 'bridge', line: `fdb append ${f.mac} dev ${f.dev} dst ${f.dst} self permanent` });
+    if (!have.has(key(f.mac, f.dst)))
+      ops.push({
+        kind: 'fdb',
+        action: 'add',
+        phase: 'bridge',
+        line: `fdb append ${f.mac} dev ${f.dev} dst ${f.dst} self permanent`,
+      });
   }
   return ops;
 }
@@ -127,7 +201,23 @@ export interface Repairs {
 export function assumedFrom(want: DesiredState): ObservedState {
   const d = want.vxlan;
   return {
-    links: d ? [{ name: d.name, vni: d.vni, local: d.local, underlay: d.underlay, port: d.port, learning: d.learning, gbp: d.gbp, mtu: d.mtu, mac: d.mac, up: true, addresses: [d.address] }] : [],
+    links: d
+      ? [
+          {
+            name: d.name,
+            vni: d.vni,
+            local: d.local,
+            underlay: d.underlay,
+            port: d.port,
+            learning: d.learning,
+            gbp: d.gbp,
+            mtu: d.mtu,
+            mac: d.mac,
+            up: true,
+            addresses: [d.address],
+          },
+        ]
+      : [],
     routes: want.routes,
     neighs: want.neighs.map((n) => ({ ...n, permanent: true })),
     fdb: want.fdb.map((f) => ({ ...f, permanent: true })),

@@ -24,14 +24,23 @@ export interface Known {
 export function indexDesired(want: DesiredState, generation: number): Known {
   const fdb = new Map<string, FdbSpec[]>();
   for (const f of want.fdb) fdb.set(f.dst, [...(fdb.get(f.dst) ?? []), f]);
-  return { want, generation, routes: new Map(want.routes.map((r) => [r.dst, r])), neighs: new Map(want.neighs.map((n) => [n.ip, n])), fdb };
+  return {
+    want,
+    generation,
+    routes: new Map(want.routes.map((r) => [r.dst, r])),
+    neighs: new Map(want.neighs.map((n) => [n.ip, n])),
+    fdb,
+  };
 }
 
 /** One thing for the next pass to do. */
 export type Work =
   | { readonly kind: 'entries' }
   | { readonly kind: 'chains'; readonly tables: readonly ('nat' | 'filter')[] }
-  /** put back one entry: a route (its destination), a neighbour (its IP), the FDB entries towards a destination */
+  /**
+   * put back one entry: a route (its destination), a neighbour (its IP), the FDB entries towards a
+   * destination
+   */
   | { readonly kind: 'route' | 'neigh' | 'fdb'; readonly key: string };
 
 const ENTRIES: Work[] = [{ kind: 'entries' }];
@@ -49,14 +58,17 @@ export function judge(t: Touch, k: Known | undefined, generation: number): Work[
   if (t.dev !== k.want.vxlan?.name) return ENTRIES;
   const neigh = k.neighs.get(t.ip);
   const fdb = k.fdb.get(t.ip);
-  // the kernel's own entries come and go; a permanent one twill does not want is for an observed pass to remove
+  // the kernel's own entries come and go; a permanent one twill does not want is for an observed
+  // pass to remove
   if (neigh === undefined && fdb === undefined) return t.deleted || !t.permanent ? [] : ENTRIES;
-  const asWanted = (mac: string): boolean => !t.deleted && t.permanent && t.mac === mac.toLowerCase();
+  const asWanted = (mac: string): boolean =>
+    !t.deleted && t.permanent && t.mac === mac.toLowerCase();
   const work: Work[] = [];
   if (neigh && !asWanted(neigh.mac)) work.push({ kind: 'neigh', key: t.ip });
   if (fdb) {
     const ours = t.mac === undefined || fdb.some((f) => f.mac.toLowerCase() === t.mac);
-    // an FDB entry with another MAC towards a peer is not ours: gone, nothing to do; added, an observed pass judges it
+    // an FDB entry with another MAC towards a peer is not ours: gone, nothing to do; added, an
+    // observed pass judges it
     if (ours && !fdb.some((f) => asWanted(f.mac))) work.push({ kind: 'fdb', key: t.ip });
     else if (!ours && !t.deleted && t.permanent) work.push(...ENTRIES);
   }
@@ -78,8 +90,17 @@ export interface Pending {
   first: { source: string; at: number } | undefined;
 }
 
-export const nothing = (): Pending => ({ entries: false, leases: false, tables: new Set(), routes: new Set(), neighs: new Set(), fdbDsts: new Set(), first: undefined });
-export const isEmpty = (p: Pending): boolean => !p.entries && !p.leases && p.tables.size + p.routes.size + p.neighs.size + p.fdbDsts.size === 0;
+export const nothing = (): Pending => ({
+  entries: false,
+  leases: false,
+  tables: new Set(),
+  routes: new Set(),
+  neighs: new Set(),
+  fdbDsts: new Set(),
+  first: undefined,
+});
+export const isEmpty = (p: Pending): boolean =>
+  !p.entries && !p.leases && p.tables.size + p.routes.size + p.neighs.size + p.fdbDsts.size === 0;
 export const everything = (p: Pending): void => {
   p.entries = true;
   p.tables.add('nat').add('filter');

@@ -40,21 +40,44 @@ export function masqRules(spec: MasqSpec): string[] {
 
 export function forwardRules(spec: MasqSpec): string[] {
   const net = formatCidr(spec.network);
-  return [`-A ${FWD_CHAIN} -s ${net} ${FWD_COMMENT} -j ACCEPT`, `-A ${FWD_CHAIN} -d ${net} ${FWD_COMMENT} -j ACCEPT`];
+  return [
+    `-A ${FWD_CHAIN} -s ${net} ${FWD_COMMENT} -j ACCEPT`,
+    `-A ${FWD_CHAIN} -d ${net} ${FWD_COMMENT} -j ACCEPT`,
+  ];
 }
 
-/** Both chains as they should be. The forward chain is kept whatever --ip-masq says, like flannel's. */
+/**
+ * Both chains as they should be. The forward chain is kept whatever --ip-masq says, like flannel's.
+ */
 export function chainSpecs(spec: MasqSpec): { postrouting: ChainSpec; forward: ChainSpec } {
   return {
-    postrouting: { table: 'nat', parent: 'POSTROUTING', chain: MASQ_CHAIN, jump: `${MASQ_COMMENT} -j ${MASQ_CHAIN}`, rules: spec.ipMasq ? masqRules(spec) : null },
-    forward: { table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN, jump: `${FWD_COMMENT} -j ${FWD_CHAIN}`, rules: forwardRules(spec) },
+    postrouting: {
+      table: 'nat',
+      parent: 'POSTROUTING',
+      chain: MASQ_CHAIN,
+      jump: `${MASQ_COMMENT} -j ${MASQ_CHAIN}`,
+      rules: spec.ipMasq ? masqRules(spec) : null,
+    },
+    forward: {
+      table: 'filter',
+      parent: 'FORWARD',
+      chain: FWD_CHAIN,
+      jump: `${FWD_COMMENT} -j ${FWD_CHAIN}`,
+      rules: forwardRules(spec),
+    },
   };
 }
 
-/** Reads `iptables -S <parent>` output: the rules that jump to `chain`, without their "-A <parent> " head. */
+/**
+ * Reads `iptables -S <parent>` output: the rules that jump to `chain`, without their "-A <parent> "
+ * head.
+ */
 export function jumpRules(parentListing: string, parent: string, chain: string): string[] {
   const head = `-A ${parent} `;
-  return parentListing.split('\n').filter((l) => l.startsWith(head) && l.endsWith(`-j ${chain}`)).map((l) => l.slice(head.length));
+  return parentListing
+    .split('\n')
+    .filter((l) => l.startsWith(head) && l.endsWith(`-j ${chain}`))
+    .map((l) => l.slice(head.length));
 }
 
 /** Reads `iptables -S <chain>` output: the rules, in order. */
@@ -72,17 +95,24 @@ export function diffChain(want: ChainSpec, seen: ObservedChain): Op[] {
   const op = (action: Op['action'], line: string): Op => chainOp(want, action, line);
   if (want.rules === null) {
     for (const jump of seen.jumps) ops.push(op('delete', `-D ${want.parent} ${jump}`));
-    if (seen.rules !== null) ops.push(op('delete', `:${want.chain} - [0:0]`), op('delete', `-X ${want.chain}`));
+    if (seen.rules !== null)
+      ops.push(op('delete', `:${want.chain} - [0:0]`), op('delete', `-X ${want.chain}`));
     return ops;
   }
-  const same = seen.rules !== null && seen.rules.length === want.rules.length && seen.rules.every((r, i) => r === want.rules?.[i]);
+  const same =
+    seen.rules !== null &&
+    seen.rules.length === want.rules.length &&
+    seen.rules.every((r, i) => r === want.rules?.[i]);
   if (!same) {
     ops.push(op(seen.rules === null ? 'add' : 'change', `:${want.chain} - [0:0]`));
     for (const rule of want.rules) ops.push(op(seen.rules === null ? 'add' : 'change', rule));
   }
-  // exactly one jump, ours: extra or foreign-shaped jumps go (deleted as listed, so the delete matches)
+  // exactly one jump, ours: extra or foreign-shaped jumps go (deleted as listed, so the delete
+  // matches)
   const keep = seen.jumps.indexOf(want.jump);
-  seen.jumps.forEach((jump, i) => i !== keep && ops.push(op('delete', `-D ${want.parent} ${jump}`)));
+  seen.jumps.forEach(
+    (jump, i) => i !== keep && ops.push(op('delete', `-D ${want.parent} ${jump}`)),
+  );
   if (keep < 0) ops.push(op('add', `-A ${want.parent} ${want.jump}`));
   return ops;
 }

@@ -97,7 +97,10 @@ export interface ObservedFdb {
   readonly permanent: boolean;
 }
 
-/** One of twill's chains: the parent's rules that jump to it (as `-S` prints them) and its own rules (null: chain absent). */
+/**
+ * One of twill's chains: the parent's rules that jump to it (as `-S` prints them) and its own rules
+ * (null: chain absent).
+ */
 export interface ObservedChain {
   readonly jumps: readonly string[];
   readonly rules: readonly string[] | null;

@@ -5,7 +5,8 @@
 // keep twill busy, and each line says what it touched (a Touch): one route,
 // neighbour or FDB entry, one table's chains, or "anything" (a link, an
 // address, a line twill does not read), so a known drift is repaired by
-// re-applying just what it touched and the rest gets a full pass. With iptables-legacy there is no rule event stream, so
+// re-applying just what it touched and the rest gets a full pass. With iptables-legacy there is no
+// rule event stream, so
 // twill's two chains are polled instead (four `iptables -S`, by default every
 // second). A monitor that dies is restarted with backoff, and every
 // (re)start triggers a pass, since events may have been missed meanwhile.
@@ -33,7 +34,10 @@ export function ipEventMatters(line: string, ctx: MonitorContext): boolean {
   return new RegExp(`^(Deleted )?\\d+: ${escape(ctx.underlay)}((@\\S+)?: <|\\s+inet )`).test(line);
 }
 
-/** Whether an `nft monitor rules` line concerns twill's chains or the built-in chains that jump to them. */
+/**
+ * Whether an `nft monitor rules` line concerns twill's chains or the built-in chains that jump to
+ * them.
+ */
 export function nftEventMatters(line: string): boolean {
   if (/^(flush|delete) (ruleset|table ip (nat|filter))\b/.test(line)) return true;
   // "# ERROR: We lost some netlink events!": anything may have changed meanwhile
@@ -43,10 +47,27 @@ export function nftEventMatters(line: string): boolean {
 
 /** What a kernel event touched, as far as twill can tell from its line. */
 export type Touch =
-  /** a route with twill's protocol; `route` is undefined when the line holds more than twill writes */
-  | { readonly kind: 'route'; readonly deleted: boolean; readonly dst: string; readonly route: RouteSpec | undefined }
-  /** an entry of the neighbour family on a twill device: a neighbour (its IP) or an FDB entry (its dst) */
-  | { readonly kind: 'neigh'; readonly deleted: boolean; readonly dev: string; readonly ip: string; readonly mac: string | undefined; readonly permanent: boolean }
+  /**
+   * a route with twill's protocol; `route` is undefined when the line holds more than twill writes
+   */
+  | {
+      readonly kind: 'route';
+      readonly deleted: boolean;
+      readonly dst: string;
+      readonly route: RouteSpec | undefined;
+    }
+  /**
+   * an entry of the neighbour family on a twill device: a neighbour (its IP) or an FDB entry (its
+   * dst)
+   */
+  | {
+      readonly kind: 'neigh';
+      readonly deleted: boolean;
+      readonly dev: string;
+      readonly ip: string;
+      readonly mac: string | undefined;
+      readonly permanent: boolean;
+    }
   /** rules of one table (twill's chain or the built-in chain jumping to it) */
   | { readonly kind: 'chains'; readonly tables: readonly ('nat' | 'filter')[] }
   /** anything else: only a full pass can tell */
@@ -67,7 +88,8 @@ export function ipTouch(line: string): Touch {
   };
   if (after('proto') === String(ROUTE_PROTOCOL)) {
     const dst = first.includes('/') ? first : `${first}/32`;
-    // only "dst via X dev Y proto 151 [onlink]" is a shape twill writes; anything more is left to a full pass
+    // only "dst via X dev Y proto 151 [onlink]" is a shape twill writes; anything more is left to a
+    // full pass
     let plain = true;
     for (let i = 1; i < words.length; i++) {
       const w = words[i] ?? '';
@@ -76,12 +98,22 @@ export function ipTouch(line: string): Touch {
     }
     const via = after('via');
     const dev = after('dev');
-    const route = plain && via !== undefined && dev !== undefined ? { dst, via, dev, onlink: words.includes('onlink') } : undefined;
+    const route =
+      plain && via !== undefined && dev !== undefined
+        ? { dst, via, dev, onlink: words.includes('onlink') }
+        : undefined;
     return { kind: 'route', deleted, dst, route };
   }
   const dev = after('dev');
   if (dev !== undefined && /^twill\.\d+$/.test(dev) && !first.includes('/')) {
-    return { kind: 'neigh', deleted, dev, ip: first, mac: after('lladdr')?.toLowerCase(), permanent: words.includes('PERMANENT') };
+    return {
+      kind: 'neigh',
+      deleted,
+      dev,
+      ip: first,
+      mac: after('lladdr')?.toLowerCase(),
+      permanent: words.includes('PERMANENT'),
+    };
   }
   return { kind: 'all' };
 }
@@ -121,13 +153,28 @@ export interface FloodGuard {
  * chains every second for a while (four `iptables -S`, whatever the size of
  * the tables), then listens again.
  */
-export const DEFAULT_FLOOD: FloodGuard = { bytes: 256 * 1024, windowMs: 10_000, cooldownMs: 300_000 };
+export const DEFAULT_FLOOD: FloodGuard = {
+  bytes: 256 * 1024,
+  windowMs: 10_000,
+  cooldownMs: 300_000,
+};
 
-/** Substrings every line that can matter holds (see ipEventMatters / nftEventMatters): the byte-level prefilter. */
+/**
+ * Substrings every line that can matter holds (see ipEventMatters / nftEventMatters): the
+ * byte-level prefilter.
+ */
 export function ipNeedles(ctx: MonitorContext): string[] {
   return ['twill.', `proto ${ROUTE_PROTOCOL}`, ctx.underlay];
 }
-export const NFT_NEEDLES = ['TWILL-', ' POSTROUTING ', ' FORWARD ', 'ruleset', 'table ip nat', 'table ip filter', '# ERROR'];
+export const NFT_NEEDLES = [
+  'TWILL-',
+  ' POSTROUTING ',
+  ' FORWARD ',
+  'ruleset',
+  'table ip nat',
+  'table ip filter',
+  '# ERROR',
+];
 
 interface WatchSpec {
   readonly name: string;
@@ -139,19 +186,33 @@ interface WatchSpec {
   readonly onBytes?: (n: number) => void;
 }
 
-async function keepWatching(o: MonitorOptions, spec: WatchSpec, signal: AbortSignal): Promise<void> {
+async function keepWatching(
+  o: MonitorOptions,
+  spec: WatchSpec,
+  signal: AbortSignal,
+): Promise<void> {
   const backoff = new Backoff(200, 10_000);
   while (!signal.aborted) {
     o.onEvent(`${spec.name} (re)started`);
     const started = Date.now();
     try {
-      const onLine = (line: string): void => void (spec.matters(line) && o.onEvent(spec.name, spec.touch(line)));
-      // `ip monitor` keeps running when the kernel drops events (ENOBUFS) and says so on stderr: events may be lost, look at everything
-      const onStderr = (text: string): void => o.onEvent(`${spec.name}: ${text.trim().slice(0, 100)}`);
-      await o.watch(spec.file, spec.args, { signal, needles: spec.needles, onLine, onStderr, ...(spec.onBytes ? { onBytes: spec.onBytes } : {}) });
+      const onLine = (line: string): void =>
+        void (spec.matters(line) && o.onEvent(spec.name, spec.touch(line)));
+      // `ip monitor` keeps running when the kernel drops events (ENOBUFS) and says so on stderr:
+      // events may be lost, look at everything
+      const onStderr = (text: string): void =>
+        o.onEvent(`${spec.name}: ${text.trim().slice(0, 100)}`);
+      await o.watch(spec.file, spec.args, {
+        signal,
+        needles: spec.needles,
+        onLine,
+        onStderr,
+        ...(spec.onBytes ? { onBytes: spec.onBytes } : {}),
+      });
     } catch (err) {
       if (signal.aborted) return;
-      if (Date.now() - started > 60_000) backoff.reset(); // it ran fine for a while: a fresh failure
+      // it ran fine for a while: a fresh failure
+      if (Date.now() - started > 60_000) backoff.reset();
       const retryInMs = backoff.next();
       o.logger.warn({ err: describeError(err), retryInMs }, `${spec.name} stopped; restarting`);
       await sleep(retryInMs, signal);
@@ -162,7 +223,18 @@ async function keepWatching(o: MonitorOptions, spec: WatchSpec, signal: AbortSig
 /** Runs the monitors until `signal` aborts. */
 export async function runMonitors(o: MonitorOptions, signal: AbortSignal): Promise<void> {
   const watchers = [
-    keepWatching(o, { name: 'ip monitor', file: 'ip', args: ['monitor', 'link', 'address', 'route', 'neigh'], needles: ipNeedles(o.ctx), matters: (l) => ipEventMatters(l, o.ctx), touch: ipTouch }, signal),
+    keepWatching(
+      o,
+      {
+        name: 'ip monitor',
+        file: 'ip',
+        args: ['monitor', 'link', 'address', 'route', 'neigh'],
+        needles: ipNeedles(o.ctx),
+        matters: (l) => ipEventMatters(l, o.ctx),
+        touch: ipTouch,
+      },
+      signal,
+    ),
   ];
   if (o.nft) watchers.push(watchNft(o, signal));
   await Promise.all(watchers);
@@ -181,9 +253,24 @@ async function watchNft(o: MonitorOptions, signal: AbortSignal): Promise<void> {
       bytes += n;
       if (bytes > guard.bytes && o.poll) ctl.abort();
     };
-    await keepWatching(o, { name: 'nft monitor', file: 'nft', args: ['monitor', 'rules'], needles: NFT_NEEDLES, matters: nftEventMatters, touch: nftTouch, onBytes }, ctl.signal);
+    await keepWatching(
+      o,
+      {
+        name: 'nft monitor',
+        file: 'nft',
+        args: ['monitor', 'rules'],
+        needles: NFT_NEEDLES,
+        matters: nftEventMatters,
+        touch: nftTouch,
+        onBytes,
+      },
+      ctl.signal,
+    );
     if (signal.aborted || !o.poll) return;
-    o.logger.info({ bytes, windowMs: guard.windowMs, pollForMs: guard.cooldownMs }, 'nft monitor flooded by other programs\' rule changes; polling twill\'s chains every second instead for a while');
+    o.logger.info(
+      { bytes, windowMs: guard.windowMs, pollForMs: guard.cooldownMs },
+      "nft monitor flooded by other programs' rule changes; polling twill's chains every second instead for a while",
+    );
     const cool = childController(signal);
     const timer = setTimeout(() => cool.abort(), guard.cooldownMs);
     await o.poll(cool.signal);
@@ -199,7 +286,11 @@ export interface ChainPollOptions {
   readonly onDrift: (source: string, touch: Touch) => void;
 }
 
-async function chainDrifted(runner: Runner, spec: ChainSpec, signal: AbortSignal): Promise<boolean> {
+async function chainDrifted(
+  runner: Runner,
+  spec: ChainSpec,
+  signal: AbortSignal,
+): Promise<boolean> {
   const seen = await observeChain(runner, spec, signal);
   return diffChain(spec, seen).length > 0;
 }
@@ -211,7 +302,10 @@ export async function pollChains(o: ChainPollOptions, signal: AbortSignal): Prom
     if (signal.aborted) return;
     try {
       const specs = chainSpecs(o.masq());
-      const [nat, filter] = await Promise.all([chainDrifted(o.runner, specs.postrouting, signal), chainDrifted(o.runner, specs.forward, signal)]);
+      const [nat, filter] = await Promise.all([
+        chainDrifted(o.runner, specs.postrouting, signal),
+        chainDrifted(o.runner, specs.forward, signal),
+      ]);
       const tables = [...(nat ? ['nat' as const] : []), ...(filter ? ['filter' as const] : [])];
       if (tables.length > 0) o.onDrift('iptables poll', { kind: 'chains', tables });
     } catch (err) {

@@ -4,9 +4,18 @@
 // whatever the number of peers. Parsing is pure; `observe` does the reads.
 import { CommandError, runJson, type Runner } from '../exec/runner.ts';
 import { chainRules, FWD_CHAIN, jumpRules, MASQ_CHAIN } from './masq.ts';
-import { ROUTE_PROTOCOL, type ObservedChain, type ObservedFdb, type ObservedLink, type ObservedNeigh, type ObservedState, type RouteSpec } from './model.ts';
+import {
+  ROUTE_PROTOCOL,
+  type ObservedChain,
+  type ObservedFdb,
+  type ObservedLink,
+  type ObservedNeigh,
+  type ObservedState,
+  type RouteSpec,
+} from './model.ts';
 
-const arr = (json: unknown): Record<string, unknown>[] => (Array.isArray(json) ? (json as Record<string, unknown>[]) : []);
+const arr = (json: unknown): Record<string, unknown>[] =>
+  Array.isArray(json) ? (json as Record<string, unknown>[]) : [];
 const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
 const num = (v: unknown): number | undefined => (typeof v === 'number' ? v : undefined);
 
@@ -15,7 +24,8 @@ export function parseLinks(json: unknown): ObservedLink[] {
   return arr(json)
     .filter((l) => str(l.ifname)?.startsWith('twill.'))
     .map((l) => {
-      const info = ((l.linkinfo as { info_data?: Record<string, unknown> } | undefined)?.info_data ?? {});
+      const info =
+        (l.linkinfo as { info_data?: Record<string, unknown> } | undefined)?.info_data ?? {};
       const addrs = arr(l.addr_info).filter((a) => a.family === 'inet');
       return {
         name: str(l.ifname) ?? '',
@@ -55,11 +65,21 @@ export function parseNeighs(json: unknown, dev: string): ObservedNeigh[] {
 
 /** `bridge -json fdb show dev D` → FDB entries. */
 export function parseFdb(json: unknown, dev: string): ObservedFdb[] {
-  return arr(json).map((f) => ({ dev, mac: str(f.mac) ?? '', dst: str(f.dst), permanent: f.state === 'permanent' }));
+  return arr(json).map((f) => ({
+    dev,
+    mac: str(f.mac) ?? '',
+    dst: str(f.dst),
+    permanent: f.state === 'permanent',
+  }));
 }
 
 /** `iptables -S <chain>` text, or null when the chain does not exist (iptables exits 1). */
-async function listChain(runner: Runner, table: string, chain: string, signal: AbortSignal): Promise<string | null> {
+async function listChain(
+  runner: Runner,
+  table: string,
+  chain: string,
+  signal: AbortSignal,
+): Promise<string | null> {
   try {
     return (await runner('iptables', ['-w', '5', '-t', table, '-S', chain], { signal })).stdout;
   } catch (err) {
@@ -68,9 +88,19 @@ async function listChain(runner: Runner, table: string, chain: string, signal: A
   }
 }
 
-export async function observeChain(runner: Runner, o: { table: string; parent: string; chain: string }, signal: AbortSignal): Promise<ObservedChain> {
-  const [parent, own] = await Promise.all([listChain(runner, o.table, o.parent, signal), listChain(runner, o.table, o.chain, signal)]);
-  return { jumps: parent === null ? [] : jumpRules(parent, o.parent, o.chain), rules: own === null ? null : chainRules(own) };
+export async function observeChain(
+  runner: Runner,
+  o: { table: string; parent: string; chain: string },
+  signal: AbortSignal,
+): Promise<ObservedChain> {
+  const [parent, own] = await Promise.all([
+    listChain(runner, o.table, o.parent, signal),
+    listChain(runner, o.table, o.chain, signal),
+  ]);
+  return {
+    jumps: parent === null ? [] : jumpRules(parent, o.parent, o.chain),
+    rules: own === null ? null : chainRules(own),
+  };
 }
 
 /**
@@ -78,22 +108,48 @@ export async function observeChain(runner: Runner, o: { table: string; parent: s
  * entries matter. Without `chains`, the chains are not read (a lease change
  * cannot have changed them): `postrouting` and `forward` are then undefined.
  */
-export async function observe(runner: Runner, dev: string | undefined, signal: AbortSignal, o: { chains: boolean } = { chains: true }): Promise<ObservedState> {
+export async function observe(
+  runner: Runner,
+  dev: string | undefined,
+  signal: AbortSignal,
+  o: { chains: boolean } = { chains: true },
+): Promise<ObservedState> {
   const opts = { signal, timeoutMs: 30_000 };
-  const links = parseLinks(await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show', 'type', 'vxlan'], opts));
+  const links = parseLinks(
+    await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show', 'type', 'vxlan'], opts),
+  );
   const present = dev !== undefined && links.some((l) => l.name === dev);
   const [routes, neighs, fdb, postrouting, forward] = await Promise.all([
-    runJson(runner, 'ip', ['-json', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)], opts).then(parseRoutes),
-    present ? runJson(runner, 'ip', ['-json', 'neigh', 'show', 'dev', dev], opts).then((j) => parseNeighs(j, dev)) : [],
-    present ? runJson(runner, 'bridge', ['-json', 'fdb', 'show', 'dev', dev], opts).then((j) => parseFdb(j, dev)) : [],
-    o.chains ? observeChain(runner, { table: 'nat', parent: 'POSTROUTING', chain: MASQ_CHAIN }, signal) : undefined,
-    o.chains ? observeChain(runner, { table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN }, signal) : undefined,
+    runJson(
+      runner,
+      'ip',
+      ['-json', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)],
+      opts,
+    ).then(parseRoutes),
+    present
+      ? runJson(runner, 'ip', ['-json', 'neigh', 'show', 'dev', dev], opts).then((j) =>
+          parseNeighs(j, dev),
+        )
+      : [],
+    present
+      ? runJson(runner, 'bridge', ['-json', 'fdb', 'show', 'dev', dev], opts).then((j) =>
+          parseFdb(j, dev),
+        )
+      : [],
+    o.chains
+      ? observeChain(runner, { table: 'nat', parent: 'POSTROUTING', chain: MASQ_CHAIN }, signal)
+      : undefined,
+    o.chains
+      ? observeChain(runner, { table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN }, signal)
+      : undefined,
   ]);
   return { links, routes, neighs, fdb, postrouting, forward };
 }
 
 export interface IptablesInfo {
-  /** iptables drives nf_tables and the `nft` command is there (then `nft monitor` sees rule changes) */
+  /**
+   * iptables drives nf_tables and the `nft` command is there (then `nft monitor` sees rule changes)
+   */
   readonly nftables: boolean;
   /** MASQUERADE --random-fully is available (iptables ≥ 1.6.2) */
   readonly randomFully: boolean;
@@ -110,6 +166,11 @@ export function parseIptablesVersion(text: string): IptablesInfo {
 export async function detectIptables(runner: Runner, signal: AbortSignal): Promise<IptablesInfo> {
   const info = parseIptablesVersion((await runner('iptables', ['--version'], { signal })).stdout);
   // without the nft command there is no event stream: the chains are polled instead
-  const nft = info.nftables && (await runner('nft', ['--version'], { signal }).then(() => true, () => false));
+  const nft =
+    info.nftables &&
+    (await runner('nft', ['--version'], { signal }).then(
+      () => true,
+      () => false,
+    ));
   return { ...info, nftables: nft };
 }

@@ -33,7 +33,16 @@ import type { Logger } from '../log.ts';
 import { Backoff, sleep } from '../util/abort.ts';
 import { applyOps } from './apply.ts';
 import { assumedFrom, assumedWithout, diff } from './diff.ts';
-import { everything, indexDesired, isEmpty, judge, nothing, addWork, type Known, type Pending } from './judge.ts';
+import {
+  everything,
+  indexDesired,
+  isEmpty,
+  judge,
+  nothing,
+  addWork,
+  type Known,
+  type Pending,
+} from './judge.ts';
 import { chainSpecs, diffChain } from './masq.ts';
 import type { DesiredState, Op, PeerProblem } from './model.ts';
 import type { Touch } from './monitor.ts';
@@ -47,14 +56,23 @@ export interface PassReport {
   readonly kind: PassKind;
   readonly durationMs: number;
   readonly ops: readonly Op[];
-  /** changes that failed, led by a standing sysctl failure (ip_forward could not be set) while there is one */
+  /**
+   * changes that failed, led by a standing sysctl failure (ip_forward could not be set) while there
+   * is one
+   */
   readonly failures: readonly string[];
-  /** the kernel matches the desired state: a full or chains pass needed no ops, or a repair put back what had drifted */
+  /**
+   * the kernel matches the desired state: a full or chains pass needed no ops, or a repair put back
+   * what had drifted
+   */
   readonly converged: boolean;
   /** ops were needed although the desired state had not changed since the last converged pass */
   readonly drift: boolean;
   readonly problems: readonly PeerProblem[];
-  /** stages: what asked for the pass first, how long it waited to start, observing, applying, processes run */
+  /**
+   * stages: what asked for the pass first, how long it waited to start, observing, applying,
+   * processes run
+   */
   readonly stages: PassStages;
 }
 
@@ -71,9 +89,14 @@ export interface ReconcilerOptions {
   readonly logger: Logger;
   /** the desired state now (from our lease and the current peers) */
   readonly desired: () => DesiredState;
-  /** sets net.ipv4.ip_forward=1 when it is not; true when it had to; a throw is reported as a failure of the pass, not its end */
+  /**
+   * sets net.ipv4.ip_forward=1 when it is not; true when it had to; a throw is reported as a
+   * failure of the pass, not its end
+   */
   readonly ensureForwarding: () => Promise<boolean>;
-  /** period of the safety-net full pass (jittered by ±10 %, so nodes started together spread out) */
+  /**
+   * period of the safety-net full pass (jittered by ±10 %, so nodes started together spread out)
+   */
   readonly resyncMs: number;
   /** how long a trigger waits for more to coalesce before the pass starts (default 10 ms) */
   readonly settleMs?: number;
@@ -97,7 +120,12 @@ const MAX_REPAIRS = 64;
 
 export class Reconciler {
   private readonly o: ReconcilerOptions;
-  private pending: Pending = { ...nothing(), entries: true, tables: new Set(['nat', 'filter']), first: { source: 'start', at: performance.now() } };
+  private pending: Pending = {
+    ...nothing(),
+    entries: true,
+    tables: new Set(['nat', 'filter']),
+    first: { source: 'start', at: performance.now() },
+  };
   private generation = 0;
   private convergedGeneration = -1;
   private known: Known | undefined;
@@ -108,7 +136,10 @@ export class Reconciler {
   private last: PassReport | undefined;
   private spawns = 0;
   private readonly runner: Runner;
-  /** when the next safety-net full pass is due (performance.now()); only a full pass moves it, so other passes cannot put it off */
+  /**
+   * when the next safety-net full pass is due (performance.now()); only a full pass moves it, so
+   * other passes cannot put it off
+   */
   private fullDueAt = 0;
   /** why ip_forward could not be kept at 1, as of the last observed pass */
   private forwardingFailure: string | undefined;
@@ -126,20 +157,29 @@ export class Reconciler {
     this.mark(source, everything);
   }
 
-  /** The leases changed: a pass over the entries (ops that follow are not drift), cutting any back-off short. */
+  /**
+   * The leases changed: a pass over the entries (ops that follow are not drift), cutting any
+   * back-off short.
+   */
   leasesChanged(): void {
     this.generation++;
     this.wakeOnLeases?.();
     this.mark('leases', (p) => (p.leases = true));
   }
 
-  /** A kernel event: asks for the least work that puts back what it touched (nothing, when it matches the desired state). */
+  /**
+   * A kernel event: asks for the least work that puts back what it touched (nothing, when it
+   * matches the desired state).
+   */
   touch(source: string, t: Touch): void {
     const work = judge(t, this.known, this.generation);
     if (work.length > 0) this.mark(source, (p) => work.forEach((w) => addWork(p, w)));
   }
 
-  /** Records what the next pass must do; `internal` (resync, verification, retry): not a trigger from outside, not logged as one. */
+  /**
+   * Records what the next pass must do; `internal` (resync, verification, retry): not a trigger
+   * from outside, not logged as one.
+   */
   private mark(source: string, f: (p: Pending) => void, internal = false): void {
     if (!internal) this.o.logger.trace({ source }, 'pass triggered');
     f(this.pending);
@@ -153,79 +193,154 @@ export class Reconciler {
 
   /** One full observe → diff → apply pass. */
   async pass(signal: AbortSignal): Promise<PassReport> {
-    return this.observedPass(signal, { chains: true, first: { source: 'direct', at: performance.now() } });
+    return this.observedPass(signal, {
+      chains: true,
+      first: { source: 'direct', at: performance.now() },
+    });
   }
 
   /** Observe → diff → apply over the entries, and the chains too when `chains` (a full pass). */
-  private async observedPass(signal: AbortSignal, o: { chains: boolean; first: { source: string; at: number } }): Promise<PassReport> {
+  private async observedPass(
+    signal: AbortSignal,
+    o: { chains: boolean; first: { source: string; at: number } },
+  ): Promise<PassReport> {
     const started = this.begin();
     const generation = this.generation;
     const want = this.o.desired();
     // before applying: the events of our own changes are judged against what this pass wants
     this.known = indexDesired(want, generation);
     await this.checkForwarding();
-    if (o.chains) this.fullDueAt = performance.now() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
+    if (o.chains)
+      this.fullDueAt = performance.now() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
     const seen = await observe(this.runner, want.vxlan?.name, signal, { chains: o.chains });
     const observed = performance.now();
     const ops = diff(want, seen);
     const drift = ops.length > 0 && generation === this.convergedGeneration;
-    const { failures } = ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
+    const { failures } =
+      ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     if (ops.length === 0) this.convergedGeneration = generation;
     this.noteProblems(want.problems);
-    return this.finish({ kind: o.chains ? 'full' : 'entries', ops, failures, converged: ops.length === 0, drift, problems: want.problems }, { started, observed, first: o.first });
+    return this.finish(
+      {
+        kind: o.chains ? 'full' : 'entries',
+        ops,
+        failures,
+        converged: ops.length === 0,
+        drift,
+        problems: want.problems,
+      },
+      { started, observed, first: o.first },
+    );
   }
 
-  /** Applies a lease change as the difference between the old and new desired states; undefined when an observed pass must do it. */
-  private async deltaPass(signal: AbortSignal, first: { source: string; at: number }): Promise<PassReport | undefined> {
+  /**
+   * Applies a lease change as the difference between the old and new desired states; undefined when
+   * an observed pass must do it.
+   */
+  private async deltaPass(
+    signal: AbortSignal,
+    first: { source: string; at: number },
+  ): Promise<PassReport | undefined> {
     const k = this.known;
     // only from a kernel known to match the last desired state
     if (k === undefined || this.convergedGeneration !== k.generation) return undefined;
     const generation = this.generation;
     const want = this.o.desired();
-    if (JSON.stringify([want.vxlan, want.masq]) !== JSON.stringify([k.want.vxlan, k.want.masq])) return undefined;
+    if (JSON.stringify([want.vxlan, want.masq]) !== JSON.stringify([k.want.vxlan, k.want.masq]))
+      return undefined;
     const ops = diff(want, assumedFrom(k.want));
-    // a changed route is a `route replace`, which would also replace a foreign route the monitors never saw (it has
+    // a changed route is a `route replace`, which would also replace a foreign route the monitors
+    // never saw (it has
     // no proto 151): only an observed pass may decide that
     if (ops.some((op) => op.kind === 'route' && op.action === 'change')) return undefined;
     const started = this.begin();
     this.known = indexDesired(want, generation);
-    const { failures } = ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
+    const { failures } =
+      ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     if (failures.length > 0) {
-      this.o.logger.debug({ failures: failures.slice(0, 5) }, 'lease change did not apply; an entries pass decides');
+      this.o.logger.debug(
+        { failures: failures.slice(0, 5) },
+        'lease change did not apply; an entries pass decides',
+      );
       return undefined;
     }
     this.convergedGeneration = generation;
     this.noteProblems(want.problems);
-    return this.finish({ kind: 'delta', ops, failures, converged: true, drift: false, problems: want.problems }, { started, observed: started, first });
+    return this.finish(
+      { kind: 'delta', ops, failures, converged: true, drift: false, problems: want.problems },
+      { started, observed: started, first },
+    );
   }
 
-  /** Re-applies the drifted entries from the last observed pass's desired state; undefined when that is out of date or the repair fails (then an entries pass). */
-  private async repairPass(signal: AbortSignal, p: Pending, first: { source: string; at: number }): Promise<PassReport | undefined> {
+  /**
+   * Re-applies the drifted entries from the last observed pass's desired state; undefined when that
+   * is out of date or the repair fails (then an entries pass).
+   */
+  private async repairPass(
+    signal: AbortSignal,
+    p: Pending,
+    first: { source: string; at: number },
+  ): Promise<PassReport | undefined> {
     const k = this.known;
     if (k === undefined || k.generation !== this.generation) return undefined;
     const started = this.begin();
-    const ops = diff(k.want, assumedWithout(k.want, { routes: p.routes, neighs: p.neighs, fdbDsts: p.fdbDsts }));
-    const { failures } = ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
+    const ops = diff(
+      k.want,
+      assumedWithout(k.want, { routes: p.routes, neighs: p.neighs, fdbDsts: p.fdbDsts }),
+    );
+    const { failures } =
+      ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     if (failures.length > 0) {
-      this.o.logger.debug({ failures: failures.slice(0, 5) }, 'repair did not apply; an entries pass decides');
+      this.o.logger.debug(
+        { failures: failures.slice(0, 5) },
+        'repair did not apply; an entries pass decides',
+      );
       return undefined;
     }
     const converged = this.convergedGeneration === k.generation;
-    return this.finish({ kind: 'repair', ops, failures, converged, drift: ops.length > 0 && converged, problems: k.want.problems }, { started, observed: started, first });
+    return this.finish(
+      {
+        kind: 'repair',
+        ops,
+        failures,
+        converged,
+        drift: ops.length > 0 && converged,
+        problems: k.want.problems,
+      },
+      { started, observed: started, first },
+    );
   }
 
   /** Observes, diffs and rewrites only the chains of the given tables. */
-  private async chainsPass(signal: AbortSignal, tables: ReadonlySet<'nat' | 'filter'>, first: { source: string; at: number }): Promise<PassReport> {
+  private async chainsPass(
+    signal: AbortSignal,
+    tables: ReadonlySet<'nat' | 'filter'>,
+    first: { source: string; at: number },
+  ): Promise<PassReport> {
     const started = this.begin();
     const want = this.known?.want ?? this.o.desired();
     const specs = chainSpecs(want.masq);
-    const chosen = [...(tables.has('nat') ? [specs.postrouting] : []), ...(tables.has('filter') ? [specs.forward] : [])];
+    const chosen = [
+      ...(tables.has('nat') ? [specs.postrouting] : []),
+      ...(tables.has('filter') ? [specs.forward] : []),
+    ];
     const seen = await Promise.all(chosen.map((spec) => observeChain(this.runner, spec, signal)));
     const observed = performance.now();
     const ops = chosen.flatMap((spec, i) => diffChain(spec, seen[i] ?? { jumps: [], rules: null }));
-    const { failures } = ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
+    const { failures } =
+      ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     const converged = ops.length === 0 && this.convergedGeneration === this.generation;
-    return this.finish({ kind: 'chains', ops, failures, converged, drift: ops.length > 0 && this.convergedGeneration === this.generation, problems: want.problems }, { started, observed, first });
+    return this.finish(
+      {
+        kind: 'chains',
+        ops,
+        failures,
+        converged,
+        drift: ops.length > 0 && this.convergedGeneration === this.generation,
+        problems: want.problems,
+      },
+      { started, observed, first },
+    );
   }
 
   /**
@@ -238,12 +353,18 @@ export class Reconciler {
   private async checkForwarding(): Promise<void> {
     let failure: string | undefined;
     try {
-      if (await this.o.ensureForwarding()) this.o.logger.warn('net.ipv4.ip_forward was 0; set it to 1');
+      if (await this.o.ensureForwarding())
+        this.o.logger.warn('net.ipv4.ip_forward was 0; set it to 1');
     } catch (err) {
       failure = `sysctl: ${describeError(err)}`;
     }
-    if (failure !== undefined && failure !== this.forwardingFailure) this.o.logger.warn({ err: failure }, 'cannot keep net.ipv4.ip_forward at 1; the rest of the dataplane is programmed, and every observed pass tries again');
-    if (failure === undefined && this.forwardingFailure !== undefined) this.o.logger.info('net.ipv4.ip_forward is 1 again');
+    if (failure !== undefined && failure !== this.forwardingFailure)
+      this.o.logger.warn(
+        { err: failure },
+        'cannot keep net.ipv4.ip_forward at 1; the rest of the dataplane is programmed, and every observed pass tries again',
+      );
+    if (failure === undefined && this.forwardingFailure !== undefined)
+      this.o.logger.info('net.ipv4.ip_forward is 1 again');
     this.forwardingFailure = failure;
   }
 
@@ -253,13 +374,30 @@ export class Reconciler {
     return performance.now();
   }
 
-  private finish(r: Omit<PassReport, 'at' | 'durationMs' | 'stages'>, t: { started: number; observed: number; first: { source: string; at: number } }): PassReport {
+  private finish(
+    r: Omit<PassReport, 'at' | 'durationMs' | 'stages'>,
+    t: { started: number; observed: number; first: { source: string; at: number } },
+  ): PassReport {
     const now = performance.now();
     const applyMs = r.ops.length > 0 ? now - t.observed : 0;
-    const stages: PassStages = { trigger: t.first.source, waitedMs: t.started - t.first.at, observeMs: t.observed - t.started, applyMs, spawns: this.spawns };
-    // ip_forward is only checked by observed passes; its failure holds for the passes between them too
-    const failures = this.forwardingFailure === undefined ? r.failures : [this.forwardingFailure, ...r.failures];
-    const report: PassReport = { ...r, failures, at: Date.now(), durationMs: now - t.started, stages };
+    const stages: PassStages = {
+      trigger: t.first.source,
+      waitedMs: t.started - t.first.at,
+      observeMs: t.observed - t.started,
+      applyMs,
+      spawns: this.spawns,
+    };
+    // ip_forward is only checked by observed passes; its failure holds for the passes between them
+    // too
+    const failures =
+      this.forwardingFailure === undefined ? r.failures : [this.forwardingFailure, ...r.failures];
+    const report: PassReport = {
+      ...r,
+      failures,
+      at: Date.now(),
+      durationMs: now - t.started,
+      stages,
+    };
     this.logPass(report, r.failures);
     this.last = report;
     this.o.onPass?.(report);
@@ -268,7 +406,11 @@ export class Reconciler {
 
   /** Runs passes until `signal` aborts. */
   async run(signal: AbortSignal): Promise<void> {
-    if (this.o.ready && !signal.aborted) await Promise.race([this.o.ready, new Promise((r) => signal.addEventListener('abort', r, { once: true }))]);
+    if (this.o.ready && !signal.aborted)
+      await Promise.race([
+        this.o.ready,
+        new Promise((r) => signal.addEventListener('abort', r, { once: true })),
+      ]);
     const backoff = new Backoff(200, 5_000);
     let unsettled = 0;
     let chainsUnsettled = 0;
@@ -276,7 +418,10 @@ export class Reconciler {
     while (!signal.aborted) {
       if (performance.now() >= this.fullDueAt) this.mark('resync', everything, true);
       if (isEmpty(this.pending)) {
-        const woke = await this.idle(signal, { ms: Math.max(0, this.fullDueAt - performance.now()), anyTrigger: true });
+        const woke = await this.idle(signal, {
+          ms: Math.max(0, this.fullDueAt - performance.now()),
+          anyTrigger: true,
+        });
         if (!woke) this.mark('resync', everything, true);
       }
       await sleep(this.o.settleMs ?? 10, signal);
@@ -291,8 +436,10 @@ export class Reconciler {
         const repairs = repairCount > 0;
         let observed = p.entries || repairCount > MAX_REPAIRS;
         // a delta assumes the kernel matches the last desired state: not while a drift is pending
-        if (!observed && p.leases) observed = repairs || (await this.deltaPass(signal, first)) === undefined;
-        if (!observed && repairs) observed = (await this.repairPass(signal, p, first)) === undefined;
+        if (!observed && p.leases)
+          observed = repairs || (await this.deltaPass(signal, first)) === undefined;
+        if (!observed && repairs)
+          observed = (await this.repairPass(signal, p, first)) === undefined;
         if (observed) {
           const chains = p.tables.size > 0;
           const r = await this.observedPass(signal, { chains, first });
@@ -300,28 +447,40 @@ export class Reconciler {
           unsettled = r.converged || this.generation !== generation ? 0 : unsettled + 1;
           if (r.failures.length > 0 || unsettled >= MAX_UNSETTLED) delay = backoff.next();
           else backoff.reset();
-          if (!r.converged) this.mark('verification', (q) => (chains ? everything(q) : (q.entries = true)), true);
+          if (!r.converged)
+            this.mark('verification', (q) => (chains ? everything(q) : (q.entries = true)), true);
         } else if (p.tables.size > 0) {
           const r = await this.chainsPass(signal, p.tables, first);
-          // chains that keep needing a rewrite (another program fighting us) back off like a failure
+          // chains that keep needing a rewrite (another program fighting us) back off like a
+          // failure
           chainsUnsettled = r.ops.length > 0 ? chainsUnsettled + 1 : 0;
           if (r.failures.length > 0 || chainsUnsettled >= MAX_UNSETTLED) delay = backoff.next();
           // verify what was rewritten (with iptables-legacy no event would say it went wrong)
-          if (r.ops.length > 0) this.mark('verification', (q) => p.tables.forEach((x) => q.tables.add(x)), true);
+          if (r.ops.length > 0)
+            this.mark('verification', (q) => p.tables.forEach((x) => q.tables.add(x)), true);
         }
       } catch (err) {
         if (signal.aborted) return;
         delay = backoff.next();
         this.mark('retry', everything, true);
         this.o.onPassError?.(err);
-        this.o.logger.warn({ err: describeError(err), retryInMs: delay }, 'dataplane pass failed; retrying');
+        this.o.logger.warn(
+          { err: describeError(err), retryInMs: delay },
+          'dataplane pass failed; retrying',
+        );
       }
       if (delay > 0) await this.idle(signal, { ms: delay, anyTrigger: false });
     }
   }
 
-  /** Waits `ms`, or less: until any trigger (`anyTrigger`) or a lease change, or the abort. True when woken early. */
-  private async idle(signal: AbortSignal, o: { ms: number; anyTrigger: boolean }): Promise<boolean> {
+  /**
+   * Waits `ms`, or less: until any trigger (`anyTrigger`) or a lease change, or the abort. True
+   * when woken early.
+   */
+  private async idle(
+    signal: AbortSignal,
+    o: { ms: number; anyTrigger: boolean },
+  ): Promise<boolean> {
     return new Promise<boolean>((resolve) => {
       const done = (early: boolean): void => {
         clearTimeout(timer);
@@ -338,26 +497,49 @@ export class Reconciler {
     });
   }
 
-  /** `failures`: the pass's own (a standing sysctl failure is logged when it changes, not with every pass) */
+  /**
+   * `failures`: the pass's own (a standing sysctl failure is logged when it changes, not with every
+   * pass)
+   */
   private logPass(r: PassReport, failures: readonly string[]): void {
     if (r.ops.length === 0) return;
     const byKind: Record<string, number> = {};
-    for (const op of r.ops) byKind[`${op.kind} ${op.action}`] = (byKind[`${op.kind} ${op.action}`] ?? 0) + 1;
+    for (const op of r.ops)
+      byKind[`${op.kind} ${op.action}`] = (byKind[`${op.kind} ${op.action}`] ?? 0) + 1;
     const s = r.stages;
-    const fields = { kind: r.kind, ops: byKind, durationMs: Math.round(r.durationMs), trigger: s.trigger, waitedMs: Math.round(s.waitedMs), observeMs: Math.round(s.observeMs), applyMs: Math.round(s.applyMs), spawns: s.spawns };
-    if (failures.length > 0) this.o.logger.warn({ ...fields, failures: failures.slice(0, 20) }, 'dataplane pass could not apply every change');
+    const fields = {
+      kind: r.kind,
+      ops: byKind,
+      durationMs: Math.round(r.durationMs),
+      trigger: s.trigger,
+      waitedMs: Math.round(s.waitedMs),
+      observeMs: Math.round(s.observeMs),
+      applyMs: Math.round(s.applyMs),
+      spawns: s.spawns,
+    };
+    if (failures.length > 0)
+      this.o.logger.warn(
+        { ...fields, failures: failures.slice(0, 20) },
+        'dataplane pass could not apply every change',
+      );
     else if (r.drift) this.o.logger.warn(fields, 'repaired dataplane drift');
     else this.o.logger.info(fields, 'dataplane updated');
-    if (this.o.logger.isLevelEnabled('debug')) this.o.logger.debug({ lines: r.ops.map((o) => o.line) }, 'dataplane ops');
+    if (this.o.logger.isLevelEnabled('debug'))
+      this.o.logger.debug({ lines: r.ops.map((o) => o.line) }, 'dataplane ops');
   }
 
   /** Logs each peer problem once, and when it clears. */
   private noteProblems(problems: readonly PeerProblem[]): void {
     const now = new Map(problems.map((p) => [p.key, p.reason]));
     for (const p of problems) {
-      if (this.problems.get(p.key) !== p.reason) this.o.logger.warn({ key: p.key, subnet: p.subnet, reason: p.reason }, 'cannot program peer');
+      if (this.problems.get(p.key) !== p.reason)
+        this.o.logger.warn(
+          { key: p.key, subnet: p.subnet, reason: p.reason },
+          'cannot program peer',
+        );
     }
-    for (const key of this.problems.keys()) if (!now.has(key)) this.o.logger.info({ key }, 'peer problem cleared');
+    for (const key of this.problems.keys())
+      if (!now.has(key)) this.o.logger.info({ key }, 'peer problem cleared');
     this.problems.clear();
     for (const [k, v] of now) this.problems.set(k, v);
   }

@@ -20,20 +20,32 @@ export const PROC_SYS_NET = '/proc/sys/net';
  * one, what to mount.
  */
 export async function ensureIpForward(dir: string): Promise<boolean> {
-  // Node's fs messages already name the errno and the path ("EROFS: read-only file system, open '…'")
+  // Node's fs messages already name the errno and the path ("EROFS: read-only file system, open
+  // '…'")
   const path = join(dir, 'ipv4/ip_forward');
   let value: string;
   try {
     value = (await readFile(path, 'utf8')).trim();
   } catch (err) {
-    throw new TwillError('SYSCTL_FAILED', `cannot read net.ipv4.ip_forward: ${describeError(err)}`, { cause: err });
+    throw new TwillError(
+      'SYSCTL_FAILED',
+      `cannot read net.ipv4.ip_forward: ${describeError(err)}`,
+      { cause: err },
+    );
   }
   if (value === '1') return false;
   try {
     await writeFile(path, '1\n');
   } catch (err) {
-    const hint = errnoOf(err) === 'EROFS' ? ` (read-only: in a container that is not privileged, mount the host's /proc/sys/net and pass its path as --proc-sys-net)` : '';
-    throw new TwillError('SYSCTL_FAILED', `net.ipv4.ip_forward is ${value}, cannot set it to 1: ${describeError(err)}${hint}`, { cause: err });
+    const hint =
+      errnoOf(err) === 'EROFS'
+        ? ` (read-only: in a container that is not privileged, mount the host's /proc/sys/net and pass its path as --proc-sys-net)`
+        : '';
+    throw new TwillError(
+      'SYSCTL_FAILED',
+      `net.ipv4.ip_forward is ${value}, cannot set it to 1: ${describeError(err)}${hint}`,
+      { cause: err },
+    );
   }
   return true;
 }
@@ -46,7 +58,9 @@ export async function bridgeNetfilterProblem(dir: string): Promise<string | unde
   } catch {
     return `br_netfilter is not loaded (no ${join(dir, 'bridge')}): pod-to-service traffic on the bridge bypasses iptables; run \`modprobe br_netfilter\``;
   }
-  return value === '1' ? undefined : `net.bridge.bridge-nf-call-iptables is ${value}: set it to 1 (sysctl -w net.bridge.bridge-nf-call-iptables=1)`;
+  return value === '1'
+    ? undefined
+    : `net.bridge.bridge-nf-call-iptables is ${value}: set it to 1 (sysctl -w net.bridge.bridge-nf-call-iptables=1)`;
 }
 
 function errnoOf(err: unknown): string | undefined {

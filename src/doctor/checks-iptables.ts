@@ -2,17 +2,42 @@
 // the `iptables` command does not drive (legacy vs nf_tables), and an INPUT
 // rule or policy that drops vxlan's UDP port.
 import type { CheckResult, DoctorFacts } from './facts.ts';
-import { hitsUdpPort, inputPolicy, inputRules, irrelevantAccept, namesPort, type InputRule } from './input-rules.ts';
+import {
+  hitsUdpPort,
+  inputPolicy,
+  inputRules,
+  irrelevantAccept,
+  namesPort,
+  type InputRule,
+} from './input-rules.ts';
 import { overlayView } from './overlay.ts';
 
 export function checkIptablesBackend(f: DoctorFacts): CheckResult {
   const check = 'iptables-backend';
-  if (!f.iptables.ok) return { check, verdict: 'warn', detail: `could not run iptables --version: ${f.iptables.error}`, fix: 'install iptables' };
+  if (!f.iptables.ok)
+    return {
+      check,
+      verdict: 'warn',
+      detail: `could not run iptables --version: ${f.iptables.error}`,
+      fix: 'install iptables',
+    };
   const { backend, otherRules } = f.iptables.value;
   const other = backend === 'nf_tables' ? 'legacy' : 'nf_tables';
   const save = backend === 'nf_tables' ? 'iptables-legacy-save' : 'iptables-nft-save';
-  if (!otherRules.ok) return { check, verdict: 'warn', detail: `iptables drives ${backend}; skipped the ${other} backend: ${otherRules.error}`, fix: `install ${save} (Debian: iptables) so doctor can look` };
-  if (otherRules.value === 0) return { check, verdict: 'ok', detail: `iptables drives ${backend}; the ${other} backend holds no rules`, fix: '' };
+  if (!otherRules.ok)
+    return {
+      check,
+      verdict: 'warn',
+      detail: `iptables drives ${backend}; skipped the ${other} backend: ${otherRules.error}`,
+      fix: `install ${save} (Debian: iptables) so doctor can look`,
+    };
+  if (otherRules.value === 0)
+    return {
+      check,
+      verdict: 'ok',
+      detail: `iptables drives ${backend}; the ${other} backend holds no rules`,
+      fix: '',
+    };
   return {
     check,
     verdict: 'fail',
@@ -32,11 +57,23 @@ function walkInput(rules: readonly InputRule[], policy: string | undefined, port
     if (!hitsUdpPort(r, port) || r.target === undefined) continue;
     const conditional = r.conditions.length > 0;
     if (r.target === 'ACCEPT') {
-      if (!conditional) return { verdict: 'ok', detail: `accepted by \`${r.text}\`${notes.length ? ` (${notes.join('; ')})` : ''}` };
-      if (namesPort(r)) return { verdict: 'ok', detail: `accepted by \`${r.text}\` (only for the traffic its conditions allow)` };
+      if (!conditional)
+        return {
+          verdict: 'ok',
+          detail: `accepted by \`${r.text}\`${notes.length ? ` (${notes.join('; ')})` : ''}`,
+        };
+      if (namesPort(r))
+        return {
+          verdict: 'ok',
+          detail: `accepted by \`${r.text}\` (only for the traffic its conditions allow)`,
+        };
       if (!irrelevantAccept(r)) conditionalAccept ??= r;
     } else if (r.target === 'DROP' || r.target === 'REJECT') {
-      if (!conditional) return { verdict: 'fail', detail: `\`${r.text}\` drops UDP to port ${port} (vxlan): peers' overlay packets never arrive` };
+      if (!conditional)
+        return {
+          verdict: 'fail',
+          detail: `\`${r.text}\` drops UDP to port ${port} (vxlan): peers' overlay packets never arrive`,
+        };
       maybeDrop ??= r;
     } else if (r.target === 'RETURN') {
       if (!conditional) break;
@@ -45,20 +82,49 @@ function walkInput(rules: readonly InputRule[], policy: string | undefined, port
     }
   }
   if (policy === 'DROP' || policy === 'REJECT') {
-    if (conditionalAccept) return { verdict: 'warn', detail: `INPUT policy is ${policy}; only \`${conditionalAccept.text}\` may let UDP ${port} in: check that it covers every peer` };
-    return { verdict: 'fail', detail: `INPUT policy is ${policy} and no rule accepts UDP to port ${port} (vxlan): peers' overlay packets are dropped` };
+    if (conditionalAccept)
+      return {
+        verdict: 'warn',
+        detail: `INPUT policy is ${policy}; only \`${conditionalAccept.text}\` may let UDP ${port} in: check that it covers every peer`,
+      };
+    return {
+      verdict: 'fail',
+      detail: `INPUT policy is ${policy} and no rule accepts UDP to port ${port} (vxlan): peers' overlay packets are dropped`,
+    };
   }
-  if (maybeDrop) return { verdict: 'warn', detail: `\`${maybeDrop.text}\` drops UDP to port ${port} for the traffic its conditions match` };
-  return { verdict: 'ok', detail: `INPUT lets UDP ${port} in (policy ${policy ?? 'ACCEPT'}${notes.length ? `; ${notes.join('; ')}` : ''})` };
+  if (maybeDrop)
+    return {
+      verdict: 'warn',
+      detail: `\`${maybeDrop.text}\` drops UDP to port ${port} for the traffic its conditions match`,
+    };
+  return {
+    verdict: 'ok',
+    detail: `INPUT lets UDP ${port} in (policy ${policy ?? 'ACCEPT'}${notes.length ? `; ${notes.join('; ')}` : ''})`,
+  };
 }
 
 export function checkVxlanPort(f: DoctorFacts): CheckResult {
   const check = 'vxlan-port';
   const view = overlayView(f);
-  if (view.backend === 'host-gw') return { check, verdict: 'ok', detail: 'host-gw backend: no vxlan port to keep open', fix: '' };
-  if (!f.inputChain.ok) return { check, verdict: 'warn', detail: `could not list INPUT: ${f.inputChain.error}`, fix: 'run twill doctor as root with iptables installed' };
+  if (view.backend === 'host-gw')
+    return { check, verdict: 'ok', detail: 'host-gw backend: no vxlan port to keep open', fix: '' };
+  if (!f.inputChain.ok)
+    return {
+      check,
+      verdict: 'warn',
+      detail: `could not list INPUT: ${f.inputChain.error}`,
+      fix: 'run twill doctor as root with iptables installed',
+    };
   const port = view.port;
   const walk = walkInput(inputRules(f.inputChain.value), inputPolicy(f.inputChain.value), port);
-  const fix = walk.verdict === 'ok' ? '' : `iptables -I INPUT -p udp --dport ${port} -s <underlay network> -j ACCEPT (or remove the rule), on every node`;
-  return { check, verdict: walk.verdict, detail: `UDP port ${port} (from ${view.source}): ${walk.detail}`, fix };
+  const fix =
+    walk.verdict === 'ok'
+      ? ''
+      : `iptables -I INPUT -p udp --dport ${port} -s <underlay network> -j ACCEPT (or remove the rule), on every node`;
+  return {
+    check,
+    verdict: walk.verdict,
+    detail: `UDP port ${port} (from ${view.source}): ${walk.detail}`,
+    fix,
+  };
 }

@@ -13,19 +13,34 @@ interface Problem {
 
 const VXLAN_OVERHEAD = 50;
 
-function deviceProblems(f: DoctorFacts, underlayMtu: number, links: readonly LinkFact[]): Problem[] {
+function deviceProblems(
+  f: DoctorFacts,
+  underlayMtu: number,
+  links: readonly LinkFact[],
+): Problem[] {
   const view = overlayView(f);
   if (view.backend === 'host-gw' || view.device === undefined) return [];
   const out: Problem[] = [];
   const underlay = f.underlay.ok ? f.underlay.value.name : 'the underlay';
   if (view.backendMtu !== undefined && view.backendMtu > underlayMtu) {
-    out.push({ verdict: 'fail', text: `Backend.MTU ${view.backendMtu} is above ${underlay}'s MTU ${underlayMtu}`, fix: `set Backend.MTU to at most ${underlayMtu} in the network config` });
+    out.push({
+      verdict: 'fail',
+      text: `Backend.MTU ${view.backendMtu} is above ${underlay}'s MTU ${underlayMtu}`,
+      fix: `set Backend.MTU to at most ${underlayMtu} in the network config`,
+    });
   }
   const dev = links.find((l) => l.name === view.device);
   const want = (view.backendMtu ?? underlayMtu) - VXLAN_OVERHEAD;
   if (dev && dev.mtu !== want) {
-    const base = view.backendMtu !== undefined ? `Backend.MTU ${view.backendMtu}` : `${underlay} MTU ${underlayMtu}`;
-    out.push({ verdict: 'fail', text: `${dev.name} has MTU ${dev.mtu}, expected ${want} (${base} − ${VXLAN_OVERHEAD})`, fix: `ip link set dev ${dev.name} mtu ${want} (twill run keeps it so when running)` });
+    const base =
+      view.backendMtu !== undefined
+        ? `Backend.MTU ${view.backendMtu}`
+        : `${underlay} MTU ${underlayMtu}`;
+    out.push({
+      verdict: 'fail',
+      text: `${dev.name} has MTU ${dev.mtu}, expected ${want} (${base} − ${VXLAN_OVERHEAD})`,
+      fix: `ip link set dev ${dev.name} mtu ${want} (twill run keeps it so when running)`,
+    });
   }
   return out;
 }
@@ -43,9 +58,17 @@ function podSideProblems(f: DoctorFacts, podMtu: number, links: readonly LinkFac
   const ports = links.filter((l) => l.master === f.bridge);
   for (const l of bridge ? [bridge, ...ports] : ports) {
     if (l.mtu > podMtu) {
-      out.push({ verdict: 'fail', text: `${l.name} has MTU ${l.mtu}, above FLANNEL_MTU ${podMtu}: large packets from pods are dropped on the overlay`, fix: `ip link set dev ${l.name} mtu ${podMtu} (pods wired with the wrong MTU need re-creating)` });
+      out.push({
+        verdict: 'fail',
+        text: `${l.name} has MTU ${l.mtu}, above FLANNEL_MTU ${podMtu}: large packets from pods are dropped on the overlay`,
+        fix: `ip link set dev ${l.name} mtu ${podMtu} (pods wired with the wrong MTU need re-creating)`,
+      });
     } else if (l.mtu < podMtu) {
-      out.push({ verdict: 'warn', text: `${l.name} has MTU ${l.mtu}, below FLANNEL_MTU ${podMtu} (works, with smaller packets; set on purpose by the CNI config's "mtu"?)`, fix: `ip link set dev ${l.name} mtu ${podMtu}` });
+      out.push({
+        verdict: 'warn',
+        text: `${l.name} has MTU ${l.mtu}, below FLANNEL_MTU ${podMtu} (works, with smaller packets; set on purpose by the CNI config's "mtu"?)`,
+        fix: `ip link set dev ${l.name} mtu ${podMtu}`,
+      });
     }
   }
   return out;
@@ -53,23 +76,54 @@ function podSideProblems(f: DoctorFacts, podMtu: number, links: readonly LinkFac
 
 export function checkMtu(f: DoctorFacts): CheckResult {
   const check = 'mtu';
-  if (!f.underlay.ok) return { check, verdict: 'warn', detail: `skipped: no underlay interface (${f.underlay.error})`, fix: 'pass the --iface twill run uses' };
-  if (!f.links.ok) return { check, verdict: 'warn', detail: `skipped: could not list links (${f.links.error})`, fix: '' };
+  if (!f.underlay.ok)
+    return {
+      check,
+      verdict: 'warn',
+      detail: `skipped: no underlay interface (${f.underlay.error})`,
+      fix: 'pass the --iface twill run uses',
+    };
+  if (!f.links.ok)
+    return {
+      check,
+      verdict: 'warn',
+      detail: `skipped: could not list links (${f.links.error})`,
+      fix: '',
+    };
   const u = f.underlay.value.mtu;
   const links = f.links.value;
   const problems = deviceProblems(f, u, links);
   const expected = expectedPodMtu(f, u);
   const env = f.subnetEnv.ok ? f.subnetEnv.value : undefined;
   if (env && expected !== undefined && env.mtu !== expected) {
-    problems.push({ verdict: 'fail', text: `FLANNEL_MTU is ${env.mtu} in ${f.subnetFile}, expected ${expected}`, fix: 'restart twill run (it rewrites subnet.env), then re-create the pods wired with the old MTU' });
+    problems.push({
+      verdict: 'fail',
+      text: `FLANNEL_MTU is ${env.mtu} in ${f.subnetFile}, expected ${expected}`,
+      fix: 'restart twill run (it rewrites subnet.env), then re-create the pods wired with the old MTU',
+    });
   }
   const podMtu = env?.mtu ?? expected;
   if (podMtu !== undefined) problems.push(...podSideProblems(f, podMtu, links));
   const worst = problems.find((p) => p.verdict === 'fail') ?? problems[0];
-  if (!worst && podMtu === undefined) return { check, verdict: 'ok', detail: `${f.underlay.value.name} MTU ${u}; nothing to compare it with (no subnet.env, backend unknown)`, fix: '' };
+  if (!worst && podMtu === undefined)
+    return {
+      check,
+      verdict: 'ok',
+      detail: `${f.underlay.value.name} MTU ${u}; nothing to compare it with (no subnet.env, backend unknown)`,
+      fix: '',
+    };
   if (!worst) {
-    const parts = [`${f.underlay.value.name} ${u}`, env ? `FLANNEL_MTU ${env.mtu}` : 'no subnet.env', `${f.bridge} and pods ${podMtu}`];
+    const parts = [
+      `${f.underlay.value.name} ${u}`,
+      env ? `FLANNEL_MTU ${env.mtu}` : 'no subnet.env',
+      `${f.bridge} and pods ${podMtu}`,
+    ];
     return { check, verdict: 'ok', detail: `consistent: ${parts.join(', ')}`, fix: '' };
   }
-  return { check, verdict: worst.verdict, detail: problems.map((p) => p.text).join('; '), fix: worst.fix };
+  return {
+    check,
+    verdict: worst.verdict,
+    detail: problems.map((p) => p.text).join('; '),
+    fix: worst.fix,
+  };
 }

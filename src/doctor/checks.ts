@@ -2,8 +2,18 @@
 // add up to: 1 when any check fails, 0 otherwise (warnings alone pass).
 import { checkIptablesBackend, checkVxlanPort } from './checks-iptables.ts';
 import { checkMtu } from './checks-mtu.ts';
-import { checkBridgeSubnet, checkForeignOverlay, checkStaleRoutes, checkSubnetEnv } from './checks-state.ts';
-import { checkBridgeNfCall, checkBrNetfilter, checkIpForward, checkRpFilter } from './checks-sysctl.ts';
+import {
+  checkBridgeSubnet,
+  checkForeignOverlay,
+  checkStaleRoutes,
+  checkSubnetEnv,
+} from './checks-state.ts';
+import {
+  checkBridgeNfCall,
+  checkBrNetfilter,
+  checkIpForward,
+  checkRpFilter,
+} from './checks-sysctl.ts';
 import type { CheckResult, DoctorFacts } from './facts.ts';
 
 export const CHECKS: readonly ((f: DoctorFacts) => CheckResult)[] = [

@@ -19,7 +19,8 @@ export interface CheckResult {
   readonly fix: string;
 }
 
-export type Read<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: string };
+export type Read<T> =
+  { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: string };
 
 export const got = <T>(value: T): Read<T> => ({ ok: true, value });
 export const failed = <T>(error: string): Read<T> => ({ ok: false, error });
@@ -68,9 +69,15 @@ export interface StoreFact {
 
 export interface DoctorFacts {
   readonly ipForward: Read<string>;
-  /** bridge-nf-call-iptables; undefined when /proc/sys/net/bridge is absent (br_netfilter not loaded) */
+  /**
+   * bridge-nf-call-iptables; undefined when /proc/sys/net/bridge is absent (br_netfilter not
+   * loaded)
+   */
   readonly bridgeNf: Read<string | undefined>;
-  /** rp_filter per conf entry ("all", "default", device names); devices that do not exist are left out */
+  /**
+   * rp_filter per conf entry ("all", "default", device names); devices that do not exist are left
+   * out
+   */
   readonly rpFilter: ReadonlyMap<string, string>;
   readonly iptables: Read<IptablesFact>;
   /** `iptables -S INPUT` */

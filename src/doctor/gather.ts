@@ -13,7 +13,16 @@ import type { LeaseStore } from '../lease/types.ts';
 import { discoverInterface, parseIpAddr, type IfaceRequest } from '../net/iface.ts';
 import { readSubnetEnv } from '../subnetenv.ts';
 import { childController } from '../util/abort.ts';
-import { failed, got, type DoctorFacts, type ForeignChain, type IptablesFact, type LinkFact, type Read, type StoreFact } from './facts.ts';
+import {
+  failed,
+  got,
+  type DoctorFacts,
+  type ForeignChain,
+  type IptablesFact,
+  type LinkFact,
+  type Read,
+  type StoreFact,
+} from './facts.ts';
 import { overlayView } from './overlay.ts';
 
 export interface GatherDeps {
@@ -28,7 +37,10 @@ export interface GatherOptions {
   readonly iface: IfaceRequest;
   readonly subnetFile: string;
   readonly bridge: string;
-  /** where the node's /proc/sys/net is (--proc-sys-net: the daemon's sysctls, read where the daemon reads them) */
+  /**
+   * where the node's /proc/sys/net is (--proc-sys-net: the daemon's sysctls, read where the daemon
+   * reads them)
+   */
   readonly procSysNet: string;
 }
 
@@ -40,13 +52,17 @@ async function attempt<T>(fn: () => Promise<T>): Promise<Read<T>> {
   }
 }
 
-const enoent = (err: unknown): boolean => (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
+const enoent = (err: unknown): boolean =>
+  (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
 
 /** `ip -d -json addr show` → every link with its kind, master, vxlan VNI and port. */
 export function parseLinkFacts(json: unknown): LinkFact[] {
   const raw = Array.isArray(json) ? (json as Record<string, unknown>[]) : [];
   return parseIpAddr(json).map((l, i) => {
-    const info = (raw[i]?.linkinfo ?? {}) as { info_kind?: string; info_data?: { id?: number; port?: number } };
+    const info = (raw[i]?.linkinfo ?? {}) as {
+      info_kind?: string;
+      info_data?: { id?: number; port?: number };
+    };
     const master = raw[i]?.master;
     return {
       name: l.name,
@@ -69,7 +85,9 @@ async function iptablesFact(runner: Runner, signal: AbortSignal): Promise<Iptabl
   const info = parseIptablesVersion((await runner('iptables', ['--version'], { signal })).stdout);
   const backend = info.nftables ? 'nf_tables' : 'legacy';
   const save = info.nftables ? 'iptables-legacy-save' : 'iptables-nft-save';
-  const otherRules = await attempt(async () => countSavedRules((await runner(save, [], { signal, timeoutMs: 10_000 })).stdout));
+  const otherRules = await attempt(async () =>
+    countSavedRules((await runner(save, [], { signal, timeoutMs: 10_000 })).stdout),
+  );
   return { backend, otherRules };
 }
 
@@ -79,12 +97,25 @@ const FOREIGN = [
 ] as const;
 
 async function foreignChains(runner: Runner, signal: AbortSignal): Promise<ForeignChain[]> {
-  const seen = await Promise.all(FOREIGN.map(async (c) => ({ c, o: await observeChain(runner, c, signal) })));
-  return seen.flatMap(({ c, o }) => (o.rules === null && o.jumps.length === 0 ? [] : [{ table: c.table, chain: c.chain, rules: o.rules?.length ?? 0, jumps: o.jumps.length }]));
+  const seen = await Promise.all(
+    FOREIGN.map(async (c) => ({ c, o: await observeChain(runner, c, signal) })),
+  );
+  return seen.flatMap(({ c, o }) =>
+    o.rules === null && o.jumps.length === 0
+      ? []
+      : [{ table: c.table, chain: c.chain, rules: o.rules?.length ?? 0, jumps: o.jumps.length }],
+  );
 }
 
-/** One net sysctl, `path` under --proc-sys-net (`ipv4/ip_forward`); undefined when it does not exist. */
-async function sysctl(deps: GatherDeps, o: GatherOptions, path: string): Promise<Read<string | undefined>> {
+/**
+ * One net sysctl, `path` under --proc-sys-net (`ipv4/ip_forward`); undefined when it does not
+ * exist.
+ */
+async function sysctl(
+  deps: GatherDeps,
+  o: GatherOptions,
+  path: string,
+): Promise<Read<string | undefined>> {
   return attempt(async () => {
     try {
       return (await deps.readText(join(o.procSysNet, path))).trim();
@@ -96,47 +127,118 @@ async function sysctl(deps: GatherDeps, o: GatherOptions, path: string): Promise
 }
 
 /** rp_filter of all, default and each device overlay traffic crosses (absent devices left out). */
-async function rpFilters(deps: GatherDeps, o: GatherOptions, f: DoctorFacts): Promise<Map<string, string>> {
+async function rpFilters(
+  deps: GatherDeps,
+  o: GatherOptions,
+  f: DoctorFacts,
+): Promise<Map<string, string>> {
   const view = overlayView(f);
-  const devs = ['all', 'default', ...(f.underlay.ok ? [f.underlay.value.name] : []), ...(view.device ? [view.device] : []), f.bridge];
+  const devs = [
+    'all',
+    'default',
+    ...(f.underlay.ok ? [f.underlay.value.name] : []),
+    ...(view.device ? [view.device] : []),
+    f.bridge,
+  ];
   const values = await Promise.all(devs.map((d) => sysctl(deps, o, `ipv4/conf/${d}/rp_filter`)));
-  return new Map(devs.flatMap((d, i) => {
-    const v = values[i];
-    return v?.ok && v.value !== undefined ? [[d, v.value] as [string, string]] : [];
-  }));
+  return new Map(
+    devs.flatMap((d, i) => {
+      const v = values[i];
+      return v?.ok && v.value !== undefined ? [[d, v.value] as [string, string]] : [];
+    }),
+  );
 }
 
 /** Reads every fact the checks need. */
-export async function gather(deps: GatherDeps, o: GatherOptions, signal: AbortSignal): Promise<DoctorFacts> {
+export async function gather(
+  deps: GatherDeps,
+  o: GatherOptions,
+  signal: AbortSignal,
+): Promise<DoctorFacts> {
   const { runner } = deps;
   const opts = { signal, timeoutMs: 10_000 };
-  const [ipForward, bridgeNf, iptables, inputChain, foreign, links, underlay, subnetEnv, store, ownedRoutes] = await Promise.all([
-    sysctl(deps, o, 'ipv4/ip_forward').then((r) => (r.ok && r.value === undefined ? failed<string>(`no ${join(o.procSysNet, 'ipv4/ip_forward')}`) : (r as Read<string>))),
+  const [
+    ipForward,
+    bridgeNf,
+    iptables,
+    inputChain,
+    foreign,
+    links,
+    underlay,
+    subnetEnv,
+    store,
+    ownedRoutes,
+  ] = await Promise.all([
+    sysctl(deps, o, 'ipv4/ip_forward').then((r) =>
+      r.ok && r.value === undefined
+        ? failed<string>(`no ${join(o.procSysNet, 'ipv4/ip_forward')}`)
+        : (r as Read<string>),
+    ),
     sysctl(deps, o, 'bridge/bridge-nf-call-iptables'),
     attempt(() => iptablesFact(runner, signal)),
     attempt(async () => (await runner('iptables', ['-w', '5', '-S', 'INPUT'], opts)).stdout),
     attempt(() => foreignChains(runner, signal)),
-    attempt(async () => parseLinkFacts(await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show'], opts))),
+    attempt(async () =>
+      parseLinkFacts(await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show'], opts)),
+    ),
     attempt(async () => {
       const c = await discoverInterface(runner, o.iface, signal);
       return { name: c.iface.name, mtu: c.iface.mtu, publicIp: c.publicIp };
     }),
     attempt(() => readSubnetEnv(o.subnetFile)),
-    deps.readStore(signal).then(got, (err: unknown) => failed<StoreFact>(hasCode(err, 'STORE_UNAVAILABLE') ? `lease store unreachable (${describeError(err)})` : `store: ${describeError(err)}`)),
-    attempt(async () => parseRoutes(await runJson(runner, 'ip', ['-json', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)], opts))),
+    deps
+      .readStore(signal)
+      .then(got, (err: unknown) =>
+        failed<StoreFact>(
+          hasCode(err, 'STORE_UNAVAILABLE')
+            ? `lease store unreachable (${describeError(err)})`
+            : `store: ${describeError(err)}`,
+        ),
+      ),
+    attempt(async () =>
+      parseRoutes(
+        await runJson(
+          runner,
+          'ip',
+          ['-json', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)],
+          opts,
+        ),
+      ),
+    ),
   ]);
-  const facts: DoctorFacts = { ipForward, bridgeNf, rpFilter: new Map(), iptables, inputChain, foreignChains: foreign, links, underlay, subnetFile: o.subnetFile, subnetEnv, store, ownedRoutes, bridge: o.bridge };
+  const facts: DoctorFacts = {
+    ipForward,
+    bridgeNf,
+    rpFilter: new Map(),
+    iptables,
+    inputChain,
+    foreignChains: foreign,
+    links,
+    underlay,
+    subnetFile: o.subnetFile,
+    subnetEnv,
+    store,
+    ownedRoutes,
+    bridge: o.bridge,
+  };
   return { ...facts, rpFilter: await rpFilters(deps, o, facts) };
 }
 
 /** The config and one complete listing of the lease records, within `timeoutMs`. */
-export async function readLeaseStore(store: LeaseStore, signal: AbortSignal, timeoutMs: number): Promise<StoreFact> {
+export async function readLeaseStore(
+  store: LeaseStore,
+  signal: AbortSignal,
+  timeoutMs: number,
+): Promise<StoreFact> {
   const ctl = childController(signal);
   const timer = setTimeout(() => ctl.abort(), timeoutMs);
   try {
     const config = await store.getNetworkConfig(ctl.signal);
     const leases = await listLeases(store, ctl.signal).catch((err: unknown) => {
-      throw new TwillError('STORE_UNAVAILABLE', `no lease listing within ${timeoutMs} ms: ${describeError(err)}`);
+      throw new TwillError(
+        'STORE_UNAVAILABLE',
+        `no lease listing within ${timeoutMs} ms: ${describeError(err)}`,
+      );
     });
     return { config, leases };
   } finally {

@@ -11,7 +11,8 @@ export interface InputRule {
   /** protocol match; undefined: any protocol */
   readonly proto: { readonly neg: boolean; readonly value: string } | undefined;
   /** destination port match; undefined: any port */
-  readonly dports: { readonly neg: boolean; readonly ranges: readonly (readonly [number, number])[] } | undefined;
+  readonly dports:
+    { readonly neg: boolean; readonly ranges: readonly (readonly [number, number])[] } | undefined;
   /** other matches, as listed ("-s 10.0.0.0/8", "-m conntrack --ctstate RELATED,ESTABLISHED") */
   readonly conditions: readonly string[];
 }
@@ -46,7 +47,13 @@ export function parseInputRule(text: string): InputRule {
       continue;
     }
     if (w === '-p' || w === '--protocol') proto = { neg, value };
-    else if (w === '--dport' || w === '--destination-port' || w === '--dports' || w === '--destination-ports') dports = { neg, ranges: portRanges(value) };
+    else if (
+      w === '--dport' ||
+      w === '--destination-port' ||
+      w === '--dports' ||
+      w === '--destination-ports'
+    )
+      dports = { neg, ranges: portRanges(value) };
     else if (w === '-j' || w === '--jump' || w === '-g' || w === '--goto') target = value;
     else if (w === '-m' || w === '--match') {
       if (!PLAIN_MODULES.has(value)) conditions.push(`-m ${value}`);
@@ -56,7 +63,8 @@ export function parseInputRule(text: string): InputRule {
       const last = conditions.length - 1;
       const piece = `${neg ? '! ' : ''}${w}${value.startsWith('-') || value === '!' ? '' : ` ${value}`}`;
       // a module's options belong to the module ("-m conntrack --ctstate …")
-      if (w.startsWith('--') && last >= 0 && conditions[last]?.startsWith('-m ')) conditions[last] += ` ${piece}`;
+      if (w.startsWith('--') && last >= 0 && conditions[last]?.startsWith('-m '))
+        conditions[last] += ` ${piece}`;
       else conditions.push(piece);
     } else continue;
     neg = false;
@@ -68,7 +76,9 @@ export function parseInputRule(text: string): InputRule {
 /** True when the rule can match a UDP packet to `port`. */
 export function hitsUdpPort(rule: InputRule, port: number): boolean {
   const p = rule.proto;
-  const udp = p === undefined || (p.neg ? p.value !== 'udp' && p.value !== '17' : ['udp', '17', 'all'].includes(p.value));
+  const udp =
+    p === undefined ||
+    (p.neg ? p.value !== 'udp' && p.value !== '17' : ['udp', '17', 'all'].includes(p.value));
   if (!udp) return false;
   const d = rule.dports;
   if (d === undefined) return true;
@@ -76,14 +86,19 @@ export function hitsUdpPort(rule: InputRule, port: number): boolean {
   return d.neg ? !inside : inside;
 }
 
-/** An ACCEPT that cannot apply to a new vxlan packet from a peer (loopback only, or established/related only). */
+/**
+ * An ACCEPT that cannot apply to a new vxlan packet from a peer (loopback only, or
+ * established/related only).
+ */
 export function irrelevantAccept(rule: InputRule): boolean {
   return rule.conditions.some((c) => c === '-i lo' || (/--(ct)?state /.test(c) && !/NEW/.test(c)));
 }
 
 /** The rule names the UDP port itself (so a conditional ACCEPT was written for it). */
 export function namesPort(rule: InputRule): boolean {
-  return rule.dports !== undefined && !rule.dports.neg && rule.proto?.value === 'udp' && !rule.proto.neg;
+  return (
+    rule.dports !== undefined && !rule.dports.neg && rule.proto?.value === 'udp' && !rule.proto.neg
+  );
 }
 
 /** The chain policy from `-P INPUT <policy>`, undefined when absent. */
@@ -92,5 +107,8 @@ export function inputPolicy(listing: string): string | undefined {
 }
 
 export function inputRules(listing: string): InputRule[] {
-  return listing.split('\n').filter((l) => l.startsWith('-A INPUT ')).map(parseInputRule);
+  return listing
+    .split('\n')
+    .filter((l) => l.startsWith('-A INPUT '))
+    .map(parseInputRule);
 }

@@ -26,10 +26,36 @@ export function twillDevices(links: readonly LinkFact[]): LinkFact[] {
 export function overlayView(f: DoctorFacts): OverlayView {
   if (f.store.ok) {
     const b = f.store.value.config.backend;
-    if (b.type === 'host-gw') return { backend: 'host-gw', device: undefined, port: DEFAULT_VXLAN_PORT, backendMtu: undefined, source: 'the network config' };
-    return { backend: 'vxlan', device: vxlanDeviceName(b.vni), port: b.port, backendMtu: b.mtu, source: 'the network config' };
+    if (b.type === 'host-gw')
+      return {
+        backend: 'host-gw',
+        device: undefined,
+        port: DEFAULT_VXLAN_PORT,
+        backendMtu: undefined,
+        source: 'the network config',
+      };
+    return {
+      backend: 'vxlan',
+      device: vxlanDeviceName(b.vni),
+      port: b.port,
+      backendMtu: b.mtu,
+      source: 'the network config',
+    };
   }
   const dev = f.links.ok ? twillDevices(f.links.value)[0] : undefined;
-  if (dev) return { backend: 'vxlan', device: dev.name, port: dev.port ?? DEFAULT_VXLAN_PORT, backendMtu: undefined, source: `device ${dev.name}` };
-  return { backend: undefined, device: vxlanDeviceName(DEFAULT_VNI), port: DEFAULT_VXLAN_PORT, backendMtu: undefined, source: 'defaults (store unreachable, no twill device)' };
+  if (dev)
+    return {
+      backend: 'vxlan',
+      device: dev.name,
+      port: dev.port ?? DEFAULT_VXLAN_PORT,
+      backendMtu: undefined,
+      source: `device ${dev.name}`,
+    };
+  return {
+    backend: undefined,
+    device: vxlanDeviceName(DEFAULT_VNI),
+    port: DEFAULT_VXLAN_PORT,
+    backendMtu: undefined,
+    source: 'defaults (store unreachable, no twill device)',
+  };
 }

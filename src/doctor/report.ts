@@ -24,7 +24,10 @@ export function wrap(text: string, width: number): string[] {
 const HEAD: CheckResult = { check: 'CHECK', verdict: 'ok', detail: 'DETAIL', fix: 'FIX' };
 
 /** The table: one row per check, detail and fix wrapped to their columns. */
-export function renderTable(results: readonly CheckResult[], o: { detailWidth?: number; fixWidth?: number } = {}): string {
+export function renderTable(
+  results: readonly CheckResult[],
+  o: { detailWidth?: number; fixWidth?: number } = {},
+): string {
   const dw = o.detailWidth ?? 70;
   const fw = o.fixWidth ?? 50;
   const cw = Math.max(...[HEAD, ...results].map((r) => r.check.length));
@@ -35,12 +38,17 @@ export function renderTable(results: readonly CheckResult[], o: { detailWidth?: 
     const fix = r.fix === '' ? [''] : wrap(r.fix, fw);
     for (let k = 0; k < Math.max(detail.length, fix.length); k++) {
       const cells = [k === 0 ? r.check : '', k === 0 ? verdict : '', detail[k] ?? '', fix[k] ?? ''];
-      lines.push(`${(cells[0] ?? '').padEnd(cw)}  ${(cells[1] ?? '').padEnd(7)}  ${(cells[2] ?? '').padEnd(dw)}  ${cells[3] ?? ''}`.trimEnd());
+      lines.push(
+        `${(cells[0] ?? '').padEnd(cw)}  ${(cells[1] ?? '').padEnd(7)}  ${(cells[2] ?? '').padEnd(dw)}  ${cells[3] ?? ''}`.trimEnd(),
+      );
     }
   }
   const fails = results.filter((r) => r.verdict === 'fail').length;
   const warns = results.filter((r) => r.verdict === 'warn').length;
-  lines.push('', `${results.length} checks: ${results.length - fails - warns} ok, ${warns} warn, ${fails} fail`);
+  lines.push(
+    '',
+    `${results.length} checks: ${results.length - fails - warns} ok, ${warns} warn, ${fails} fail`,
+  );
   return `${lines.join('\n')}\n`;
 }
 

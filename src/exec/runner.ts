@@ -25,15 +25,27 @@ export class CommandError extends TwillError {
   readonly exitCode: number | undefined;
   readonly stderr: string;
 
-  constructor(o: { command: readonly string[]; exitCode: number | undefined; stderr: string; reason: string }) {
-    super('COMMAND_FAILED', `${o.command.join(' ')}: ${o.reason}${o.stderr ? `: ${o.stderr.trim()}` : ''}`);
+  constructor(o: {
+    command: readonly string[];
+    exitCode: number | undefined;
+    stderr: string;
+    reason: string;
+  }) {
+    super(
+      'COMMAND_FAILED',
+      `${o.command.join(' ')}: ${o.reason}${o.stderr ? `: ${o.stderr.trim()}` : ''}`,
+    );
     this.command = o.command;
     this.exitCode = o.exitCode;
     this.stderr = o.stderr;
   }
 }
 
-export type Runner = (file: string, args: readonly string[], opts?: RunOptions) => Promise<RunResult>;
+export type Runner = (
+  file: string,
+  args: readonly string[],
+  opts?: RunOptions,
+) => Promise<RunResult>;
 
 /** After SIGTERM (timeout, cancel), how long a child gets before SIGKILL. */
 const KILL_GRACE_MS = 2_000;
@@ -48,7 +60,13 @@ function terminate(child: ChildProcess): void {
 }
 
 /** Why a finished child counts as failed, or undefined when it succeeded. */
-function failure(o: { timedOut: boolean; cancelled: boolean; code: number | null; signal: NodeJS.Signals | null; spawnError: Error | undefined }): string | undefined {
+function failure(o: {
+  timedOut: boolean;
+  cancelled: boolean;
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  spawnError: Error | undefined;
+}): string | undefined {
   if (o.timedOut) return 'timed out';
   if (o.cancelled) return 'cancelled';
   if (o.spawnError) return o.spawnError.message;
@@ -64,7 +82,9 @@ export const run: Runner = (file, args, opts = {}) =>
       reject(new CommandError({ command, exitCode: undefined, stderr: '', reason: 'cancelled' }));
       return;
     }
-    const child = spawn(file, args, { stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
+    const child = spawn(file, args, {
+      stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+    });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     child.stdout?.on('data', (d: Buffer) => out.push(d));
@@ -81,7 +101,8 @@ export const run: Runner = (file, args, opts = {}) =>
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     child.on('error', (e) => (state.spawnError = e));
     if (opts.input !== undefined && child.stdin) {
-      child.stdin.on('error', () => undefined); // a child that exits without reading all its input: its exit code tells
+      // a child that exits without reading all its input: its exit code tells
+      child.stdin.on('error', () => undefined);
       child.stdin.end(opts.input);
     }
     child.on('close', (code, signal) => {
@@ -91,12 +112,25 @@ export const run: Runner = (file, args, opts = {}) =>
       const stderr = Buffer.concat(err).toString('utf8');
       const reason = failure({ ...state, code, signal });
       if (reason === undefined) resolve({ stdout, stderr });
-      else reject(new CommandError({ command, exitCode: state.spawnError ? undefined : (code ?? undefined), stderr, reason }));
+      else
+        reject(
+          new CommandError({
+            command,
+            exitCode: state.spawnError ? undefined : (code ?? undefined),
+            stderr,
+            reason,
+          }),
+        );
     });
   });
 
 /** Runs a command whose stdout is JSON (`ip -json …`) and parses it. */
-export async function runJson(runner: Runner, file: string, args: readonly string[], opts?: RunOptions): Promise<unknown> {
+export async function runJson(
+  runner: Runner,
+  file: string,
+  args: readonly string[],
+  opts?: RunOptions,
+): Promise<unknown> {
   const { stdout } = await runner(file, args, opts);
   const text = stdout.trim();
   return text === '' ? [] : (JSON.parse(text) as unknown);
@@ -115,12 +149,21 @@ export interface WatchOptions {
   readonly needles?: readonly string[];
   /** called with the size of every stdout chunk (to notice a flood) */
   readonly onBytes?: (n: number) => void;
-  /** called with what the program writes to stderr while it runs (`ip monitor` reports lost events there) */
+  /**
+   * called with what the program writes to stderr while it runs (`ip monitor` reports lost events
+   * there)
+   */
   readonly onStderr?: (text: string) => void;
 }
 
-/** Feeds stdout chunks in, calls `onLine` for each complete line (holding a needle, when there are any). */
-export function lineSplitter(needles: readonly string[] | undefined, onLine: (line: string) => void): (chunk: Buffer) => void {
+/**
+ * Feeds stdout chunks in, calls `onLine` for each complete line (holding a needle, when there are
+ * any).
+ */
+export function lineSplitter(
+  needles: readonly string[] | undefined,
+  onLine: (line: string) => void,
+): (chunk: Buffer) => void {
   const keys = (needles ?? []).map((n) => Buffer.from(n));
   const texts = needles ?? [];
   let pending = Buffer.alloc(0);
@@ -140,8 +183,15 @@ export function lineSplitter(needles: readonly string[] | undefined, onLine: (li
   };
 }
 
-/** Spawns a long-running program (`ip monitor`, `nft monitor`) and streams its stdout lines until it exits or `signal` aborts. */
-export type LineWatcher = (file: string, args: readonly string[], opts: WatchOptions) => Promise<void>;
+/**
+ * Spawns a long-running program (`ip monitor`, `nft monitor`) and streams its stdout lines until it
+ * exits or `signal` aborts.
+ */
+export type LineWatcher = (
+  file: string,
+  args: readonly string[],
+  opts: WatchOptions,
+) => Promise<void>;
 
 /** Resolves when the signal aborts; rejects with CommandError when the program exits on its own. */
 export const watchLines: LineWatcher = (file, args, opts) =>
@@ -168,6 +218,13 @@ export const watchLines: LineWatcher = (file, args, opts) =>
     child.on('close', (code, signal) => {
       opts.signal.removeEventListener('abort', onAbort);
       if (opts.signal.aborted) return resolve();
-      reject(new CommandError({ command: [file, ...args], exitCode: spawnError ? undefined : (code ?? undefined), stderr, reason: spawnError ? spawnError.message : `exited (${code ?? signal ?? 'unknown'})` }));
+      reject(
+        new CommandError({
+          command: [file, ...args],
+          exitCode: spawnError ? undefined : (code ?? undefined),
+          stderr,
+          reason: spawnError ? spawnError.message : `exited (${code ?? signal ?? 'unknown'})`,
+        }),
+      );
     });
   });

@@ -20,7 +20,10 @@ import type { PassReport } from '../dataplane/reconciler.ts';
 
 /** Where start-up is, and its last sign of life. */
 export interface StartupFacts {
-  /** what it is doing or waiting for: "reading network config", "acquiring lease", "waiting for the peer list" */
+  /**
+   * what it is doing or waiting for: "reading network config", "acquiring lease", "waiting for the
+   * peer list"
+   */
   readonly step: string;
   /** when that step began (epoch ms) */
   readonly since: number;
@@ -72,33 +75,68 @@ const secs = (ms: number): number => Math.round(ms / 1000);
 
 export function liveness(f: HealthFacts): Verdict {
   if (f.passSince !== undefined) {
-    return f.now - f.passSince > STUCK_PASS_MS ? { ok: false, reason: `a dataplane pass has been running for ${secs(f.now - f.passSince)} s` } : { ok: true, reason: 'ok' };
+    return f.now - f.passSince > STUCK_PASS_MS
+      ? {
+          ok: false,
+          reason: `a dataplane pass has been running for ${secs(f.now - f.passSince)} s`,
+        }
+      : { ok: true, reason: 'ok' };
   }
   const ended = Math.max(f.lastPass?.at ?? -Infinity, f.passError?.at ?? -Infinity);
   if (ended === -Infinity) {
     const s = f.startup;
     const quiet = f.now - s.tickAt;
-    if (quiet > STARTUP_STALL_MS) return { ok: false, reason: `start-up is hung: ${s.step} for ${secs(f.now - s.since)} s, no progress for ${secs(quiet)} s` };
-    return { ok: true, reason: s.failures === 0 ? `starting: ${s.step}` : `starting: ${s.step} for ${secs(f.now - s.since)} s, ${s.failures} attempt(s) failed, the last ${secs(quiet)} s ago` };
+    if (quiet > STARTUP_STALL_MS)
+      return {
+        ok: false,
+        reason: `start-up is hung: ${s.step} for ${secs(f.now - s.since)} s, no progress for ${secs(quiet)} s`,
+      };
+    return {
+      ok: true,
+      reason:
+        s.failures === 0
+          ? `starting: ${s.step}`
+          : `starting: ${s.step} for ${secs(f.now - s.since)} s, ${s.failures} attempt(s) failed, the last ${secs(quiet)} s ago`,
+    };
   }
   const limit = 3 * f.resyncMs + 30_000;
   const age = f.now - ended;
-  return age <= limit ? { ok: true, reason: 'ok' } : { ok: false, reason: `last dataplane pass ${secs(age)} s ago (resync every ${f.resyncMs / 1000} s)` };
+  return age <= limit
+    ? { ok: true, reason: 'ok' }
+    : {
+        ok: false,
+        reason: `last dataplane pass ${secs(age)} s ago (resync every ${f.resyncMs / 1000} s)`,
+      };
 }
 
-/** Why start-up's step is still not done: its failed attempts and the last one's reason; empty when none failed. */
+/**
+ * Why start-up's step is still not done: its failed attempts and the last one's reason; empty when
+ * none failed.
+ */
 function retrying(s: StartupFacts, now: number): string {
-  return s.problem === undefined ? '' : `; ${s.failures} attempt(s) failed in ${secs(now - s.since)} s, the last: ${s.problem}`;
+  return s.problem === undefined
+    ? ''
+    : `; ${s.failures} attempt(s) failed in ${secs(now - s.since)} s, the last: ${s.problem}`;
 }
 
 export function readiness(f: HealthFacts): Verdict {
-  if (!f.running) return { ok: false, reason: `starting: ${f.startup.step}${retrying(f.startup, f.now)}` };
+  if (!f.running)
+    return { ok: false, reason: `starting: ${f.startup.step}${retrying(f.startup, f.now)}` };
   if (f.leaseProblem !== undefined) return { ok: false, reason: f.leaseProblem };
   if (f.subnetEnvProblem !== undefined) return { ok: false, reason: f.subnetEnvProblem };
   if (f.underlayProblem !== undefined) return { ok: false, reason: f.underlayProblem };
   const p = f.lastPass;
-  if (f.passError !== undefined && (p === undefined || f.passError.at >= p.at)) return { ok: false, reason: `dataplane pass failed: ${f.passError.error}` };
-  if (p === undefined) return { ok: false, reason: `no dataplane pass yet (${f.startup.step})${retrying(f.startup, f.now)}` };
-  if (p.failures.length > 0) return { ok: false, reason: `dataplane does not match: ${p.failures.length} change(s) failed, first: ${p.failures[0] ?? ''}` };
+  if (f.passError !== undefined && (p === undefined || f.passError.at >= p.at))
+    return { ok: false, reason: `dataplane pass failed: ${f.passError.error}` };
+  if (p === undefined)
+    return {
+      ok: false,
+      reason: `no dataplane pass yet (${f.startup.step})${retrying(f.startup, f.now)}`,
+    };
+  if (p.failures.length > 0)
+    return {
+      ok: false,
+      reason: `dataplane does not match: ${p.failures.length} change(s) failed, first: ${p.failures[0] ?? ''}`,
+    };
   return { ok: true, reason: p.converged ? 'ok' : 'ok (changes applied, verifying)' };
 }

@@ -27,21 +27,70 @@ export class TwillMetrics {
 
   constructor(o: { version: string }) {
     const registers = [this.registry];
-    new Gauge({ name: 'twill_build_info', help: 'twill build: version and Node.js version (always 1)', labelNames: ['version', 'node_version'], registers }).set({ version: o.version, node_version: process.versions.node }, 1);
-    this.peers = new Gauge({ name: 'twill_peers', help: 'valid peer leases, by backend type', labelNames: ['backend'], registers });
-    this.leaseExpiry = new Gauge({ name: 'twill_lease_expiry_timestamp_seconds', help: 'when our subnet lease expires unless renewed (Unix time)', registers });
-    this.passes = new Counter({ name: 'twill_reconcile_passes_total', help: 'dataplane passes, by result: converged (nothing to do), changed, failed', labelNames: ['result'], registers });
-    this.passDuration = new Histogram({ name: 'twill_reconcile_pass_duration_seconds', help: 'duration of a dataplane pass (observe, diff, apply)', buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5], registers });
-    this.ops = new Counter({ name: 'twill_dataplane_ops_total', help: 'kernel changes applied, by kind (link, addr, route, neigh, fdb, masquerade) and action', labelNames: ['kind', 'action'], registers });
-    this.drift = new Counter({ name: 'twill_drift_repaired_total', help: 'kernel changes made because the kernel drifted (not because leases changed), by kind: route, neigh, fdb, link, masquerade', labelNames: ['kind'], registers });
-    this.relists = new Counter({ name: 'twill_store_watch_restarts_total', help: 'times the lease watch re-listed everything, by reason (etcd: compacted, wiped, reconnected; Kubernetes: gone (410); both: failed, periodic)', labelNames: ['reason'], registers });
-    this.storeConnected = new Gauge({ name: 'twill_store_connected', help: '1 while the lease store watch is connected', registers });
-    this.refusedPeers = new Gauge({ name: 'twill_refused_peers', help: 'peer leases refused right now (never programmed), by reason: malformed, subnet-size, outside-network, outside-range, overlaps-own, subnet-conflict, public-ip, backend-type, vni, vtep-mac, not-on-link', labelNames: ['reason'], registers });
+    new Gauge({
+      name: 'twill_build_info',
+      help: 'twill build: version and Node.js version (always 1)',
+      labelNames: ['version', 'node_version'],
+      registers,
+    }).set({ version: o.version, node_version: process.versions.node }, 1);
+    this.peers = new Gauge({
+      name: 'twill_peers',
+      help: 'valid peer leases, by backend type',
+      labelNames: ['backend'],
+      registers,
+    });
+    this.leaseExpiry = new Gauge({
+      name: 'twill_lease_expiry_timestamp_seconds',
+      help: 'when our subnet lease expires unless renewed (Unix time)',
+      registers,
+    });
+    this.passes = new Counter({
+      name: 'twill_reconcile_passes_total',
+      help: 'dataplane passes, by result: converged (nothing to do), changed, failed',
+      labelNames: ['result'],
+      registers,
+    });
+    this.passDuration = new Histogram({
+      name: 'twill_reconcile_pass_duration_seconds',
+      help: 'duration of a dataplane pass (observe, diff, apply)',
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers,
+    });
+    this.ops = new Counter({
+      name: 'twill_dataplane_ops_total',
+      help: 'kernel changes applied, by kind (link, addr, route, neigh, fdb, masquerade) and action',
+      labelNames: ['kind', 'action'],
+      registers,
+    });
+    this.drift = new Counter({
+      name: 'twill_drift_repaired_total',
+      help: 'kernel changes made because the kernel drifted (not because leases changed), by kind: route, neigh, fdb, link, masquerade',
+      labelNames: ['kind'],
+      registers,
+    });
+    this.relists = new Counter({
+      name: 'twill_store_watch_restarts_total',
+      help: 'times the lease watch re-listed everything, by reason (etcd: compacted, wiped, reconnected; Kubernetes: gone (410); both: failed, periodic)',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.storeConnected = new Gauge({
+      name: 'twill_store_connected',
+      help: '1 while the lease store watch is connected',
+      registers,
+    });
+    this.refusedPeers = new Gauge({
+      name: 'twill_refused_peers',
+      help: 'peer leases refused right now (never programmed), by reason: malformed, subnet-size, outside-network, outside-range, overlaps-own, subnet-conflict, public-ip, backend-type, vni, vtep-mac, not-on-link',
+      labelNames: ['reason'],
+      registers,
+    });
     for (const reason of REFUSAL_REASONS) this.refusedPeers.set({ reason }, 0);
     this.ready = new Gauge({ name: 'twill_ready', help: '1 when /readyz answers 200', registers });
     for (const kind of ['route', 'neigh', 'fdb', 'link', 'masquerade']) this.drift.inc({ kind }, 0);
     for (const result of ['converged', 'changed', 'failed']) this.passes.inc({ result }, 0);
-    // prom-client samples event-loop delay every 10 ms by default: 100 wake-ups a second, most of an idle daemon's CPU
+    // prom-client samples event-loop delay every 10 ms by default: 100 wake-ups a second, most of
+    // an idle daemon's CPU
     collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 1_000 });
   }
 }

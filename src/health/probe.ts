@@ -19,7 +19,10 @@ export interface KeeperView {
   lost(): string | undefined;
 }
 
-/** How start-up reports progress: the waits that retry call `retrying` on every failed attempt, so a wait that stops trying shows. */
+/**
+ * How start-up reports progress: the waits that retry call `retrying` on every failed attempt, so a
+ * wait that stops trying shows.
+ */
 export interface StartupProgress {
   /** start-up begins `step` ("acquiring lease") */
   step(step: string): void;
@@ -38,14 +41,22 @@ export class DaemonProbe implements StartupProgress {
   private last: PassReport | undefined;
   private passError: { at: number; error: string } | undefined;
   private passSince: number | undefined;
-  /** why the tracker refused each refused peer record, and why the last pass could not program peers */
+  /**
+   * why the tracker refused each refused peer record, and why the last pass could not program peers
+   */
   private storeRefused: RefusalReason[] = [];
   private backendRefused: RefusalReason[] = [];
 
   constructor(o: { version: string; resyncMs: number }) {
     this.metrics = new TwillMetrics({ version: o.version });
     this.resyncMs = o.resyncMs;
-    this.startup = { step: 'starting', since: this.startedAt, tickAt: this.startedAt, failures: 0, problem: undefined };
+    this.startup = {
+      step: 'starting',
+      since: this.startedAt,
+      tickAt: this.startedAt,
+      failures: 0,
+      problem: undefined,
+    };
   }
 
   step(step: string): void {
@@ -54,10 +65,18 @@ export class DaemonProbe implements StartupProgress {
   }
 
   retrying(problem: string): void {
-    this.startup = { ...this.startup, tickAt: Date.now(), failures: this.startup.failures + 1, problem };
+    this.startup = {
+      ...this.startup,
+      tickAt: Date.now(),
+      failures: this.startup.failures + 1,
+      problem,
+    };
   }
 
-  /** The lease is ours and subnet.env written: the loops start, and the first pass waits for the peer list. */
+  /**
+   * The lease is ours and subnet.env written: the loops start, and the first pass waits for the
+   * peer list.
+   */
   started(o: { keeper: KeeperView; subnetFile: string; env: SubnetEnv; underlay: string }): void {
     this.keeper = o.keeper;
     this.env = { path: o.subnetFile, want: o.env };
@@ -79,7 +98,9 @@ export class DaemonProbe implements StartupProgress {
     this.passError = undefined;
     this.last = r;
     const m = this.metrics;
-    m.passes.inc({ result: r.failures.length > 0 ? 'failed' : r.converged ? 'converged' : 'changed' });
+    m.passes.inc({
+      result: r.failures.length > 0 ? 'failed' : r.converged ? 'converged' : 'changed',
+    });
     m.passDuration.observe(r.durationMs / 1000);
     for (const op of r.ops) m.ops.inc({ kind: op.kind, action: op.action });
     if (r.drift) for (const op of r.ops) m.drift.inc({ kind: driftKind(op) });
@@ -95,27 +116,38 @@ export class DaemonProbe implements StartupProgress {
   }
 
   storeEvent(ev: LeaseEvent): void {
-    // before the first pass, the lease watch's list attempts are start-up's heartbeat (waiting for the peer list)
+    // before the first pass, the lease watch's list attempts are start-up's heartbeat (waiting for
+    // the peer list)
     if (this.keeper !== undefined && this.last === undefined && this.passError === undefined) {
-      if (ev.type === 'connectivity' && !ev.connected) this.retrying(`lease store unreachable: ${ev.detail}`);
+      if (ev.type === 'connectivity' && !ev.connected)
+        this.retrying(`lease store unreachable: ${ev.detail}`);
       else this.startup = { ...this.startup, tickAt: Date.now() };
     }
     if (ev.type === 'connectivity') this.metrics.storeConnected.set(ev.connected ? 1 : 0);
     if (ev.type === 'snapshot') {
       this.metrics.storeConnected.set(1);
-      if (ev.reason !== 'initial list') this.metrics.relists.inc({ reason: ev.reason.split(':')[0]?.replace('periodic re-list', 'periodic') ?? 'other' });
+      if (ev.reason !== 'initial list')
+        this.metrics.relists.inc({
+          reason: ev.reason.split(':')[0]?.replace('periodic re-list', 'periodic') ?? 'other',
+        });
     }
   }
 
   peers(list: readonly Lease[], refused: ReadonlyMap<string, Refusal>): void {
-    const by = new Map<string, number>([['vxlan', 0], ['host-gw', 0]]);
+    const by = new Map<string, number>([
+      ['vxlan', 0],
+      ['host-gw', 0],
+    ]);
     for (const p of list) by.set(p.attrs.backendType, (by.get(p.attrs.backendType) ?? 0) + 1);
     for (const [backend, n] of by) this.metrics.peers.set({ backend }, n);
     this.storeRefused = [...refused.values()].map((r) => r.reason);
     this.countRefused();
   }
 
-  /** One gauge for every refused peer, by reason: those the tracker refused and those the pass could not program. */
+  /**
+   * One gauge for every refused peer, by reason: those the tracker refused and those the pass could
+   * not program.
+   */
   private countRefused(): void {
     const by = new Map<RefusalReason, number>(REFUSAL_REASONS.map((r) => [r, 0]));
     for (const r of [...this.storeRefused, ...this.backendRefused]) by.set(r, (by.get(r) ?? 0) + 1);
@@ -129,7 +161,12 @@ export class DaemonProbe implements StartupProgress {
   async facts(): Promise<HealthFacts> {
     const lost = this.keeper?.lost();
     const lease = this.keeper?.current();
-    const leaseProblem = lost !== undefined ? `own lease lost, reclaiming: ${lost}` : lease && lease.expiresAt < Date.now() ? `own lease ${lease.key} expired at ${new Date(lease.expiresAt).toISOString()}` : undefined;
+    const leaseProblem =
+      lost !== undefined
+        ? `own lease lost, reclaiming: ${lost}`
+        : lease && lease.expiresAt < Date.now()
+          ? `own lease ${lease.key} expired at ${new Date(lease.expiresAt).toISOString()}`
+          : undefined;
     return {
       now: Date.now(),
       startedAt: this.startedAt,
@@ -151,7 +188,11 @@ export class DaemonProbe implements StartupProgress {
     try {
       const got = await readSubnetEnv(path);
       if (!got) return `subnet.env ${path} is missing`;
-      if (!sameCidr(got.subnet, want.subnet) || !sameCidr(got.network, want.network) || got.mtu !== want.mtu) {
+      if (
+        !sameCidr(got.subnet, want.subnet) ||
+        !sameCidr(got.network, want.network) ||
+        got.mtu !== want.mtu
+      ) {
         return `subnet.env ${path} says ${formatCidr(got.subnet)} MTU ${got.mtu}, the lease says ${formatCidr(want.subnet)} MTU ${want.mtu}`;
       }
       return undefined;
@@ -162,8 +203,12 @@ export class DaemonProbe implements StartupProgress {
 
   private async underlayProblem(): Promise<string | undefined> {
     if (!this.underlay) return undefined;
-    const state = (await readFile(`/sys/class/net/${this.underlay}/operstate`, 'utf8').catch(() => 'missing')).trim();
+    const state = (
+      await readFile(`/sys/class/net/${this.underlay}/operstate`, 'utf8').catch(() => 'missing')
+    ).trim();
     if (state === 'up' || state === 'unknown') return undefined;
-    return state === 'missing' ? `underlay interface ${this.underlay} is gone` : `underlay interface ${this.underlay} is ${state}`;
+    return state === 'missing'
+      ? `underlay interface ${this.underlay} is gone`
+      : `underlay interface ${this.underlay} is ${state}`;
   }
 }

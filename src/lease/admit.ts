@@ -15,7 +15,16 @@
 // Every refusal has a short `reason` (the metric's label) and a detail for
 // people, with values from the store truncated.
 import type { NetConfig } from '../config/netconf.ts';
-import { containsAddr, containsCidr, formatCidr, isUnicastHost, lastAddress, overlaps, parseIpv4, type Cidr } from '../net/ipv4.ts';
+import {
+  containsAddr,
+  containsCidr,
+  formatCidr,
+  isUnicastHost,
+  lastAddress,
+  overlaps,
+  parseIpv4,
+  type Cidr,
+} from '../net/ipv4.ts';
 import type { Lease } from './types.ts';
 
 export const REFUSAL_REASONS = [
@@ -47,7 +56,10 @@ export interface PeerContext {
   readonly selfPublicIp?: string;
   /** our own VtepMAC (vxlan): a peer claiming it would take our FDB entry */
   readonly selfVtepMac?: string;
-  /** subnets come from elsewhere (Kubernetes podCIDRs): any prefix inside Network, not only SubnetLen */
+  /**
+   * subnets come from elsewhere (Kubernetes podCIDRs): any prefix inside Network, not only
+   * SubnetLen
+   */
   readonly anySubnetSize?: boolean;
 }
 
@@ -63,9 +75,15 @@ function refuse(reason: RefusalReason, detail: string): Refusal {
 function publicIpProblem(raw: string, ctx: PeerContext): Refusal | undefined {
   const shown = truncated(raw);
   const ip = parseIpv4(raw);
-  if (ip === undefined || !isUnicastHost(ip)) return refuse('public-ip', `PublicIP ${shown} is not a unicast host address`);
-  if (ctx.selfPublicIp !== undefined && raw === ctx.selfPublicIp) return refuse('public-ip', `PublicIP ${shown} is this node's own address`);
-  if (containsAddr(ctx.config.network, ip)) return refuse('public-ip', `PublicIP ${shown} is inside the pod Network ${formatCidr(ctx.config.network)}`);
+  if (ip === undefined || !isUnicastHost(ip))
+    return refuse('public-ip', `PublicIP ${shown} is not a unicast host address`);
+  if (ctx.selfPublicIp !== undefined && raw === ctx.selfPublicIp)
+    return refuse('public-ip', `PublicIP ${shown} is this node's own address`);
+  if (containsAddr(ctx.config.network, ip))
+    return refuse(
+      'public-ip',
+      `PublicIP ${shown} is inside the pod Network ${formatCidr(ctx.config.network)}`,
+    );
   return undefined;
 }
 
@@ -73,22 +91,42 @@ function publicIpProblem(raw: string, ctx: PeerContext): Refusal | undefined {
 export function checkPeer(lease: Lease, ctx: PeerContext): Refusal | undefined {
   const { config, self } = ctx;
   const subnet = formatCidr(lease.subnet);
-  if (!ctx.anySubnetSize && lease.subnet.prefix !== config.subnetLen) return refuse('subnet-size', `subnet ${subnet} is not a /${config.subnetLen} (SubnetLen)`);
-  if (!containsCidr(config.network, lease.subnet)) return refuse('outside-network', `subnet ${subnet} is outside Network ${formatCidr(config.network)}`);
-  if (!ctx.anySubnetSize && (lease.subnet.base < config.subnetMin || lease.subnet.base > config.subnetMax)) {
+  if (!ctx.anySubnetSize && lease.subnet.prefix !== config.subnetLen)
+    return refuse('subnet-size', `subnet ${subnet} is not a /${config.subnetLen} (SubnetLen)`);
+  if (!containsCidr(config.network, lease.subnet))
+    return refuse(
+      'outside-network',
+      `subnet ${subnet} is outside Network ${formatCidr(config.network)}`,
+    );
+  if (
+    !ctx.anySubnetSize &&
+    (lease.subnet.base < config.subnetMin || lease.subnet.base > config.subnetMax)
+  ) {
     return refuse('outside-range', `subnet ${subnet} is outside SubnetMin..SubnetMax`);
   }
-  if (self && overlaps(self, lease.subnet)) return refuse('overlaps-own', `subnet ${subnet} overlaps our own subnet ${formatCidr(self)}`);
+  if (self && overlaps(self, lease.subnet))
+    return refuse('overlaps-own', `subnet ${subnet} overlaps our own subnet ${formatCidr(self)}`);
   const ip = publicIpProblem(lease.attrs.publicIp, ctx);
   if (ip) return ip;
   if (lease.attrs.backendType !== config.backend.type) {
-    return refuse('backend-type', `BackendType ${truncated(lease.attrs.backendType)} differs from ours (${config.backend.type})`);
+    return refuse(
+      'backend-type',
+      `BackendType ${truncated(lease.attrs.backendType)} differs from ours (${config.backend.type})`,
+    );
   }
   if (config.backend.type === 'vxlan') {
     const vni = lease.attrs.backendData?.vni;
-    if (vni !== config.backend.vni) return refuse('vni', `BackendData.VNI ${truncated(String(vni))} differs from ours (${config.backend.vni})`);
+    if (vni !== config.backend.vni)
+      return refuse(
+        'vni',
+        `BackendData.VNI ${truncated(String(vni))} differs from ours (${config.backend.vni})`,
+      );
     const mac = lease.attrs.backendData?.vtepMac;
-    if (mac !== undefined && ctx.selfVtepMac !== undefined && mac.toLowerCase() === ctx.selfVtepMac.toLowerCase()) {
+    if (
+      mac !== undefined &&
+      ctx.selfVtepMac !== undefined &&
+      mac.toLowerCase() === ctx.selfVtepMac.toLowerCase()
+    ) {
       return refuse('vtep-mac', `VtepMAC ${mac} is this node's own`);
     }
   }
@@ -114,8 +152,15 @@ function firstClaim(claimants: readonly Lease[]): Lease | undefined {
   return first && second && (first.claimedAt ?? 0) < (second.claimedAt ?? 0) ? first : undefined;
 }
 
-/** Refuses every claimant of one thing but the first claim (all of them when there is no clear first). */
-function refuseLaterClaims(claimants: readonly Lease[], what: string, refused: Map<string, Refusal>): void {
+/**
+ * Refuses every claimant of one thing but the first claim (all of them when there is no clear
+ * first).
+ */
+function refuseLaterClaims(
+  claimants: readonly Lease[],
+  what: string,
+  refused: Map<string, Refusal>,
+): void {
   const first = firstClaim(claimants);
   const keys = claimants.map((c) => truncated(c.key)).sort();
   for (const c of claimants) {
@@ -136,18 +181,27 @@ function refuseLaterClaims(claimants: readonly Lease[], what: string, refused: M
  * store cannot say which came first).
  */
 function subnetConflicts(peers: readonly Lease[]): Map<string, Refusal> {
-  const sorted = [...peers].sort((a, b) => a.subnet.base - b.subnet.base || a.subnet.prefix - b.subnet.prefix || byKey(a, b));
+  const sorted = [...peers].sort(
+    (a, b) => a.subnet.base - b.subnet.base || a.subnet.prefix - b.subnet.prefix || byKey(a, b),
+  );
   const refused = new Map<string, Refusal>();
   const same = new Map<string, Lease[]>();
   const open: Lease[] = [];
   for (const peer of sorted) {
-    while (open.length > 0 && lastAddress((open.at(-1) as Lease).subnet) < peer.subnet.base) open.pop();
+    while (open.length > 0 && lastAddress((open.at(-1) as Lease).subnet) < peer.subnet.base)
+      open.pop();
     for (const outer of open) {
       if (outer.subnet.prefix === peer.subnet.prefix) {
         const id = formatCidr(peer.subnet);
         same.set(id, [...(same.get(id) ?? [outer]), peer]);
       } else if (!refused.has(outer.key)) {
-        refused.set(outer.key, refuse('subnet-conflict', `subnet ${formatCidr(outer.subnet)} covers peer ${truncated(peer.key)}'s ${formatCidr(peer.subnet)}`));
+        refused.set(
+          outer.key,
+          refuse(
+            'subnet-conflict',
+            `subnet ${formatCidr(outer.subnet)} covers peer ${truncated(peer.key)}'s ${formatCidr(peer.subnet)}`,
+          ),
+        );
       }
     }
     open.push(peer);
@@ -156,7 +210,10 @@ function subnetConflicts(peers: readonly Lease[]): Map<string, Refusal> {
   return refused;
 }
 
-/** VtepMACs claimed by more than one peer: the first claim keeps it, the later ones are refused (all, without a clear first). */
+/**
+ * VtepMACs claimed by more than one peer: the first claim keeps it, the later ones are refused
+ * (all, without a clear first).
+ */
 function macConflicts(peers: readonly Lease[]): Map<string, Refusal> {
   const claimants = new Map<string, Lease[]>();
   for (const p of peers) {
@@ -164,11 +221,14 @@ function macConflicts(peers: readonly Lease[]): Map<string, Refusal> {
     if (mac !== undefined) claimants.set(mac, [...(claimants.get(mac) ?? []), p]);
   }
   const refused = new Map<string, Refusal>();
-  for (const [mac, owners] of claimants) if (owners.length > 1) refuseLaterClaims(owners, `VtepMAC ${mac}`, refused);
+  for (const [mac, owners] of claimants)
+    if (owners.length > 1) refuseLaterClaims(owners, `VtepMAC ${mac}`, refused);
   return refused;
 }
 
-/** The set-level stage alone, over peers that each passed `checkPeer`: subnet and VtepMAC conflicts. */
+/**
+ * The set-level stage alone, over peers that each passed `checkPeer`: subnet and VtepMAC conflicts.
+ */
 export function withoutConflicts(peers: readonly Lease[], config: NetConfig): Admission {
   const conflicts = subnetConflicts(peers);
   const macs = config.backend.type === 'vxlan' ? macConflicts(peers) : new Map<string, Refusal>();
@@ -182,7 +242,10 @@ export function withoutConflicts(peers: readonly Lease[], config: NetConfig): Ad
   return { admitted, refused: refused.sort((a, b) => byKey(a.lease, b.lease)) };
 }
 
-/** Both stages: the peers that may become kernel entries (in the order given), and the others with why (in key order). */
+/**
+ * Both stages: the peers that may become kernel entries (in the order given), and the others with
+ * why (in key order).
+ */
 export function admitPeers(peers: readonly Lease[], ctx: PeerContext): Admission {
   const refused: { lease: Lease; refusal: Refusal }[] = [];
   const passed: Lease[] = [];
@@ -192,5 +255,8 @@ export function admitPeers(peers: readonly Lease[], ctx: PeerContext): Admission
     else passed.push(p);
   }
   const set = withoutConflicts(passed, ctx.config);
-  return { admitted: set.admitted, refused: [...refused, ...set.refused].sort((a, b) => byKey(a.lease, b.lease)) };
+  return {
+    admitted: set.admitted,
+    refused: [...refused, ...set.refused].sort((a, b) => byKey(a.lease, b.lease)),
+  };
 }

@@ -15,10 +15,18 @@ interface Range {
 
 function rangeOf(config: NetConfig): Range {
   const step = blockSize(config.subnetLen);
-  return { first: config.subnetMin, step, count: (config.subnetMax - config.subnetMin) / step + 1, prefix: config.subnetLen };
+  return {
+    first: config.subnetMin,
+    step,
+    count: (config.subnetMax - config.subnetMin) / step + 1,
+    prefix: config.subnetLen,
+  };
 }
 
-/** A predicate for "overlaps nothing taken": leases of our size by set lookup, any others by overlap. */
+/**
+ * A predicate for "overlaps nothing taken": leases of our size by set lookup, any others by
+ * overlap.
+ */
 function freeTest(range: Range, taken: readonly Cidr[]): (c: Cidr) => boolean {
   const sameSize = new Set(taken.filter((t) => t.prefix === range.prefix).map((t) => t.base));
   const others = taken.filter((t) => t.prefix !== range.prefix);
@@ -41,12 +49,19 @@ export function freeSubnets(config: NetConfig, taken: readonly Cidr[]): Cidr[] {
  * The first free subnet at or after a random position in the range (wrapping
  * around), or undefined when the range is full. `random` returns [0, 1).
  */
-export function pickFreeSubnet(config: NetConfig, taken: readonly Cidr[], random: () => number): Cidr | undefined {
+export function pickFreeSubnet(
+  config: NetConfig,
+  taken: readonly Cidr[],
+  random: () => number,
+): Cidr | undefined {
   const range = rangeOf(config);
   const isFree = freeTest(range, taken);
   const start = Math.floor(random() * range.count);
   for (let i = 0; i < range.count; i++) {
-    const candidate = { base: range.first + ((start + i) % range.count) * range.step, prefix: range.prefix };
+    const candidate = {
+      base: range.first + ((start + i) % range.count) * range.step,
+      prefix: range.prefix,
+    };
     if (isFree(candidate)) return candidate;
   }
   return undefined;

@@ -30,19 +30,24 @@ const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
 export function parseUnicastMac(text: string, field: string): string {
   const mac = text.toLowerCase();
   if (!MAC.test(mac)) invalid(`${field} ${JSON.stringify(text)} is not a MAC address`);
-  if ((parseInt(mac.slice(0, 2), 16) & 1) === 1) invalid(`${field} ${text} is a multicast MAC, not a unicast one`);
+  if ((parseInt(mac.slice(0, 2), 16) & 1) === 1)
+    invalid(`${field} ${text} is a multicast MAC, not a unicast one`);
   if (mac === '00:00:00:00:00:00') invalid(`${field} ${text} is the all-zero MAC`);
   return mac;
 }
 
-/** The exact JSON flannel writes for a lease value (plus `TwillNode`, which flannel ignores, when the lease names its node). */
+/**
+ * The exact JSON flannel writes for a lease value (plus `TwillNode`, which flannel ignores, when
+ * the lease names its node).
+ */
 export function encodeLeaseValue(attrs: LeaseAttrs): string {
   const value: Record<string, unknown> = {
     PublicIP: attrs.publicIp,
     PublicIPv6: attrs.publicIpv6,
     BackendType: attrs.backendType,
   };
-  if (attrs.backendData) value.BackendData = { VNI: attrs.backendData.vni, VtepMAC: attrs.backendData.vtepMac };
+  if (attrs.backendData)
+    value.BackendData = { VNI: attrs.backendData.vni, VtepMAC: attrs.backendData.vtepMac };
   if (attrs.node !== undefined) value.TwillNode = attrs.node;
   return JSON.stringify(value);
 }
@@ -62,7 +67,8 @@ export function decodeLeaseValue(text: string): LeaseAttrs {
 export function decodeLeaseObject(raw: unknown): LeaseAttrs {
   const obj = CiObject.from('value', raw, 'LEASE_INVALID');
   const publicIp = obj.string('PublicIP');
-  if (publicIp === undefined || !isIpv4(publicIp)) invalid(`PublicIP ${JSON.stringify(publicIp ?? null)} is not an IPv4 address`);
+  if (publicIp === undefined || !isIpv4(publicIp))
+    invalid(`PublicIP ${JSON.stringify(publicIp ?? null)} is not an IPv4 address`);
   const publicIpv6 = obj.string('PublicIPv6') ?? null;
   const backendType = obj.string('BackendType') ?? '';
   if (!BACKEND_TYPES.includes(backendType as BackendType)) {
@@ -71,8 +77,15 @@ export function decodeLeaseObject(raw: unknown): LeaseAttrs {
   const type = backendType as BackendType;
   const backendData = type === 'vxlan' ? decodeVxlanData(obj.get('BackendData')) : null;
   const node = obj.get('TwillNode');
-  if (node !== undefined && (typeof node !== 'string' || node === '' || node.length > 253)) invalid('TwillNode is not a node name (a string of 1 to 253 characters)');
-  return { publicIp, publicIpv6, backendType: type, backendData, ...(node === undefined ? {} : { node }) };
+  if (node !== undefined && (typeof node !== 'string' || node === '' || node.length > 253))
+    invalid('TwillNode is not a node name (a string of 1 to 253 characters)');
+  return {
+    publicIp,
+    publicIpv6,
+    backendType: type,
+    backendData,
+    ...(node === undefined ? {} : { node }),
+  };
 }
 
 function decodeVxlanData(raw: unknown): VxlanLeaseData {

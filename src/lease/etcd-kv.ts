@@ -10,7 +10,16 @@ import { ExponentialBackoff, handleWhen, noop, retry, type IBackoff } from 'cock
 import { GRPCUnavailableError } from 'etcd3';
 import { TwillError, describeError } from '../errors.ts';
 import { redactUrlCredentials } from '../log.ts';
-import type { Kv, KvChange, KvEntry, KvListing, KvSkipped, KvWatchOptions, KvWritten, WatchEnd } from './kv.ts';
+import type {
+  Kv,
+  KvChange,
+  KvEntry,
+  KvListing,
+  KvSkipped,
+  KvWatchOptions,
+  KvWritten,
+  WatchEnd,
+} from './kv.ts';
 
 export interface EtcdOptions {
   readonly endpoints: readonly string[];
@@ -63,10 +72,17 @@ function shown(key: Buffer): string {
   return text.length <= 120 ? text : `${text.slice(0, 120)}… (${key.length} bytes)`;
 }
 
-/** The reply was larger than we accept (grpc-js: RESOURCE_EXHAUSTED, "Received message larger than max"). */
+/**
+ * The reply was larger than we accept (grpc-js: RESOURCE_EXHAUSTED, "Received message larger than
+ * max").
+ */
 function tooLarge(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
-  return (err as { code?: unknown }).code === 8 || err.name === 'GRPCResourceExhastedError' || /RESOURCE_EXHAUSTED|larger than max/i.test(err.message);
+  return (
+    (err as { code?: unknown }).code === 8 ||
+    err.name === 'GRPCResourceExhastedError' ||
+    /RESOURCE_EXHAUSTED|larger than max/i.test(err.message)
+  );
 }
 
 /** etcd no longer holds the revision a page asked for. */
@@ -77,7 +93,12 @@ function compacted(err: unknown): boolean {
 class ListRestart extends Error {}
 
 function toEntry(kv: IKeyValue): KvEntry {
-  return { key: kv.key.toString('utf8'), value: kv.value.toString('utf8'), modRevision: kv.mod_revision, createRevision: kv.create_revision };
+  return {
+    key: kv.key.toString('utf8'),
+    value: kv.value.toString('utf8'),
+    modRevision: kv.mod_revision,
+    createRevision: kv.create_revision,
+  };
 }
 
 /**
@@ -89,7 +110,10 @@ export function tlsProblem(text: string): string | undefined {
   if (alert) {
     return `TLS handshake failed: etcd refused our client certificate (${alert[0]}): none was given, or it is not from a CA in etcd's --trusted-ca-file, or it has expired; check --etcd-certfile and --etcd-keyfile`;
   }
-  const verify = /(unable to verify the first certificate|unable to get (?:local )?issuer certificate|self[- ]signed certificate(?: in certificate chain)?|certificate has expired|certificate is not yet valid|Hostname\/IP does not match certificate's altnames[^.;]*|ERR_TLS_CERT_ALTNAME_INVALID)/i.exec(text);
+  const verify =
+    /(unable to verify the first certificate|unable to get (?:local )?issuer certificate|self[- ]signed certificate(?: in certificate chain)?|certificate has expired|certificate is not yet valid|Hostname\/IP does not match certificate's altnames[^.;]*|ERR_TLS_CERT_ALTNAME_INVALID)/i.exec(
+      text,
+    );
   if (verify) {
     return `TLS handshake failed: etcd's server certificate is not trusted (${verify[1] ?? ''}); check --etcd-cafile (the CA that signed etcd's certificate) and that the certificate names the endpoint's host or IP`;
   }
@@ -107,7 +131,9 @@ function describeEtcdError(err: unknown): string {
 
 /** Wraps an etcd client failure into STORE_UNAVAILABLE with the operation named. */
 function unavailable(what: string, err: unknown): TwillError {
-  return new TwillError('STORE_UNAVAILABLE', `etcd ${what}: ${describeEtcdError(err)}`, { cause: err });
+  return new TwillError('STORE_UNAVAILABLE', `etcd ${what}: ${describeEtcdError(err)}`, {
+    cause: err,
+  });
 }
 
 /** The contents of a TLS file flag, or a FLAG_INVALID error naming it. */
@@ -116,7 +142,11 @@ async function readTlsFile(flag: string, path: string): Promise<Buffer> {
     return await readFile(path);
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
-    throw new TwillError('FLAG_INVALID', `--${flag} ${JSON.stringify(path)}: cannot be read (${e.code ?? e.message})`, { cause: err });
+    throw new TwillError(
+      'FLAG_INVALID',
+      `--${flag} ${JSON.stringify(path)}: cannot be read (${e.code ?? e.message})`,
+      { cause: err },
+    );
   }
 }
 
@@ -125,7 +155,10 @@ async function readTlsFile(flag: string, path: string): Promise<Buffer> {
  * backoff factory (its own default is `new ExponentialBackoff()`).
  */
 function watchBackoff(): IBackoff<unknown> {
-  return new ExponentialBackoff({ initialDelay: 200, maxDelay: 2_000 }) as unknown as IBackoff<unknown>;
+  return new ExponentialBackoff({
+    initialDelay: 200,
+    maxDelay: 2_000,
+  }) as unknown as IBackoff<unknown>;
 }
 
 async function buildClientOptions(opts: EtcdOptions): Promise<IOptions> {
@@ -137,8 +170,12 @@ async function buildClientOptions(opts: EtcdOptions): Promise<IOptions> {
     credentials: tls
       ? {
           // without --etcd-cafile, grpc-js falls back to the system roots (null, not an empty CA)
-          rootCertificate: opts.caFile ? await readTlsFile('etcd-cafile', opts.caFile) : (null as unknown as Buffer),
-          ...(opts.certFile ? { certChain: await readTlsFile('etcd-certfile', opts.certFile) } : {}),
+          rootCertificate: opts.caFile
+            ? await readTlsFile('etcd-cafile', opts.caFile)
+            : (null as unknown as Buffer),
+          ...(opts.certFile
+            ? { certChain: await readTlsFile('etcd-certfile', opts.certFile) }
+            : {}),
           ...(opts.keyFile ? { privateKey: await readTlsFile('etcd-keyfile', opts.keyFile) } : {}),
         }
       : undefined,
@@ -150,7 +187,13 @@ async function buildClientOptions(opts: EtcdOptions): Promise<IOptions> {
     // the next one at once, so losing one member of three costs no call.
     faultHandling: {
       host: () => noop,
-      global: opts.endpoints.length > 1 ? retry(handleWhen((e) => e instanceof GRPCUnavailableError), { maxAttempts: opts.endpoints.length - 1 }) : noop,
+      global:
+        opts.endpoints.length > 1
+          ? retry(
+              handleWhen((e) => e instanceof GRPCUnavailableError),
+              { maxAttempts: opts.endpoints.length - 1 },
+            )
+          : noop,
       watchBackoff: watchBackoff(),
     },
     grpcOptions: {
@@ -194,7 +237,9 @@ export class EtcdKv implements Kv {
     try {
       const kv = (await this.client.kv.range({ key: enc(key) })).kvs[0];
       if (!kv || !kv.lease || kv.lease === '0') return undefined;
-      const ttl = Number((await this.client.leaseClient.leaseTimeToLive({ ID: kv.lease, keys: false })).TTL);
+      const ttl = Number(
+        (await this.client.leaseClient.leaseTimeToLive({ ID: kv.lease, keys: false })).TTL,
+      );
       return ttl >= 0 ? Date.now() + ttl * 1000 : undefined;
     } catch (err) {
       throw unavailable(`expiry of ${key}`, err);
@@ -230,9 +275,17 @@ export class EtcdKv implements Kv {
       signal?.throwIfAborted();
       let res;
       try {
-        res = await this.client.kv.range({ key: from, range_end: end, limit, ...(revision ? { revision } : {}) });
+        res = await this.client.kv.range({
+          key: from,
+          range_end: end,
+          limit,
+          ...(revision ? { revision } : {}),
+        });
       } catch (err) {
-        if (revision && compacted(err)) throw new ListRestart(`revision ${revision} was compacted during the list; started over ${describeError(err)}`);
+        if (revision && compacted(err))
+          throw new ListRestart(
+            `revision ${revision} was compacted during the list; started over ${describeError(err)}`,
+          );
         if (!tooLarge(err)) throw err;
         if (limit > 1) {
           // the page is larger than one reply may be: fewer keys per page
@@ -240,11 +293,21 @@ export class EtcdKv implements Kv {
           continue;
         }
         // one value alone is larger than a reply may be: name it by key and go on
-        const head = await this.client.kv.range({ key: from, range_end: end, limit: 1, keys_only: true, ...(revision ? { revision } : {}) });
+        const head = await this.client.kv.range({
+          key: from,
+          range_end: end,
+          limit: 1,
+          keys_only: true,
+          ...(revision ? { revision } : {}),
+        });
         const kv = head.kvs[0];
         if (!kv) throw err;
         revision ??= head.header.revision;
-        skipped.push({ key: kv.key.toString('utf8'), modRevision: kv.mod_revision, reason: `value of ${shown(kv.key)} is larger than the ${this.maxReceiveBytes} bytes an etcd reply may hold; skipped` });
+        skipped.push({
+          key: kv.key.toString('utf8'),
+          modRevision: kv.mod_revision,
+          reason: `value of ${shown(kv.key)} is larger than the ${this.maxReceiveBytes} bytes an etcd reply may hold; skipped`,
+        });
         from = after(kv.key);
         limit = this.pageSize;
         continue;
@@ -260,7 +323,6 @@ export class EtcdKv implements Kv {
     return { entries, skipped, revision: BigInt(revision) };
   }
 
-
   private async grant(ttlSeconds: number): Promise<{ id: string; expiresAt: number }> {
     const res = await this.client.leaseClient.leaseGrant({ TTL: ttlSeconds, ID: 0 });
     return { id: String(res.ID), expiresAt: Date.now() + Number(res.TTL) * 1000 };
@@ -275,14 +337,27 @@ export class EtcdKv implements Kv {
    * a new TTL lease (revoked when the compare fails). On success the old
    * record's etcd lease, which now holds nothing of ours, is revoked too.
    */
-  private async guardedPut(o: { key: string; value: string; ttl: number; modRevision: string | undefined; what: string }): Promise<KvWritten | undefined> {
+  private async guardedPut(o: {
+    key: string;
+    value: string;
+    ttl: number;
+    modRevision: string | undefined;
+    what: string;
+  }): Promise<KvWritten | undefined> {
     let granted: { id: string; expiresAt: number } | undefined;
     try {
       granted = await this.grant(o.ttl);
-      const compare = o.modRevision === undefined ? { target: 'Create' as const, create_revision: 0 } : { target: 'Mod' as const, mod_revision: o.modRevision };
+      const compare =
+        o.modRevision === undefined
+          ? { target: 'Create' as const, create_revision: 0 }
+          : { target: 'Mod' as const, mod_revision: o.modRevision };
       const res = await this.client.kv.txn({
         compare: [{ key: enc(o.key), result: 'Equal', ...compare }],
-        success: [{ request_put: { key: enc(o.key), value: enc(o.value), lease: granted.id, prev_kv: true } }],
+        success: [
+          {
+            request_put: { key: enc(o.key), value: enc(o.value), lease: granted.id, prev_kv: true },
+          },
+        ],
       });
       if (!res.succeeded) {
         await this.revoke(granted.id);
@@ -291,7 +366,10 @@ export class EtcdKv implements Kv {
       // prev_kv is exactly the version the compare matched, read atomically with the put.
       const oldLease = res.responses[0]?.response_put.prev_kv?.lease;
       if (oldLease && oldLease !== '0') await this.revoke(oldLease);
-      return { entry: { key: o.key, value: o.value, modRevision: res.header.revision }, expiresAt: granted.expiresAt };
+      return {
+        entry: { key: o.key, value: o.value, modRevision: res.header.revision },
+        expiresAt: granted.expiresAt,
+      };
     } catch (err) {
       // The transaction may have committed with its reply lost: revoking the
       // new lease could delete the key we just wrote. Let it expire instead;
@@ -304,7 +382,12 @@ export class EtcdKv implements Kv {
     return this.guardedPut({ key, value, ttl: ttlSeconds, modRevision: undefined, what: 'create' });
   }
 
-  async replace(key: string, value: string, expected: string, ttlSeconds: number): Promise<KvWritten | undefined> {
+  async replace(
+    key: string,
+    value: string,
+    expected: string,
+    ttlSeconds: number,
+  ): Promise<KvWritten | undefined> {
     return this.guardedPut({ key, value, ttl: ttlSeconds, modRevision: expected, what: 'replace' });
   }
 
@@ -326,17 +409,27 @@ export class EtcdKv implements Kv {
     try {
       // watcher() returns at once, so no event (a compaction error on the
       // very first attach included) can fire before our listeners exist.
-      watcher = this.client.watch().prefix(prefix).startRevision(String(opts.fromRevision)).watcher();
+      watcher = this.client
+        .watch()
+        .prefix(prefix)
+        .startRevision(String(opts.fromRevision))
+        .watcher();
       session.attach(watcher);
     } catch (err) {
-      session.finish({ reason: 'failed', detail: `etcd watch ${prefix}: ${describeEtcdError(err)}` });
+      session.finish({
+        reason: 'failed',
+        detail: `etcd watch ${prefix}: ${describeEtcdError(err)}`,
+      });
     }
     const end = await session.ended;
     // A watch etcd cancelled itself (compaction) never answers a cancel: only
     // cancel live ones, and never wait long for it. The session ignores any
     // event that still arrives, so a stale watcher cannot replay old changes.
     if (watcher && end.reason !== 'compacted') {
-      await Promise.race([watcher.cancel().catch(() => undefined), new Promise((r) => setTimeout(r, 1000).unref())]);
+      await Promise.race([
+        watcher.cancel().catch(() => undefined),
+        new Promise((r) => setTimeout(r, 1000).unref()),
+      ]);
     }
     watcher?.removeAllListeners();
     return end;
@@ -378,7 +471,8 @@ class WatchSession {
       // After a broken stream anything may have happened (a wipe whose new
       // revision already caught up, missed events): re-list rather than trust
       // the resumed stream.
-      if (this.disconnected) this.finish({ reason: 'reconnected', detail: 'etcd watch reconnected' });
+      if (this.disconnected)
+        this.finish({ reason: 'reconnected', detail: 'etcd watch reconnected' });
     });
     w.on('disconnected', (err: Error) => {
       if (this.done) return;
@@ -387,12 +481,19 @@ class WatchSession {
     });
     // etcd3 emits 'error' only when etcd cancelled the watch: in practice a
     // start revision that was compacted away (the reason is often empty).
-    w.on('error', (err: Error) => this.finish({ reason: 'compacted', detail: `etcd watch: ${err.message || 'cancelled by etcd'}` }));
+    w.on('error', (err: Error) =>
+      this.finish({
+        reason: 'compacted',
+        detail: `etcd watch: ${err.message || 'cancelled by etcd'}`,
+      }),
+    );
     w.on('data', (res: { header: IResponseHeader; events: { type: string; kv: IKeyValue }[] }) => {
       if (this.done) return;
       this.onHeader(res.header);
       const changes: KvChange[] = res.events.map((ev) =>
-        ev.type === 'Delete' ? { type: 'delete', key: ev.kv.key.toString('utf8') } : { type: 'put', entry: toEntry(ev.kv) },
+        ev.type === 'Delete'
+          ? { type: 'delete', key: ev.kv.key.toString('utf8') }
+          : { type: 'put', entry: toEntry(ev.kv) },
       );
       if (changes.length > 0 && !this.done) this.opts.onChanges(changes);
     });
@@ -403,7 +504,10 @@ class WatchSession {
     const revision = BigInt(header.revision);
     const clusterChanged = this.clusterId !== undefined && header.cluster_id !== this.clusterId;
     if (revision < this.highest || clusterChanged) {
-      this.finish({ reason: 'wiped', detail: `etcd revision went back from ${this.highest} to ${revision}${clusterChanged ? ' (new cluster id)' : ''}` });
+      this.finish({
+        reason: 'wiped',
+        detail: `etcd revision went back from ${this.highest} to ${revision}${clusterChanged ? ' (new cluster id)' : ''}`,
+      });
       return;
     }
     this.clusterId = header.cluster_id;

@@ -43,7 +43,9 @@ export function renewDelay(lease: Lease, marginMs: number, now: number): number 
 export class LeaseKeeper {
   private lease: Lease;
   private lostReason: string | undefined;
-  /** when our lease was last reclaimed (epoch ms), and how many losses in a row came soon after one */
+  /**
+   * when our lease was last reclaimed (epoch ms), and how many losses in a row came soon after one
+   */
   private lastReclaimAt = 0;
   private flaps = 0;
   private flapWaitMs = 0;
@@ -64,15 +66,23 @@ export class LeaseKeeper {
     return this.lostReason;
   }
 
-  /** Our record is gone or not ours: reclaim now (or after a growing wait, when it keeps being taken away). */
+  /**
+   * Our record is gone or not ours: reclaim now (or after a growing wait, when it keeps being taken
+   * away).
+   */
   notifyLost(reason: string): void {
     if (this.lostReason === undefined) {
       const limits = this.opts.flapLimits ?? FLAP_LIMITS;
       const sinceMs = Date.now() - this.lastReclaimAt;
       this.flaps = sinceMs < limits.windowMs ? this.flaps + 1 : 0;
-      this.flapWaitMs = this.flaps === 0 ? 0 : Math.min(limits.maxMs, limits.baseMs * 2 ** (this.flaps - 1));
+      this.flapWaitMs =
+        this.flaps === 0 ? 0 : Math.min(limits.maxMs, limits.baseMs * 2 ** (this.flaps - 1));
       if (this.flaps === 0) this.opts.logger.warn({ reason }, 'own lease lost; reclaiming it');
-      else this.opts.logger.warn({ reason, sinceReclaimMs: sinceMs, flaps: this.flaps, waitMs: this.flapWaitMs }, 'own lease lost again right after it was restored: another writer? waiting before reclaiming');
+      else
+        this.opts.logger.warn(
+          { reason, sinceReclaimMs: sinceMs, flaps: this.flaps, waitMs: this.flapWaitMs },
+          'own lease lost again right after it was restored: another writer? waiting before reclaiming',
+        );
     }
     this.lostReason ??= reason;
     this.wake?.abort();
@@ -83,7 +93,10 @@ export class LeaseKeeper {
     if (this.flapWaitMs === 0) return;
     const limits = this.opts.flapLimits ?? FLAP_LIMITS;
     if (this.flaps >= limits.max) {
-      throw new TwillError('LEASE_TAKEN', `our lease ${this.lease.key} was changed by someone else ${this.flaps} times in a row, each time within ${limits.windowMs} ms of twill restoring it (last: ${this.lostReason ?? '?'}); is a second twill running with the same node name, or a tool rewriting the record?`);
+      throw new TwillError(
+        'LEASE_TAKEN',
+        `our lease ${this.lease.key} was changed by someone else ${this.flaps} times in a row, each time within ${limits.windowMs} ms of twill restoring it (last: ${this.lostReason ?? '?'}); is a second twill running with the same node name, or a tool rewriting the record?`,
+      );
     }
     const wait = this.flapWaitMs;
     this.flapWaitMs = 0;
@@ -96,7 +109,10 @@ export class LeaseKeeper {
     while (!signal.aborted) {
       if (this.lostReason === undefined) {
         this.wake = childController(signal);
-        await sleep(retryIn ?? renewDelay(this.lease, this.opts.renewMarginMs, Date.now()), this.wake.signal);
+        await sleep(
+          retryIn ?? renewDelay(this.lease, this.opts.renewMarginMs, Date.now()),
+          this.wake.signal,
+        );
         this.wake.abort(); // detaches it from `signal`
         if (signal.aborted) return;
       }
@@ -114,7 +130,10 @@ export class LeaseKeeper {
           continue;
         }
         retryIn = backoff.next();
-        this.opts.logger.warn({ err: describeError(err), retryInMs: retryIn }, this.lostReason ? 'reclaim failed; retrying' : 'renewal failed; retrying');
+        this.opts.logger.warn(
+          { err: describeError(err), retryInMs: retryIn },
+          this.lostReason ? 'reclaim failed; retrying' : 'renewal failed; retrying',
+        );
         if (this.lostReason !== undefined) await sleep(retryIn, signal);
       }
     }
@@ -122,15 +141,25 @@ export class LeaseKeeper {
 
   private async step(signal: AbortSignal): Promise<void> {
     const lost = this.lostReason;
-    const next = lost === undefined ? await this.opts.store.renewLease(this.lease, signal) : await this.opts.store.reclaimLease(this.lease, signal);
-    if (next.key !== this.lease.key) throw new TwillError('LEASE_TAKEN', `store returned lease ${next.key} instead of ${this.lease.key}`);
+    const next =
+      lost === undefined
+        ? await this.opts.store.renewLease(this.lease, signal)
+        : await this.opts.store.reclaimLease(this.lease, signal);
+    if (next.key !== this.lease.key)
+      throw new TwillError(
+        'LEASE_TAKEN',
+        `store returned lease ${next.key} instead of ${this.lease.key}`,
+      );
     this.lease = next;
     if (lost !== undefined) {
       this.lostReason = undefined;
       this.lastReclaimAt = Date.now();
       this.opts.logger.info({ key: next.key, reason: lost }, 'own lease reclaimed');
     } else {
-      this.opts.logger.debug({ key: next.key, expiresAt: new Date(next.expiresAt).toISOString() }, 'lease renewed');
+      this.opts.logger.debug(
+        { key: next.key, expiresAt: new Date(next.expiresAt).toISOString() },
+        'lease renewed',
+      );
     }
     this.opts.onLease?.(next);
   }

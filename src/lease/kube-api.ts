@@ -4,7 +4,16 @@
 // retry can cure (unreachable, 5xx, 429, 401/403 while RBAC is applied)
 // become STORE_UNAVAILABLE naming the call, so the daemon waits instead of
 // crash-looping. Loaded only in Kubernetes mode (client-node is large).
-import { CoreV1Api, KubeConfig, Observable, PatchStrategy, Watch, type ConfigurationOptions, type ObservableMiddleware, type RequestContext } from '@kubernetes/client-node';
+import {
+  CoreV1Api,
+  KubeConfig,
+  Observable,
+  PatchStrategy,
+  Watch,
+  type ConfigurationOptions,
+  type ObservableMiddleware,
+  type RequestContext,
+} from '@kubernetes/client-node';
 import { TwillError, describeError } from '../errors.ts';
 import { childController } from '../util/abort.ts';
 import { nodeView, type NodeView } from './kube-node.ts';
@@ -14,19 +23,34 @@ export interface NodeListing {
   readonly resourceVersion: string;
 }
 
-export type NodeWatchEvent = { readonly type: 'put' | 'delete'; readonly node: NodeView } | { readonly type: 'bookmark'; readonly resourceVersion: string };
+export type NodeWatchEvent =
+  | { readonly type: 'put' | 'delete'; readonly node: NodeView }
+  | { readonly type: 'bookmark'; readonly resourceVersion: string };
 
-/** Why a watch ended: 'gone' (410: re-list), 'closed' (the server ended it: resume), 'failed', 'aborted'. */
-export type NodeWatchEnd = { readonly reason: 'aborted' | 'closed' } | { readonly reason: 'gone' | 'failed'; readonly detail: string };
+/**
+ * Why a watch ended: 'gone' (410: re-list), 'closed' (the server ended it: resume), 'failed',
+ * 'aborted'.
+ */
+export type NodeWatchEnd =
+  | { readonly reason: 'aborted' | 'closed' }
+  | { readonly reason: 'gone' | 'failed'; readonly detail: string };
 
 export interface KubeApi {
   /** where the API is, for logs */
   readonly server: string;
   readNode(name: string, signal: AbortSignal): Promise<NodeView | undefined>;
   listNodes(signal: AbortSignal): Promise<NodeListing>;
-  /** A strategic-merge patch of nodes/status (annotations and conditions merge, nothing else is replaced). */
+  /**
+   * A strategic-merge patch of nodes/status (annotations and conditions merge, nothing else is
+   * replaced).
+   */
   patchNodeStatus(name: string, patch: unknown, signal: AbortSignal): Promise<NodeView>;
-  watchNodes(o: { resourceVersion: string; timeoutSeconds: number; signal: AbortSignal; onEvent: (ev: NodeWatchEvent) => void }): Promise<NodeWatchEnd>;
+  watchNodes(o: {
+    resourceVersion: string;
+    timeoutSeconds: number;
+    signal: AbortSignal;
+    onEvent: (ev: NodeWatchEvent) => void;
+  }): Promise<NodeWatchEnd>;
 }
 
 export interface KubeAccess {
@@ -69,14 +93,26 @@ function serverMessage(err: unknown): string | undefined {
 function apiError(what: string, err: unknown, server: string): TwillError {
   const status = statusOf(err);
   const said = serverMessage(err);
-  const hint = status === 401 || status === 403 ? '; twill needs nodes get/list/watch and nodes/status patch (deploy/clusterrole.yaml)' : '';
-  const detail = status === undefined ? describeError(err).split('\n')[0] : `HTTP ${status}${said ? ` ${said}` : ''}`;
-  const code = status === 400 || status === 413 || status === 422 ? 'CONFIG_INVALID' : 'STORE_UNAVAILABLE';
-  return new TwillError(code, `Kubernetes API ${server}: ${what}: ${detail}${hint}`, { cause: err });
+  const hint =
+    status === 401 || status === 403
+      ? '; twill needs nodes get/list/watch and nodes/status patch (deploy/clusterrole.yaml)'
+      : '';
+  const detail =
+    status === undefined
+      ? describeError(err).split('\n')[0]
+      : `HTTP ${status}${said ? ` ${said}` : ''}`;
+  const code =
+    status === 400 || status === 413 || status === 422 ? 'CONFIG_INVALID' : 'STORE_UNAVAILABLE';
+  return new TwillError(code, `Kubernetes API ${server}: ${what}: ${detail}${hint}`, {
+    cause: err,
+  });
 }
 
 /** Wires the caller's signal (and a Content-Type, for patches) into one request. */
-function requestMiddleware(signal: AbortSignal, contentType: string | undefined): ObservableMiddleware {
+function requestMiddleware(
+  signal: AbortSignal,
+  contentType: string | undefined,
+): ObservableMiddleware {
   return {
     pre: (ctx: RequestContext) => {
       ctx.setSignal(signal);
@@ -87,7 +123,10 @@ function requestMiddleware(signal: AbortSignal, contentType: string | undefined)
   };
 }
 
-/** An http(s) URL (in-cluster config without its variables gives "https://undefined:undefined", which is none). */
+/**
+ * An http(s) URL (in-cluster config without its variables gives "https://undefined:undefined",
+ * which is none).
+ */
 function isHttpUrl(text: string): boolean {
   try {
     const url = new URL(text);
@@ -103,11 +142,18 @@ export function loadKubeConfig(o: KubeAccess): KubeConfig {
     if (o.kubeconfigFile !== undefined) kc.loadFromFile(o.kubeconfigFile);
     else kc.loadFromCluster();
   } catch (err) {
-    throw new TwillError('CONFIG_INVALID', `--kubeconfig-file ${JSON.stringify(o.kubeconfigFile)}: ${describeError(err)}`, { cause: err });
+    throw new TwillError(
+      'CONFIG_INVALID',
+      `--kubeconfig-file ${JSON.stringify(o.kubeconfigFile)}: ${describeError(err)}`,
+      { cause: err },
+    );
   }
   const cluster = kc.getCurrentCluster();
   if (!cluster || (o.apiUrl === undefined && !isHttpUrl(cluster.server))) {
-    const from = o.kubeconfigFile === undefined ? 'in-cluster config: KUBERNETES_SERVICE_HOST/PORT are not set (not in a pod?); pass --kubeconfig-file or --kube-api-url' : `--kubeconfig-file ${o.kubeconfigFile}: no current cluster with a server URL`;
+    const from =
+      o.kubeconfigFile === undefined
+        ? 'in-cluster config: KUBERNETES_SERVICE_HOST/PORT are not set (not in a pod?); pass --kubeconfig-file or --kube-api-url'
+        : `--kubeconfig-file ${o.kubeconfigFile}: no current cluster with a server URL`;
     throw new TwillError('CONFIG_INVALID', from);
   }
   if (o.apiUrl !== undefined) {
@@ -132,10 +178,18 @@ export class ClientKubeApi implements KubeApi {
   }
 
   /** Runs one call with the caller's signal and the call timeout wired into the request. */
-  private async call<T>(what: string, signal: AbortSignal, fn: (opts: ConfigurationOptions) => Promise<T>, contentType?: string): Promise<T> {
+  private async call<T>(
+    what: string,
+    signal: AbortSignal,
+    fn: (opts: ConfigurationOptions) => Promise<T>,
+    contentType?: string,
+  ): Promise<T> {
     const bounded = AbortSignal.any([signal, AbortSignal.timeout(this.timeoutMs)]);
     try {
-      return await fn({ middleware: [requestMiddleware(bounded, contentType)], middlewareMergeStrategy: 'append' });
+      return await fn({
+        middleware: [requestMiddleware(bounded, contentType)],
+        middlewareMergeStrategy: 'append',
+      });
     } catch (err) {
       throw err instanceof TwillError ? err : apiError(what, err, this.server);
     }
@@ -143,7 +197,9 @@ export class ClientKubeApi implements KubeApi {
 
   async readNode(name: string, signal: AbortSignal): Promise<NodeView | undefined> {
     try {
-      return await this.call(`get node ${name}`, signal, async (opts) => nodeView(await this.api.readNode({ name }, opts)));
+      return await this.call(`get node ${name}`, signal, async (opts) =>
+        nodeView(await this.api.readNode({ name }, opts)),
+      );
     } catch (err) {
       if (statusOf((err as Error).cause) === 404) return undefined;
       throw err;
@@ -152,7 +208,8 @@ export class ClientKubeApi implements KubeApi {
 
   async listNodes(signal: AbortSignal): Promise<NodeListing> {
     return this.call('list nodes', signal, async (opts) => {
-      // resourceVersion 0: served from the apiserver's watch cache, not a quorum read of etcd (as informers list)
+      // resourceVersion 0: served from the apiserver's watch cache, not a quorum read of etcd (as
+      // informers list)
       const list = await this.api.listNode({ resourceVersion: '0' }, opts);
       const nodes = list.items.flatMap((n) => nodeView(n) ?? []);
       return { nodes, resourceVersion: list.metadata?.resourceVersion ?? '' };
@@ -161,19 +218,41 @@ export class ClientKubeApi implements KubeApi {
 
   async patchNodeStatus(name: string, patch: unknown, signal: AbortSignal): Promise<NodeView> {
     const what = `patch node ${name} status`;
-    const node = await this.call(what, signal, async (opts) => nodeView(await this.api.patchNodeStatus({ name, body: patch }, opts)), PatchStrategy.StrategicMergePatch);
-    if (!node) throw new TwillError('STORE_UNAVAILABLE', `Kubernetes API ${this.server}: ${what} returned no node`);
+    const node = await this.call(
+      what,
+      signal,
+      async (opts) => nodeView(await this.api.patchNodeStatus({ name, body: patch }, opts)),
+      PatchStrategy.StrategicMergePatch,
+    );
+    if (!node)
+      throw new TwillError(
+        'STORE_UNAVAILABLE',
+        `Kubernetes API ${this.server}: ${what} returned no node`,
+      );
     return node;
   }
 
-  async watchNodes(o: { resourceVersion: string; timeoutSeconds: number; signal: AbortSignal; onEvent: (ev: NodeWatchEvent) => void }): Promise<NodeWatchEnd> {
+  async watchNodes(o: {
+    resourceVersion: string;
+    timeoutSeconds: number;
+    signal: AbortSignal;
+    onEvent: (ev: NodeWatchEvent) => void;
+  }): Promise<NodeWatchEnd> {
     if (o.signal.aborted) return { reason: 'aborted' };
     const ended = Promise.withResolvers<NodeWatchEnd>();
     const ctl = childController(o.signal);
     let request: AbortController | undefined;
-    // a stop answers at once, even while the watch is still connecting (the request is cut when it arrives)
-    ctl.signal.addEventListener('abort', () => (request?.abort(), o.signal.aborted && ended.resolve({ reason: 'aborted' })), { once: true });
-    const fail = (detail: string): void => (ended.resolve({ reason: 'failed', detail }), ctl.abort());
+    // a stop answers at once, even while the watch is still connecting (the request is cut when it
+    // arrives)
+    ctl.signal.addEventListener(
+      'abort',
+      () => (request?.abort(), o.signal.aborted && ended.resolve({ reason: 'aborted' })),
+      { once: true },
+    );
+    const fail = (detail: string): void => (
+      ended.resolve({ reason: 'failed', detail }),
+      ctl.abort()
+    );
     const onEvent = (type: string, obj: unknown): void => {
       if (ctl.signal.aborted) return;
       try {
@@ -188,7 +267,11 @@ export class ClientKubeApi implements KubeApi {
       else if (err === null || err === undefined) ended.resolve({ reason: 'closed' });
       else fail(apiError('watch nodes', err, this.server).message);
     };
-    const query = { resourceVersion: o.resourceVersion, allowWatchBookmarks: true, timeoutSeconds: o.timeoutSeconds };
+    const query = {
+      resourceVersion: o.resourceVersion,
+      allowWatchBookmarks: true,
+      timeoutSeconds: o.timeoutSeconds,
+    };
     this.watcher.watch('/api/v1/nodes', query, onEvent, done).then(
       (c) => ((request = c), ctl.signal.aborted && c.abort()),
       (err: unknown) => done(err),
@@ -200,15 +283,27 @@ export class ClientKubeApi implements KubeApi {
     }
   }
 
-  /** One watch event: ERROR ends the watch (410: gone), BOOKMARK moves the resourceVersion, the rest are Nodes. */
-  private dispatch(type: string, obj: unknown, onEvent: (ev: NodeWatchEvent) => void, end: (e: NodeWatchEnd) => void): void {
+  /**
+   * One watch event: ERROR ends the watch (410: gone), BOOKMARK moves the resourceVersion, the rest
+   * are Nodes.
+   */
+  private dispatch(
+    type: string,
+    obj: unknown,
+    onEvent: (ev: NodeWatchEvent) => void,
+    end: (e: NodeWatchEnd) => void,
+  ): void {
     if (type === 'ERROR') {
       const status = obj as { code?: number; message?: string };
-      end({ reason: status.code === 410 ? 'gone' : 'failed', detail: `watch error ${status.code ?? '?'}: ${status.message ?? ''}` });
+      end({
+        reason: status.code === 410 ? 'gone' : 'failed',
+        detail: `watch error ${status.code ?? '?'}: ${status.message ?? ''}`,
+      });
       return;
     }
     if (type === 'BOOKMARK') {
-      const rv = (obj as { metadata?: { resourceVersion?: unknown } } | null)?.metadata?.resourceVersion;
+      const rv = (obj as { metadata?: { resourceVersion?: unknown } } | null)?.metadata
+        ?.resourceVersion;
       onEvent({ type: 'bookmark', resourceVersion: typeof rv === 'string' ? rv : '' });
       return;
     }

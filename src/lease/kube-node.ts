@@ -46,24 +46,39 @@ export function annotationNames(prefix: string): Annotations {
 }
 
 function record(value: unknown): Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : {};
 }
 
 function strings(value: unknown): string[] {
   return Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : [];
 }
 
-/** Reads a Node from the API (typed client object or raw watch JSON, which share these field names). */
+/**
+ * Reads a Node from the API (typed client object or raw watch JSON, which share these field names).
+ */
 export function nodeView(obj: unknown): NodeView | undefined {
   const meta = record(record(obj).metadata);
   const spec = record(record(obj).spec);
   if (typeof meta.name !== 'string' || meta.name === '') return undefined;
-  const annotations = Object.fromEntries(Object.entries(record(meta.annotations)).filter((e): e is [string, string] => typeof e[1] === 'string'));
+  const annotations = Object.fromEntries(
+    Object.entries(record(meta.annotations)).filter(
+      (e): e is [string, string] => typeof e[1] === 'string',
+    ),
+  );
   const list = strings(spec.podCIDRs);
   const single = typeof spec.podCIDR === 'string' && spec.podCIDR !== '' ? [spec.podCIDR] : [];
   const conditions = record(record(obj).status).conditions;
-  const network = (Array.isArray(conditions) ? conditions : []).map(record).find((c) => c.type === 'NetworkUnavailable');
-  const created = meta.creationTimestamp instanceof Date ? meta.creationTimestamp.getTime() : typeof meta.creationTimestamp === 'string' ? Date.parse(meta.creationTimestamp) : Number.NaN;
+  const network = (Array.isArray(conditions) ? conditions : [])
+    .map(record)
+    .find((c) => c.type === 'NetworkUnavailable');
+  const created =
+    meta.creationTimestamp instanceof Date
+      ? meta.creationTimestamp.getTime()
+      : typeof meta.creationTimestamp === 'string'
+        ? Date.parse(meta.creationTimestamp)
+        : Number.NaN;
   return {
     name: meta.name,
     resourceVersion: typeof meta.resourceVersion === 'string' ? meta.resourceVersion : '',
@@ -79,7 +94,10 @@ export function isManaged(node: NodeView, names: Annotations): boolean {
   return node.annotations[names.subnetManager] === 'true';
 }
 
-/** The node's IPv4 pod CIDR (dual-stack nodes list an IPv6 one too); undefined when none is allocated. */
+/**
+ * The node's IPv4 pod CIDR (dual-stack nodes list an IPv6 one too); undefined when none is
+ * allocated.
+ */
 export function podCidr(node: NodeView): Cidr | undefined {
   for (const text of node.podCidrs) {
     const cidr = parseCidr(text, { strict: true });
@@ -92,23 +110,38 @@ function invalid(message: string): never {
   throw new TwillError('LEASE_INVALID', message);
 }
 
-/** The lease attributes a managed Node publishes; LEASE_INVALID naming the annotation when one is bad. */
+/**
+ * The lease attributes a managed Node publishes; LEASE_INVALID naming the annotation when one is
+ * bad.
+ */
 export function nodeAttrs(node: NodeView, names: Annotations): LeaseAttrs {
   const a = node.annotations;
   const publicIp = a[names.publicIp];
-  if (publicIp === undefined || !isIpv4(publicIp)) invalid(`annotation ${names.publicIp} ${JSON.stringify(publicIp ?? null)} is not an IPv4 address`);
+  if (publicIp === undefined || !isIpv4(publicIp))
+    invalid(
+      `annotation ${names.publicIp} ${JSON.stringify(publicIp ?? null)} is not an IPv4 address`,
+    );
   const backendType = a[names.backendType] ?? '';
   const dataText = a[names.backendData] ?? 'null';
   let data: unknown;
   try {
     data = JSON.parse(dataText);
   } catch {
-    invalid(`annotation ${names.backendData} is not JSON: ${JSON.stringify(dataText.slice(0, 80))}`);
+    invalid(
+      `annotation ${names.backendData} is not JSON: ${JSON.stringify(dataText.slice(0, 80))}`,
+    );
   }
   try {
-    return decodeLeaseObject({ PublicIP: publicIp, BackendType: backendType, ...(data === null ? {} : { BackendData: data }) });
+    return decodeLeaseObject({
+      PublicIP: publicIp,
+      BackendType: backendType,
+      ...(data === null ? {} : { BackendData: data }),
+    });
   } catch (err) {
-    throw new TwillError('LEASE_INVALID', `node annotations (${names.backendType}, ${names.backendData}): ${(err as Error).message}`);
+    throw new TwillError(
+      'LEASE_INVALID',
+      `node annotations (${names.backendType}, ${names.backendData}): ${(err as Error).message}`,
+    );
   }
 }
 
@@ -117,12 +150,26 @@ export function nodeRecord(node: NodeView, names: Annotations): LeaseRecord {
   const key = node.name;
   const subnet = podCidr(node);
   if (!subnet) {
-    const what = node.podCidrs.length === 0 ? 'has no spec.podCIDR' : `has no IPv4 spec.podCIDRs (${node.podCidrs.join(', ')})`;
+    const what =
+      node.podCidrs.length === 0
+        ? 'has no spec.podCIDR'
+        : `has no IPv4 spec.podCIDRs (${node.podCidrs.join(', ')})`;
     return { key, ok: false, reason: `node ${key} ${what}` };
   }
   try {
     const attrs = nodeAttrs(node, names);
-    return { key, ok: true, lease: { key, subnet, attrs, expiresAt: 0, version: node.resourceVersion, ...(node.createdAt === undefined ? {} : { claimedAt: node.createdAt }) } };
+    return {
+      key,
+      ok: true,
+      lease: {
+        key,
+        subnet,
+        attrs,
+        expiresAt: 0,
+        version: node.resourceVersion,
+        ...(node.createdAt === undefined ? {} : { claimedAt: node.createdAt }),
+      },
+    };
   } catch (err) {
     return { key, ok: false, reason: `node ${key}: ${(err as Error).message}` };
   }
@@ -142,22 +189,40 @@ export function ownSubnet(node: NodeView, config: NetConfig): Cidr {
     );
   }
   if (!containsCidr(config.network, subnet)) {
-    throw new TwillError('CONFIG_INVALID', `node ${node.name} spec.podCIDR ${formatCidr(subnet)} is outside Network ${formatCidr(config.network)} of net-conf.json; make the controller-manager's --cluster-cidr and Network agree`);
+    throw new TwillError(
+      'CONFIG_INVALID',
+      `node ${node.name} spec.podCIDR ${formatCidr(subnet)} is outside Network ${formatCidr(config.network)} of net-conf.json; make the controller-manager's --cluster-cidr and Network agree`,
+    );
   }
-  if (subnet.prefix > 30) throw new TwillError('CONFIG_INVALID', `node ${node.name} spec.podCIDR ${formatCidr(subnet)} is too small for pods (at most /30)`);
+  if (subnet.prefix > 30)
+    throw new TwillError(
+      'CONFIG_INVALID',
+      `node ${node.name} spec.podCIDR ${formatCidr(subnet)} is too small for pods (at most /30)`,
+    );
   return subnet;
 }
 
-/** The public-ip-overwrite annotation of our own Node, when set; CONFIG_INVALID when it is not an address. */
+/**
+ * The public-ip-overwrite annotation of our own Node, when set; CONFIG_INVALID when it is not an
+ * address.
+ */
 export function publicIpOverwrite(node: NodeView, names: Annotations): string | undefined {
   const value = node.annotations[names.publicIpOverwrite];
   if (value === undefined || value === '') return undefined;
-  if (!isIpv4(value)) throw new TwillError('CONFIG_INVALID', `node ${node.name} annotation ${names.publicIpOverwrite} ${JSON.stringify(value)} is not an IPv4 address`);
+  if (!isIpv4(value))
+    throw new TwillError(
+      'CONFIG_INVALID',
+      `node ${node.name} annotation ${names.publicIpOverwrite} ${JSON.stringify(value)} is not an IPv4 address`,
+    );
   return value;
 }
 
 /** The VtepMAC our own Node already publishes for this VNI: peers' FDB entries hold it. */
-export function publishedVtepMac(node: NodeView, names: Annotations, vni: number): string | undefined {
+export function publishedVtepMac(
+  node: NodeView,
+  names: Annotations,
+  vni: number,
+): string | undefined {
   try {
     // decoding checked and normalised the MAC
     const data = nodeAttrs(node, names).backendData;
@@ -169,7 +234,9 @@ export function publishedVtepMac(node: NodeView, names: Annotations, vni: number
 
 /** The annotation values twill publishes for `attrs`, exactly as flannel writes them. */
 export function annotationValues(attrs: LeaseAttrs, names: Annotations): Record<string, string> {
-  const data = attrs.backendData ? JSON.stringify({ VNI: attrs.backendData.vni, VtepMAC: attrs.backendData.vtepMac }) : 'null';
+  const data = attrs.backendData
+    ? JSON.stringify({ VNI: attrs.backendData.vni, VtepMAC: attrs.backendData.vtepMac })
+    : 'null';
   return {
     [names.backendType]: attrs.backendType,
     [names.backendData]: data,
@@ -183,12 +250,23 @@ export function publishes(node: NodeView, values: Record<string, string>): boole
   return Object.entries(values).every(([k, v]) => node.annotations[k] === v);
 }
 
-/** The strategic-merge patch of nodes/status that sets NetworkUnavailable=False (merged by type). */
+/**
+ * The strategic-merge patch of nodes/status that sets NetworkUnavailable=False (merged by type).
+ */
 export function networkAvailablePatch(now: Date): unknown {
   const time = now.toISOString().replace(/\.\d+Z$/, 'Z');
   return {
     status: {
-      conditions: [{ type: 'NetworkUnavailable', status: 'False', reason: 'TwillIsUp', message: 'twill programmed the pod network on this node', lastTransitionTime: time, lastHeartbeatTime: time }],
+      conditions: [
+        {
+          type: 'NetworkUnavailable',
+          status: 'False',
+          reason: 'TwillIsUp',
+          message: 'twill programmed the pod network on this node',
+          lastTransitionTime: time,
+          lastHeartbeatTime: time,
+        },
+      ],
     },
   };
 }

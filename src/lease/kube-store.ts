@@ -14,8 +14,19 @@ import { sleep, type Backoff } from '../util/abort.ts';
 import { listAndWatch } from './list-watch.ts';
 import type { KubeApi, NodeWatchEnd } from './kube-api.ts';
 import {
-  DEFAULT_ANNOTATION_PREFIX, annotationNames, annotationValues, isManaged, networkAvailablePatch, nodeRecord, ownSubnet, podCidr, publicIpOverwrite, publishedVtepMac, publishes,
-  type Annotations, type NodeView,
+  DEFAULT_ANNOTATION_PREFIX,
+  annotationNames,
+  annotationValues,
+  isManaged,
+  networkAvailablePatch,
+  nodeRecord,
+  ownSubnet,
+  podCidr,
+  publicIpOverwrite,
+  publishedVtepMac,
+  publishes,
+  type Annotations,
+  type NodeView,
 } from './kube-node.ts';
 import type { AcquireRequest, Lease, LeaseAttrs, LeaseEvent, LeaseStore } from './types.ts';
 
@@ -28,9 +39,15 @@ export interface KubeLeaseStoreOptions {
   readonly netConfigPath: string;
   /** annotation prefix, default flannel.alpha.coreos.com */
   readonly annotationPrefix?: string;
-  /** re-list about this often even when the watch is healthy (default 30 min, ±20 %; the watch resumes every 25 s and re-lists on 410 anyway) */
+  /**
+   * re-list about this often even when the watch is healthy (default 30 min, ±20 %; the watch
+   * resumes every 25 s and re-lists on 410 anyway)
+   */
   readonly relistIntervalMs?: number;
-  /** each watch request ends after this long and resumes from its last resourceVersion (default 25 s: client-node gives up on a watch silent for 30 s) */
+  /**
+   * each watch request ends after this long and resumes from its last resourceVersion (default 25
+   * s: client-node gives up on a watch silent for 30 s)
+   */
   readonly watchTimeoutSeconds?: number;
 }
 
@@ -61,13 +78,21 @@ export class KubeLeaseStore implements LeaseStore {
       text = await readFile(this.netConfigPath, 'utf8');
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'ENOENT') throw new TwillError('CONFIG_MISSING', `--net-config-path ${this.netConfigPath}: no such file; mount net-conf.json there (deploy/ mounts the twill-cfg ConfigMap) or pass the right path`);
-      throw new TwillError('CONFIG_MISSING', `--net-config-path ${this.netConfigPath}: ${(err as Error).message}`);
+      if (code === 'ENOENT')
+        throw new TwillError(
+          'CONFIG_MISSING',
+          `--net-config-path ${this.netConfigPath}: no such file; mount net-conf.json there (deploy/ mounts the twill-cfg ConfigMap) or pass the right path`,
+        );
+      throw new TwillError(
+        'CONFIG_MISSING',
+        `--net-config-path ${this.netConfigPath}: ${(err as Error).message}`,
+      );
     }
     try {
       return parseNetConfig(text);
     } catch (err) {
-      if (err instanceof TwillError) throw new TwillError(err.code, `${this.netConfigPath}: ${err.message}`, { cause: err });
+      if (err instanceof TwillError)
+        throw new TwillError(err.code, `${this.netConfigPath}: ${err.message}`, { cause: err });
       throw err;
     }
   }
@@ -76,22 +101,47 @@ export class KubeLeaseStore implements LeaseStore {
   private async ownNode(signal: AbortSignal): Promise<NodeView> {
     const node = await this.api.readNode(this.nodeName, signal);
     if (node) return node;
-    throw new TwillError('STORE_UNAVAILABLE', `node ${this.nodeName} does not exist in the Kubernetes API (yet): the kubelet registers it; check --node-name / NODE_NAME`);
+    throw new TwillError(
+      'STORE_UNAVAILABLE',
+      `node ${this.nodeName} does not exist in the Kubernetes API (yet): the kubelet registers it; check --node-name / NODE_NAME`,
+    );
   }
 
-  /** The attributes we publish: ours, with the node's public-ip-overwrite and already published VtepMAC. */
+  /**
+   * The attributes we publish: ours, with the node's public-ip-overwrite and already published
+   * VtepMAC.
+   */
   private ownAttrs(node: NodeView, attrs: LeaseAttrs): LeaseAttrs {
     const publicIp = publicIpOverwrite(node, this.names) ?? attrs.publicIp;
     const data = attrs.backendData;
-    const vtepMac = data ? (publishedVtepMac(node, this.names, data.vni) ?? data.vtepMac) : undefined;
+    const vtepMac = data
+      ? (publishedVtepMac(node, this.names, data.vni) ?? data.vtepMac)
+      : undefined;
     return { ...attrs, publicIp, backendData: data && vtepMac ? { vni: data.vni, vtepMac } : data };
   }
 
   /** Patches our annotations when they differ; the lease as it now stands. */
-  private async publish(node: NodeView, subnet: Cidr, attrs: LeaseAttrs, signal: AbortSignal): Promise<Lease> {
+  private async publish(
+    node: NodeView,
+    subnet: Cidr,
+    attrs: LeaseAttrs,
+    signal: AbortSignal,
+  ): Promise<Lease> {
     const values = annotationValues(attrs, this.names);
-    const current = publishes(node, values) ? node : await this.api.patchNodeStatus(this.nodeName, { metadata: { annotations: values } }, signal);
-    return { key: this.nodeName, subnet, attrs, expiresAt: Date.now() + RECHECK_MS, version: current.resourceVersion };
+    const current = publishes(node, values)
+      ? node
+      : await this.api.patchNodeStatus(
+          this.nodeName,
+          { metadata: { annotations: values } },
+          signal,
+        );
+    return {
+      key: this.nodeName,
+      subnet,
+      attrs,
+      expiresAt: Date.now() + RECHECK_MS,
+      version: current.resourceVersion,
+    };
   }
 
   async acquireLease(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
@@ -100,17 +150,31 @@ export class KubeLeaseStore implements LeaseStore {
     return this.publish(node, subnet, this.ownAttrs(node, req.attrs), signal);
   }
 
-  /** The node still has the podCIDR we hold: none yet (re-registered) is a wait, another one LEASE_TAKEN. */
+  /**
+   * The node still has the podCIDR we hold: none yet (re-registered) is a wait, another one
+   * LEASE_TAKEN.
+   */
   private sameSubnet(node: NodeView, lease: Lease): void {
     const now = podCidr(node);
     if (now && sameCidr(now, lease.subnet)) return;
-    if (!now) throw new TwillError('STORE_UNAVAILABLE', `node ${this.nodeName} has no spec.podCIDR (registered again, not yet allocated); waiting for ${formatCidr(lease.subnet)}`);
-    throw new TwillError('LEASE_TAKEN', `node ${this.nodeName} now has spec.podCIDR ${formatCidr(now)}, not ${formatCidr(lease.subnet)}; restart twill to take the node's new subnet`);
+    if (!now)
+      throw new TwillError(
+        'STORE_UNAVAILABLE',
+        `node ${this.nodeName} has no spec.podCIDR (registered again, not yet allocated); waiting for ${formatCidr(lease.subnet)}`,
+      );
+    throw new TwillError(
+      'LEASE_TAKEN',
+      `node ${this.nodeName} now has spec.podCIDR ${formatCidr(now)}, not ${formatCidr(lease.subnet)}; restart twill to take the node's new subnet`,
+    );
   }
 
   async renewLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
     const node = await this.api.readNode(this.nodeName, signal);
-    if (!node) throw new TwillError('LEASE_LOST', `node ${this.nodeName} was deleted from the Kubernetes API`);
+    if (!node)
+      throw new TwillError(
+        'LEASE_LOST',
+        `node ${this.nodeName} was deleted from the Kubernetes API`,
+      );
     this.sameSubnet(node, lease);
     return this.publish(node, lease.subnet, lease.attrs, signal);
   }
@@ -133,7 +197,10 @@ export class KubeLeaseStore implements LeaseStore {
     await this.api.patchNodeStatus(this.nodeName, networkAvailablePatch(new Date()), signal);
   }
 
-  async watchLeases(opts: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void }): Promise<void> {
+  async watchLeases(opts: {
+    signal: AbortSignal;
+    onEvent: (ev: LeaseEvent) => void;
+  }): Promise<void> {
     const { onEvent } = opts;
     // managed nodes reported so far: a Node that stops being managed is a delete
     let known = new Set<string>();
@@ -144,18 +211,38 @@ export class KubeLeaseStore implements LeaseStore {
         const listing = await this.api.listNodes(signal);
         const managed = listing.nodes.filter((n) => isManaged(n, this.names));
         known = new Set(managed.map((n) => n.name));
-        return { records: managed.map((n) => nodeRecord(n, this.names)), detail: `listed ${listing.nodes.length} nodes`, cursor: listing.resourceVersion };
+        return {
+          records: managed.map((n) => nodeRecord(n, this.names)),
+          detail: `listed ${listing.nodes.length} nodes`,
+          cursor: listing.resourceVersion,
+        };
       },
       watch: async (w) => {
         const end = await this.follow({ ...w, onEvent, known });
         if (!('detail' in end)) return { reason: 'aborted' };
-        return end.reason === 'gone' ? { reason: 'relist', kind: 'gone', detail: `resourceVersion expired (410): ${end.detail}` } : { reason: 'failed', kind: 'failed', detail: end.detail };
+        return end.reason === 'gone'
+          ? {
+              reason: 'relist',
+              kind: 'gone',
+              detail: `resourceVersion expired (410): ${end.detail}`,
+            }
+          : { reason: 'failed', kind: 'failed', detail: end.detail };
       },
     });
   }
 
-  /** Watches from `cursor` (a resourceVersion), resuming after each server-side close, until `signal` ends the round. */
-  private async follow(o: { cursor: string; signal: AbortSignal; progress: () => void; backoff: Backoff; onEvent: (ev: LeaseEvent) => void; known: Set<string> }): Promise<NodeWatchEnd> {
+  /**
+   * Watches from `cursor` (a resourceVersion), resuming after each server-side close, until
+   * `signal` ends the round.
+   */
+  private async follow(o: {
+    cursor: string;
+    signal: AbortSignal;
+    progress: () => void;
+    backoff: Backoff;
+    onEvent: (ev: LeaseEvent) => void;
+    known: Set<string>;
+  }): Promise<NodeWatchEnd> {
     let rv = o.cursor;
     for (;;) {
       if (o.signal.aborted) return { reason: 'aborted' };
@@ -177,14 +264,22 @@ export class KubeLeaseStore implements LeaseStore {
     }
   }
 
-  /** One Node event as lease events: a managed node is a put; a deleted or no longer managed one, a delete. */
-  private nodeChanged(type: 'put' | 'delete', node: NodeView, o: { onEvent: (ev: LeaseEvent) => void; known: Set<string> }): void {
+  /**
+   * One Node event as lease events: a managed node is a put; a deleted or no longer managed one, a
+   * delete.
+   */
+  private nodeChanged(
+    type: 'put' | 'delete',
+    node: NodeView,
+    o: { onEvent: (ev: LeaseEvent) => void; known: Set<string> },
+  ): void {
     const wasKnown = o.known.has(node.name) || node.name === this.nodeName;
     if (type === 'put' && isManaged(node, this.names)) {
       o.known.add(node.name);
       o.onEvent({ type: 'put', record: nodeRecord(node, this.names) });
     } else if (wasKnown) {
-      // a deleted Node is gone for good; one that lost its annotation may be re-published by its twill at once
+      // a deleted Node is gone for good; one that lost its annotation may be re-published by its
+      // twill at once
       o.known.delete(node.name);
       o.onEvent({ type: 'delete', key: node.name, ...(type === 'delete' ? { gone: true } : {}) });
     }

@@ -12,7 +12,14 @@ import { decodeLeaseValue, encodeLeaseValue, parseSubnetKey, subnetKey } from '.
 import { truncated } from './admit.ts';
 import type { Kv, KvEntry, KvListing } from './kv.ts';
 import { listAndWatch } from './list-watch.ts';
-import type { AcquireRequest, Lease, LeaseAttrs, LeaseEvent, LeaseRecord, LeaseStore } from './types.ts';
+import type {
+  AcquireRequest,
+  Lease,
+  LeaseAttrs,
+  LeaseEvent,
+  LeaseRecord,
+  LeaseStore,
+} from './types.ts';
 
 export const DEFAULT_ETCD_PREFIX = '/coreos.com/network';
 export const DEFAULT_LEASE_TTL_SECONDS = 24 * 60 * 60;
@@ -52,7 +59,9 @@ export class KvLeaseStore implements LeaseStore {
     return `${this.prefix}/subnets/`;
   }
 
-  /** When lease `key` ("10.244.3.0-24") expires unless renewed (epoch ms); undefined when unknown. */
+  /**
+   * When lease `key` ("10.244.3.0-24") expires unless renewed (epoch ms); undefined when unknown.
+   */
   async leaseExpiry(key: string, signal: AbortSignal): Promise<number | undefined> {
     return this.kv.expiresAt(this.fullKey(key), signal);
   }
@@ -65,12 +74,16 @@ export class KvLeaseStore implements LeaseStore {
     const key = `${this.prefix}/config`;
     const entry = await this.kv.get(key, signal);
     if (!entry) {
-      throw new TwillError('CONFIG_MISSING', `${this.kv.description}: no network config at ${key}; write net-conf.json there, e.g. etcdctl put ${key} '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}'`);
+      throw new TwillError(
+        'CONFIG_MISSING',
+        `${this.kv.description}: no network config at ${key}; write net-conf.json there, e.g. etcdctl put ${key} '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}'`,
+      );
     }
     try {
       return parseNetConfig(entry.value);
     } catch (err) {
-      if (err instanceof TwillError) throw new TwillError(err.code, `${key}: ${err.message}`, { cause: err });
+      if (err instanceof TwillError)
+        throw new TwillError(err.code, `${key}: ${err.message}`, { cause: err });
       throw err;
     }
   }
@@ -82,11 +95,26 @@ export class KvLeaseStore implements LeaseStore {
       const subnet = parseSubnetKey(key);
       const bytes = Buffer.byteLength(entry.value, 'utf8');
       if (bytes > MAX_LEASE_VALUE_BYTES) {
-        throw new TwillError('LEASE_INVALID', `value is ${bytes} bytes, more than the ${MAX_LEASE_VALUE_BYTES} a lease may hold: ${JSON.stringify(entry.value.slice(0, 64))}…`);
+        throw new TwillError(
+          'LEASE_INVALID',
+          `value is ${bytes} bytes, more than the ${MAX_LEASE_VALUE_BYTES} a lease may hold: ${JSON.stringify(entry.value.slice(0, 64))}…`,
+        );
       }
       const attrs = decodeLeaseValue(entry.value);
-      const claimedAt = entry.createRevision === undefined ? undefined : Number(entry.createRevision);
-      return { key, ok: true, lease: { key, subnet, attrs, expiresAt: 0, version: entry.modRevision, ...(claimedAt !== undefined && Number.isFinite(claimedAt) ? { claimedAt } : {}) } };
+      const claimedAt =
+        entry.createRevision === undefined ? undefined : Number(entry.createRevision);
+      return {
+        key,
+        ok: true,
+        lease: {
+          key,
+          subnet,
+          attrs,
+          expiresAt: 0,
+          version: entry.modRevision,
+          ...(claimedAt !== undefined && Number.isFinite(claimedAt) ? { claimedAt } : {}),
+        },
+      };
     } catch (err) {
       // the reason quotes stored text: never a hostile value whole
       return { key, ok: false, reason: truncated(describeError(err), 200) };
@@ -97,12 +125,29 @@ export class KvLeaseStore implements LeaseStore {
   private records(listing: KvListing): { entry: KvEntry | undefined; record: LeaseRecord }[] {
     return [
       ...listing.entries.map((e) => ({ entry: e, record: this.decode(e) })),
-      ...listing.skipped.map((s) => ({ entry: undefined, record: { key: s.key.slice(this.subnetsPrefix.length), ok: false as const, reason: truncated(s.reason, 200) } })),
+      ...listing.skipped.map((s) => ({
+        entry: undefined,
+        record: {
+          key: s.key.slice(this.subnetsPrefix.length),
+          ok: false as const,
+          reason: truncated(s.reason, 200),
+        },
+      })),
     ];
   }
 
-  private toLease(subnet: Cidr, attrs: LeaseAttrs, written: { entry: KvEntry; expiresAt: number }): Lease {
-    return { key: subnetKey(subnet), subnet, attrs, expiresAt: written.expiresAt, version: written.entry.modRevision };
+  private toLease(
+    subnet: Cidr,
+    attrs: LeaseAttrs,
+    written: { entry: KvEntry; expiresAt: number },
+  ): Lease {
+    return {
+      key: subnetKey(subnet),
+      subnet,
+      attrs,
+      expiresAt: written.expiresAt,
+      version: written.entry.modRevision,
+    };
   }
 
   async acquireLease(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
@@ -111,20 +156,27 @@ export class KvLeaseStore implements LeaseStore {
       if (lease) return lease;
       await sleep(Math.round(this.random() * 50), signal);
     }
-    throw new TwillError('LEASE_TAKEN', `${this.description}: could not acquire a subnet after ${MAX_ACQUIRE_ATTEMPTS} attempts; other nodes kept taking the chosen subnets`);
+    throw new TwillError(
+      'LEASE_TAKEN',
+      `${this.description}: could not acquire a subnet after ${MAX_ACQUIRE_ATTEMPTS} attempts; other nodes kept taking the chosen subnets`,
+    );
   }
 
-  /** One pass of the acquisition order; undefined when a race was lost and the caller should retry. */
+  /**
+   * One pass of the acquisition order; undefined when a race was lost and the caller should retry.
+   */
   private async tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<Lease | undefined> {
     const { config } = req;
     // the lease names its node, so a second live node with our PublicIP cannot take it
-    const attrs: LeaseAttrs = req.nodeName === undefined ? req.attrs : { ...req.attrs, node: req.nodeName };
+    const attrs: LeaseAttrs =
+      req.nodeName === undefined ? req.attrs : { ...req.attrs, node: req.nodeName };
     const records = this.records(await this.kv.list(this.subnetsPrefix, signal));
     for (const { entry, record } of records) {
       if (!entry || !record.ok || record.lease.attrs.publicIp !== attrs.publicIp) continue;
       const holder = record.lease.attrs.node;
       if (holder !== undefined && attrs.node !== undefined && holder !== attrs.node) {
-        // a live lease (etcd drops expired ones) of another node with the same PublicIP: NAT, a clone, a wrong --public-ip
+        // a live lease (etcd drops expired ones) of another node with the same PublicIP: NAT, a
+        // clone, a wrong --public-ip
         throw new TwillError(
           'IDENTITY_CONFLICT',
           `PublicIP ${attrs.publicIp} is already held by live node ${truncated(holder)} (subnet ${formatCidr(record.lease.subnet)}, ${this.kv.description}): two nodes cannot share one PublicIP; give this node (${truncated(attrs.node)}) its own --public-ip, or stop the other node (its lease ${subnetKey(record.lease.subnet)} goes when it expires or is deleted)`,
@@ -135,31 +187,59 @@ export class KvLeaseStore implements LeaseStore {
         await this.kv.deleteIf(entry.key, entry.modRevision, signal);
         continue;
       }
-      const written = await this.kv.replace(entry.key, encodeLeaseValue(attrs), entry.modRevision, this.ttl, signal);
+      const written = await this.kv.replace(
+        entry.key,
+        encodeLeaseValue(attrs),
+        entry.modRevision,
+        this.ttl,
+        signal,
+      );
       return written ? this.toLease(record.lease.subnet, attrs, written) : undefined;
     }
     // Only keys naming a subnet this config could hand out block it: a hostile
     // "0.0.0.0-0" must not make every other subnet look taken.
-    const taken = records.flatMap(({ record }) => (record.ok ? [record.lease.subnet] : takenByKey(record.key))).filter((s) => fitsConfig(config, s));
+    const taken = records
+      .flatMap(({ record }) => (record.ok ? [record.lease.subnet] : takenByKey(record.key)))
+      .filter((s) => fitsConfig(config, s));
     const prev = req.previous;
     if (prev && fitsConfig(config, prev) && !taken.some((t) => overlaps(t, prev))) {
-      const written = await this.kv.create(this.fullKey(subnetKey(prev)), encodeLeaseValue(attrs), this.ttl, signal);
+      const written = await this.kv.create(
+        this.fullKey(subnetKey(prev)),
+        encodeLeaseValue(attrs),
+        this.ttl,
+        signal,
+      );
       if (written) return this.toLease(prev, attrs, written);
     }
     const pick = pickFreeSubnet(config, taken, this.random);
     if (!pick) {
-      throw new TwillError('SUBNETS_EXHAUSTED', `out of subnets: all /${config.subnetLen} subnets of ${formatCidr(config.network)} between SubnetMin and SubnetMax are leased (${taken.length} leases)`);
+      throw new TwillError(
+        'SUBNETS_EXHAUSTED',
+        `out of subnets: all /${config.subnetLen} subnets of ${formatCidr(config.network)} between SubnetMin and SubnetMax are leased (${taken.length} leases)`,
+      );
     }
-    const written = await this.kv.create(this.fullKey(subnetKey(pick)), encodeLeaseValue(attrs), this.ttl, signal);
+    const written = await this.kv.create(
+      this.fullKey(subnetKey(pick)),
+      encodeLeaseValue(attrs),
+      this.ttl,
+      signal,
+    );
     return written ? this.toLease(pick, attrs, written) : undefined;
   }
 
   async renewLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
     const key = this.fullKey(lease.key);
-    const written = await this.kv.replace(key, encodeLeaseValue(lease.attrs), lease.version, this.ttl, signal);
+    const written = await this.kv.replace(
+      key,
+      encodeLeaseValue(lease.attrs),
+      lease.version,
+      this.ttl,
+      signal,
+    );
     if (written) return this.toLease(lease.subnet, lease.attrs, written);
     const current = await this.kv.get(key, signal);
-    if (!current) throw new TwillError('LEASE_LOST', `lease ${key} is gone from ${this.kv.description}`);
+    if (!current)
+      throw new TwillError('LEASE_LOST', `lease ${key} is gone from ${this.kv.description}`);
     return this.adopt(lease, current, signal);
   }
 
@@ -171,30 +251,57 @@ export class KvLeaseStore implements LeaseStore {
       const current = await this.kv.get(key, signal);
       if (current) return this.adopt(lease, current, signal);
     }
-    throw new TwillError('STORE_UNAVAILABLE', `lease ${key} kept appearing and vanishing while reclaiming it`);
+    throw new TwillError(
+      'STORE_UNAVAILABLE',
+      `lease ${key} kept appearing and vanishing while reclaiming it`,
+    );
   }
 
   /** The key exists: it is ours again if it carries our PublicIP, else another node took it. */
   private async adopt(lease: Lease, current: KvEntry, signal: AbortSignal): Promise<Lease> {
     const record = this.decode(current);
-    const otherNode = record.ok && record.lease.attrs.node !== undefined && lease.attrs.node !== undefined && record.lease.attrs.node !== lease.attrs.node;
-    if (!record.ok || otherNode || record.lease.attrs.publicIp !== lease.attrs.publicIp || !sameCidr(record.lease.subnet, lease.subnet)) {
-      const holder = record.ok ? `node ${record.lease.attrs.node !== undefined ? `${truncated(record.lease.attrs.node)} (${record.lease.attrs.publicIp})` : record.lease.attrs.publicIp}` : `an unreadable record (${record.reason})`;
-      throw new TwillError('LEASE_TAKEN', `subnet ${formatCidr(lease.subnet)} is now held by ${holder}; twill will not take it over`);
+    const otherNode =
+      record.ok &&
+      record.lease.attrs.node !== undefined &&
+      lease.attrs.node !== undefined &&
+      record.lease.attrs.node !== lease.attrs.node;
+    if (
+      !record.ok ||
+      otherNode ||
+      record.lease.attrs.publicIp !== lease.attrs.publicIp ||
+      !sameCidr(record.lease.subnet, lease.subnet)
+    ) {
+      const holder = record.ok
+        ? `node ${record.lease.attrs.node !== undefined ? `${truncated(record.lease.attrs.node)} (${record.lease.attrs.publicIp})` : record.lease.attrs.publicIp}`
+        : `an unreadable record (${record.reason})`;
+      throw new TwillError(
+        'LEASE_TAKEN',
+        `subnet ${formatCidr(lease.subnet)} is now held by ${holder}; twill will not take it over`,
+      );
     }
-    const written = await this.kv.replace(current.key, encodeLeaseValue(lease.attrs), current.modRevision, this.ttl, signal);
+    const written = await this.kv.replace(
+      current.key,
+      encodeLeaseValue(lease.attrs),
+      current.modRevision,
+      this.ttl,
+      signal,
+    );
     if (written) return this.toLease(lease.subnet, lease.attrs, written);
     throw new TwillError('LEASE_LOST', `lease ${current.key} changed while renewing it`);
   }
 
-  async watchLeases(opts: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void }): Promise<void> {
+  async watchLeases(opts: {
+    signal: AbortSignal;
+    onEvent: (ev: LeaseEvent) => void;
+  }): Promise<void> {
     const { onEvent } = opts;
     await listAndWatch<bigint>({
       ...opts,
       relistMs: this.relistMs,
       list: async (signal) => {
         const listing = await this.kv.list(this.subnetsPrefix, signal);
-        const unreadable = listing.skipped.length > 0 ? ` (${listing.skipped.length} unreadable)` : '';
+        const unreadable =
+          listing.skipped.length > 0 ? ` (${listing.skipped.length} unreadable)` : '';
         return {
           records: this.records(listing).map((r) => r.record),
           detail: `listed ${listing.entries.length + listing.skipped.length} leases at revision ${listing.revision}${unreadable}`,
@@ -212,9 +319,16 @@ export class KvLeaseStore implements LeaseStore {
               else onEvent({ type: 'delete', key: c.key.slice(this.subnetsPrefix.length) });
             }
           },
-          onConnectivity: (connected, detail) => onEvent({ type: 'connectivity', connected, detail }),
+          onConnectivity: (connected, detail) =>
+            onEvent({ type: 'connectivity', connected, detail }),
         });
-        return end.reason === 'aborted' ? end : { reason: end.reason === 'failed' ? 'failed' : 'relist', kind: end.reason, detail: end.detail };
+        return end.reason === 'aborted'
+          ? end
+          : {
+              reason: end.reason === 'failed' ? 'failed' : 'relist',
+              kind: end.reason,
+              detail: end.detail,
+            };
       },
     });
   }

@@ -8,11 +8,17 @@ export interface KvEntry {
   readonly value: string;
   /** revision of the last write to this key (the compare-and-swap version) */
   readonly modRevision: string;
-  /** the revision that created the key (etcd's create_revision): kept across rewrites, so it orders first claims */
+  /**
+   * the revision that created the key (etcd's create_revision): kept across rewrites, so it orders
+   * first claims
+   */
   readonly createRevision?: string;
 }
 
-/** A key the list saw but could not read (its value does not fit in a reply); it still occupies its key. */
+/**
+ * A key the list saw but could not read (its value does not fit in a reply); it still occupies its
+ * key.
+ */
 export interface KvSkipped {
   readonly key: string;
   readonly modRevision: string;
@@ -37,9 +43,14 @@ export interface KvWritten {
   readonly expiresAt: number;
 }
 
-export type KvChange = { readonly type: 'put'; readonly entry: KvEntry } | { readonly type: 'delete'; readonly key: string };
+export type KvChange =
+  | { readonly type: 'put'; readonly entry: KvEntry }
+  | { readonly type: 'delete'; readonly key: string };
 
-/** Why a watch ended: the caller re-lists for everything but 'aborted', and backs off after 'failed'. */
+/**
+ * Why a watch ended: the caller re-lists for everything but 'aborted', and backs off after
+ * 'failed'.
+ */
 export type WatchEnd =
   | { readonly reason: 'aborted' }
   | { readonly reason: 'compacted' | 'wiped' | 'reconnected' | 'failed'; readonly detail: string };
@@ -57,9 +68,20 @@ export interface Kv {
   get(key: string, signal: AbortSignal): Promise<KvEntry | undefined>;
   list(prefix: string, signal: AbortSignal): Promise<KvListing>;
   /** Writes `key` bound to a fresh TTL only if it is absent; undefined when it exists. */
-  create(key: string, value: string, ttlSeconds: number, signal: AbortSignal): Promise<KvWritten | undefined>;
+  create(
+    key: string,
+    value: string,
+    ttlSeconds: number,
+    signal: AbortSignal,
+  ): Promise<KvWritten | undefined>;
   /** Rewrites `key` with a fresh TTL only if its modRevision is `expected`; undefined otherwise. */
-  replace(key: string, value: string, expected: string, ttlSeconds: number, signal: AbortSignal): Promise<KvWritten | undefined>;
+  replace(
+    key: string,
+    value: string,
+    expected: string,
+    ttlSeconds: number,
+    signal: AbortSignal,
+  ): Promise<KvWritten | undefined>;
   /** When `key`'s TTL runs out (epoch ms); undefined when it is absent or has no TTL. */
   expiresAt(key: string, signal: AbortSignal): Promise<number | undefined>;
   /** Deletes `key` only if its modRevision is `expected`. */

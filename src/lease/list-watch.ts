@@ -21,7 +21,9 @@ export interface Listing<C> {
  * ("compacted", "gone", "failed" …: the re-list reason and the metric
  * label); 'failed' also means the store is unreachable, so it backs off.
  */
-export type WatchOutcome = { readonly reason: 'aborted' } | { readonly reason: 'relist' | 'failed'; readonly kind: string; readonly detail: string };
+export type WatchOutcome =
+  | { readonly reason: 'aborted' }
+  | { readonly reason: 'relist' | 'failed'; readonly kind: string; readonly detail: string };
 
 export interface ListWatchOptions<C> {
   readonly signal: AbortSignal;
@@ -29,8 +31,16 @@ export interface ListWatchOptions<C> {
   /** re-list about this often (±20 %, so nodes started together do not re-list together) */
   readonly relistMs: number;
   list(signal: AbortSignal): Promise<Listing<C>>;
-  /** reports changes through onEvent; calls `progress` on each so a failure streak's backoff starts afresh */
-  watch(o: { cursor: C; signal: AbortSignal; progress: () => void; backoff: Backoff }): Promise<WatchOutcome>;
+  /**
+   * reports changes through onEvent; calls `progress` on each so a failure streak's backoff starts
+   * afresh
+   */
+  watch(o: {
+    cursor: C;
+    signal: AbortSignal;
+    progress: () => void;
+    backoff: Backoff;
+  }): Promise<WatchOutcome>;
 }
 
 export async function listAndWatch<C>(o: ListWatchOptions<C>): Promise<void> {
@@ -51,11 +61,21 @@ export async function listAndWatch<C>(o: ListWatchOptions<C>): Promise<void> {
     onEvent({ type: 'connectivity', connected: true, detail: listing.detail });
     onEvent({ type: 'snapshot', records: listing.records, reason });
     const round = childController(signal);
-    const timer = setTimeout(() => round.abort(), Math.round(o.relistMs * (0.8 + Math.random() * 0.4)));
-    const end = await o.watch({ cursor: listing.cursor, signal: round.signal, progress: () => backoff.reset(), backoff }).finally(() => {
-      clearTimeout(timer);
-      round.abort();
-    });
+    const timer = setTimeout(
+      () => round.abort(),
+      Math.round(o.relistMs * (0.8 + Math.random() * 0.4)),
+    );
+    const end = await o
+      .watch({
+        cursor: listing.cursor,
+        signal: round.signal,
+        progress: () => backoff.reset(),
+        backoff,
+      })
+      .finally(() => {
+        clearTimeout(timer);
+        round.abort();
+      });
     reason = end.reason === 'aborted' ? 'periodic re-list' : `${end.kind}: ${end.detail}`;
     // only an unreachable store waits; compaction, a wipe, a reconnect or a 410 re-list at once
     if (end.reason === 'failed') {

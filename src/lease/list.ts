@@ -5,7 +5,10 @@ import { TwillError } from '../errors.ts';
 import { childController } from '../util/abort.ts';
 import type { LeaseRecord, LeaseStore } from './types.ts';
 
-export async function listLeases(store: LeaseStore, signal: AbortSignal): Promise<readonly LeaseRecord[]> {
+export async function listLeases(
+  store: LeaseStore,
+  signal: AbortSignal,
+): Promise<readonly LeaseRecord[]> {
   const ctl = childController(signal);
   let records: readonly LeaseRecord[] | undefined;
   let down = '';
@@ -22,6 +25,10 @@ export async function listLeases(store: LeaseStore, signal: AbortSignal): Promis
   } finally {
     ctl.abort();
   }
-  if (!records) throw new TwillError('STORE_UNAVAILABLE', `${store.description}: no lease listing${down ? `: ${down}` : ''}`);
+  if (!records)
+    throw new TwillError(
+      'STORE_UNAVAILABLE',
+      `${store.description}: no lease listing${down ? `: ${down}` : ''}`,
+    );
   return records;
 }

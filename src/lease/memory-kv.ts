@@ -4,7 +4,15 @@
 // wipe that resets the revision. It must pass the same LeaseStore contract
 // suite as etcd (test/contract).
 import { TwillError } from '../errors.ts';
-import type { Kv, KvChange, KvEntry, KvListing, KvWatchOptions, KvWritten, WatchEnd } from './kv.ts';
+import type {
+  Kv,
+  KvChange,
+  KvEntry,
+  KvListing,
+  KvWatchOptions,
+  KvWritten,
+  WatchEnd,
+} from './kv.ts';
 
 interface Stored {
   entry: KvEntry;
@@ -33,7 +41,8 @@ export class MemoryKv implements Kv {
   /** Makes every call fail as if the store were unreachable (or reachable again). */
   setDown(down: boolean): void {
     this.down = down;
-    for (const w of this.watches) w.opts.onConnectivity(!down, down ? 'memory store down' : 'memory store up');
+    for (const w of this.watches)
+      w.opts.onConnectivity(!down, down ? 'memory store down' : 'memory store up');
   }
 
   /** Drops history up to the current revision; watches behind it end 'compacted'. */
@@ -93,7 +102,12 @@ export class MemoryKv implements Kv {
     return this.write(key, value, ttlSeconds);
   }
 
-  async replace(key: string, value: string, expected: string, ttlSeconds: number): Promise<KvWritten | undefined> {
+  async replace(
+    key: string,
+    value: string,
+    expected: string,
+    ttlSeconds: number,
+  ): Promise<KvWritten | undefined> {
     this.check();
     if (this.data.get(key)?.entry.modRevision !== expected) return undefined;
     return this.write(key, value, ttlSeconds);
@@ -120,7 +134,9 @@ export class MemoryKv implements Kv {
           resolve(e);
         },
       };
-      const past = this.history.filter((h) => h.revision >= opts.fromRevision && this.matches(w, h.change));
+      const past = this.history.filter(
+        (h) => h.revision >= opts.fromRevision && this.matches(w, h.change),
+      );
       if (past.length > 0) opts.onChanges(past.map((h) => h.change));
       this.watches.add(w);
       opts.onConnectivity(!this.down, 'memory watch started');
@@ -148,9 +164,15 @@ export class MemoryKv implements Kv {
     const old = this.data.get(key);
     if (old) clearTimeout(old.timer);
     this.revision += 1n;
-    const entry = { key, value, modRevision: String(this.revision), createRevision: old?.entry.createRevision ?? String(this.revision) };
+    const entry = {
+      key,
+      value,
+      modRevision: String(this.revision),
+      createRevision: old?.entry.createRevision ?? String(this.revision),
+    };
     const expiresAt = ttlSeconds > 0 ? Date.now() + ttlSeconds * 1000 : Number.MAX_SAFE_INTEGER;
-    const timer = ttlSeconds > 0 ? setTimeout(() => this.remove(key), ttlSeconds * 1000).unref() : undefined;
+    const timer =
+      ttlSeconds > 0 ? setTimeout(() => this.remove(key), ttlSeconds * 1000).unref() : undefined;
     this.data.set(key, { entry, timer, ...(ttlSeconds > 0 ? { expiresAt } : {}) });
     this.publish({ type: 'put', entry });
     return { entry, expiresAt };

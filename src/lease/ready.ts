@@ -25,25 +25,39 @@ export class ReadyMark {
     const { store, keeper, logger } = this.o;
     const lease = keeper.current();
     const version = `${lease.key}@${lease.version}`;
-    if (!store.markReady || this.busy || this.marked === version || keeper.lost() !== undefined || this.signal.aborted) return;
+    if (
+      !store.markReady ||
+      this.busy ||
+      this.marked === version ||
+      keeper.lost() !== undefined ||
+      this.signal.aborted
+    )
+      return;
     this.busy = true;
-    store.markReady(lease, this.signal).then(
-      () => {
-        if (this.marked === undefined) logger.info({ key: lease.key }, 'dataplane up: marked the node network available');
-        this.marked = version;
-        this.retry.reset();
-      },
-      (err: unknown) => {
-        if (this.signal.aborted) return;
-        const retryInMs = this.retry.next();
-        logger.warn({ err: describeError(err), retryInMs }, 'could not mark the node network available; retrying');
-        const stop = (): void => clearTimeout(timer);
-        const timer = setTimeout(() => {
-          this.signal.removeEventListener('abort', stop);
-          this.converged();
-        }, retryInMs);
-        this.signal.addEventListener('abort', stop, { once: true });
-      },
-    ).finally(() => (this.busy = false));
+    store
+      .markReady(lease, this.signal)
+      .then(
+        () => {
+          if (this.marked === undefined)
+            logger.info({ key: lease.key }, 'dataplane up: marked the node network available');
+          this.marked = version;
+          this.retry.reset();
+        },
+        (err: unknown) => {
+          if (this.signal.aborted) return;
+          const retryInMs = this.retry.next();
+          logger.warn(
+            { err: describeError(err), retryInMs },
+            'could not mark the node network available; retrying',
+          );
+          const stop = (): void => clearTimeout(timer);
+          const timer = setTimeout(() => {
+            this.signal.removeEventListener('abort', stop);
+            this.converged();
+          }, retryInMs);
+          this.signal.addEventListener('abort', stop, { once: true });
+        },
+      )
+      .finally(() => (this.busy = false));
   }
 }

@@ -97,8 +97,19 @@ export class PeerTracker {
     for (const r of records) changed = this.put(r) || changed;
     const summarize = this.quiet;
     this.quiet = false;
-    if (summarize) this.opts.logger.info({ reason, peers: this.peers.size, before, lingering: this.lingering.size, invalid: this.invalid.size }, 'peer set re-listed');
-    if (!keys.has(this.opts.selfKey)) this.opts.onSelfLost(`our lease ${this.opts.selfKey} is missing after ${reason}`);
+    if (summarize)
+      this.opts.logger.info(
+        {
+          reason,
+          peers: this.peers.size,
+          before,
+          lingering: this.lingering.size,
+          invalid: this.invalid.size,
+        },
+        'peer set re-listed',
+      );
+    if (!keys.has(this.opts.selfKey))
+      this.opts.onSelfLost(`our lease ${this.opts.selfKey} is missing after ${reason}`);
     if (changed) this.changed();
   }
 
@@ -108,12 +119,17 @@ export class PeerTracker {
       this.checkSelf(r);
       return false;
     }
-    const problem: Refusal | undefined = r.ok ? checkPeer(r.lease, this.opts.context) : { reason: 'malformed', detail: truncated(r.reason, 200) };
+    const problem: Refusal | undefined = r.ok
+      ? checkPeer(r.lease, this.opts.context)
+      : { reason: 'malformed', detail: truncated(r.reason, 200) };
     if (problem !== undefined) {
       const before = this.invalid.get(r.key);
       if (before?.reason !== problem.reason || before.detail !== problem.detail) {
         // once per change, with the field and its (truncated) value in the detail
-        this.opts.logger.warn({ key: truncated(r.key), reason: problem.reason, detail: problem.detail }, 'skipping invalid peer lease');
+        this.opts.logger.warn(
+          { key: truncated(r.key), reason: problem.reason, detail: problem.detail },
+          'skipping invalid peer lease',
+        );
         this.invalid.set(r.key, problem);
       }
       return this.leave(r.key) || this.lingering.delete(r.key);
@@ -124,11 +140,17 @@ export class PeerTracker {
     this.lingering.delete(r.key);
     this.peers.set(r.key, r.lease);
     if (!before) {
-      this.peerLog({ key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) }, 'peer joined');
+      this.peerLog(
+        { key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) },
+        'peer joined',
+      );
       return true;
     }
     if (encodeLeaseValue(before.attrs) === encodeLeaseValue(r.lease.attrs)) return false;
-    this.peerLog({ key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) }, 'peer changed');
+    this.peerLog(
+      { key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) },
+      'peer changed',
+    );
     return true;
   }
 
@@ -138,7 +160,8 @@ export class PeerTracker {
       return;
     }
     const mine = this.opts.selfAttrs();
-    if (r.lease.attrs.publicIp !== mine.publicIp) this.opts.onSelfLost(`our lease ${r.key} now names PublicIP ${r.lease.attrs.publicIp}`);
+    if (r.lease.attrs.publicIp !== mine.publicIp)
+      this.opts.onSelfLost(`our lease ${r.key} now names PublicIP ${r.lease.attrs.publicIp}`);
     else if (encodeLeaseValue(r.lease.attrs) !== encodeLeaseValue(mine)) {
       // someone rewrote our attributes (a VtepMAC peers would use): publish ours again
       this.opts.onSelfLost(`our lease ${r.key} now carries ${encodeLeaseValue(r.lease.attrs)}`);
@@ -158,7 +181,10 @@ export class PeerTracker {
     else this.opts.logger.info(fields, msg);
   }
 
-  /** A delete event: the peer lingers briefly (its owner may be re-creating the key), or goes at once when it is gone for good. */
+  /**
+   * A delete event: the peer lingers briefly (its owner may be re-creating the key), or goes at
+   * once when it is gone for good.
+   */
   private deleted(key: string, gone: boolean): void {
     const ms = gone ? 0 : (this.opts.deleteLingerMs ?? DEFAULT_DELETE_LINGER_MS);
     const lease = this.peers.get(key) ?? this.lingering.get(key)?.lease;
@@ -170,14 +196,20 @@ export class PeerTracker {
     const until = Math.min(this.lingering.get(key)?.until ?? Infinity, Date.now() + ms);
     this.peers.delete(key);
     this.lingering.set(key, { lease, until });
-    this.opts.logger.debug({ key, keepMs: ms }, 'peer lease deleted; keeping its routes in case it is re-created at once');
+    this.opts.logger.debug(
+      { key, keepMs: ms },
+      'peer lease deleted; keeping its routes in case it is re-created at once',
+    );
     this.scheduleExpiry();
   }
 
   private linger(key: string, lease: Lease, ms: number): void {
     this.peers.delete(key);
     this.lingering.set(key, { lease, until: Date.now() + ms });
-    this.peerLog({ key, keepMs: ms }, 'peer missing from the re-list; keeping its routes while it re-registers');
+    this.peerLog(
+      { key, keepMs: ms },
+      'peer missing from the re-list; keeping its routes while it re-registers',
+    );
     this.scheduleExpiry();
   }
 
@@ -186,7 +218,11 @@ export class PeerTracker {
     if (this.lingerTimer) clearTimeout(this.lingerTimer);
     this.lingerTimer = undefined;
     const next = Math.min(...[...this.lingering.values()].map((l) => l.until));
-    if (Number.isFinite(next)) this.lingerTimer = setTimeout(() => this.expireLingering(), Math.max(0, next - Date.now()) + 5).unref();
+    if (Number.isFinite(next))
+      this.lingerTimer = setTimeout(
+        () => this.expireLingering(),
+        Math.max(0, next - Date.now()) + 5,
+      ).unref();
   }
 
   private expireLingering(): void {

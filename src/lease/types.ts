@@ -50,7 +50,9 @@ export type LeaseEvent =
   /** the complete set of records (after a list or re-list) */
   | { readonly type: 'snapshot'; readonly records: readonly LeaseRecord[]; readonly reason: string }
   | { readonly type: 'put'; readonly record: LeaseRecord }
-  /** `gone`: its owner is gone for good (a deleted Node), so peers drop it without the short grace */
+  /**
+   * `gone`: its owner is gone for good (a deleted Node), so peers drop it without the short grace
+   */
   | { readonly type: 'delete'; readonly key: string; readonly gone?: boolean }
   /** the store connection went down or came back */
   | { readonly type: 'connectivity'; readonly connected: boolean; readonly detail: string };
@@ -60,7 +62,10 @@ export interface AcquireRequest {
   readonly attrs: LeaseAttrs;
   /** the subnet we held before (from subnet.env), tried before a random one */
   readonly previous: Cidr | undefined;
-  /** this node's name: stores that can (etcd) record it with the lease and refuse to share one PublicIP's lease with another live node */
+  /**
+   * this node's name: stores that can (etcd) record it with the lease and refuse to share one
+   * PublicIP's lease with another live node
+   */
   readonly nodeName?: string;
 }
 
@@ -83,9 +88,15 @@ export interface LeaseStore {
   watchLeases(opts: { signal: AbortSignal; onEvent: (ev: LeaseEvent) => void }): Promise<void>;
   /** When lease `key` expires unless renewed (epoch ms; Infinity: never), where the store knows. */
   leaseExpiry?(key: string, signal: AbortSignal): Promise<number | undefined>;
-  /** True when subnets are allocated outside twill (Kubernetes podCIDRs): any size inside Network is valid. */
+  /**
+   * True when subnets are allocated outside twill (Kubernetes podCIDRs): any size inside Network is
+   * valid.
+   */
   readonly anySubnetSize?: boolean;
-  /** Tells the store the dataplane is up (Kubernetes: NetworkUnavailable=False); called after the first converged pass. */
+  /**
+   * Tells the store the dataplane is up (Kubernetes: NetworkUnavailable=False); called after the
+   * first converged pass.
+   */
   markReady?(lease: Lease, signal: AbortSignal): Promise<void>;
   close(): Promise<void>;
 }

@@ -54,13 +54,16 @@ export function parseIpAddr(json: unknown): IfaceInfo[] {
 /** The device of the first IPv4 default route in `ip -json route show default` output. */
 export function defaultRouteDevice(json: unknown): string | undefined {
   if (!Array.isArray(json)) return undefined;
-  const route = (json as { dst?: string; dev?: string }[]).find((r) => r.dst === 'default' && r.dev);
+  const route = (json as { dst?: string; dev?: string }[]).find(
+    (r) => r.dst === 'default' && r.dev,
+  );
   return route?.dev;
 }
 
 function withAddress(iface: IfaceInfo | undefined, what: string): IfaceInfo {
   if (!iface) throw new TwillError('IFACE_NOT_FOUND', `${what}: no such interface`);
-  if (iface.addrs.length === 0) throw new TwillError('IFACE_NOT_FOUND', `${what}: interface ${iface.name} has no IPv4 address`);
+  if (iface.addrs.length === 0)
+    throw new TwillError('IFACE_NOT_FOUND', `${what}: interface ${iface.name} has no IPv4 address`);
   return iface;
 }
 
@@ -68,14 +71,26 @@ function choose(iface: IfaceInfo, ip: string, publicIp: string | undefined): Ifa
   return { iface, ifaceIp: ip, publicIp: publicIp ?? ip };
 }
 
-/** Applies flannel's rules: each --iface in order, then each --iface-regex, then the default route. */
-export function selectInterface(links: readonly IfaceInfo[], defaultDev: string | undefined, req: IfaceRequest): IfaceChoice {
+/**
+ * Applies flannel's rules: each --iface in order, then each --iface-regex, then the default route.
+ */
+export function selectInterface(
+  links: readonly IfaceInfo[],
+  defaultDev: string | undefined,
+  req: IfaceRequest,
+): IfaceChoice {
   for (const wanted of req.iface) {
-    const hit = isIpv4(wanted) ? links.find((l) => l.addrs.includes(wanted)) : links.find((l) => l.name === wanted);
-    if (hit && hit.addrs.length > 0) return choose(hit, isIpv4(wanted) ? wanted : (hit.addrs[0] as string), req.publicIp);
+    const hit = isIpv4(wanted)
+      ? links.find((l) => l.addrs.includes(wanted))
+      : links.find((l) => l.name === wanted);
+    if (hit && hit.addrs.length > 0)
+      return choose(hit, isIpv4(wanted) ? wanted : (hit.addrs[0] as string), req.publicIp);
   }
   if (req.iface.length > 0) {
-    throw new TwillError('IFACE_NOT_FOUND', `--iface ${req.iface.join(',')}: none of these is an interface (or address) with an IPv4 address`);
+    throw new TwillError(
+      'IFACE_NOT_FOUND',
+      `--iface ${req.iface.join(',')}: none of these is an interface (or address) with an IPv4 address`,
+    );
   }
   for (const pattern of req.ifaceRegex) {
     const re = new RegExp(pattern);
@@ -87,25 +102,46 @@ export function selectInterface(links: readonly IfaceInfo[], defaultDev: string 
     if (named) return choose(named, named.addrs[0] as string, req.publicIp);
   }
   if (req.ifaceRegex.length > 0) {
-    throw new TwillError('IFACE_NOT_FOUND', `--iface-regex ${req.ifaceRegex.join(',')}: no interface name or IPv4 address matches`);
+    throw new TwillError(
+      'IFACE_NOT_FOUND',
+      `--iface-regex ${req.ifaceRegex.join(',')}: no interface name or IPv4 address matches`,
+    );
   }
   if (!defaultDev) {
-    throw new TwillError('IFACE_NOT_FOUND', 'no IPv4 default route to pick an interface from; pass --iface <name|ip>');
+    throw new TwillError(
+      'IFACE_NOT_FOUND',
+      'no IPv4 default route to pick an interface from; pass --iface <name|ip>',
+    );
   }
-  const iface = withAddress(links.find((l) => l.name === defaultDev), `default route device ${defaultDev}`);
+  const iface = withAddress(
+    links.find((l) => l.name === defaultDev),
+    `default route device ${defaultDev}`,
+  );
   return choose(iface, iface.addrs[0] as string, req.publicIp);
 }
 
 /** Reads the kernel's interfaces and default route, then selects. */
-export async function discoverInterface(runner: Runner, req: IfaceRequest, signal: AbortSignal): Promise<IfaceChoice> {
-  const links = parseIpAddr(await runJson(runner, 'ip', ['-json', '-4', 'addr', 'show'], { signal }));
+export async function discoverInterface(
+  runner: Runner,
+  req: IfaceRequest,
+  signal: AbortSignal,
+): Promise<IfaceChoice> {
+  const links = parseIpAddr(
+    await runJson(runner, 'ip', ['-json', '-4', 'addr', 'show'], { signal }),
+  );
   const needDefault = req.iface.length === 0 && req.ifaceRegex.length === 0;
-  const routes = needDefault ? await runJson(runner, 'ip', ['-json', '-4', 'route', 'show', 'default'], { signal }) : [];
+  const routes = needDefault
+    ? await runJson(runner, 'ip', ['-json', '-4', 'route', 'show', 'default'], { signal })
+    : [];
   return selectInterface(links, defaultRouteDevice(routes), req);
 }
 
 /** The MAC of an existing link, or undefined when there is none by that name. */
-export async function linkMac(runner: Runner, name: string, signal: AbortSignal): Promise<string | undefined> {
+export async function linkMac(
+  runner: Runner,
+  name: string,
+  signal: AbortSignal,
+): Promise<string | undefined> {
   const links = parseIpAddr(await runJson(runner, 'ip', ['-json', 'link', 'show'], { signal }));
   return links.find((l) => l.name === name)?.mac;
 }

@@ -29,21 +29,36 @@ async function daemonPid(): Promise<number | undefined> {
   for (const name of await readdir('/proc')) {
     if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
     const argv = (await readFile(`/proc/${name}/cmdline`, 'utf8').catch(() => '')).split('\0');
-    const isTwill = argv.some((a) => /(^|\/)(twill|main\.js|main\.ts)$/.test(a)) && argv.includes('run');
-    if (isTwill && (await readlink(`/proc/${name}/ns/net`).catch(() => '')) === ours) return Number(name);
+    const isTwill =
+      argv.some((a) => /(^|\/)(twill|main\.js|main\.ts)$/.test(a)) && argv.includes('run');
+    if (isTwill && (await readlink(`/proc/${name}/ns/net`).catch(() => '')) === ours)
+      return Number(name);
   }
   return undefined;
 }
 
 async function daemonState(healthzPort: number): Promise<StatusInput['daemon']> {
   const pid = await daemonPid();
-  if (pid === undefined) return { running: false, detail: 'not running: showing the store and kernel views only' };
-  if (healthzPort <= 0) return { running: true, detail: `running (pid ${pid}); pass --healthz-port to ask its /readyz` };
+  if (pid === undefined)
+    return { running: false, detail: 'not running: showing the store and kernel views only' };
+  if (healthzPort <= 0)
+    return {
+      running: true,
+      detail: `running (pid ${pid}); pass --healthz-port to ask its /readyz`,
+    };
   try {
-    const res = await fetch(`http://127.0.0.1:${healthzPort}/readyz`, { signal: AbortSignal.timeout(2_000) });
-    return { running: true, detail: `running (pid ${pid}); /readyz ${res.status}: ${(await res.text()).trim()}` };
+    const res = await fetch(`http://127.0.0.1:${healthzPort}/readyz`, {
+      signal: AbortSignal.timeout(2_000),
+    });
+    return {
+      running: true,
+      detail: `running (pid ${pid}); /readyz ${res.status}: ${(await res.text()).trim()}`,
+    };
   } catch (err) {
-    return { running: true, detail: `running (pid ${pid}); /readyz on port ${healthzPort} did not answer (${err instanceof Error ? err.message : String(err)})` };
+    return {
+      running: true,
+      detail: `running (pid ${pid}); /readyz on port ${healthzPort} did not answer (${err instanceof Error ? err.message : String(err)})`,
+    };
   }
 }
 
@@ -57,10 +72,24 @@ export async function gatherStatus(o: GatherOptions): Promise<StatusInput> {
     detectIptables(runner, signal),
     daemonState(o.healthzPort),
   ]);
-  const mine = records.find((r) => r.ok && (env ? sameCidr(r.lease.subnet, env.subnet) : r.lease.attrs.publicIp === choice.publicIp));
+  const mine = records.find(
+    (r) =>
+      r.ok &&
+      (env ? sameCidr(r.lease.subnet, env.subnet) : r.lease.attrs.publicIp === choice.publicIp),
+  );
   const expiresAt = mine?.ok ? await store.leaseExpiry?.(mine.key, signal) : undefined;
   const self = mine?.ok ? { ...mine.lease, expiresAt: expiresAt ?? 0 } : undefined;
   const device = config.backend.type === 'vxlan' ? vxlanDeviceName(config.backend.vni) : undefined;
   const observed = await observe(runner, device, signal);
-  return { config, self, records, choice, ipMasq: env?.ipMasq ?? false, randomFully: iptables.randomFully, observed, daemon, anySubnetSize: store.anySubnetSize === true };
+  return {
+    config,
+    self,
+    records,
+    choice,
+    ipMasq: env?.ipMasq ?? false,
+    randomFully: iptables.randomFully,
+    observed,
+    daemon,
+    anySubnetSize: store.anySubnetSize === true,
+  };
 }

@@ -24,7 +24,10 @@ export interface StatusInput {
   readonly observed: ObservedState;
   /** is a `twill run` for this node running, and what its /readyz said if known */
   readonly daemon: { readonly running: boolean; readonly detail: string };
-  /** the store allocates outside twill (Kubernetes podCIDRs): peers of any subnet size are valid, as in the daemon */
+  /**
+   * the store allocates outside twill (Kubernetes podCIDRs): peers of any subnet size are valid, as
+   * in the daemon
+   */
   readonly anySubnetSize?: boolean;
 }
 
@@ -39,10 +42,21 @@ export interface PeerRow {
 
 export interface StatusReport {
   readonly daemon: { readonly running: boolean; readonly detail: string };
-  readonly lease: { readonly key: string; readonly subnet: string; readonly publicIp: string; readonly backend: string; readonly vtepMac: string | null; readonly expiresAt: string | null } | null;
+  readonly lease: {
+    readonly key: string;
+    readonly subnet: string;
+    readonly publicIp: string;
+    readonly backend: string;
+    readonly vtepMac: string | null;
+    readonly expiresAt: string | null;
+  } | null;
   readonly peers: readonly PeerRow[];
   /** what a pass would change: each line the kernel lacks, has extra, or has differently */
-  readonly diff: { readonly missing: readonly string[]; readonly extra: readonly string[]; readonly different: readonly string[] };
+  readonly diff: {
+    readonly missing: readonly string[];
+    readonly extra: readonly string[];
+    readonly different: readonly string[];
+  };
   readonly masquerade: { readonly postrouting: string; readonly forward: string };
   readonly inSync: boolean;
 }
@@ -53,12 +67,17 @@ interface ChainDiff {
   readonly different: string[];
 }
 
-/** One chain, rule by rule: rules missing, extra (duplicates included), out of order; the jump to it. */
+/**
+ * One chain, rule by rule: rules missing, extra (duplicates included), out of order; the jump to
+ * it.
+ */
 export function chainDiff(want: ChainSpec, seen: ObservedChain): ChainDiff {
   const out: ChainDiff = { missing: [], extra: [], different: [] };
   const rules = want.rules ?? [];
-  if (want.rules !== null && seen.rules === null) out.missing.push(`chain ${want.table} ${want.chain}`);
-  if (want.rules === null && seen.rules !== null) out.extra.push(`chain ${want.table} ${want.chain} (--ip-masq is off)`);
+  if (want.rules !== null && seen.rules === null)
+    out.missing.push(`chain ${want.table} ${want.chain}`);
+  if (want.rules === null && seen.rules !== null)
+    out.extra.push(`chain ${want.table} ${want.chain} (--ip-masq is off)`);
   const left = [...(seen.rules ?? [])];
   for (const r of rules) {
     const at = left.indexOf(r);
@@ -67,10 +86,13 @@ export function chainDiff(want: ChainSpec, seen: ObservedChain): ChainDiff {
   }
   if (want.rules !== null) out.extra.push(...left.map((r) => `${want.table}: ${r}`));
   const kept = (seen.rules ?? []).filter((r) => rules.includes(r));
-  if (out.missing.length === 0 && out.extra.length === 0 && kept.some((r, i) => r !== rules[i])) out.different.push(`${want.table} ${want.chain}: rules out of order`);
+  if (out.missing.length === 0 && out.extra.length === 0 && kept.some((r, i) => r !== rules[i]))
+    out.different.push(`${want.table} ${want.chain}: rules out of order`);
   const jumps = seen.jumps.length;
-  if (want.rules !== null && jumps === 0) out.missing.push(`${want.table}: -A ${want.parent} ${want.jump}`);
-  if (jumps > (want.rules === null ? 0 : 1)) out.extra.push(`${want.table}: ${jumps} jumps from ${want.parent} to ${want.chain}`);
+  if (want.rules !== null && jumps === 0)
+    out.missing.push(`${want.table}: -A ${want.parent} ${want.jump}`);
+  if (jumps > (want.rules === null ? 0 : 1))
+    out.extra.push(`${want.table}: ${jumps} jumps from ${want.parent} to ${want.chain}`);
   return out;
 }
 
@@ -78,7 +100,9 @@ function bucket(ops: readonly Op[], chains: readonly ChainDiff[]): StatusReport[
   const missing: string[] = [];
   const extra: string[] = [];
   const different: string[] = [];
-  for (const op of ops) if (op.phase !== 'iptables') (op.action === 'add' ? missing : op.action === 'delete' ? extra : different).push(op.line);
+  for (const op of ops)
+    if (op.phase !== 'iptables')
+      (op.action === 'add' ? missing : op.action === 'delete' ? extra : different).push(op.line);
   for (const c of chains) {
     missing.push(...c.missing);
     extra.push(...c.extra);
@@ -94,7 +118,13 @@ function peerKernel(lease: Lease, want: DesiredState, ops: readonly Op[]): strin
   const subnet = formatCidr(lease.subnet);
   const gw = formatIpv4(lease.subnet.base);
   const mac = lease.attrs.backendData?.vtepMac ?? '\u0000';
-  const mine = ops.filter((o) => o.action !== 'delete' && (o.line.includes(` ${subnet} `) || o.line.includes(`neigh replace ${gw} `) || o.line.includes(` ${mac} `)));
+  const mine = ops.filter(
+    (o) =>
+      o.action !== 'delete' &&
+      (o.line.includes(` ${subnet} `) ||
+        o.line.includes(`neigh replace ${gw} `) ||
+        o.line.includes(` ${mac} `)),
+  );
   if (mine.length === 0) return 'ok';
   return mine.map((o) => `${o.action === 'add' ? 'missing' : 'different'} ${o.kind}`).join(', ');
 }
@@ -103,7 +133,13 @@ function chainState(d: ChainDiff | undefined): string {
   if (!d) return 'unknown';
   const n = d.missing.length + d.extra.length + d.different.length;
   if (n === 0) return 'ok';
-  return [d.missing.length ? `${d.missing.length} missing` : '', d.extra.length ? `${d.extra.length} extra` : '', ...d.different].filter(Boolean).join(', ');
+  return [
+    d.missing.length ? `${d.missing.length} missing` : '',
+    d.extra.length ? `${d.extra.length} extra` : '',
+    ...d.different,
+  ]
+    .filter(Boolean)
+    .join(', ');
 }
 
 /** An expiry for people: a time, "never" (Kubernetes leases), or null when unknown. */
@@ -114,30 +150,81 @@ function expiry(at: number): string | null {
 
 export function buildStatus(i: StatusInput): StatusReport {
   const self = i.self;
-  const context = { config: i.config, self: self?.subnet, ...(self ? { selfPublicIp: self.attrs.publicIp } : {}), ...(self?.attrs.backendData ? { selfVtepMac: self.attrs.backendData.vtepMac } : {}), anySubnetSize: i.anySubnetSize === true };
+  const context = {
+    config: i.config,
+    self: self?.subnet,
+    ...(self ? { selfPublicIp: self.attrs.publicIp } : {}),
+    ...(self?.attrs.backendData ? { selfVtepMac: self.attrs.backendData.vtepMac } : {}),
+    anySubnetSize: i.anySubnetSize === true,
+  };
   const peers = i.records.filter((r) => r.key !== self?.key);
-  // the daemon's admission, over the whole set: a peer refused for a conflict shows as refused here too
-  const admission = admitPeers(peers.flatMap((r) => (r.ok ? [r.lease] : [])), context);
+  // the daemon's admission, over the whole set: a peer refused for a conflict shows as refused here
+  // too
+  const admission = admitPeers(
+    peers.flatMap((r) => (r.ok ? [r.lease] : [])),
+    context,
+  );
   const refusedBy = new Map(admission.refused.map((x) => [x.lease.key, x.refusal]));
   const valid = admission.admitted;
-  const want = self ? desiredState({ config: i.config, self, peers: valid, choice: i.choice, ipMasq: i.ipMasq, randomFully: i.randomFully }) : undefined;
+  const want = self
+    ? desiredState({
+        config: i.config,
+        self,
+        peers: valid,
+        choice: i.choice,
+        ipMasq: i.ipMasq,
+        randomFully: i.randomFully,
+      })
+    : undefined;
   const ops = want ? diff(want, i.observed) : [];
   const rows: PeerRow[] = peers.map((r) => {
-    if (!r.ok) return { key: r.key, subnet: '?', publicIp: '?', vtepMac: null, kernel: `refused (malformed): ${truncated(r.reason, 200)}` };
+    if (!r.ok)
+      return {
+        key: r.key,
+        subnet: '?',
+        publicIp: '?',
+        vtepMac: null,
+        kernel: `refused (malformed): ${truncated(r.reason, 200)}`,
+      };
     const bad = refusedBy.get(r.key);
-    const kernel = bad !== undefined ? `refused (${bad.reason}): ${bad.detail}` : want ? peerKernel(r.lease, want, ops) : 'unknown (no lease of ours)';
-    return { key: r.key, subnet: formatCidr(r.lease.subnet), publicIp: r.lease.attrs.publicIp, vtepMac: r.lease.attrs.backendData?.vtepMac ?? null, kernel };
+    const kernel =
+      bad !== undefined
+        ? `refused (${bad.reason}): ${bad.detail}`
+        : want
+          ? peerKernel(r.lease, want, ops)
+          : 'unknown (no lease of ours)';
+    return {
+      key: r.key,
+      subnet: formatCidr(r.lease.subnet),
+      publicIp: r.lease.attrs.publicIp,
+      vtepMac: r.lease.attrs.backendData?.vtepMac ?? null,
+      kernel,
+    };
   });
   const specs = want ? chainSpecs(want.masq) : undefined;
-  const post = specs && i.observed.postrouting ? chainDiff(specs.postrouting, i.observed.postrouting) : undefined;
-  const fwd = specs && i.observed.forward ? chainDiff(specs.forward, i.observed.forward) : undefined;
+  const post =
+    specs && i.observed.postrouting
+      ? chainDiff(specs.postrouting, i.observed.postrouting)
+      : undefined;
+  const fwd =
+    specs && i.observed.forward ? chainDiff(specs.forward, i.observed.forward) : undefined;
   return {
     daemon: i.daemon,
     lease: self
-      ? { key: self.key, subnet: formatCidr(self.subnet), publicIp: self.attrs.publicIp, backend: self.attrs.backendType, vtepMac: self.attrs.backendData?.vtepMac ?? null, expiresAt: expiry(self.expiresAt) }
+      ? {
+          key: self.key,
+          subnet: formatCidr(self.subnet),
+          publicIp: self.attrs.publicIp,
+          backend: self.attrs.backendType,
+          vtepMac: self.attrs.backendData?.vtepMac ?? null,
+          expiresAt: expiry(self.expiresAt),
+        }
       : null,
     peers: rows,
-    diff: bucket(ops, [post, fwd].filter((c): c is ChainDiff => c !== undefined)),
+    diff: bucket(
+      ops,
+      [post, fwd].filter((c): c is ChainDiff => c !== undefined),
+    ),
     masquerade: { postrouting: chainState(post), forward: chainState(fwd) },
     inSync: want !== undefined && ops.length === 0,
   };

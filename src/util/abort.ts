@@ -41,6 +41,10 @@ export class Backoff {
 export function childController(parent: AbortSignal): AbortController {
   const ctl = new AbortController();
   if (parent.aborted) ctl.abort(parent.reason);
-  else parent.addEventListener('abort', () => ctl.abort(parent.reason), { once: true, signal: ctl.signal });
+  else
+    parent.addEventListener('abort', () => ctl.abort(parent.reason), {
+      once: true,
+      signal: ctl.signal,
+    });
   return ctl;
 }

@@ -36,27 +36,124 @@ interface Row {
 }
 
 const ROWS: readonly Row[] = [
-  { name: 'CNI_COMMAND missing', env: { CNI_COMMAND: undefined }, code: 4, msg: 'CNI_COMMAND is not set' },
-  { name: 'CNI_COMMAND unknown', verb: 'FROB', code: 4, msg: 'CNI_COMMAND "FROB" is not one of ADD, DEL, CHECK, VERSION, STATUS, GC' },
-  { name: 'CNI_CONTAINERID missing', env: { CNI_CONTAINERID: undefined }, code: 4, msg: 'CNI_CONTAINERID is not set; ADD needs it' },
-  { name: 'CNI_NETNS missing', env: { CNI_NETNS: undefined }, code: 4, msg: 'CNI_NETNS is not set; ADD needs it' },
-  { name: 'CNI_IFNAME missing', env: { CNI_IFNAME: undefined }, code: 4, msg: 'CNI_IFNAME is not set; ADD needs it' },
-  { name: 'CNI_IFNAME too long', env: { CNI_IFNAME: 'eth0-much-too-long' }, code: 4, msg: 'CNI_IFNAME "eth0-much-too-long" is 18 bytes long; at most 15 are allowed' },
-  { name: 'CNI_IFNAME too long in bytes', env: { CNI_IFNAME: 'ethéééééééé' }, code: 4, msg: 'CNI_IFNAME "ethéééééééé" is 19 bytes long' },
-  { name: 'CNI_IFNAME with #', env: { CNI_IFNAME: 'eth#0' }, code: 4, msg: 'CNI_IFNAME "eth#0" may hold only letters, digits' },
-  { name: 'CNI_IFNAME with a leading quote', env: { CNI_IFNAME: '"eth0' }, code: 4, msg: 'CNI_IFNAME "\\"eth0" may hold only' },
-  { name: 'CNI_NETNS with a space', env: { CNI_NETNS: '/var/run/netns/a b' }, code: 4, msg: 'CNI_NETNS "/var/run/netns/a b" must not contain control characters, white space, "#", quotes or backslashes' },
-  { name: 'bridge with #', conf: () => node.conf('1.0.0', { bridge: 'br#0' }), code: 7, msg: '"bridge" "br#0" may hold only letters, digits' },
-  { name: 'ADD with a prevResult', conf: () => node.conf('1.0.0', { prevResult: { cniVersion: '1.0.0', interfaces: [{ name: 'eth0' }], ips: [{ address: '10.9.0.2/24', interface: 0 }] } }), code: 7, msg: 'network config: "prevResult" is set, but twill creates the pod\'s interface' },
-  { name: 'netns path does not exist', env: { CNI_NETNS: '/var/run/netns/twill-no-such-netns' }, code: 4, msg: 'CNI_NETNS "/var/run/netns/twill-no-such-netns" does not exist' },
-  { name: 'bad JSON', conf: () => '{"cniVersion": "1.0.0", "name": ', code: 6, msg: 'network config: not valid JSON' },
-  { name: 'unknown cniVersion', conf: () => node.conf('0.2.0'), code: 1, msg: '"cniVersion" "0.2.0" is not supported' },
-  { name: 'bad config value', conf: () => node.conf('1.0.0', { mtu: 'big' }), code: 7, msg: '"mtu" must be an integer from 68 to 65535, got "big"' },
-  { name: 'subnet.env missing', conf: () => node.conf('1.0.0', { subnetFile: join(node.dir, 'nope.env') }), code: 11, msg: 'nope.env does not exist yet' },
-  { name: 'bad subnet.env', subnetEnv: 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=banana\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n', code: 102, msg: 'FLANNEL_SUBNET "banana" is not a CIDR' },
+  {
+    name: 'CNI_COMMAND missing',
+    env: { CNI_COMMAND: undefined },
+    code: 4,
+    msg: 'CNI_COMMAND is not set',
+  },
+  {
+    name: 'CNI_COMMAND unknown',
+    verb: 'FROB',
+    code: 4,
+    msg: 'CNI_COMMAND "FROB" is not one of ADD, DEL, CHECK, VERSION, STATUS, GC',
+  },
+  {
+    name: 'CNI_CONTAINERID missing',
+    env: { CNI_CONTAINERID: undefined },
+    code: 4,
+    msg: 'CNI_CONTAINERID is not set; ADD needs it',
+  },
+  {
+    name: 'CNI_NETNS missing',
+    env: { CNI_NETNS: undefined },
+    code: 4,
+    msg: 'CNI_NETNS is not set; ADD needs it',
+  },
+  {
+    name: 'CNI_IFNAME missing',
+    env: { CNI_IFNAME: undefined },
+    code: 4,
+    msg: 'CNI_IFNAME is not set; ADD needs it',
+  },
+  {
+    name: 'CNI_IFNAME too long',
+    env: { CNI_IFNAME: 'eth0-much-too-long' },
+    code: 4,
+    msg: 'CNI_IFNAME "eth0-much-too-long" is 18 bytes long; at most 15 are allowed',
+  },
+  {
+    name: 'CNI_IFNAME too long in bytes',
+    env: { CNI_IFNAME: 'ethéééééééé' },
+    code: 4,
+    msg: 'CNI_IFNAME "ethéééééééé" is 19 bytes long',
+  },
+  {
+    name: 'CNI_IFNAME with #',
+    env: { CNI_IFNAME: 'eth#0' },
+    code: 4,
+    msg: 'CNI_IFNAME "eth#0" may hold only letters, digits',
+  },
+  {
+    name: 'CNI_IFNAME with a leading quote',
+    env: { CNI_IFNAME: '"eth0' },
+    code: 4,
+    msg: 'CNI_IFNAME "\\"eth0" may hold only',
+  },
+  {
+    name: 'CNI_NETNS with a space',
+    env: { CNI_NETNS: '/var/run/netns/a b' },
+    code: 4,
+    msg: 'CNI_NETNS "/var/run/netns/a b" must not contain control characters, white space, "#", quotes or backslashes',
+  },
+  {
+    name: 'bridge with #',
+    conf: () => node.conf('1.0.0', { bridge: 'br#0' }),
+    code: 7,
+    msg: '"bridge" "br#0" may hold only letters, digits',
+  },
+  {
+    name: 'ADD with a prevResult',
+    conf: () =>
+      node.conf('1.0.0', {
+        prevResult: {
+          cniVersion: '1.0.0',
+          interfaces: [{ name: 'eth0' }],
+          ips: [{ address: '10.9.0.2/24', interface: 0 }],
+        },
+      }),
+    code: 7,
+    msg: 'network config: "prevResult" is set, but twill creates the pod\'s interface',
+  },
+  {
+    name: 'netns path does not exist',
+    env: { CNI_NETNS: '/var/run/netns/twill-no-such-netns' },
+    code: 4,
+    msg: 'CNI_NETNS "/var/run/netns/twill-no-such-netns" does not exist',
+  },
+  {
+    name: 'bad JSON',
+    conf: () => '{"cniVersion": "1.0.0", "name": ',
+    code: 6,
+    msg: 'network config: not valid JSON',
+  },
+  {
+    name: 'unknown cniVersion',
+    conf: () => node.conf('0.2.0'),
+    code: 1,
+    msg: '"cniVersion" "0.2.0" is not supported',
+  },
+  {
+    name: 'bad config value',
+    conf: () => node.conf('1.0.0', { mtu: 'big' }),
+    code: 7,
+    msg: '"mtu" must be an integer from 68 to 65535, got "big"',
+  },
+  {
+    name: 'subnet.env missing',
+    conf: () => node.conf('1.0.0', { subnetFile: join(node.dir, 'nope.env') }),
+    code: 11,
+    msg: 'nope.env does not exist yet',
+  },
+  {
+    name: 'bad subnet.env',
+    subnetEnv:
+      'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=banana\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n',
+    code: 102,
+    msg: 'FLANNEL_SUBNET "banana" is not a CIDR',
+  },
   { name: 'CHECK without prevResult', verb: 'CHECK', code: 7, msg: 'CHECK needs "prevResult"' },
 ];
-
 
 /**
  * The node's links with their addresses, MTU and flags as set (not the
@@ -64,14 +161,32 @@ const ROWS: readonly Row[] = [
  * last port of an earlier test goes away).
  */
 async function linksAndAddresses(): Promise<unknown> {
-  const links = (await node.ipJson(node.nodeNs, ['addr', 'show'])) as { ifname?: string; mtu?: number; address?: string; flags?: string[]; addr_info?: unknown[] }[];
-  return links.map((l) => ({ ifname: l.ifname, mtu: l.mtu, address: l.address, flags: (l.flags ?? []).filter((f) => f !== 'NO-CARRIER' && f !== 'LOWER_UP'), addr_info: l.addr_info }));
+  const links = (await node.ipJson(node.nodeNs, ['addr', 'show'])) as {
+    ifname?: string;
+    mtu?: number;
+    address?: string;
+    flags?: string[];
+    addr_info?: unknown[];
+  }[];
+  return links.map((l) => ({
+    ifname: l.ifname,
+    mtu: l.mtu,
+    address: l.address,
+    flags: (l.flags ?? []).filter((f) => f !== 'NO-CARRIER' && f !== 'LOWER_UP'),
+    addr_info: l.addr_info,
+  }));
 }
 describe('twill-cni with bad input', () => {
   it.each(ROWS)('$name → code $code', async (row) => {
     if (row.subnetEnv) await node.writeSubnetEnv(row.subnetEnv);
     try {
-      const answer = await node.call({ verb: row.verb ?? 'ADD', containerId: 'bad', netns: pod, conf: row.conf?.() ?? node.conf(), ...(row.env ? { env: row.env } : {}) });
+      const answer = await node.call({
+        verb: row.verb ?? 'ADD',
+        containerId: 'bad',
+        netns: pod,
+        conf: row.conf?.() ?? node.conf(),
+        ...(row.env ? { env: row.env } : {}),
+      });
       expect(answer.code).toBe(1);
       expect(answer.stdout.trim().split('\n')).toHaveLength(1);
       expect(answer.json).toMatchObject({ code: row.code, msg: expect.stringContaining(row.msg) });
@@ -102,7 +217,8 @@ describe('twill-cni with bad input', () => {
     const target = netnsPath(hostilePod);
     const dir = join(node.dir, 'hostile');
     await mkdir(dir);
-    // the batch line would end at ".../p" (a real netns too), and the rest would run as its own command
+    // the batch line would end at ".../p" (a real netns too), and the rest would run as its own
+    // command
     await symlink(target, join(dir, 'p'));
     const hostile = join(dir, 'p\nlink set lo up');
     await symlink(target, hostile);
@@ -110,7 +226,10 @@ describe('twill-cni with bad input', () => {
     try {
       const before = await linksAndAddresses();
       const answer = await node.call({ verb: 'ADD', containerId: 'hostile', netns: hostile });
-      expect(answer.json).toMatchObject({ code: 4, msg: `CNI_NETNS ${JSON.stringify(hostile)} must not contain control characters, white space, "#", quotes or backslashes` });
+      expect(answer.json).toMatchObject({
+        code: 4,
+        msg: `CNI_NETNS ${JSON.stringify(hostile)} must not contain control characters, white space, "#", quotes or backslashes`,
+      });
       expect(await linksAndAddresses()).toEqual(before);
       expect(await node.reserved()).toEqual([]);
       expect(JSON.stringify(await node.ipJson(hostilePod, ['link', 'show']))).not.toContain('eth0');
@@ -121,15 +240,41 @@ describe('twill-cni with bad input', () => {
 
   it.each([
     ['lo', 'it is a loopback device', async () => undefined],
-    ['notbr0', 'it is a veth device', async () => void (await run('ip', ['-n', node.nodeNs, 'link', 'add', 'notbr0', 'type', 'veth', 'peer', 'name', 'notbr1']))],
+    [
+      'notbr0',
+      'it is a veth device',
+      async () =>
+        void (await run('ip', [
+          '-n',
+          node.nodeNs,
+          'link',
+          'add',
+          'notbr0',
+          'type',
+          'veth',
+          'peer',
+          'name',
+          'notbr1',
+        ])),
+    ],
   ])('refuses bridge %s, which is not a bridge, before touching it', async (dev, kind, make) => {
     await make();
     const pod = await node.pod(`nb-${dev}`);
     const before = await linksAndAddresses();
-    const answer = await node.call({ verb: 'ADD', containerId: `nb-${dev}`, netns: pod, conf: node.conf('1.0.0', { bridge: dev }) });
-    expect(answer.json).toMatchObject({ code: 7, msg: `network config: "bridge" "${dev}": ${dev} already exists but is not a bridge (${kind}); twill leaves it alone` });
+    const answer = await node.call({
+      verb: 'ADD',
+      containerId: `nb-${dev}`,
+      netns: pod,
+      conf: node.conf('1.0.0', { bridge: dev }),
+    });
+    expect(answer.json).toMatchObject({
+      code: 7,
+      msg: `network config: "bridge" "${dev}": ${dev} already exists but is not a bridge (${kind}); twill leaves it alone`,
+    });
     expect(await linksAndAddresses()).toEqual(before);
-    const after = (await node.ipJson(node.nodeNs, ['addr', 'show', 'dev', dev])) as { addr_info: { local: string }[] }[];
+    const after = (await node.ipJson(node.nodeNs, ['addr', 'show', 'dev', dev])) as {
+      addr_info: { local: string }[];
+    }[];
     expect(after[0]?.addr_info.map((a) => a.local)).not.toContain('10.244.3.1');
     expect(await node.reserved()).toEqual([]);
     expect(await node.hostVeths()).toEqual([]);

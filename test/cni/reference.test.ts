@@ -24,8 +24,23 @@ afterAll(async () => {
 });
 
 function refConf(): Record<string, unknown> {
-  const ipam = { type: 'host-local', dataDir: join(ref.dir, 'ipam'), ranges: [[{ subnet: ref.subnet }]], routes: [{ dst: ref.network }] };
-  return { cniVersion: '1.0.0', name: 'twnet', type: 'bridge', bridge: 'cni0', isGateway: true, isDefaultGateway: true, hairpinMode: true, mtu: ref.mtu, ipam };
+  const ipam = {
+    type: 'host-local',
+    dataDir: join(ref.dir, 'ipam'),
+    ranges: [[{ subnet: ref.subnet }]],
+    routes: [{ dst: ref.network }],
+  };
+  return {
+    cniVersion: '1.0.0',
+    name: 'twnet',
+    type: 'bridge',
+    bridge: 'cni0',
+    isGateway: true,
+    isDefaultGateway: true,
+    hairpinMode: true,
+    mtu: ref.mtu,
+    ipam,
+  };
 }
 
 interface Link {
@@ -34,7 +49,13 @@ interface Link {
   flags: string[];
   operstate: string;
   link_type: string;
-  addr_info: { family: string; local: string; prefixlen: number; broadcast?: string; scope: string }[];
+  addr_info: {
+    family: string;
+    local: string;
+    prefixlen: number;
+    broadcast?: string;
+    scope: string;
+  }[];
   linkinfo?: { info_kind?: string; info_slave_data?: { hairpin?: boolean } };
 }
 
@@ -43,18 +64,45 @@ async function podShape(node: CniNode, pod: string): Promise<unknown> {
   const [eth0] = (await node.ipJson(pod, ['-d', 'addr', 'show', 'dev', 'eth0'])) as Link[];
   const routes = (await node.ipJson(pod, ['route', 'show'])) as Record<string, unknown>[];
   return {
-    eth0: { mtu: eth0?.mtu, flags: eth0?.flags, operstate: eth0?.operstate, kind: eth0?.linkinfo?.info_kind, inet: eth0?.addr_info.filter((a) => a.family === 'inet') },
-    routes: routes.map(({ dst, gateway, dev, protocol, scope, prefsrc }) => ({ dst, gateway, dev, protocol, scope, prefsrc })),
+    eth0: {
+      mtu: eth0?.mtu,
+      flags: eth0?.flags,
+      operstate: eth0?.operstate,
+      kind: eth0?.linkinfo?.info_kind,
+      inet: eth0?.addr_info.filter((a) => a.family === 'inet'),
+    },
+    routes: routes.map(({ dst, gateway, dev, protocol, scope, prefsrc }) => ({
+      dst,
+      gateway,
+      dev,
+      protocol,
+      scope,
+      prefsrc,
+    })),
   };
 }
 
 /** The bridge (address, MTU, state) and its ports' hairpin mode. */
 async function nodeShape(node: CniNode): Promise<unknown> {
   const [br] = (await node.ipJson(node.nodeNs, ['addr', 'show', 'dev', 'cni0'])) as Link[];
-  const ports = (await node.ipJson(node.nodeNs, ['-d', 'link', 'show', 'master', 'cni0'])) as Link[];
+  const ports = (await node.ipJson(node.nodeNs, [
+    '-d',
+    'link',
+    'show',
+    'master',
+    'cni0',
+  ])) as Link[];
   return {
-    bridge: { mtu: br?.mtu, operstate: br?.operstate, inet: br?.addr_info.filter((a) => a.family === 'inet') },
-    ports: ports.map((p) => ({ mtu: p.mtu, kind: p.linkinfo?.info_kind, hairpin: p.linkinfo?.info_slave_data?.hairpin })),
+    bridge: {
+      mtu: br?.mtu,
+      operstate: br?.operstate,
+      inet: br?.addr_info.filter((a) => a.family === 'inet'),
+    },
+    ports: ports.map((p) => ({
+      mtu: p.mtu,
+      kind: p.linkinfo?.info_kind,
+      hairpin: p.linkinfo?.info_slave_data?.hairpin,
+    })),
   };
 }
 
@@ -63,12 +111,24 @@ describe('twill-cni beside bridge + host-local', () => {
     const twPod = await twill.pod('tw-pod');
     const refPod = await ref.pod('ref-pod');
     const a = await twill.call({ verb: 'ADD', containerId: 'same', netns: twPod });
-    const b = await callCni({ nodeNs: ref.nodeNs, exe: join(REFERENCE_DIR, 'bridge'), verb: 'ADD', conf: refConf(), containerId: 'same', netns: refPod });
+    const b = await callCni({
+      nodeNs: ref.nodeNs,
+      exe: join(REFERENCE_DIR, 'bridge'),
+      verb: 'ADD',
+      conf: refConf(),
+      containerId: 'same',
+      netns: refPod,
+    });
     expect([a.code, b.code]).toEqual([0, 0]);
     expect((a.json as { ips: unknown }).ips).toEqual((b.json as { ips: unknown }).ips);
     const shape = await podShape(twill, twPod);
     expect(shape).toEqual(await podShape(ref, refPod));
-    expect(shape).toMatchObject({ eth0: { mtu: 1450, inet: [{ local: '10.244.3.2', prefixlen: 24, broadcast: '10.244.3.255' }] } });
+    expect(shape).toMatchObject({
+      eth0: {
+        mtu: 1450,
+        inet: [{ local: '10.244.3.2', prefixlen: 24, broadcast: '10.244.3.255' }],
+      },
+    });
     expect(await nodeShape(twill)).toEqual(await nodeShape(ref));
     // same store layout: host-local's file name and content
     expect(await twill.reserved()).toEqual(await ref.reserved());
@@ -80,17 +140,47 @@ describe('twill-cni beside bridge + host-local', () => {
     expect(add.code).toBe(0);
     const podIp = (add.json as { ips: { address: string }[] }).ips[0]?.address.split('/')[0];
     const portmap = {
-      cniVersion: '1.0.0', name: 'twnet', type: 'portmap', capabilities: { portMappings: true },
-      runtimeConfig: { portMappings: [{ hostPort: 18080, containerPort: 80, protocol: 'tcp' }] }, prevResult: add.json,
+      cniVersion: '1.0.0',
+      name: 'twnet',
+      type: 'portmap',
+      capabilities: { portMappings: true },
+      runtimeConfig: { portMappings: [{ hostPort: 18080, containerPort: 80, protocol: 'tcp' }] },
+      prevResult: add.json,
     };
-    const pm = await callCni({ nodeNs: twill.nodeNs, exe: join(REFERENCE_DIR, 'portmap'), verb: 'ADD', conf: portmap, containerId: 'pm', netns: pod });
+    const pm = await callCni({
+      nodeNs: twill.nodeNs,
+      exe: join(REFERENCE_DIR, 'portmap'),
+      verb: 'ADD',
+      conf: portmap,
+      containerId: 'pm',
+      netns: pod,
+    });
     expect(pm.code).toBe(0);
     expect(pm.json).toEqual(add.json); // a chained plugin passes prevResult on
-    const nat = (await run('ip', ['netns', 'exec', twill.nodeNs, 'iptables-save', '-t', 'nat'])).stdout;
+    const nat = (await run('ip', ['netns', 'exec', twill.nodeNs, 'iptables-save', '-t', 'nat']))
+      .stdout;
     expect(nat).toContain(`--to-destination ${podIp}:80`);
-    const pmDel = await callCni({ nodeNs: twill.nodeNs, exe: join(REFERENCE_DIR, 'portmap'), verb: 'DEL', conf: portmap, containerId: 'pm', netns: pod });
+    const pmDel = await callCni({
+      nodeNs: twill.nodeNs,
+      exe: join(REFERENCE_DIR, 'portmap'),
+      verb: 'DEL',
+      conf: portmap,
+      containerId: 'pm',
+      netns: pod,
+    });
     expect(pmDel.code).toBe(0);
-    expect((await twill.call({ verb: 'DEL', containerId: 'pm', netns: pod, conf: twill.conf('1.0.0', { prevResult: add.json }) })).code).toBe(0);
-    expect((await run('ip', ['netns', 'exec', twill.nodeNs, 'iptables-save', '-t', 'nat'])).stdout).not.toContain(`${podIp}:80`);
+    expect(
+      (
+        await twill.call({
+          verb: 'DEL',
+          containerId: 'pm',
+          netns: pod,
+          conf: twill.conf('1.0.0', { prevResult: add.json }),
+        })
+      ).code,
+    ).toBe(0);
+    expect(
+      (await run('ip', ['netns', 'exec', twill.nodeNs, 'iptables-save', '-t', 'nat'])).stdout,
+    ).not.toContain(`${podIp}:80`);
   });
 });

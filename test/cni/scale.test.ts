@@ -26,7 +26,9 @@ afterAll(async () => {
   await gcNode.destroy();
 });
 
-/** Makes store entries look reserved `ageMs` ago (GC leaves entries younger than a minute alone). */
+/**
+ * Makes store entries look reserved `ageMs` ago (GC leaves entries younger than a minute alone).
+ */
 async function age(node: CniNode, ips: readonly string[], ageMs: number): Promise<void> {
   const t = new Date(Date.now() - ageMs);
   for (const ip of ips) await utimes(join(node.storeDir, ip), t, t);
@@ -36,13 +38,17 @@ describe('twill-cni under concurrency', () => {
   it('gives 50 concurrent ADDs 50 distinct addresses; 50 DELs leave an empty store', async () => {
     const pods: string[] = [];
     for (let i = 0; i < 50; i++) pods.push(await node.pod(`c${i}`));
-    const adds = await Promise.all(pods.map((netns, i) => node.call({ verb: 'ADD', containerId: `conc-${i}`, netns })));
+    const adds = await Promise.all(
+      pods.map((netns, i) => node.call({ verb: 'ADD', containerId: `conc-${i}`, netns })),
+    );
     expect(adds.filter((a) => a.code !== 0).map((a) => a.stdout)).toEqual([]);
     const addresses = adds.map((a) => (a.json as { ips: { address: string }[] }).ips[0]?.address);
     expect(new Set(addresses).size).toBe(50);
     expect(await node.reserved()).toHaveLength(50);
     expect(await node.hostVeths()).toHaveLength(50);
-    const dels = await Promise.all(pods.map((netns, i) => node.call({ verb: 'DEL', containerId: `conc-${i}`, netns })));
+    const dels = await Promise.all(
+      pods.map((netns, i) => node.call({ verb: 'DEL', containerId: `conc-${i}`, netns })),
+    );
     expect(dels.map((d) => d.code)).toEqual(Array.from({ length: 50 }, () => 0));
     expect(await node.reserved()).toEqual([]);
     expect(await node.hostVeths()).toEqual([]);
@@ -53,14 +59,28 @@ describe('twill-cni under concurrency', () => {
     // /29: network .0, gateway .1, broadcast .7 → five addresses
     const pods: string[] = [];
     for (let i = 0; i < 6; i++) pods.push(await small.pod(`x${i}`));
-    for (let i = 0; i < 5; i++) expect((await small.call({ verb: 'ADD', containerId: `full-${i}`, netns: pods[i] })).code).toBe(0);
+    for (let i = 0; i < 5; i++)
+      expect(
+        (await small.call({ verb: 'ADD', containerId: `full-${i}`, netns: pods[i] })).code,
+      ).toBe(0);
     const sixth = await small.call({ verb: 'ADD', containerId: 'full-5', netns: pods[5] });
     expect(sixth.code).toBe(1);
-    expect(sixth.json).toMatchObject({ code: 103, msg: expect.stringContaining("all 5 addresses of the node's subnet are reserved") });
-    expect(await small.reserved()).toEqual(['10.244.7.2', '10.244.7.3', '10.244.7.4', '10.244.7.5', '10.244.7.6']);
+    expect(sixth.json).toMatchObject({
+      code: 103,
+      msg: expect.stringContaining("all 5 addresses of the node's subnet are reserved"),
+    });
+    expect(await small.reserved()).toEqual([
+      '10.244.7.2',
+      '10.244.7.3',
+      '10.244.7.4',
+      '10.244.7.5',
+      '10.244.7.6',
+    ]);
     expect(await small.hostVeths()).toHaveLength(5);
     expect(await small.ipJson(pods[5] as string, ['link', 'show', 'dev', 'lo'])).toHaveLength(1);
-    expect(JSON.stringify(await small.ipJson(pods[5] as string, ['link', 'show']))).not.toContain('eth0');
+    expect(JSON.stringify(await small.ipJson(pods[5] as string, ['link', 'show']))).not.toContain(
+      'eth0',
+    );
   });
 
   it('GC releases what is not in cni.dev/valid-attachments and keeps the rest working, and an ADD in flight', async () => {
@@ -74,19 +94,30 @@ describe('twill-cni under concurrency', () => {
     }
     // gc-3 has just reserved its address: an ADD the runtime does not list yet
     await age(gcNode, ips.slice(0, 3), 120_000);
-    const valid = [{ containerID: 'gc-0', ifname: 'eth0' }, { containerID: 'gc-2', ifname: 'eth0' }];
-    const gc = await gcNode.call({ verb: 'GC', conf: gcNode.conf('1.1.0', { 'cni.dev/valid-attachments': valid }) });
+    const valid = [
+      { containerID: 'gc-0', ifname: 'eth0' },
+      { containerID: 'gc-2', ifname: 'eth0' },
+    ];
+    const gc = await gcNode.call({
+      verb: 'GC',
+      conf: gcNode.conf('1.1.0', { 'cni.dev/valid-attachments': valid }),
+    });
     expect(gc).toMatchObject({ code: 0, stdout: '' });
     expect(await gcNode.reserved()).toEqual([ips[0], ips[2], ips[3]].sort());
     expect(await gcNode.hostVeths()).toHaveLength(3);
     const check = await gcNode.call({
-      verb: 'CHECK', containerId: 'gc-2', netns: pods[2],
+      verb: 'CHECK',
+      containerId: 'gc-2',
+      netns: pods[2],
       conf: gcNode.conf('1.1.0', { prevResult: { ips: [{ address: `${ips[2]}/29` }] } }),
     });
     expect(check).toMatchObject({ code: 0 });
     await age(gcNode, [ips[3] as string], 120_000);
     // the 1.1.0 spec text's key, as libcni also sends it
-    expect((await gcNode.call({ verb: 'GC', conf: gcNode.conf('1.1.0', { 'cni.dev/attachments': [] }) })).code).toBe(0);
+    expect(
+      (await gcNode.call({ verb: 'GC', conf: gcNode.conf('1.1.0', { 'cni.dev/attachments': [] }) }))
+        .code,
+    ).toBe(0);
     expect(await gcNode.reserved()).toEqual([]);
     expect(await gcNode.hostVeths()).toEqual([]);
   });

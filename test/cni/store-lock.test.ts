@@ -32,12 +32,14 @@ afterAll(async () => {
   await order.destroy();
 });
 
-const addressOf = (json: unknown): string => (json as { ips: { address: string }[] }).ips[0]?.address.split('/')[0] ?? '';
+const addressOf = (json: unknown): string =>
+  (json as { ips: { address: string }[] }).ips[0]?.address.split('/')[0] ?? '';
 
 describe('twill-cni IP store lock', () => {
   it('ADDs and GCs at once: distinct addresses, every new reservation kept, every stale one released', async () => {
     await mkdir(race.storeDir, { recursive: true });
-    // 20 reservations of containers the runtime no longer knows, reserved long ago, with no veth left
+    // 20 reservations of containers the runtime no longer knows, reserved long ago, with no veth
+    // left
     const stale = Array.from({ length: 20 }, (_, i) => `10.244.11.${40 + i}`);
     const past = new Date(Date.now() - 600_000);
     for (const [i, ip] of stale.entries()) {
@@ -55,8 +57,10 @@ describe('twill-cni IP store lock', () => {
     expect(answers.filter((a) => a.code !== 0).map((a) => a.stdout)).toEqual([]);
     const addresses = answers.slice(0, 20).map((a) => addressOf(a.json));
     expect(new Set(addresses).size).toBe(20);
-    // each ADD's address is still reserved, for that ADD (a GC scan that started before it did not take it)
-    for (const [i, ip] of addresses.entries()) expect(await readFile(join(race.storeDir, ip), 'utf8')).toBe(`new-${i}\r\neth0`);
+    // each ADD's address is still reserved, for that ADD (a GC scan that started before it did not
+    // take it)
+    for (const [i, ip] of addresses.entries())
+      expect(await readFile(join(race.storeDir, ip), 'utf8')).toBe(`new-${i}\r\neth0`);
     expect((await race.reserved()).sort()).toEqual([...addresses].sort());
     expect((await readdir(race.storeDir)).filter((n) => n.startsWith('.'))).toEqual([]);
   });
@@ -67,13 +71,29 @@ describe('twill-cni IP store lock', () => {
     const holder = spawn('sleep', ['60'], { stdio: 'ignore' });
     const pid = holder.pid ?? 0;
     const lock = join(locks.storeDir, LOCK_NAME);
-    await writeFile(lock, JSON.stringify({ pid, start: await processStart(pid), pidns: await readlink('/proc/self/ns/pid'), token: 'held' }));
+    await writeFile(
+      lock,
+      JSON.stringify({
+        pid,
+        start: await processStart(pid),
+        pidns: await readlink('/proc/self/ns/pid'),
+        token: 'held',
+      }),
+    );
     try {
       const started = Date.now();
       const held = await locks.call({ verb: 'ADD', containerId: 'l1', netns: pod });
       expect(Date.now() - started).toBeGreaterThanOrEqual(4500);
       expect(held.code).toBe(1);
-      expect(held.json).toEqual({ cniVersion: '1.0.0', code: 11, msg: expect.stringMatching(new RegExp(`^cannot lock the IP store .*: ${lock} is held by pid ${pid} .*try again later$`)) });
+      expect(held.json).toEqual({
+        cniVersion: '1.0.0',
+        code: 11,
+        msg: expect.stringMatching(
+          new RegExp(
+            `^cannot lock the IP store .*: ${lock} is held by pid ${pid} .*try again later$`,
+          ),
+        ),
+      });
       expect(await locks.reserved()).toEqual([]);
       expect(await locks.hostVeths()).toEqual([]);
     } finally {
@@ -102,33 +122,44 @@ describe('twill-cni DEL order', () => {
     const add = await order.call({ verb: 'ADD', containerId: 'o1', netns: pod });
     expect(add.code).toBe(0);
     const ip = addressOf(add.json);
-    // an `ip` that records the store when asked to delete a link, and fails that deletion while `fail` exists
+    // an `ip` that records the store when asked to delete a link, and fails that deletion while
+    // `fail` exists
     const bin = join(order.dir, 'bin');
     await mkdir(bin);
     const realIp = (await run('sh', ['-c', 'command -v ip'])).stdout.trim();
     const seen = join(order.dir, 'store-at-link-del');
     const failFlag = join(order.dir, 'fail');
-    await writeFile(join(bin, 'ip'), [
-      '#!/bin/sh',
-      `if [ "$1" = link ] && [ "$2" = del ]; then`,
-      `  ls ${order.storeDir} > ${seen}`,
-      `  if [ -e ${failFlag} ]; then echo 'RTNETLINK answers: Operation not permitted' >&2; exit 2; fi`,
-      'fi',
-      `exec ${realIp} "$@"`,
-      '',
-    ].join('\n'));
+    await writeFile(
+      join(bin, 'ip'),
+      [
+        '#!/bin/sh',
+        `if [ "$1" = link ] && [ "$2" = del ]; then`,
+        `  ls ${order.storeDir} > ${seen}`,
+        `  if [ -e ${failFlag} ]; then echo 'RTNETLINK answers: Operation not permitted' >&2; exit 2; fi`,
+        'fi',
+        `exec ${realIp} "$@"`,
+        '',
+      ].join('\n'),
+    );
     await chmod(join(bin, 'ip'), 0o755);
     const path = `${bin}:${process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin'}`;
 
     await writeFile(failFlag, '');
     const failed = await order.call({ verb: 'DEL', containerId: 'o1', netns: pod, path });
     expect(failed.code).toBe(1);
-    expect(failed.json).toMatchObject({ cniVersion: '1.0.0', code: 101, msg: expect.stringContaining('Operation not permitted') });
+    expect(failed.json).toMatchObject({
+      cniVersion: '1.0.0',
+      code: 101,
+      msg: expect.stringContaining('Operation not permitted'),
+    });
     expect(await order.reserved()).toEqual([ip]);
     expect(await order.hostVeths()).toHaveLength(1);
 
     await rm(failFlag);
-    expect(await order.call({ verb: 'DEL', containerId: 'o1', netns: pod, path })).toMatchObject({ code: 0, stdout: '' });
+    expect(await order.call({ verb: 'DEL', containerId: 'o1', netns: pod, path })).toMatchObject({
+      code: 0,
+      stdout: '',
+    });
     expect((await readFile(seen, 'utf8')).split('\n')).toContain(ip);
     expect(await order.reserved()).toEqual([]);
     expect(await order.hostVeths()).toEqual([]);

@@ -12,7 +12,8 @@ import type { LeaseAttrs, LeaseEvent } from '../../src/lease/types.ts';
 import { waitFor } from '../helpers/ports.ts';
 import { vxlanAttrs } from './lease-store.ts';
 
-export const BIG_NETCONF = '{"Network":"10.0.0.0/8","SubnetLen":24,"Backend":{"Type":"vxlan","VNI":1}}';
+export const BIG_NETCONF =
+  '{"Network":"10.0.0.0/8","SubnetLen":24,"Backend":{"Type":"vxlan","VNI":1}}';
 /** keys of ~2.5 KB values */
 export const SMALL_KEYS = 3000;
 /** of which this many are valid vxlan leases (the rest are host-gw ones) */
@@ -33,10 +34,19 @@ export function bigPrefixEntries(): [string, string][] {
   const out: [string, string][] = [];
   for (let i = 0; i < SMALL_KEYS; i++) {
     const key = `10.${1 + (i >> 8)}.${i & 255}.0-24`;
-    const attrs: LeaseAttrs = i < VALID_KEYS ? vxlanAttrs(i + 1) : { publicIp: `198.51.100.${(i % 250) + 1}`, publicIpv6: null, backendType: 'host-gw', backendData: null };
+    const attrs: LeaseAttrs =
+      i < VALID_KEYS
+        ? vxlanAttrs(i + 1)
+        : {
+            publicIp: `198.51.100.${(i % 250) + 1}`,
+            publicIpv6: null,
+            backendType: 'host-gw',
+            backendData: null,
+          };
     out.push([key, padded(attrs)]);
   }
-  for (let i = 0; i < BIG_KEYS; i++) out.push([bigKey(i), `{"PublicIP":"192.0.2.200","Pad":"${'B'.repeat(BIG_VALUE_BYTES)}"}`]);
+  for (let i = 0; i < BIG_KEYS; i++)
+    out.push([bigKey(i), `{"PublicIP":"192.0.2.200","Pad":"${'B'.repeat(BIG_VALUE_BYTES)}"}`]);
   out.push([BAD_KEY, `not json ${'N'.repeat(5_000)}`]);
   return out;
 }
@@ -53,7 +63,10 @@ export interface BigPrefixHarness {
 }
 
 const signal = new AbortController().signal;
-const allKeys = (listing: KvListing): string[] => [...listing.entries.map((e) => e.key), ...listing.skipped.map((s) => s.key)];
+const allKeys = (listing: KvListing): string[] => [
+  ...listing.entries.map((e) => e.key),
+  ...listing.skipped.map((s) => s.key),
+];
 
 export function bigPrefixContract(name: string, harness: () => BigPrefixHarness): void {
   describe(`${name}: a lease prefix larger than one gRPC reply`, () => {
@@ -63,7 +76,10 @@ export function bigPrefixContract(name: string, harness: () => BigPrefixHarness)
 
     beforeAll(async () => {
       h = harness();
-      await h.putAll([[`${h.prefix}/config`, BIG_NETCONF], ...entries.map(([k, v]): [string, string] => [subnets(h.prefix) + k, v])]);
+      await h.putAll([
+        [`${h.prefix}/config`, BIG_NETCONF],
+        ...entries.map(([k, v]): [string, string] => [subnets(h.prefix) + k, v]),
+      ]);
     }, 120_000);
 
     it('lists every key once, in key order, at one revision', async () => {
@@ -71,14 +87,19 @@ export function bigPrefixContract(name: string, harness: () => BigPrefixHarness)
       const started = performance.now();
       const listing = await kv.list(subnets(h.prefix), signal);
       const ms = Math.round(performance.now() - started);
-      console.log(`${name}: listed ${allKeys(listing).length} keys (${listing.skipped.length} skipped) in ${ms} ms`);
+      console.log(
+        `${name}: listed ${allKeys(listing).length} keys (${listing.skipped.length} skipped) in ${ms} ms`,
+      );
       const keys = allKeys(listing);
       expect(keys).toHaveLength(entries.length);
       expect(new Set(keys)).toEqual(new Set(entries.map(([k]) => subnets(h.prefix) + k)));
       const listed = listing.entries.map((e) => e.key);
-      expect(listed).toEqual([...listed].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b))));
+      expect(listed).toEqual(
+        [...listed].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b))),
+      );
       // one snapshot: nothing listed is newer than its revision, and the next write is
-      for (const e of listing.entries) expect(BigInt(e.modRevision)).toBeLessThanOrEqual(listing.revision);
+      for (const e of listing.entries)
+        expect(BigInt(e.modRevision)).toBeLessThanOrEqual(listing.revision);
       const byKey = new Map(entries.map(([k, v]) => [subnets(h.prefix) + k, v]));
       for (const e of listing.entries) expect(e.value === byKey.get(e.key)).toBe(true);
     });
@@ -89,12 +110,17 @@ export function bigPrefixContract(name: string, harness: () => BigPrefixHarness)
       const ctl = new AbortController();
       const watching = store.watchLeases({ signal: ctl.signal, onEvent: (e) => events.push(e) });
       try {
-        await waitFor(() => events.some((e) => e.type === 'snapshot'), { timeoutMs: 30_000, what: 'snapshot' });
+        await waitFor(() => events.some((e) => e.type === 'snapshot'), {
+          timeoutMs: 30_000,
+          what: 'snapshot',
+        });
         const snap = events.find((e) => e.type === 'snapshot');
         const records = snap?.type === 'snapshot' ? snap.records : [];
         expect(records).toHaveLength(entries.length);
         const invalid = records.filter((r) => !r.ok);
-        expect(invalid.map((r) => r.key).sort()).toEqual([...Array.from({ length: BIG_KEYS }, (_, i) => bigKey(i)), BAD_KEY].sort());
+        expect(invalid.map((r) => r.key).sort()).toEqual(
+          [...Array.from({ length: BIG_KEYS }, (_, i) => bigKey(i)), BAD_KEY].sort(),
+        );
         for (const r of invalid) {
           expect(r.ok === false && r.reason.length).toBeLessThanOrEqual(300);
           expect(r.ok === false && r.reason).toMatch(/bytes|not JSON/);
@@ -114,14 +140,25 @@ export function bigPrefixContract(name: string, harness: () => BigPrefixHarness)
       let watching: Promise<void> | undefined;
       try {
         const config = parseNetConfig(BIG_NETCONF);
-        const lease = await store.acquireLease({ config, attrs: vxlanAttrs(250), previous: undefined }, signal);
+        const lease = await store.acquireLease(
+          { config, attrs: vxlanAttrs(250), previous: undefined },
+          signal,
+        );
         expect(entries.map(([k]) => k)).not.toContain(lease.key);
         watching = store.watchLeases({ signal: ctl.signal, onEvent: (e) => events.push(e) });
-        await waitFor(() => events.some((e) => e.type === 'snapshot'), { timeoutMs: 30_000, what: 'snapshot' });
+        await waitFor(() => events.some((e) => e.type === 'snapshot'), {
+          timeoutMs: 30_000,
+          what: 'snapshot',
+        });
         const snap = events.find((e) => e.type === 'snapshot');
-        expect(snap?.type === 'snapshot' && snap.records.some((r) => r.key === lease.key)).toBe(true);
+        expect(snap?.type === 'snapshot' && snap.records.some((r) => r.key === lease.key)).toBe(
+          true,
+        );
         await h.putAll([[subnets(h.prefix) + '10.250.0.0-24', encodeLeaseValue(vxlanAttrs(77))]]);
-        await waitFor(() => events.some((e) => e.type === 'put' && e.record.key === '10.250.0.0-24'), { timeoutMs: 10_000, what: 'put after the listing' });
+        await waitFor(
+          () => events.some((e) => e.type === 'put' && e.record.key === '10.250.0.0-24'),
+          { timeoutMs: 10_000, what: 'put after the listing' },
+        );
         expect(events.filter((e) => e.type === 'snapshot')).toHaveLength(1);
       } finally {
         ctl.abort();

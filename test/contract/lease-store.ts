@@ -50,13 +50,28 @@ let seq = 0;
 
 export function vxlanAttrs(n: number): LeaseAttrs {
   const hex = (n & 0xff).toString(16).padStart(2, '0');
-  return { publicIp: `192.0.2.${n}`, publicIpv6: null, backendType: 'vxlan', backendData: { vni: 1, vtepMac: `02:00:00:00:01:${hex}` } };
+  return {
+    publicIp: `192.0.2.${n}`,
+    publicIpv6: null,
+    backendType: 'vxlan',
+    backendData: { vni: 1, vtepMac: `02:00:00:00:01:${hex}` },
+  };
 }
 
-const hostGw = (n: number): LeaseAttrs => ({ publicIp: `192.0.2.${n}`, publicIpv6: null, backendType: 'host-gw', backendData: null });
+const hostGw = (n: number): LeaseAttrs => ({
+  publicIp: `192.0.2.${n}`,
+  publicIpv6: null,
+  backendType: 'host-gw',
+  backendData: null,
+});
 
 /** A harness over etcd-shaped raw keys, in flannel's layout: one per Kv-based store. */
-export function kvHarness(o: { put: RawKeys['put']; del: RawKeys['del']; get: RawKeys['get']; newStore: (x: { prefix: string; ttlSeconds?: number }) => Promise<LeaseStore> }): StoreHarness {
+export function kvHarness(o: {
+  put: RawKeys['put'];
+  del: RawKeys['del'];
+  get: RawKeys['get'];
+  newStore: (x: { prefix: string; ttlSeconds?: number }) => Promise<LeaseStore>;
+}): StoreHarness {
   const make = async (netconf: string): Promise<{ net: TestNetwork; raw: RawKeys }> => {
     const prefix = `/twill-test/${process.pid}-${++seq}`;
     const raw: RawKeys = { prefix, put: o.put, del: o.del, get: o.get };
@@ -64,12 +79,20 @@ export function kvHarness(o: { put: RawKeys['put']; del: RawKeys['del']; get: Ra
     await o.put(`${prefix}/config`, netconf);
     const net: TestNetwork = {
       configLocation: `${prefix}/config`,
-      setConfig: async (text) => (text === undefined ? o.del(`${prefix}/config`) : o.put(`${prefix}/config`, text)),
-      open: (_n, x) => o.newStore({ prefix, ...(x?.ttlSeconds ? { ttlSeconds: x.ttlSeconds } : {}) }),
+      setConfig: async (text) =>
+        text === undefined ? o.del(`${prefix}/config`) : o.put(`${prefix}/config`, text),
+      open: (_n, x) =>
+        o.newStore({ prefix, ...(x?.ttlSeconds ? { ttlSeconds: x.ttlSeconds } : {}) }),
       read: (k) => o.get(key(k)),
       drop: (k) => o.del(key(k)),
-      giveAway: async (k, n) => (await o.del(key(k)), await o.put(key(k), encodeLeaseValue(vxlanAttrs(n)))),
-      writePeer: async (n, value) => (await o.put(key(`10.10.${n}.0-24`), value), `10.10.${n}.0-24`),
+      giveAway: async (k, n) => (
+        await o.del(key(k)),
+        await o.put(key(k), encodeLeaseValue(vxlanAttrs(n)))
+      ),
+      writePeer: async (n, value) => (
+        await o.put(key(`10.10.${n}.0-24`), value),
+        `10.10.${n}.0-24`
+      ),
       deletePeer: (k) => o.del(key(k)),
     };
     return { net, raw };
@@ -78,7 +101,10 @@ export function kvHarness(o: { put: RawKeys['put']; del: RawKeys['del']; get: Ra
 }
 
 export function leaseStoreContract(name: string, harness: () => StoreHarness): void {
-  const setup = async (netconf = NETCONF): Promise<{ net: TestNetwork; config: NetConfig }> => ({ net: await harness().network(netconf), config: parseNetConfig(netconf) });
+  const setup = async (netconf = NETCONF): Promise<{ net: TestNetwork; config: NetConfig }> => ({
+    net: await harness().network(netconf),
+    config: parseNetConfig(netconf),
+  });
 
   describe(`LeaseStore contract: ${name}`, () => {
     it('reads the network config, and names where it lives when it is missing or bad', async () => {
@@ -86,41 +112,67 @@ export function leaseStoreContract(name: string, harness: () => StoreHarness): v
       const store = await net.open(1);
       expect(formatCidr((await store.getNetworkConfig(signal)).network)).toBe('10.10.0.0/16');
       await net.setConfig(undefined);
-      await expect(store.getNetworkConfig(signal)).rejects.toMatchObject({ code: 'CONFIG_MISSING', message: expect.stringContaining(net.configLocation) });
+      await expect(store.getNetworkConfig(signal)).rejects.toMatchObject({
+        code: 'CONFIG_MISSING',
+        message: expect.stringContaining(net.configLocation),
+      });
       await net.setConfig('{"Network":"10.10.0.0/30"}');
-      await expect(store.getNetworkConfig(signal)).rejects.toMatchObject({ code: 'CONFIG_INVALID', message: expect.stringMatching(/Network.*10\.10\.0\.0\/30/) });
+      await expect(store.getNetworkConfig(signal)).rejects.toMatchObject({
+        code: 'CONFIG_INVALID',
+        message: expect.stringMatching(/Network.*10\.10\.0\.0\/30/),
+      });
       await store.close();
     });
 
-    it('publishes our lease in flannel\'s format, a /SubnetLen inside Network', async () => {
+    it("publishes our lease in flannel's format, a /SubnetLen inside Network", async () => {
       const { net, config } = await setup();
       const store = await net.open(1);
-      const lease = await store.acquireLease({ config, attrs: vxlanAttrs(1), previous: undefined }, signal);
+      const lease = await store.acquireLease(
+        { config, attrs: vxlanAttrs(1), previous: undefined },
+        signal,
+      );
       expect(lease.subnet.prefix).toBe(24);
       expect(containsCidr(config.network, lease.subnet)).toBe(true);
-      expect(await net.read(lease.key)).toBe('{"PublicIP":"192.0.2.1","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:01:01"}}');
+      expect(await net.read(lease.key)).toBe(
+        '{"PublicIP":"192.0.2.1","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:01:01"}}',
+      );
       expect(lease.expiresAt).toBeGreaterThan(Date.now() + 23 * 3600_000);
       await store.close();
     });
 
     it('gives a restarted node its existing lease, with updated attributes', async () => {
       const { net, config } = await setup();
-      const first = await (await net.open(2)).acquireLease({ config, attrs: hostGw(2), previous: undefined }, signal);
-      const again = await (await net.open(2)).acquireLease({ config, attrs: vxlanAttrs(2), previous: undefined }, signal);
-      expect({ key: again.key, subnet: formatCidr(again.subnet) }).toEqual({ key: first.key, subnet: formatCidr(first.subnet) });
+      const first = await (
+        await net.open(2)
+      ).acquireLease({ config, attrs: hostGw(2), previous: undefined }, signal);
+      const again = await (
+        await net.open(2)
+      ).acquireLease({ config, attrs: vxlanAttrs(2), previous: undefined }, signal);
+      expect({ key: again.key, subnet: formatCidr(again.subnet) }).toEqual({
+        key: first.key,
+        subnet: formatCidr(first.subnet),
+      });
       expect(await net.read(again.key)).toBe(encodeLeaseValue(vxlanAttrs(2)));
     });
 
     it('renews; a stripped record is never kept silently; reclaims it; refuses a subnet that is no longer ours', async () => {
       const { net, config } = await setup();
       const store = await net.open(5);
-      const lease = await store.acquireLease({ config, attrs: vxlanAttrs(5), previous: undefined }, signal);
+      const lease = await store.acquireLease(
+        { config, attrs: vxlanAttrs(5), previous: undefined },
+        signal,
+      );
       const renewed = await store.renewLease(lease, signal);
       expect(renewed.key).toBe(lease.key);
       await net.drop(lease.key);
       // a store either reports the loss or puts the record back; either way the record returns
-      const afterDrop = await store.renewLease(renewed, signal).catch((err: { code?: string }) => err.code);
-      expect(afterDrop === 'LEASE_LOST' || (typeof afterDrop === 'object' && afterDrop.key === lease.key)).toBe(true);
+      const afterDrop = await store
+        .renewLease(renewed, signal)
+        .catch((err: { code?: string }) => err.code);
+      expect(
+        afterDrop === 'LEASE_LOST' ||
+          (typeof afterDrop === 'object' && afterDrop.key === lease.key),
+      ).toBe(true);
       const back = await store.reclaimLease(renewed, signal);
       expect(back.key).toBe(lease.key);
       expect(await net.read(lease.key)).toBe(encodeLeaseValue(vxlanAttrs(5)));
@@ -135,14 +187,23 @@ export function leaseStoreContract(name: string, harness: () => StoreHarness): v
       const events: LeaseEvent[] = [];
       const ctl = new AbortController();
       const watching = store.watchLeases({ signal: ctl.signal, onEvent: (e) => events.push(e) });
-      await waitFor(() => events.some((e) => e.type === 'snapshot'), { timeoutMs: 5000, what: 'snapshot' });
+      await waitFor(() => events.some((e) => e.type === 'snapshot'), {
+        timeoutMs: 5000,
+        what: 'snapshot',
+      });
       const snap = events.find((e) => e.type === 'snapshot');
       expect(snap?.type === 'snapshot' && snap.records.map((r) => r.key)).toEqual([seven]);
       // a fixed subnet where the store allocates, so the peers written by hand never land on ours
-      const mine = await store.acquireLease({ config, attrs: vxlanAttrs(8), previous: parseCidr('10.10.8.0/24', { strict: true }) }, signal);
+      const mine = await store.acquireLease(
+        { config, attrs: vxlanAttrs(8), previous: parseCidr('10.10.8.0/24', { strict: true }) },
+        signal,
+      );
       const six = await net.writePeer(6, 'not json');
       await net.deletePeer(seven);
-      await waitFor(() => events.some((e) => e.type === 'delete'), { timeoutMs: 5000, what: 'delete event' });
+      await waitFor(() => events.some((e) => e.type === 'delete'), {
+        timeoutMs: 5000,
+        what: 'delete event',
+      });
       const puts = events.flatMap((e) => (e.type === 'put' ? [e.record] : []));
       expect(puts.map((r) => [r.key, r.ok])).toEqual([
         [mine.key, true],
@@ -161,17 +222,22 @@ export function leaseStoreContract(name: string, harness: () => StoreHarness): v
 
 /** The part for stores that allocate subnets themselves and whose leases expire. */
 function allocationContract(name: string, harness: () => StoreHarness): void {
-  const make = async (netconf = NETCONF): Promise<{ net: TestNetwork; raw: RawKeys; config: NetConfig }> => {
+  const make = async (
+    netconf = NETCONF,
+  ): Promise<{ net: TestNetwork; raw: RawKeys; config: NetConfig }> => {
     const allocating = harness().allocating;
     if (!allocating) throw new Error(`${name}: no allocation harness`);
     return { ...(await allocating(netconf)), config: parseNetConfig(netconf) };
   };
 
   describe(`LeaseStore contract, allocation: ${name}`, () => {
-    it('names a new lease\'s key after its subnet, inside [SubnetMin, SubnetMax], and tells when it expires', async () => {
+    it("names a new lease's key after its subnet, inside [SubnetMin, SubnetMax], and tells when it expires", async () => {
       const { net, config } = await make();
       const store = await net.open(1);
-      const lease = await store.acquireLease({ config, attrs: vxlanAttrs(1), previous: undefined }, signal);
+      const lease = await store.acquireLease(
+        { config, attrs: vxlanAttrs(1), previous: undefined },
+        signal,
+      );
       expect(lease.subnet.base).toBeGreaterThanOrEqual(config.subnetMin);
       expect(lease.subnet.base).toBeLessThanOrEqual(config.subnetMax);
       expect(lease.key).toBe(formatCidr(lease.subnet).replace('/', '-'));
@@ -186,59 +252,95 @@ function allocationContract(name: string, harness: () => StoreHarness): void {
       const { net, config } = await make();
       const store = await net.open(3);
       const wanted = parseCidr('10.10.77.0/24', { strict: true });
-      const a = await store.acquireLease({ config, attrs: vxlanAttrs(3), previous: wanted }, signal);
+      const a = await store.acquireLease(
+        { config, attrs: vxlanAttrs(3), previous: wanted },
+        signal,
+      );
       expect(formatCidr(a.subnet)).toBe('10.10.77.0/24');
-      const b = await store.acquireLease({ config, attrs: vxlanAttrs(4), previous: wanted }, signal);
+      const b = await store.acquireLease(
+        { config, attrs: vxlanAttrs(4), previous: wanted },
+        signal,
+      );
       expect(formatCidr(b.subnet)).not.toBe('10.10.77.0/24');
     });
 
     it('gives concurrent nodes distinct subnets', async () => {
       const { net, config } = await make();
       const stores = await Promise.all(Array.from({ length: 20 }, (_, i) => net.open(10 + i)));
-      const leases = await Promise.all(stores.map((s, i) => s.acquireLease({ config, attrs: vxlanAttrs(10 + i), previous: undefined }, signal)));
+      const leases = await Promise.all(
+        stores.map((s, i) =>
+          s.acquireLease({ config, attrs: vxlanAttrs(10 + i), previous: undefined }, signal),
+        ),
+      );
       expect(new Set(leases.map((l) => l.key)).size).toBe(20);
       await Promise.all(stores.map((s) => s.close()));
     });
 
     it('fails with "out of subnets" when the range is full', async () => {
-      const { net, config } = await make('{"Network":"10.20.0.0/28","SubnetLen":30,"Backend":{"Type":"host-gw"}}');
+      const { net, config } = await make(
+        '{"Network":"10.20.0.0/28","SubnetLen":30,"Backend":{"Type":"host-gw"}}',
+      );
       const store = await net.open(1);
       const got = [];
-      for (let n = 1; n <= 3; n++) got.push(formatCidr((await store.acquireLease({ config, attrs: hostGw(n), previous: undefined }, signal)).subnet));
+      for (let n = 1; n <= 3; n++)
+        got.push(
+          formatCidr(
+            (await store.acquireLease({ config, attrs: hostGw(n), previous: undefined }, signal))
+              .subnet,
+          ),
+        );
       expect(got.sort()).toEqual(['10.20.0.12/30', '10.20.0.4/30', '10.20.0.8/30']);
-      await expect(store.acquireLease({ config, attrs: hostGw(9), previous: undefined }, signal)).rejects.toMatchObject({
+      await expect(
+        store.acquireLease({ config, attrs: hostGw(9), previous: undefined }, signal),
+      ).rejects.toMatchObject({
         code: 'SUBNETS_EXHAUSTED',
         message: expect.stringContaining('out of subnets'),
       });
     });
 
     it('does not let a hostile key block allocation', async () => {
-      const { net, raw, config } = await make('{"Network":"10.20.0.0/28","SubnetLen":30,"Backend":{"Type":"host-gw"}}');
+      const { net, raw, config } = await make(
+        '{"Network":"10.20.0.0/28","SubnetLen":30,"Backend":{"Type":"host-gw"}}',
+      );
       await raw.put(`${raw.prefix}/subnets/0.0.0.0-0`, 'anything');
       await raw.put(`${raw.prefix}/subnets/10.20.0.0-28`, 'anything');
-      const lease = await (await net.open(1)).acquireLease({ config, attrs: hostGw(1), previous: undefined }, signal);
+      const lease = await (
+        await net.open(1)
+      ).acquireLease({ config, attrs: hostGw(1), previous: undefined }, signal);
       expect(['10.20.0.4/30', '10.20.0.8/30', '10.20.0.12/30']).toContain(formatCidr(lease.subnet));
     });
 
     it('reports a deleted lease as lost, and names the holder of a taken one', async () => {
       const { net, raw, config } = await make();
       const store = await net.open(5);
-      const lease = await store.acquireLease({ config, attrs: vxlanAttrs(5), previous: undefined }, signal);
+      const lease = await store.acquireLease(
+        { config, attrs: vxlanAttrs(5), previous: undefined },
+        signal,
+      );
       await raw.del(`${raw.prefix}/subnets/${lease.key}`);
       await expect(store.renewLease(lease, signal)).rejects.toMatchObject({ code: 'LEASE_LOST' });
       const back = await store.reclaimLease(lease, signal);
       await net.giveAway(lease.key, 6);
-      await expect(store.reclaimLease(back, signal)).rejects.toMatchObject({ code: 'LEASE_TAKEN', message: expect.stringContaining('192.0.2.6') });
+      await expect(store.reclaimLease(back, signal)).rejects.toMatchObject({
+        code: 'LEASE_TAKEN',
+        message: expect.stringContaining('192.0.2.6'),
+      });
     });
 
     it('drops a lease whose TTL runs out, and it can be reclaimed in place', async () => {
       const { net, config } = await make();
       const store = await net.open(9, { ttlSeconds: 2 });
-      const lease = await store.acquireLease({ config, attrs: vxlanAttrs(9), previous: undefined }, signal);
+      const lease = await store.acquireLease(
+        { config, attrs: vxlanAttrs(9), previous: undefined },
+        signal,
+      );
       expect(lease.expiresAt).toBeLessThanOrEqual(Date.now() + 2000);
       const deleted: string[] = [];
       const ctl = new AbortController();
-      const watching = store.watchLeases({ signal: ctl.signal, onEvent: (e) => e.type === 'delete' && deleted.push(e.key) });
+      const watching = store.watchLeases({
+        signal: ctl.signal,
+        onEvent: (e) => e.type === 'delete' && deleted.push(e.key),
+      });
       await waitFor(() => deleted.includes(lease.key), { timeoutMs: 10_000, what: 'expiry' });
       expect((await store.reclaimLease(lease, signal)).key).toBe(lease.key);
       ctl.abort();

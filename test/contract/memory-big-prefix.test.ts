@@ -9,7 +9,17 @@ const kv = new MemoryKv();
 afterAll(() => kv.close());
 
 /** Stores share one MemoryKv; closing a store must not close it. */
-const shared: Kv = { description: kv.description, list: (p) => kv.list(p), get: (k) => kv.get(k), create: (k, v, t) => kv.create(k, v, t), replace: (k, v, e, t) => kv.replace(k, v, e, t), deleteIf: (k, e) => kv.deleteIf(k, e), expiresAt: (k) => kv.expiresAt(k), watch: (p, o) => kv.watch(p, o), close: async () => undefined };
+const shared: Kv = {
+  description: kv.description,
+  list: (p) => kv.list(p),
+  get: (k) => kv.get(k),
+  create: (k, v, t) => kv.create(k, v, t),
+  replace: (k, v, e, t) => kv.replace(k, v, e, t),
+  deleteIf: (k, e) => kv.deleteIf(k, e),
+  expiresAt: (k) => kv.expiresAt(k),
+  watch: (p, o) => kv.watch(p, o),
+  close: async () => undefined,
+};
 
 bigPrefixContract('memory', () => ({
   prefix: '/big-memory',

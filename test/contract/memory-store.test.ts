@@ -42,11 +42,15 @@ describe('memory store: re-list on compaction and wipe', () => {
     const store = new KvLeaseStore({ kv: own, prefix: '/p' });
     own.putRaw('/p/config', '{"Network":"10.10.0.0/16"}');
     const config = parseNetConfig('{"Network":"10.10.0.0/16"}');
-    await store.acquireLease({ config, attrs: vxlanAttrs(1), previous: undefined }, new AbortController().signal);
+    await store.acquireLease(
+      { config, attrs: vxlanAttrs(1), previous: undefined },
+      new AbortController().signal,
+    );
     const events: LeaseEvent[] = [];
     const ctl = new AbortController();
     const watching = store.watchLeases({ signal: ctl.signal, onEvent: (e) => events.push(e) });
-    const snapshots = (): string[] => events.flatMap((e) => (e.type === 'snapshot' ? [e.reason] : []));
+    const snapshots = (): string[] =>
+      events.flatMap((e) => (e.type === 'snapshot' ? [e.reason] : []));
     await waitFor(() => snapshots().length === 1, { timeoutMs: 2000, what: 'first snapshot' });
     own.wipe();
     await waitFor(() => snapshots().length === 2, { timeoutMs: 2000, what: 'snapshot after wipe' });
@@ -57,9 +61,23 @@ describe('memory store: re-list on compaction and wipe', () => {
     await watching;
     own.putRaw('/p/subnets/10.10.9.0-24', '{}');
     own.compact();
-    expect(await own.watch('/p/', { fromRevision: 1n, signal: ctl.signal, onChanges: () => {}, onConnectivity: () => {} })).toMatchObject({ reason: 'aborted' });
+    expect(
+      await own.watch('/p/', {
+        fromRevision: 1n,
+        signal: ctl.signal,
+        onChanges: () => {},
+        onConnectivity: () => {},
+      }),
+    ).toMatchObject({ reason: 'aborted' });
     const fresh = new AbortController();
-    expect(await own.watch('/p/', { fromRevision: 1n, signal: fresh.signal, onChanges: () => {}, onConnectivity: () => {} })).toMatchObject({ reason: 'compacted' });
+    expect(
+      await own.watch('/p/', {
+        fromRevision: 1n,
+        signal: fresh.signal,
+        onChanges: () => {},
+        onConnectivity: () => {},
+      }),
+    ).toMatchObject({ reason: 'compacted' });
     await own.close();
   });
 });

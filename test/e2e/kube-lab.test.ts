@@ -13,59 +13,134 @@ import { NetnsCluster } from '../../lab/netns-cluster.ts';
 import { ANNOTATION_PREFIX, nodeObjects } from '../../lab/store-view.ts';
 import { lab, labDrills, labLeftovers } from '../helpers/lab.ts';
 
-const KUBE_DRILLS = ['masq-rule', 'nat-flush', 'peer-route', 'peer-neigh', 'peer-fdb', 'vxlan-device', 'kill-restart', 'apiserver-outage', 'node-deleted', 'node-added', 'twenty-nodes'];
+const KUBE_DRILLS = [
+  'masq-rule',
+  'nat-flush',
+  'peer-route',
+  'peer-neigh',
+  'peer-fdb',
+  'vxlan-device',
+  'kill-restart',
+  'apiserver-outage',
+  'node-deleted',
+  'node-added',
+  'twenty-nodes',
+];
 
-/** Brings lab `name` up in kube mode (3 nodes), checks the matrix; `down` when the test ends, pass or fail. */
-async function upKube(name: string, o: { backend: 'vxlan' | 'host-gw'; pods: number }): Promise<void> {
+/**
+ * Brings lab `name` up in kube mode (3 nodes), checks the matrix; `down` when the test ends, pass
+ * or fail.
+ */
+async function upKube(
+  name: string,
+  o: { backend: 'vxlan' | 'host-gw'; pods: number },
+): Promise<void> {
   onTestFinished(async () => void (await lab('--name', name, 'down').catch(() => '')));
-  const up = await lab('--name', name, 'up', '--store', 'kube', '--nodes', '3', '--pods', String(o.pods), '--backend', o.backend);
-  expect(up).toContain(`full connectivity: ${3 * o.pods} pods, every pod reaches every pod and outside`);
+  const up = await lab(
+    '--name',
+    name,
+    'up',
+    '--store',
+    'kube',
+    '--nodes',
+    '3',
+    '--pods',
+    String(o.pods),
+    '--backend',
+    o.backend,
+  );
+  expect(up).toContain(
+    `full connectivity: ${3 * o.pods} pods, every pod reaches every pod and outside`,
+  );
 }
 
 /** Every Node's flannel annotations and NetworkUnavailable status, by name. */
-async function nodeView(name: string): Promise<Record<string, { annotations: Record<string, string>; networkUnavailable: string | undefined }>> {
+async function nodeView(
+  name: string,
+): Promise<
+  Record<string, { annotations: Record<string, string>; networkUnavailable: string | undefined }>
+> {
   const c = await NetnsCluster.open(name);
   if (!c) throw new Error(`lab ${name} is not up`);
-  const view: Record<string, { annotations: Record<string, string>; networkUnavailable: string | undefined }> = {};
+  const view: Record<
+    string,
+    { annotations: Record<string, string>; networkUnavailable: string | undefined }
+  > = {};
   for (const n of await nodeObjects(c)) {
-    const annotations = Object.fromEntries(Object.entries(n.metadata.annotations ?? {}).filter(([k]) => k.startsWith(`${ANNOTATION_PREFIX}/`)).map(([k, v]) => [k.slice(ANNOTATION_PREFIX.length + 1), v]));
-    view[n.metadata.name] = { annotations, networkUnavailable: n.status?.conditions?.find((x) => x.type === 'NetworkUnavailable')?.status };
+    const annotations = Object.fromEntries(
+      Object.entries(n.metadata.annotations ?? {})
+        .filter(([k]) => k.startsWith(`${ANNOTATION_PREFIX}/`))
+        .map(([k, v]) => [k.slice(ANNOTATION_PREFIX.length + 1), v]),
+    );
+    view[n.metadata.name] = {
+      annotations,
+      networkUnavailable: n.status?.conditions?.find((x) => x.type === 'NetworkUnavailable')
+        ?.status,
+    };
   }
   return view;
 }
 
 describe('the netns lab in Kubernetes mode over vxlan', () => {
-  it('comes up, the Nodes carry the flannel annotations, every kube drill passes, and down leaves nothing', { timeout: 600_000 }, async () => {
-    const name = `twk${process.pid % 100000}v`;
-    await upKube(name, { backend: 'vxlan', pods: 2 });
-    const nodes = await nodeView(name);
-    expect(Object.keys(nodes).sort()).toEqual(['n1', 'n2', 'n3']);
-    for (const [node, v] of Object.entries(nodes)) {
-      const index = Number(node.slice(1));
-      expect(v.annotations, node).toMatchObject({ 'backend-type': 'vxlan', 'public-ip': `10.123.0.${10 + index}`, 'kube-subnet-manager': 'true' });
-      expect(JSON.parse(v.annotations['backend-data'] ?? 'null'), node).toMatchObject({ VNI: 1, VtepMAC: expect.stringMatching(/^([0-9a-f]{2}:){5}[0-9a-f]{2}$/) });
-      expect(v.networkUnavailable, node).toBe('False');
-    }
-    const results = await labDrills(name);
-    expect(results.map((r) => r.name)).toEqual(KUBE_DRILLS);
-    for (const r of results) expect(r, `${r.name}: ${r.notes.join('; ')} ${r.leftovers.join('; ')}`).toMatchObject({ pass: true, ipChanged: [], leftovers: [] });
-    expect(await lab('--name', name, 'status')).toContain('full connectivity');
-    await lab('--name', name, 'down');
-    expect(await labLeftovers(name)).toEqual([]);
-  });
+  it(
+    'comes up, the Nodes carry the flannel annotations, every kube drill passes, and down leaves nothing',
+    { timeout: 600_000 },
+    async () => {
+      const name = `twk${process.pid % 100000}v`;
+      await upKube(name, { backend: 'vxlan', pods: 2 });
+      const nodes = await nodeView(name);
+      expect(Object.keys(nodes).sort()).toEqual(['n1', 'n2', 'n3']);
+      for (const [node, v] of Object.entries(nodes)) {
+        const index = Number(node.slice(1));
+        expect(v.annotations, node).toMatchObject({
+          'backend-type': 'vxlan',
+          'public-ip': `10.123.0.${10 + index}`,
+          'kube-subnet-manager': 'true',
+        });
+        expect(JSON.parse(v.annotations['backend-data'] ?? 'null'), node).toMatchObject({
+          VNI: 1,
+          VtepMAC: expect.stringMatching(/^([0-9a-f]{2}:){5}[0-9a-f]{2}$/),
+        });
+        expect(v.networkUnavailable, node).toBe('False');
+      }
+      const results = await labDrills(name);
+      expect(results.map((r) => r.name)).toEqual(KUBE_DRILLS);
+      for (const r of results)
+        expect(r, `${r.name}: ${r.notes.join('; ')} ${r.leftovers.join('; ')}`).toMatchObject({
+          pass: true,
+          ipChanged: [],
+          leftovers: [],
+        });
+      expect(await lab('--name', name, 'status')).toContain('full connectivity');
+      await lab('--name', name, 'down');
+      expect(await labLeftovers(name)).toEqual([]);
+    },
+  );
 });
 
 describe('the netns lab in Kubernetes mode over host-gw', () => {
-  it('comes up, the Nodes say host-gw, a deleted Node leaves every peer, and down leaves nothing', { timeout: 300_000 }, async () => {
-    const name = `twk${process.pid % 100000}h`;
-    await upKube(name, { backend: 'host-gw', pods: 1 });
-    for (const [node, v] of Object.entries(await nodeView(name))) {
-      expect(v.annotations, node).toMatchObject({ 'backend-type': 'host-gw', 'backend-data': 'null', 'kube-subnet-manager': 'true' });
-      expect(v.networkUnavailable, node).toBe('False');
-    }
-    const [deleted] = await labDrills(name, 'node-deleted');
-    expect(deleted, deleted?.notes.join('; ')).toMatchObject({ name: 'node-deleted', pass: true, leftovers: [] });
-    await lab('--name', name, 'down');
-    expect(await labLeftovers(name)).toEqual([]);
-  });
+  it(
+    'comes up, the Nodes say host-gw, a deleted Node leaves every peer, and down leaves nothing',
+    { timeout: 300_000 },
+    async () => {
+      const name = `twk${process.pid % 100000}h`;
+      await upKube(name, { backend: 'host-gw', pods: 1 });
+      for (const [node, v] of Object.entries(await nodeView(name))) {
+        expect(v.annotations, node).toMatchObject({
+          'backend-type': 'host-gw',
+          'backend-data': 'null',
+          'kube-subnet-manager': 'true',
+        });
+        expect(v.networkUnavailable, node).toBe('False');
+      }
+      const [deleted] = await labDrills(name, 'node-deleted');
+      expect(deleted, deleted?.notes.join('; ')).toMatchObject({
+        name: 'node-deleted',
+        pass: true,
+        leftovers: [],
+      });
+      await lab('--name', name, 'down');
+      expect(await labLeftovers(name)).toEqual([]);
+    },
+  );
 });

@@ -11,19 +11,57 @@ import { lab, labDrills, labLeftovers } from '../helpers/lab.ts';
 
 for (const backend of ['vxlan', 'host-gw'] as const) {
   describe(`the netns lab over ${backend}`, () => {
-    it('comes up with a full matrix, passes every drill, and goes down without a trace', { timeout: 900_000 }, async () => {
-      const name = `twe${process.pid % 100000}${backend === 'vxlan' ? 'v' : 'h'}`;
-      onTestFinished(async () => void (await lab('--name', name, 'down').catch(() => '')));
-      const up = await lab('--name', name, 'up', '--nodes', '3', '--pods', '2', '--backend', backend);
-      expect(up).toContain('full connectivity: 6 pods, every pod reaches every pod and outside');
-      const results = await labDrills(name);
-      expect(results.map((r) => r.name)).toEqual(['masq-rule', 'nat-flush', 'peer-route', 'peer-neigh', 'peer-fdb', 'vxlan-device', 'kill-restart', 'own-lease', 'etcd-outage', 'etcd-wipe', 'hostile-lease', 'node-removed', 'node-added', 'twenty-nodes', 'etcd-leader-loss']);
-      for (const r of results) expect(r, `${r.name}: ${r.notes.join('; ')} ${r.leftovers.join('; ')}`).toMatchObject({ pass: true, ipChanged: [], leftovers: [] });
-      for (const r of results) expect(r.met === null ? r.notes[0] : typeof r.met, r.name).toMatch(/^(boolean|n\/a: .*)$/);
-      const status = await lab('--name', name, 'status');
-      expect(status).toContain('full connectivity');
-      await lab('--name', name, 'down');
-      expect(await labLeftovers(name)).toEqual([]);
-    });
+    it(
+      'comes up with a full matrix, passes every drill, and goes down without a trace',
+      { timeout: 900_000 },
+      async () => {
+        const name = `twe${process.pid % 100000}${backend === 'vxlan' ? 'v' : 'h'}`;
+        onTestFinished(async () => void (await lab('--name', name, 'down').catch(() => '')));
+        const up = await lab(
+          '--name',
+          name,
+          'up',
+          '--nodes',
+          '3',
+          '--pods',
+          '2',
+          '--backend',
+          backend,
+        );
+        expect(up).toContain('full connectivity: 6 pods, every pod reaches every pod and outside');
+        const results = await labDrills(name);
+        expect(results.map((r) => r.name)).toEqual([
+          'masq-rule',
+          'nat-flush',
+          'peer-route',
+          'peer-neigh',
+          'peer-fdb',
+          'vxlan-device',
+          'kill-restart',
+          'own-lease',
+          'etcd-outage',
+          'etcd-wipe',
+          'hostile-lease',
+          'node-removed',
+          'node-added',
+          'twenty-nodes',
+          'etcd-leader-loss',
+        ]);
+        for (const r of results)
+          expect(r, `${r.name}: ${r.notes.join('; ')} ${r.leftovers.join('; ')}`).toMatchObject({
+            pass: true,
+            ipChanged: [],
+            leftovers: [],
+          });
+        for (const r of results)
+          expect(r.met === null ? r.notes[0] : typeof r.met, r.name).toMatch(
+            /^(boolean|n\/a: .*)$/,
+          );
+        const status = await lab('--name', name, 'status');
+        expect(status).toContain('full connectivity');
+        await lab('--name', name, 'down');
+        expect(await labLeftovers(name)).toEqual([]);
+      },
+    );
   });
 }

@@ -22,7 +22,10 @@ import { nsRunner, sweepStaleNetns } from '../helpers/netns.ts';
 import { slowBound, waitFor } from '../helpers/ports.ts';
 
 const NETCONF = '{"Network":"10.41.0.0/16","Backend":{"Type":"vxlan"}}';
-/** short, so several renewals fall in the watched window: the keeper renews at half the remaining time */
+/**
+ * short, so several renewals fall in the watched window: the keeper renews at half the remaining
+ * time
+ */
 const TTL_SECONDS = 4;
 const WATCH_MS = 15_000;
 
@@ -58,7 +61,12 @@ async function onSurvivors<T>(fn: (client: Etcd3) => Promise<T>): Promise<T> {
 async function startNode(o: { n: number; prefix: string }): Promise<TestNode> {
   const kv = await EtcdKv.connect({ endpoints: etcd.endpoints });
   const store = new KvLeaseStore({ kv, prefix: o.prefix, ttlSeconds: TTL_SECONDS });
-  const node = await startTestDaemon({ store, nodeName: `node-${o.n}`, publicIp: `192.0.2.${o.n}`, subnetFile: join(dir, `${o.prefix.slice(1)}-${o.n}.env`) });
+  const node = await startTestDaemon({
+    store,
+    nodeName: `node-${o.n}`,
+    publicIp: `192.0.2.${o.n}`,
+    subnetFile: join(dir, `${o.prefix.slice(1)}-${o.n}.env`),
+  });
   running.push(node);
   await waitFor(() => node.state() !== undefined, { timeoutMs: 15_000, what: `node ${o.n} lease` });
   return node;
@@ -67,65 +75,121 @@ async function startNode(o: { n: number; prefix: string }): Promise<TestNode> {
 const ownKey = (node: TestNode): string => node.state()?.lease.key ?? '';
 const subnetOf = (key: string): string => key.replace(/-(\d+)$/, '/$1');
 const routes = async (node: TestNode): Promise<string[]> =>
-  (await nsRunner(node.ns)('ip', ['route', 'show', 'proto', '151'])).stdout.split('\n').map((l) => l.trim()).filter(Boolean).sort();
+  (await nsRunner(node.ns)('ip', ['route', 'show', 'proto', '151'])).stdout
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .sort();
 /** What the daemon logged at warn or above, for failure messages. */
-const warnings = (node: TestNode): string => node.log.lines.filter((l) => l.level >= 40).map((l) => `${l.msg}${l.err ? ` (${JSON.stringify(l.err)})` : ''}${l.reason ? ` [${JSON.stringify(l.reason)}]` : ''}`).join('; ');
+const warnings = (node: TestNode): string =>
+  node.log.lines
+    .filter((l) => l.level >= 40)
+    .map(
+      (l) =>
+        `${l.msg}${l.err ? ` (${JSON.stringify(l.err)})` : ''}${l.reason ? ` [${JSON.stringify(l.reason)}]` : ''}`,
+    )
+    .join('; ');
 
 for (const victim of ['leader', 'follower'] as const) {
   describe(`a three-member etcd cluster losing its ${victim}`, () => {
-    it('costs no lease, no route and no restart, and a node started after it reaches every node', { timeout: 120_000 }, async () => {
-      const prefix = `/${victim}`;
-      await onSurvivors(async (c) => void (await c.put(`${prefix}/config`).value(NETCONF)));
-      const nodes = [await startNode({ n: 1, prefix }), await startNode({ n: 2, prefix }), await startNode({ n: 3, prefix })];
-      let exited = '';
-      for (const [i, n] of nodes.entries()) void n.done.then(() => (exited += ` node-${i + 1} returned`), (err: unknown) => (exited += ` node-${i + 1} failed: ${String(err)}`));
-      await waitFor(async () => (await Promise.all(nodes.map(routes))).every((r) => r.length === 2), { timeoutMs: 15_000, what: 'full mesh (2 routes on every node)' });
-      const keys = nodes.map(ownKey);
-      const before = await Promise.all(nodes.map(routes));
+    it(
+      'costs no lease, no route and no restart, and a node started after it reaches every node',
+      { timeout: 120_000 },
+      async () => {
+        const prefix = `/${victim}`;
+        await onSurvivors(async (c) => void (await c.put(`${prefix}/config`).value(NETCONF)));
+        const nodes = [
+          await startNode({ n: 1, prefix }),
+          await startNode({ n: 2, prefix }),
+          await startNode({ n: 3, prefix }),
+        ];
+        let exited = '';
+        for (const [i, n] of nodes.entries())
+          void n.done.then(
+            () => (exited += ` node-${i + 1} returned`),
+            (err: unknown) => (exited += ` node-${i + 1} failed: ${String(err)}`),
+          );
+        await waitFor(
+          async () => (await Promise.all(nodes.map(routes))).every((r) => r.length === 2),
+          { timeoutMs: 15_000, what: 'full mesh (2 routes on every node)' },
+        );
+        const keys = nodes.map(ownKey);
+        const before = await Promise.all(nodes.map(routes));
 
-      const leader = await etcd.leader();
-      const target = victim === 'leader' ? leader : (etcd.running().find((m) => m.name !== leader.name) ?? leader);
-      const logMark = nodes.map((n) => n.log.lines.length);
-      await etcd.kill(target.name);
-      const killedAt = Date.now();
+        const leader = await etcd.leader();
+        const target =
+          victim === 'leader'
+            ? leader
+            : (etcd.running().find((m) => m.name !== leader.name) ?? leader);
+        const logMark = nodes.map((n) => n.log.lines.length);
+        await etcd.kill(target.name);
+        const killedAt = Date.now();
 
-      // over the window: every route stays, every lease stays ours, in etcd and in the daemon
-      const lapses: string[] = [];
-      let lastStoreCheck = 0;
-      while (Date.now() - killedAt < WATCH_MS) {
-        const now = await Promise.all(nodes.map(routes));
-        for (const [i, r] of now.entries()) {
-          const gone = (before[i] ?? []).filter((x) => !r.includes(x));
-          if (gone.length > 0) lapses.push(`+${Date.now() - killedAt} ms node-${i + 1} lost ${gone.join(', ')}`);
+        // over the window: every route stays, every lease stays ours, in etcd and in the daemon
+        const lapses: string[] = [];
+        let lastStoreCheck = 0;
+        while (Date.now() - killedAt < WATCH_MS) {
+          const now = await Promise.all(nodes.map(routes));
+          for (const [i, r] of now.entries()) {
+            const gone = (before[i] ?? []).filter((x) => !r.includes(x));
+            if (gone.length > 0)
+              lapses.push(`+${Date.now() - killedAt} ms node-${i + 1} lost ${gone.join(', ')}`);
+          }
+          for (const [i, n] of nodes.entries())
+            if (ownKey(n) !== keys[i])
+              lapses.push(
+                `+${Date.now() - killedAt} ms node-${i + 1} holds ${ownKey(n)}, had ${keys[i]}`,
+              );
+          if (Date.now() - lastStoreCheck > 1_000) {
+            lastStoreCheck = Date.now();
+            const held = await onSurvivors((c) => c.getAll().prefix(`${prefix}/subnets/`).keys());
+            for (const k of keys)
+              if (!held.includes(`${prefix}/subnets/${k}`))
+                lapses.push(`+${Date.now() - killedAt} ms ${k} is not in etcd`);
+          }
+          await sleep(200, AbortSignal.timeout(1_000));
         }
-        for (const [i, n] of nodes.entries()) if (ownKey(n) !== keys[i]) lapses.push(`+${Date.now() - killedAt} ms node-${i + 1} holds ${ownKey(n)}, had ${keys[i]}`);
-        if (Date.now() - lastStoreCheck > 1_000) {
-          lastStoreCheck = Date.now();
-          const held = await onSurvivors((c) => c.getAll().prefix(`${prefix}/subnets/`).keys());
-          for (const k of keys) if (!held.includes(`${prefix}/subnets/${k}`)) lapses.push(`+${Date.now() - killedAt} ms ${k} is not in etcd`);
+        const after = nodes.map((n, i) => n.log.lines.slice(logMark[i]));
+        const context = nodes.map((n, i) => `node-${i + 1}: ${warnings(n)}`).join('\n');
+        expect(lapses, `killed ${target.name} (${victim}); ${context}`).toEqual([]);
+        expect(exited, context).toBe('');
+        for (const [i, lines] of after.entries()) {
+          const renewals = lines.filter((l) => l.msg === 'lease renewed').length;
+          expect(
+            renewals,
+            `node-${i + 1} renewals after the kill; ${context}`,
+          ).toBeGreaterThanOrEqual(2);
+          expect(
+            lines
+              .filter((l) => /own lease lost|lease acquired|twill starting/.test(l.msg))
+              .map((l) => l.msg),
+            `node-${i + 1}`,
+          ).toEqual([]);
         }
-        await sleep(200, AbortSignal.timeout(1_000));
-      }
-      const after = nodes.map((n, i) => n.log.lines.slice(logMark[i]));
-      const context = nodes.map((n, i) => `node-${i + 1}: ${warnings(n)}`).join('\n');
-      expect(lapses, `killed ${target.name} (${victim}); ${context}`).toEqual([]);
-      expect(exited, context).toBe('');
-      for (const [i, lines] of after.entries()) {
-        const renewals = lines.filter((l) => l.msg === 'lease renewed').length;
-        expect(renewals, `node-${i + 1} renewals after the kill; ${context}`).toBeGreaterThanOrEqual(2);
-        expect(lines.filter((l) => /own lease lost|lease acquired|twill starting/.test(l.msg)).map((l) => l.msg), `node-${i + 1}`).toEqual([]);
-      }
 
-      // a node started after the failure: its lease reaches every node's routes
-      const since = Date.now();
-      const late = await startNode({ n: 4, prefix });
-      const subnet = subnetOf(ownKey(late));
-      const ms = await waitFor(async () => (await Promise.all(nodes.map(routes))).every((r) => r.some((l) => l.startsWith(`${subnet} `))), { timeoutMs: slowBound(3_000), what: `every node routes ${subnet}` });
-      const total = Date.now() - since;
-      process.stderr.write(`${victim} ${target.name} killed: ${after.map((l) => l.filter((x) => x.msg === 'lease renewed').length).join('/')} renewals in ${WATCH_MS / 1000} s, no lapse; node-4 started and routed everywhere in ${total} ms (${ms} ms after its lease)\n`);
-      expect(total).toBeLessThan(slowBound(3_000));
-      const final = await Promise.all(nodes.map(routes));
-      for (const [i, r] of final.entries()) expect(r.filter((x) => !x.startsWith(`${subnet} `)), `node-${i + 1} routes besides node-4's`).toEqual(before[i]);
-    });
+        // a node started after the failure: its lease reaches every node's routes
+        const since = Date.now();
+        const late = await startNode({ n: 4, prefix });
+        const subnet = subnetOf(ownKey(late));
+        const ms = await waitFor(
+          async () =>
+            (await Promise.all(nodes.map(routes))).every((r) =>
+              r.some((l) => l.startsWith(`${subnet} `)),
+            ),
+          { timeoutMs: slowBound(3_000), what: `every node routes ${subnet}` },
+        );
+        const total = Date.now() - since;
+        process.stderr.write(
+          `${victim} ${target.name} killed: ${after.map((l) => l.filter((x) => x.msg === 'lease renewed').length).join('/')} renewals in ${WATCH_MS / 1000} s, no lapse; node-4 started and routed everywhere in ${total} ms (${ms} ms after its lease)\n`,
+        );
+        expect(total).toBeLessThan(slowBound(3_000));
+        const final = await Promise.all(nodes.map(routes));
+        for (const [i, r] of final.entries())
+          expect(
+            r.filter((x) => !x.startsWith(`${subnet} `)),
+            `node-${i + 1} routes besides node-4's`,
+          ).toEqual(before[i]);
+      },
+    );
   });
 }

@@ -10,7 +10,14 @@ import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EtcdKv, type EtcdOptions } from '../../src/lease/etcd-kv.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import { bigKey, bigPrefixContract, bigPrefixEntries, BIG_KEYS, BIG_NETCONF, VALID_KEYS } from '../contract/big-prefix.ts';
+import {
+  bigKey,
+  bigPrefixContract,
+  bigPrefixEntries,
+  BIG_KEYS,
+  BIG_NETCONF,
+  VALID_KEYS,
+} from '../contract/big-prefix.ts';
 import { startTestDaemon } from '../helpers/daemon.ts';
 import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
 import { waitFor } from '../helpers/ports.ts';
@@ -46,7 +53,11 @@ async function putAll(entries: readonly [string, string][]): Promise<void> {
   let batch: [string, string][] = [];
   const flush = async (): Promise<void> => {
     if (batch.length === 0) return;
-    await admin.kv.txn({ success: batch.map(([k, v]) => ({ request_put: { key: Buffer.from(k), value: Buffer.from(v) } })) });
+    await admin.kv.txn({
+      success: batch.map(([k, v]) => ({
+        request_put: { key: Buffer.from(k), value: Buffer.from(v) },
+      })),
+    });
     batch = [];
   };
   for (const [k, v] of entries) {
@@ -62,7 +73,8 @@ bigPrefixContract('etcd', () => ({
   prefix: PREFIX,
   putAll,
   kv: () => connect({ maxReceiveBytes: GRPC_DEFAULT }),
-  store: async () => new KvLeaseStore({ kv: await connect({ maxReceiveBytes: GRPC_DEFAULT }), prefix: PREFIX }),
+  store: async () =>
+    new KvLeaseStore({ kv: await connect({ maxReceiveBytes: GRPC_DEFAULT }), prefix: PREFIX }),
 }));
 
 describe('etcd list of a big prefix', () => {
@@ -72,7 +84,9 @@ describe('etcd list of a big prefix', () => {
     const kv = await connect();
     const started = performance.now();
     const listing = await kv.list(subnets, signal);
-    console.log(`etcd default options: listed ${listing.entries.length} keys in ${Math.round(performance.now() - started)} ms`);
+    console.log(
+      `etcd default options: listed ${listing.entries.length} keys in ${Math.round(performance.now() - started)} ms`,
+    );
     expect(listing.entries.length).toBeGreaterThanOrEqual(bigPrefixEntries().length);
     expect(listing.skipped).toEqual([]);
   });
@@ -83,8 +97,18 @@ describe('etcd list of a big prefix', () => {
     let stop = false;
     const churn = (async () => {
       for (let i = 0; !stop; i++) {
-        writes.push(admin.put(`${subnets}10.251.${i % 256}.0-24`).value(`{"churn":${i}}`).exec());
-        writes.push(admin.delete().key(`${subnets}10.${2 + ((i * 7) % 10)}.${(i * 13) % 256}.0-24`).exec());
+        writes.push(
+          admin
+            .put(`${subnets}10.251.${i % 256}.0-24`)
+            .value(`{"churn":${i}}`)
+            .exec(),
+        );
+        writes.push(
+          admin
+            .delete()
+            .key(`${subnets}10.${2 + ((i * 7) % 10)}.${(i * 13) % 256}.0-24`)
+            .exec(),
+        );
         await new Promise((r) => setTimeout(r, 2));
       }
     })();
@@ -92,9 +116,20 @@ describe('etcd list of a big prefix', () => {
     stop = true;
     await churn;
     await Promise.all(writes);
-    const then = await admin.kv.range({ key: Buffer.from(subnets), range_end: Buffer.from(`${PREFIX}/subnets0`), revision: String(listing.revision), keys_only: true });
-    expect(listing.entries.map((e) => `${e.key}@${e.modRevision}`)).toEqual(then.kvs.map((kv) => `${kv.key.toString()}@${kv.mod_revision}`));
-    const now = await admin.kv.range({ key: Buffer.from(subnets), range_end: Buffer.from(`${PREFIX}/subnets0`), keys_only: true });
+    const then = await admin.kv.range({
+      key: Buffer.from(subnets),
+      range_end: Buffer.from(`${PREFIX}/subnets0`),
+      revision: String(listing.revision),
+      keys_only: true,
+    });
+    expect(listing.entries.map((e) => `${e.key}@${e.modRevision}`)).toEqual(
+      then.kvs.map((kv) => `${kv.key.toString()}@${kv.mod_revision}`),
+    );
+    const now = await admin.kv.range({
+      key: Buffer.from(subnets),
+      range_end: Buffer.from(`${PREFIX}/subnets0`),
+      keys_only: true,
+    });
     expect(BigInt(now.header.revision)).toBeGreaterThan(listing.revision);
   });
 
@@ -112,7 +147,8 @@ describe('etcd list of a big prefix', () => {
     };
     const before = (await admin.get('/compact-me').exec()).header.revision;
     const listing = await kv.list(subnets, signal);
-    expect(pages).toBeGreaterThan(3 + 30); // the first attempt failed at page 3; the second read every page
+    // the first attempt failed at page 3; the second read every page
+    expect(pages).toBeGreaterThan(3 + 30);
     expect(listing.revision).toBeGreaterThan(BigInt(before));
     expect(listing.entries.length).toBeGreaterThan(2_900);
   });
@@ -120,28 +156,50 @@ describe('etcd list of a big prefix', () => {
   it('skips and reports a value too large for any reply, and lists the rest', async () => {
     const kv = await connect({ maxReceiveBytes: 1024 * 1024 });
     const listing = await kv.list(subnets, signal);
-    expect(listing.skipped.map((s) => s.key).sort()).toEqual(Array.from({ length: BIG_KEYS }, (_, i) => subnets + bigKey(i)).sort());
+    expect(listing.skipped.map((s) => s.key).sort()).toEqual(
+      Array.from({ length: BIG_KEYS }, (_, i) => subnets + bigKey(i)).sort(),
+    );
     for (const s of listing.skipped) expect(s.reason).toMatch(/larger than the 1048576 bytes/);
     expect(listing.entries.length).toBeGreaterThan(2_900);
     const store = new KvLeaseStore({ kv, prefix: PREFIX });
     const records: { key: string; ok: boolean }[] = [];
     const ctl = new AbortController();
-    const watching = store.watchLeases({ signal: ctl.signal, onEvent: (e) => e.type === 'snapshot' && records.push(...e.records) });
+    const watching = store.watchLeases({
+      signal: ctl.signal,
+      onEvent: (e) => e.type === 'snapshot' && records.push(...e.records),
+    });
     await waitFor(() => records.length > 0, { timeoutMs: 30_000, what: 'snapshot' });
     ctl.abort();
     await watching;
-    for (let i = 0; i < BIG_KEYS; i++) expect(records.find((r) => r.key === bigKey(i))).toMatchObject({ ok: false });
+    for (let i = 0; i < BIG_KEYS; i++)
+      expect(records.find((r) => r.key === bigKey(i))).toMatchObject({ ok: false });
   });
 
   it('a daemon gets its subnet and its peers, and logs no value whole', async () => {
     await admin.put(`${PREFIX}/config`).value(BIG_NETCONF);
     const store = new KvLeaseStore({ kv: await connect(), prefix: PREFIX });
-    const node = await startTestDaemon({ store, nodeName: 'big-1', publicIp: '192.0.2.251', subnetFile: join(dir, 'big-1.env') });
-    await waitFor(() => node.state() !== undefined, { timeoutMs: 60_000, what: 'lease on the big prefix' });
-    // the padded vxlan leases; the host-gw ones are refused for their backend, the big and bad ones as malformed
-    await waitFor(() => (node.state()?.peers.length ?? 0) >= VALID_KEYS, { timeoutMs: 60_000, what: 'peers' });
-    const malformed = node.log.lines.filter((l) => l.msg === 'skipping invalid peer lease' && l.reason === 'malformed');
-    expect(malformed.map((l) => l.key)).toEqual(expect.arrayContaining([bigKey(0), '10.201.0.0-24']));
+    const node = await startTestDaemon({
+      store,
+      nodeName: 'big-1',
+      publicIp: '192.0.2.251',
+      subnetFile: join(dir, 'big-1.env'),
+    });
+    await waitFor(() => node.state() !== undefined, {
+      timeoutMs: 60_000,
+      what: 'lease on the big prefix',
+    });
+    // the padded vxlan leases; the host-gw ones are refused for their backend, the big and bad ones
+    // as malformed
+    await waitFor(() => (node.state()?.peers.length ?? 0) >= VALID_KEYS, {
+      timeoutMs: 60_000,
+      what: 'peers',
+    });
+    const malformed = node.log.lines.filter(
+      (l) => l.msg === 'skipping invalid peer lease' && l.reason === 'malformed',
+    );
+    expect(malformed.map((l) => l.key)).toEqual(
+      expect.arrayContaining([bigKey(0), '10.201.0.0-24']),
+    );
     for (const l of node.log.lines) expect(JSON.stringify(l).length).toBeLessThan(4_000);
     await node.stop();
   });

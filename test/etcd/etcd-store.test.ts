@@ -28,9 +28,17 @@ afterAll(async () => {
   await etcd?.destroy();
 });
 
-async function openStore(o: { prefix: string; ttlSeconds?: number; endpoint?: string }): Promise<LeaseStore> {
+async function openStore(o: {
+  prefix: string;
+  ttlSeconds?: number;
+  endpoint?: string;
+}): Promise<LeaseStore> {
   const kv = await EtcdKv.connect({ endpoints: [o.endpoint ?? etcd.endpoint] });
-  const store = new KvLeaseStore({ kv, prefix: o.prefix, ...(o.ttlSeconds ? { ttlSeconds: o.ttlSeconds } : {}) });
+  const store = new KvLeaseStore({
+    kv,
+    prefix: o.prefix,
+    ...(o.ttlSeconds ? { ttlSeconds: o.ttlSeconds } : {}),
+  });
   opened.push(store);
   return store;
 }
@@ -47,7 +55,11 @@ leaseStoreContract('etcd', () =>
 const NETCONF = '{"Network":"10.30.0.0/16","Backend":{"Type":"vxlan"}}';
 const config = parseNetConfig(NETCONF);
 
-function collect(store: LeaseStore): { events: LeaseEvent[]; snapshots: () => LeaseEvent[]; stop: () => Promise<void> } {
+function collect(store: LeaseStore): {
+  events: LeaseEvent[];
+  snapshots: () => LeaseEvent[];
+  stop: () => Promise<void>;
+} {
   const events: LeaseEvent[] = [];
   const ctl = new AbortController();
   const done = store.watchLeases({ signal: ctl.signal, onEvent: (e) => events.push(e) });
@@ -66,7 +78,11 @@ describe('etcd lease store under failure', () => {
     const prefix = '/fifty';
     await admin.put(`${prefix}/config`).value(NETCONF);
     const stores = await Promise.all(Array.from({ length: 50 }, () => openStore({ prefix })));
-    const leases = await Promise.all(stores.map((s, i) => s.acquireLease({ config, attrs: vxlanAttrs(i + 1), previous: undefined }, signal)));
+    const leases = await Promise.all(
+      stores.map((s, i) =>
+        s.acquireLease({ config, attrs: vxlanAttrs(i + 1), previous: undefined }, signal),
+      ),
+    );
     expect(new Set(leases.map((l) => l.key)).size).toBe(50);
     expect(Object.keys(await admin.getAll().prefix(`${prefix}/subnets/`).keys())).toHaveLength(50);
   });
@@ -74,13 +90,24 @@ describe('etcd lease store under failure', () => {
   it('reads a lease exactly as flannel writes it', async () => {
     const prefix = '/flannel-written';
     const store = await openStore({ prefix });
-    await admin.put(`${prefix}/subnets/10.30.8.0-24`).value('{"PublicIP":"192.168.56.11","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"7e:1b:4f:9a:2c:01"}}');
+    await admin
+      .put(`${prefix}/subnets/10.30.8.0-24`)
+      .value(
+        '{"PublicIP":"192.168.56.11","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"7e:1b:4f:9a:2c:01"}}',
+      );
     const w = collect(store);
     await waitFor(() => w.snapshots().length === 1, { timeoutMs: 5000, what: 'snapshot' });
     const snap = w.snapshots()[0];
     expect(snap?.type === 'snapshot' && snap.records[0]).toMatchObject({
       ok: true,
-      lease: { key: '10.30.8.0-24', attrs: { publicIp: '192.168.56.11', backendType: 'vxlan', backendData: { vni: 1, vtepMac: '7e:1b:4f:9a:2c:01' } } },
+      lease: {
+        key: '10.30.8.0-24',
+        attrs: {
+          publicIp: '192.168.56.11',
+          backendType: 'vxlan',
+          backendData: { vni: 1, vtepMac: '7e:1b:4f:9a:2c:01' },
+        },
+      },
     });
     await w.stop();
   });
@@ -91,17 +118,32 @@ describe('etcd lease store under failure', () => {
     const w = collect(store);
     await waitFor(() => w.snapshots().length === 1, { timeoutMs: 5000, what: 'snapshot' });
     await etcd.stop();
-    await waitFor(() => w.events.some((e) => e.type === 'connectivity' && !e.connected), { timeoutMs: 15_000, what: 'disconnect seen' });
+    await waitFor(() => w.events.some((e) => e.type === 'connectivity' && !e.connected), {
+      timeoutMs: 15_000,
+      what: 'disconnect seen',
+    });
     await etcd.start();
     await admin.put(`${prefix}/subnets/10.30.9.0-24`).value(encodeLeaseValue(vxlanAttrs(9)));
-    await waitFor(() => w.events.some((e) => e.type === 'put' && e.record.key === '10.30.9.0-24') || w.snapshots().length > 1, {
-      timeoutMs: 15_000,
-      what: 'put or re-list after restart',
-    });
-    // after a broken stream the store re-lists rather than trusting the resumed watch
-    await waitFor(() => w.snapshots().some((s) => s.type === 'snapshot' && /reconnected/.test(s.reason)), { timeoutMs: 15_000, what: 're-list' });
     await waitFor(
-      () => w.snapshots().some((s) => s.type === 'snapshot' && s.records.some((r) => r.key === '10.30.9.0-24')) || w.events.some((e) => e.type === 'put' && e.record.key === '10.30.9.0-24'),
+      () =>
+        w.events.some((e) => e.type === 'put' && e.record.key === '10.30.9.0-24') ||
+        w.snapshots().length > 1,
+      {
+        timeoutMs: 15_000,
+        what: 'put or re-list after restart',
+      },
+    );
+    // after a broken stream the store re-lists rather than trusting the resumed watch
+    await waitFor(
+      () => w.snapshots().some((s) => s.type === 'snapshot' && /reconnected/.test(s.reason)),
+      { timeoutMs: 15_000, what: 're-list' },
+    );
+    await waitFor(
+      () =>
+        w
+          .snapshots()
+          .some((s) => s.type === 'snapshot' && s.records.some((r) => r.key === '10.30.9.0-24')) ||
+        w.events.some((e) => e.type === 'put' && e.record.key === '10.30.9.0-24'),
       { timeoutMs: 15_000, what: 'the new lease seen' },
     );
     await w.stop();
@@ -122,7 +164,10 @@ describe('etcd lease store under failure', () => {
       const rev = (await admin.get('x').exec()).header.revision;
       await admin.kv.compact({ revision: rev, physical: true });
       proxy.restore();
-      await waitFor(() => w.snapshots().length === 2, { timeoutMs: 20_000, what: `re-list after compaction ${JSON.stringify(w.events)}` });
+      await waitFor(() => w.snapshots().length === 2, {
+        timeoutMs: 20_000,
+        what: `re-list after compaction ${JSON.stringify(w.events)}`,
+      });
       const snap = w.snapshots()[1];
       // either etcd's compaction cancel or the reconnect itself triggers the re-list
       expect(snap?.type === 'snapshot' && snap.reason).toMatch(/compact|reconnected/);
@@ -138,13 +183,19 @@ describe('etcd lease store under failure', () => {
     await admin.put(`${prefix}/config`).value(NETCONF);
     const store = await openStore({ prefix });
     for (let i = 0; i < 20; i++) await admin.put(`/churn/${i}`).value('x');
-    const lease = await store.acquireLease({ config, attrs: vxlanAttrs(3), previous: undefined }, signal);
+    const lease = await store.acquireLease(
+      { config, attrs: vxlanAttrs(3), previous: undefined },
+      signal,
+    );
     const w = collect(store);
     await waitFor(() => w.snapshots().length === 1, { timeoutMs: 5000, what: 'snapshot' });
     await etcd.stop({ wipe: true });
     await etcd.start();
     await admin.put(`${prefix}/config`).value(NETCONF);
-    await waitFor(() => w.snapshots().length === 2, { timeoutMs: 20_000, what: 're-list after wipe' });
+    await waitFor(() => w.snapshots().length === 2, {
+      timeoutMs: 20_000,
+      what: 're-list after wipe',
+    });
     const snap = w.snapshots()[1];
     expect(snap?.type === 'snapshot' && snap.reason).toMatch(/^wiped/);
     expect(snap?.type === 'snapshot' && snap.records).toEqual([]);

@@ -50,7 +50,10 @@ export class Cluster {
     await this.sh(this.router, 'ip', 'link', 'set', 'br0', 'up');
     await this.sh(this.router, 'sysctl', '-qw', 'net.ipv4.ip_forward=1');
     this.outside = await this.lab.add('out');
-    await this.lab.link({ ns: this.router, dev: 'out0', cidr: '203.0.113.1/24' }, { ns: this.outside, dev: 'eth0', cidr: '203.0.113.2/24' });
+    await this.lab.link(
+      { ns: this.router, dev: 'out0', cidr: '203.0.113.1/24' },
+      { ns: this.outside, dev: 'eth0', cidr: '203.0.113.2/24' },
+    );
     await this.sh(this.outside, 'ip', 'route', 'add', 'default', 'via', '203.0.113.1');
     this.etcdNs = await this.attach('etcd', '10.123.0.1');
     this.etcd = await startEtcd({ netns: this.etcdNs, host: '10.123.0.1', clientPort: 2379 });
@@ -58,7 +61,8 @@ export class Cluster {
   }
 
   async sh(ns: string, file: string, ...args: string[]): Promise<string> {
-    return (await run('nsenter', [`--net=/run/netns/${ns}`, file, ...args], { timeoutMs: 20_000 })).stdout;
+    return (await run('nsenter', [`--net=/run/netns/${ns}`, file, ...args], { timeoutMs: 20_000 }))
+      .stdout;
   }
 
   async etcdctl(...args: string[]): Promise<string> {
@@ -68,7 +72,20 @@ export class Cluster {
   /** A namespace on the underlay bridge with address `ip`/24 and the router as default gateway. */
   private async attach(short: string, ip: string): Promise<string> {
     const ns = await this.lab.add(short);
-    await run('ip', ['-n', this.router, 'link', 'add', `ul-${short}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns]);
+    await run('ip', [
+      '-n',
+      this.router,
+      'link',
+      'add',
+      `ul-${short}`,
+      'type',
+      'veth',
+      'peer',
+      'name',
+      'eth0',
+      'netns',
+      ns,
+    ]);
     await this.sh(this.router, 'ip', 'link', 'set', `ul-${short}`, 'master', 'br0', 'up');
     await this.sh(ns, 'ip', 'addr', 'add', `${ip}/24`, 'dev', 'eth0');
     await this.sh(ns, 'ip', 'link', 'set', 'eth0', 'up');
@@ -81,14 +98,34 @@ export class Cluster {
     const name = `n${n}`;
     const ip = `10.123.0.${10 + n}`;
     const ns = await this.attach(name, ip);
-    const node: ClusterNode = { name, ns, ip, subnetFile: join(this.dir, `${name}.env`), logFile: join(this.dir, `${name}.log`), twill: undefined };
+    const node: ClusterNode = {
+      name,
+      ns,
+      ip,
+      subnetFile: join(this.dir, `${name}.env`),
+      logFile: join(this.dir, `${name}.log`),
+      twill: undefined,
+    };
     this.nodes.push(node);
     this.startTwill(node, extraFlags);
     return node;
   }
 
   startTwill(node: ClusterNode, extraFlags: string[] = ['--ip-masq']): void {
-    const argv = [process.execPath, MAIN, 'run', '--etcd-endpoints', ETCD_ENDPOINT, '--iface', 'eth0', '--node-name', node.name, '--subnet-file', node.subnetFile, ...extraFlags];
+    const argv = [
+      process.execPath,
+      MAIN,
+      'run',
+      '--etcd-endpoints',
+      ETCD_ENDPOINT,
+      '--iface',
+      'eth0',
+      '--node-name',
+      node.name,
+      '--subnet-file',
+      node.subnetFile,
+      ...extraFlags,
+    ];
     node.twill = this.lab.spawn(node.ns, argv, node.logFile);
   }
 
@@ -102,21 +139,49 @@ export class Cluster {
     return readFile(node.logFile, 'utf8').catch(() => '');
   }
 
-  async subnetOf(node: ClusterNode): Promise<{ gateway: string; prefix: number; key: string; mtu: number }> {
+  async subnetOf(
+    node: ClusterNode,
+  ): Promise<{ gateway: string; prefix: number; key: string; mtu: number }> {
     const env = parseSubnetEnv(await readFile(node.subnetFile, 'utf8'), node.subnetFile);
-    return { gateway: formatIpv4(firstHost(env.subnet)), prefix: env.subnet.prefix, key: `${formatIpv4(env.subnet.base)}-${env.subnet.prefix}`, mtu: env.mtu };
+    return {
+      gateway: formatIpv4(firstHost(env.subnet)),
+      prefix: env.subnet.prefix,
+      key: `${formatIpv4(env.subnet.base)}-${env.subnet.prefix}`,
+      mtu: env.mtu,
+    };
   }
 
-  /** Waits for subnet.env, then makes the node's pod: cni0 with the gateway address, a veth into the pod namespace. */
+  /**
+   * Waits for subnet.env, then makes the node's pod: cni0 with the gateway address, a veth into the
+   * pod namespace.
+   */
   async addPod(node: ClusterNode): Promise<void> {
-    await waitFor(async () => (await readFile(node.subnetFile, 'utf8').catch(() => '')) !== '', { timeoutMs: 15_000, what: `${node.name} subnet.env` });
+    await waitFor(async () => (await readFile(node.subnetFile, 'utf8').catch(() => '')) !== '', {
+      timeoutMs: 15_000,
+      what: `${node.name} subnet.env`,
+    });
     const s = await this.subnetOf(node);
     const podIp = s.gateway.replace(/\.1$/, '.2');
     const pod = await this.lab.add(`${node.name}-pod`);
     await this.sh(node.ns, 'ip', 'link', 'add', 'cni0', 'mtu', String(s.mtu), 'type', 'bridge');
     await this.sh(node.ns, 'ip', 'addr', 'add', `${s.gateway}/${s.prefix}`, 'dev', 'cni0');
     await this.sh(node.ns, 'ip', 'link', 'set', 'cni0', 'up');
-    await run('ip', ['-n', node.ns, 'link', 'add', 'vethpod', 'mtu', String(s.mtu), 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod]);
+    await run('ip', [
+      '-n',
+      node.ns,
+      'link',
+      'add',
+      'vethpod',
+      'mtu',
+      String(s.mtu),
+      'type',
+      'veth',
+      'peer',
+      'name',
+      'eth0',
+      'netns',
+      pod,
+    ]);
     await this.sh(node.ns, 'ip', 'link', 'set', 'vethpod', 'master', 'cni0', 'up');
     await this.sh(pod, 'ip', 'addr', 'add', `${podIp}/${s.prefix}`, 'dev', 'eth0');
     await this.sh(pod, 'ip', 'link', 'set', 'eth0', 'up');
@@ -126,10 +191,16 @@ export class Cluster {
 
   /** True when one ping from `ns` to `ip` gets an answer within 1 s. */
   async ping(ns: string, ip: string): Promise<boolean> {
-    return this.sh(ns, 'ping', '-c', '1', '-W', '1', ip).then(() => true, () => false);
+    return this.sh(ns, 'ping', '-c', '1', '-W', '1', ip).then(
+      () => true,
+      () => false,
+    );
   }
 
-  /** Starts a TCP server in the outside namespace that answers every connection with the address it came from. */
+  /**
+   * Starts a TCP server in the outside namespace that answers every connection with the address it
+   * came from.
+   */
   startEchoSource(port: number): void {
     const script = `require('node:net').createServer((s) => s.end(s.remoteAddress)).listen(${port}, '203.0.113.2')`;
     this.lab.spawn(this.outside, [process.execPath, '-e', script], join(this.dir, 'outside.log'));
@@ -149,8 +220,16 @@ export class Cluster {
   }
 }
 
-/** GET http://127.0.0.1:<port><path> from inside a node's namespace (its health endpoint, say): status and body. */
-export async function httpGetIn(c: Cluster, node: ClusterNode, port: number, path: string): Promise<{ status: number; body: string }> {
+/**
+ * GET http://127.0.0.1:<port><path> from inside a node's namespace (its health endpoint, say):
+ * status and body.
+ */
+export async function httpGetIn(
+  c: Cluster,
+  node: ClusterNode,
+  port: number,
+  path: string,
+): Promise<{ status: number; body: string }> {
   const script = `fetch('http://127.0.0.1:${port}${path}').then(async (r) => process.stdout.write(r.status + ' ' + (await r.text())), (e) => { console.error(e.message); process.exit(1); })`;
   const out = await c.sh(node.ns, process.execPath, '-e', script);
   const sp = out.indexOf(' ');

@@ -48,13 +48,18 @@ function callEnv(c: CniCall): Record<string, string> {
     CNI_PATH: REFERENCE_DIR,
     ...c.env,
   };
-  return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined));
+  return Object.fromEntries(
+    Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined),
+  );
 }
 
 /** Runs one plugin call; never throws for a plugin failure (look at `code` and `json`). */
 export async function callCni(c: CniCall): Promise<CniAnswer> {
   const input = typeof c.conf === 'string' ? c.conf : JSON.stringify(c.conf);
-  const done = await runToExit(['nsenter', `--net=${netnsPath(c.nodeNs)}`, c.exe], { input, env: callEnv(c) });
+  const done = await runToExit(['nsenter', `--net=${netnsPath(c.nodeNs)}`, c.exe], {
+    input,
+    env: callEnv(c),
+  });
   const text = done.stdout.trim();
   let json: Record<string, unknown> | undefined;
   try {
@@ -69,7 +74,8 @@ export async function callCni(c: CniCall): Promise<CniAnswer> {
 export function subnetEnvText(o: { network: string; subnet: string; mtu: number }): string {
   const network = parseCidr(o.network, { strict: true });
   const subnet = parseCidr(o.subnet, { strict: true });
-  if (!network || !subnet) throw new Error(`test setup: ${o.network} / ${o.subnet} are not network CIDRs`);
+  if (!network || !subnet)
+    throw new Error(`test setup: ${o.network} / ${o.subnet} are not network CIDRs`);
   return renderSubnetEnv({ network, subnet, mtu: o.mtu, ipMasq: false });
 }
 
@@ -111,12 +117,23 @@ export class CniNode {
   }
 
   async writeSubnetEnv(text?: string): Promise<void> {
-    await writeFile(this.subnetFile, text ?? subnetEnvText({ network: this.network, subnet: this.subnet, mtu: this.mtu }));
+    await writeFile(
+      this.subnetFile,
+      text ?? subnetEnvText({ network: this.network, subnet: this.subnet, mtu: this.mtu }),
+    );
   }
 
   /** A network config as a runtime hands it to the plugin (name and cniVersion filled in). */
   conf(cniVersion = '1.0.0', extra: Record<string, unknown> = {}): Record<string, unknown> {
-    return { cniVersion, name: 'twnet', type: 'twill', subnetFile: this.subnetFile, dataDir: join(this.dir, 'ipam'), logFile: join(this.dir, 'cni.log'), ...extra };
+    return {
+      cniVersion,
+      name: 'twnet',
+      type: 'twill',
+      subnetFile: this.subnetFile,
+      dataDir: join(this.dir, 'ipam'),
+      logFile: join(this.dir, 'cni.log'),
+      ...extra,
+    };
   }
 
   pod(short: string): Promise<string> {
@@ -135,7 +152,9 @@ export class CniNode {
 
   /** twill's host veths in the node namespace. */
   async hostVeths(): Promise<string[]> {
-    const links = JSON.parse((await run('ip', ['-n', this.nodeNs, '-json', 'link', 'show'])).stdout) as { ifname: string }[];
+    const links = JSON.parse(
+      (await run('ip', ['-n', this.nodeNs, '-json', 'link', 'show'])).stdout,
+    ) as { ifname: string }[];
     return links.map((l) => l.ifname).filter((n) => n.startsWith('twv'));
   }
 

@@ -24,14 +24,28 @@ let counter = 0;
  * caller owns), using loopback as its interface and `publicIp` as its
  * address. Call it inside a test: it is stopped when the test finishes.
  */
-export async function startTestDaemon(o: { store: LeaseStore; nodeName: string; publicIp: string; subnetFile: string; ipMasq?: boolean; ns?: string }): Promise<TestNode> {
+export async function startTestDaemon(o: {
+  store: LeaseStore;
+  nodeName: string;
+  publicIp: string;
+  subnetFile: string;
+  ipMasq?: boolean;
+  ns?: string;
+}): Promise<TestNode> {
   const lab = new NetnsLab();
   const ns = o.ns ?? (await lab.add(`d${++counter}`));
   const log = captureLog();
   let last: DaemonState | undefined;
   const ctl = new AbortController();
   const done = runDaemon(
-    { store: o.store, runner: nsRunner(ns), watch: nsWatch(ns), logger: log.logger, ensureForwarding: nsForwarding(ns), bridgeNetfilterProblem: async () => undefined },
+    {
+      store: o.store,
+      runner: nsRunner(ns),
+      watch: nsWatch(ns),
+      logger: log.logger,
+      ensureForwarding: nsForwarding(ns),
+      bridgeNetfilterProblem: async () => undefined,
+    },
     {
       nodeName: o.nodeName,
       iface: { iface: ['lo'], ifaceRegex: [], publicIp: o.publicIp },

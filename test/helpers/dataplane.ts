@@ -24,25 +24,56 @@ export function peerLease(n: number, o: { vxlan: boolean; ipBase?: string }): Le
   return {
     key: `${formatIpv4(subnet.base)}-24`,
     subnet,
-    attrs: { publicIp, publicIpv6: null, backendType: o.vxlan ? 'vxlan' : 'host-gw', backendData: o.vxlan ? { vni: 1, vtepMac: mac } : null },
+    attrs: {
+      publicIp,
+      publicIpv6: null,
+      backendType: o.vxlan ? 'vxlan' : 'host-gw',
+      backendData: o.vxlan ? { vni: 1, vtepMac: mac } : null,
+    },
     expiresAt: Date.now() + 86_400_000,
     version: '1',
   };
 }
 
 /** Backend input: our lease 10.244.3.0/24 at 10.123.0.2 on eth0 (10.123.0.2/24), plus `peers`. */
-export function backendInput(o: { backend: 'vxlan' | 'host-gw'; peers: readonly Lease[]; ipMasq?: boolean; extra?: string; network?: string }): BackendInput {
-  const config = parseNetConfig(`{"Network":"${o.network ?? '10.244.0.0/16'}","Backend":{"Type":"${o.backend}"${o.extra ?? ''}}}`);
+export function backendInput(o: {
+  backend: 'vxlan' | 'host-gw';
+  peers: readonly Lease[];
+  ipMasq?: boolean;
+  extra?: string;
+  network?: string;
+}): BackendInput {
+  const config = parseNetConfig(
+    `{"Network":"${o.network ?? '10.244.0.0/16'}","Backend":{"Type":"${o.backend}"${o.extra ?? ''}}}`,
+  );
   const vxlan = o.backend === 'vxlan';
   const self: Lease = {
     key: '10.244.3.0-24',
     subnet: cidr('10.244.3.0/24'),
-    attrs: { publicIp: '10.123.0.2', publicIpv6: null, backendType: o.backend, backendData: vxlan ? { vni: 1, vtepMac: SELF_MAC } : null },
+    attrs: {
+      publicIp: '10.123.0.2',
+      publicIpv6: null,
+      backendType: o.backend,
+      backendData: vxlan ? { vni: 1, vtepMac: SELF_MAC } : null,
+    },
     expiresAt: Date.now() + 86_400_000,
     version: '1',
   };
-  const iface = { name: 'eth0', mtu: 1500, mac: '02:fe:00:00:00:02', addrs: ['10.123.0.2'], networks: ['10.123.0.2/24'] };
-  return { config, self, peers: o.peers, choice: { iface, ifaceIp: '10.123.0.2', publicIp: '10.123.0.2' }, ipMasq: o.ipMasq ?? true, randomFully: true };
+  const iface = {
+    name: 'eth0',
+    mtu: 1500,
+    mac: '02:fe:00:00:00:02',
+    addrs: ['10.123.0.2'],
+    networks: ['10.123.0.2/24'],
+  };
+  return {
+    config,
+    self,
+    peers: o.peers,
+    choice: { iface, ifaceIp: '10.123.0.2', publicIp: '10.123.0.2' },
+    ipMasq: o.ipMasq ?? true,
+    randomFully: true,
+  };
 }
 
 export interface KernelView {
@@ -56,8 +87,17 @@ export interface KernelView {
   readonly forward: string;
 }
 
-const lines = (text: string): string[] => text.split('\n').map((l) => l.trim()).filter(Boolean).sort();
-const quiet = async (p: Promise<{ stdout: string }>): Promise<string> => p.then((r) => r.stdout, () => '');
+const lines = (text: string): string[] =>
+  text
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .sort();
+const quiet = async (p: Promise<{ stdout: string }>): Promise<string> =>
+  p.then(
+    (r) => r.stdout,
+    () => '',
+  );
 
 /** What the namespace behind `runner` holds of twill's objects, as sorted text lines. */
 export async function kernelView(runner: Runner): Promise<KernelView> {
@@ -72,5 +112,14 @@ export async function kernelView(runner: Runner): Promise<KernelView> {
     quiet(runner('iptables', ['-t', 'filter', '-S', 'FORWARD'])),
   ]);
   const owned = lines(routes).filter((l) => l.includes(` proto ${ROUTE_PROTOCOL}`));
-  return { routes: owned, neighs: lines(neighs), fdb: lines(fdb), devices: lines(devices).map((l) => l.split(/\s+/)[0] ?? ''), postrtg, postrouting, fwd, forward };
+  return {
+    routes: owned,
+    neighs: lines(neighs),
+    fdb: lines(fdb),
+    devices: lines(devices).map((l) => l.split(/\s+/)[0] ?? ''),
+    postrtg,
+    postrouting,
+    fwd,
+    forward,
+  };
 }

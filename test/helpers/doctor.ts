@@ -13,7 +13,16 @@ function cidr(text: string): Cidr {
 }
 
 export function link(name: string, o: Partial<LinkFact> = {}): LinkFact {
-  return { name, kind: undefined, mtu: 1500, master: undefined, addresses: [], vni: undefined, port: undefined, ...o };
+  return {
+    name,
+    kind: undefined,
+    mtu: 1500,
+    master: undefined,
+    addresses: [],
+    vni: undefined,
+    port: undefined,
+    ...o,
+  };
 }
 
 export const HEALTHY_LINKS: readonly LinkFact[] = [
@@ -25,7 +34,9 @@ export const HEALTHY_LINKS: readonly LinkFact[] = [
 ];
 
 /** Store facts: the config (Backend vxlan plus `backendExtra`), our lease and peer 1. */
-export function storeFact(o: { backend?: 'vxlan' | 'host-gw'; backendExtra?: string; leases?: LeaseRecord[] } = {}): DoctorFacts['store'] {
+export function storeFact(
+  o: { backend?: 'vxlan' | 'host-gw'; backendExtra?: string; leases?: LeaseRecord[] } = {},
+): DoctorFacts['store'] {
   const input = backendInput({ backend: o.backend ?? 'vxlan', peers: [], extra: o.backendExtra });
   const self = input.self;
   const peer = peerLease(1, { vxlan: (o.backend ?? 'vxlan') === 'vxlan' });
@@ -40,14 +51,25 @@ export function healthyFacts(): DoctorFacts {
   return {
     ipForward: got('1'),
     bridgeNf: got('1'),
-    rpFilter: new Map([['all', '0'], ['default', '0'], ['eth0', '0'], ['twill.1', '0'], ['cni0', '0']]),
+    rpFilter: new Map([
+      ['all', '0'],
+      ['default', '0'],
+      ['eth0', '0'],
+      ['twill.1', '0'],
+      ['cni0', '0'],
+    ]),
     iptables: got({ backend: 'nf_tables', otherRules: got(0) }),
     inputChain: got('-P INPUT ACCEPT\n'),
     foreignChains: got([]),
     links: got(HEALTHY_LINKS),
     underlay: got({ name: 'eth0', mtu: 1500, publicIp: '10.123.0.2' }),
     subnetFile: '/run/twill/subnet.env',
-    subnetEnv: got({ network: cidr('10.244.0.0/16'), subnet: cidr('10.244.3.1/24'), mtu: 1450, ipMasq: true }),
+    subnetEnv: got({
+      network: cidr('10.244.0.0/16'),
+      subnet: cidr('10.244.3.1/24'),
+      mtu: 1450,
+      ipMasq: true,
+    }),
     store: storeFact(),
     ownedRoutes: got([{ dst: '10.244.1.0/24', via: '10.244.1.0', dev: 'twill.1', onlink: true }]),
     bridge: 'cni0',

@@ -54,19 +54,52 @@ interface EndpointStatus {
   Status: { header: { member_id: number | string }; leader: number | string };
 }
 
-/** `etcdctl endpoint status -w json` on the given endpoints: each answer's own member id and its leader id. */
-export async function endpointStatus(endpoints: readonly string[]): Promise<{ endpoint: string; memberId: string; leaderId: string }[]> {
+/**
+ * `etcdctl endpoint status -w json` on the given endpoints: each answer's own member id and its
+ * leader id.
+ */
+export async function endpointStatus(
+  endpoints: readonly string[],
+): Promise<{ endpoint: string; memberId: string; leaderId: string }[]> {
   // etcdctl prints ids as JSON numbers larger than 2^53: read them as text
-  const out = (await run('etcdctl', ['--endpoints', endpoints.join(','), '--command-timeout', '2s', 'endpoint', 'status', '-w', 'json'], { timeoutMs: 5_000 })).stdout;
-  const exact = out.replace(/"(member_id|leader|cluster_id|raft_term|revision|raft_index|raft_applied_index)":(\d+)/g, '"$1":"$2"');
-  return (JSON.parse(exact) as EndpointStatus[]).map((s) => ({ endpoint: s.Endpoint, memberId: String(s.Status.header.member_id), leaderId: String(s.Status.leader) }));
+  const out = (
+    await run(
+      'etcdctl',
+      [
+        '--endpoints',
+        endpoints.join(','),
+        '--command-timeout',
+        '2s',
+        'endpoint',
+        'status',
+        '-w',
+        'json',
+      ],
+      { timeoutMs: 5_000 },
+    )
+  ).stdout;
+  const exact = out.replace(
+    /"(member_id|leader|cluster_id|raft_term|revision|raft_index|raft_applied_index)":(\d+)/g,
+    '"$1":"$2"',
+  );
+  return (JSON.parse(exact) as EndpointStatus[]).map((s) => ({
+    endpoint: s.Endpoint,
+    memberId: String(s.Status.header.member_id),
+    leaderId: String(s.Status.leader),
+  }));
 }
 
 export async function startEtcdCluster(o: { size?: number } = {}): Promise<EtcdCluster> {
   const size = o.size ?? 3;
   const dataDir = await mkdtemp(join(tmpdir(), 'twill-etcd-cluster-'));
   const slots: MemberSlot[] = [];
-  for (let i = 1; i <= size; i++) slots.push({ name: `m${i}`, endpoint: `http://127.0.0.1:${await freePort()}`, peer: `http://127.0.0.1:${await freePort()}`, child: undefined });
+  for (let i = 1; i <= size; i++)
+    slots.push({
+      name: `m${i}`,
+      endpoint: `http://127.0.0.1:${await freePort()}`,
+      peer: `http://127.0.0.1:${await freePort()}`,
+      child: undefined,
+    });
   const initialCluster = slots.map((s) => `${s.name}=${s.peer}`).join(',');
   const token = `twill-test-${process.pid}-${Date.now()}`;
   const logFile = (s: MemberSlot): string => join(dataDir, `${s.name}.log`);
@@ -78,26 +111,49 @@ export async function startEtcdCluster(o: { size?: number } = {}): Promise<EtcdC
   const spawnMember = (s: MemberSlot): void => {
     const argv = [
       'etcd',
-      '--name', s.name,
-      '--data-dir', join(dataDir, s.name),
-      '--listen-client-urls', s.endpoint,
-      '--advertise-client-urls', s.endpoint,
-      '--listen-peer-urls', s.peer,
-      '--initial-advertise-peer-urls', s.peer,
-      '--initial-cluster', initialCluster,
-      '--initial-cluster-token', token,
-      '--initial-cluster-state', 'new',
-      '--log-level', 'error',
+      '--name',
+      s.name,
+      '--data-dir',
+      join(dataDir, s.name),
+      '--listen-client-urls',
+      s.endpoint,
+      '--advertise-client-urls',
+      s.endpoint,
+      '--listen-peer-urls',
+      s.peer,
+      '--initial-advertise-peer-urls',
+      s.peer,
+      '--initial-cluster',
+      initialCluster,
+      '--initial-cluster-token',
+      token,
+      '--initial-cluster-state',
+      'new',
+      '--log-level',
+      'error',
     ];
     s.child = startProcess(argv, { logFile: logFile(s) });
   };
   const untilHealthy = async (members: readonly MemberSlot[]): Promise<void> => {
-    await waitFor(async () => (await Promise.all(members.map((s) => healthy(s.endpoint)))).every(Boolean), { timeoutMs: 30_000, what: `etcd members ${members.map((s) => s.name).join(', ')}` }).catch(async (err: Error) => {
-      const logs = await Promise.all(members.map(async (s) => `${s.name}: ${(await readFile(logFile(s), 'utf8').catch(() => '')).slice(-1000)}`));
+    await waitFor(
+      async () => (await Promise.all(members.map((s) => healthy(s.endpoint)))).every(Boolean),
+      { timeoutMs: 30_000, what: `etcd members ${members.map((s) => s.name).join(', ')}` },
+    ).catch(async (err: Error) => {
+      const logs = await Promise.all(
+        members.map(
+          async (s) =>
+            `${s.name}: ${(await readFile(logFile(s), 'utf8').catch(() => '')).slice(-1000)}`,
+        ),
+      );
       throw new Error(`${err.message}; logs: ${logs.join('\n')}`);
     });
   };
-  const view = (s: MemberSlot): EtcdMember => ({ name: s.name, endpoint: s.endpoint, pid: s.child && s.child.exitCode === null && s.child.signalCode === null ? s.child.pid : undefined });
+  const view = (s: MemberSlot): EtcdMember => ({
+    name: s.name,
+    endpoint: s.endpoint,
+    pid:
+      s.child && s.child.exitCode === null && s.child.signalCode === null ? s.child.pid : undefined,
+  });
   const cluster: EtcdCluster = {
     endpoints: slots.map((s) => s.endpoint),
     get members() {
@@ -111,7 +167,8 @@ export async function startEtcdCluster(o: { size?: number } = {}): Promise<EtcdC
         async () => {
           const status = await endpointStatus(up.map((m) => m.endpoint)).catch(() => []);
           const leaders = new Set(status.map((s) => s.leaderId));
-          const leaderId = leaders.size === 1 && status.length === up.length ? [...leaders][0] : undefined;
+          const leaderId =
+            leaders.size === 1 && status.length === up.length ? [...leaders][0] : undefined;
           const at = status.find((s) => s.memberId === leaderId);
           found = at ? up.find((m) => m.endpoint === at.endpoint) : undefined;
           return found !== undefined;
@@ -136,10 +193,12 @@ export async function startEtcdCluster(o: { size?: number } = {}): Promise<EtcdC
       await untilHealthy([s]);
     },
     async destroy() {
-      await Promise.all(slots.map(async (s) => {
-        if (s.child) await stopProcess(s.child);
-        s.child = undefined;
-      }));
+      await Promise.all(
+        slots.map(async (s) => {
+          if (s.child) await stopProcess(s.child);
+          s.child = undefined;
+        }),
+      );
       await rm(dataDir, { recursive: true, force: true });
     },
   };

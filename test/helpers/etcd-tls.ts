@@ -35,9 +35,25 @@ async function openssl(args: readonly string[]): Promise<void> {
 async function makeCa(dir: string, name: string): Promise<CertPair> {
   const pair = { cert: join(dir, `${name}.crt`), key: join(dir, `${name}.key`) };
   await openssl([
-    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-    '-keyout', pair.key, '-out', pair.cert, '-days', '2', '-subj', `/CN=${name}`,
-    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign',
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-keyout',
+    pair.key,
+    '-out',
+    pair.cert,
+    '-days',
+    '2',
+    '-subj',
+    `/CN=${name}`,
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-addext',
+    'keyUsage=critical,keyCertSign,cRLSign',
   ]);
   return pair;
 }
@@ -47,17 +63,55 @@ async function makeLeaf(dir: string, name: string, ca: CertPair, ext: string): P
   const csr = join(dir, `${name}.csr`);
   const extFile = join(dir, `${name}.ext`);
   await writeFile(extFile, ext);
-  await openssl(['req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', pair.key, '-out', csr, '-subj', `/CN=${name}`]);
-  await openssl(['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key, '-CAcreateserial', '-out', pair.cert, '-days', '2', '-extfile', extFile]);
+  await openssl([
+    'req',
+    '-new',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-keyout',
+    pair.key,
+    '-out',
+    csr,
+    '-subj',
+    `/CN=${name}`,
+  ]);
+  await openssl([
+    'x509',
+    '-req',
+    '-in',
+    csr,
+    '-CA',
+    ca.cert,
+    '-CAkey',
+    ca.key,
+    '-CAcreateserial',
+    '-out',
+    pair.cert,
+    '-days',
+    '2',
+    '-extfile',
+    extFile,
+  ]);
   return pair;
 }
 
-/** A CA, etcd's server certificate (IP 127.0.0.1), a client certificate, and a foreign CA with its own client certificate. */
+/**
+ * A CA, etcd's server certificate (IP 127.0.0.1), a client certificate, and a foreign CA with its
+ * own client certificate.
+ */
 export async function makeTlsFiles(): Promise<TlsFiles> {
   const dir = await mkdtemp(join(tmpdir(), 'twill-etcd-tls-'));
   const ca = await makeCa(dir, 'ca');
   const other = await makeCa(dir, 'other-ca');
-  const server = await makeLeaf(dir, 'server', ca, 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n');
+  const server = await makeLeaf(
+    dir,
+    'server',
+    ca,
+    'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n',
+  );
   const client = await makeLeaf(dir, 'client', ca, 'extendedKeyUsage=clientAuth\n');
   const otherClient = await makeLeaf(dir, 'other-client', other, 'extendedKeyUsage=clientAuth\n');
   return { dir, ca: ca.cert, server, client, otherCa: other.cert, otherClient };
@@ -83,21 +137,52 @@ export async function startTlsEtcd(spec: { netns?: string } = {}): Promise<TlsEt
   const child: ChildProcess = startProcess(
     [
       'etcd',
-      '--name', 'tls',
-      '--data-dir', join(files.dir, 'data'),
-      '--listen-client-urls', endpoint,
-      '--advertise-client-urls', endpoint,
-      '--client-cert-auth', '--trusted-ca-file', files.ca, '--cert-file', files.server.cert, '--key-file', files.server.key,
-      '--listen-peer-urls', peer,
-      '--initial-advertise-peer-urls', peer,
-      '--initial-cluster', `tls=${peer}`,
-      '--peer-client-cert-auth', '--peer-trusted-ca-file', files.ca, '--peer-cert-file', files.server.cert, '--peer-key-file', files.server.key,
-      '--log-level', 'error',
+      '--name',
+      'tls',
+      '--data-dir',
+      join(files.dir, 'data'),
+      '--listen-client-urls',
+      endpoint,
+      '--advertise-client-urls',
+      endpoint,
+      '--client-cert-auth',
+      '--trusted-ca-file',
+      files.ca,
+      '--cert-file',
+      files.server.cert,
+      '--key-file',
+      files.server.key,
+      '--listen-peer-urls',
+      peer,
+      '--initial-advertise-peer-urls',
+      peer,
+      '--initial-cluster',
+      `tls=${peer}`,
+      '--peer-client-cert-auth',
+      '--peer-trusted-ca-file',
+      files.ca,
+      '--peer-cert-file',
+      files.server.cert,
+      '--peer-key-file',
+      files.server.key,
+      '--log-level',
+      'error',
     ],
     { logFile, netns: spec.netns },
   );
   const etcdctl = async (...args: string[]): Promise<string> => {
-    const argv = ['etcdctl', '--endpoints', endpoint, '--cacert', files.ca, '--cert', files.client.cert, '--key', files.client.key, ...args];
+    const argv = [
+      'etcdctl',
+      '--endpoints',
+      endpoint,
+      '--cacert',
+      files.ca,
+      '--cert',
+      files.client.cert,
+      '--key',
+      files.client.key,
+      ...args,
+    ];
     const [file, ...rest] = spec.netns ? ['ip', 'netns', 'exec', spec.netns, ...argv] : argv;
     return (await run(file as string, rest, { timeoutMs: 10_000 })).stdout;
   };
@@ -105,11 +190,17 @@ export async function startTlsEtcd(spec: { netns?: string } = {}): Promise<TlsEt
     await stopProcess(child);
     await rm(files.dir, { recursive: true, force: true });
   };
-  const healthy = (): Promise<boolean> => etcdctl('endpoint', 'health').then(() => true, () => false);
-  await waitFor(healthy, { timeoutMs: 20_000, what: `etcd at ${endpoint}` }).catch(async (err: Error) => {
-    const log = (await readFile(logFile, 'utf8').catch(() => '')).slice(-2000);
-    await destroy();
-    throw new Error(`${err.message}; etcd log: ${log}`);
-  });
+  const healthy = (): Promise<boolean> =>
+    etcdctl('endpoint', 'health').then(
+      () => true,
+      () => false,
+    );
+  await waitFor(healthy, { timeoutMs: 20_000, what: `etcd at ${endpoint}` }).catch(
+    async (err: Error) => {
+      const log = (await readFile(logFile, 'utf8').catch(() => '')).slice(-2000);
+      await destroy();
+      throw new Error(`${err.message}; etcd log: ${log}`);
+    },
+  );
   return { endpoint, files, etcdctl, destroy };
 }

@@ -30,7 +30,11 @@ export interface EtcdSpec {
 
 async function healthy(endpoint: string, netns: string | undefined): Promise<boolean> {
   if (netns) {
-    return run('ip', ['netns', 'exec', netns, 'etcdctl', '--endpoints', endpoint, 'endpoint', 'health'], { timeoutMs: 3000 }).then(
+    return run(
+      'ip',
+      ['netns', 'exec', netns, 'etcdctl', '--endpoints', endpoint, 'endpoint', 'health'],
+      { timeoutMs: 3000 },
+    ).then(
       () => true,
       () => false,
     );
@@ -49,14 +53,22 @@ export async function startEtcd(spec: EtcdSpec = {}): Promise<EtcdServer> {
   const endpoint = `http://${host}:${clientPort}`;
   let child: ChildProcess | undefined;
   const args = [
-    '--name', 'test',
-    '--data-dir', join(dataDir, 'data'),
-    '--listen-client-urls', endpoint,
-    '--advertise-client-urls', endpoint,
-    '--listen-peer-urls', `http://127.0.0.1:${peerPort}`,
-    '--initial-advertise-peer-urls', `http://127.0.0.1:${peerPort}`,
-    '--initial-cluster', `test=http://127.0.0.1:${peerPort}`,
-    '--log-level', 'error',
+    '--name',
+    'test',
+    '--data-dir',
+    join(dataDir, 'data'),
+    '--listen-client-urls',
+    endpoint,
+    '--advertise-client-urls',
+    endpoint,
+    '--listen-peer-urls',
+    `http://127.0.0.1:${peerPort}`,
+    '--initial-advertise-peer-urls',
+    `http://127.0.0.1:${peerPort}`,
+    '--initial-cluster',
+    `test=http://127.0.0.1:${peerPort}`,
+    '--log-level',
+    'error',
   ];
   const server: EtcdServer = {
     endpoint,
@@ -64,8 +76,13 @@ export async function startEtcd(spec: EtcdSpec = {}): Promise<EtcdServer> {
     async start() {
       const logFile = join(dataDir, 'etcd.log');
       child = startProcess(['etcd', ...args], { logFile, netns: spec.netns });
-      await waitFor(() => healthy(endpoint, spec.netns), { timeoutMs: 20_000, what: `etcd at ${endpoint}` }).catch(async (err: Error) => {
-        throw new Error(`${err.message}; etcd log: ${(await readFile(logFile, 'utf8').catch(() => '')).slice(-2000)}`);
+      await waitFor(() => healthy(endpoint, spec.netns), {
+        timeoutMs: 20_000,
+        what: `etcd at ${endpoint}`,
+      }).catch(async (err: Error) => {
+        throw new Error(
+          `${err.message}; etcd log: ${(await readFile(logFile, 'utf8').catch(() => '')).slice(-2000)}`,
+        );
       });
     },
     async stop(opts = {}) {

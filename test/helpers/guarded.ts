@@ -4,7 +4,12 @@
 // desired state, a resync timer too slow to help, and either nft monitor,
 // the chain poll, or nft monitor with the poll taking over when flooded.
 import { desiredState, type BackendInput } from '../../src/dataplane/backend.ts';
-import { pollChains, runMonitors, type FloodGuard, type Touch } from '../../src/dataplane/monitor.ts';
+import {
+  pollChains,
+  runMonitors,
+  type FloodGuard,
+  type Touch,
+} from '../../src/dataplane/monitor.ts';
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { captureLog, type CapturedLog } from './log.ts';
@@ -16,35 +21,80 @@ export interface GuardedNode {
   readonly log: CapturedLog;
   /** how many passes so far repaired drift */
   repairs(): number;
-  /** the kinds (full, repair, chains) and process counts of the passes that repaired drift, in order */
+  /**
+   * the kinds (full, repair, chains) and process counts of the passes that repaired drift, in order
+   */
   repairPasses(): { kind: string; spawns: number }[];
   stop(): Promise<void>;
 }
 
-export async function startGuardedNode(o: { short: string; input: BackendInput; watch: 'nft' | 'poll' | 'nft-then-poll'; flood?: FloodGuard; settleMs?: number }): Promise<GuardedNode> {
+export async function startGuardedNode(o: {
+  short: string;
+  input: BackendInput;
+  watch: 'nft' | 'poll' | 'nft-then-poll';
+  flood?: FloodGuard;
+  settleMs?: number;
+}): Promise<GuardedNode> {
   await sweepStaleNetns();
   const lab = new NetnsLab();
   const ns = await lab.add(o.short);
   const other = await lab.add(`${o.short}-peer`);
-  await lab.link({ ns, dev: 'eth0', cidr: '10.123.0.2/24' }, { ns: other, dev: 'eth0', cidr: '10.123.0.1/24' });
+  await lab.link(
+    { ns, dev: 'eth0', cidr: '10.123.0.2/24' },
+    { ns: other, dev: 'eth0', cidr: '10.123.0.1/24' },
+  );
   const runner = nsRunner(ns);
   const log = captureLog();
   const logger = log.logger;
-  const r = new Reconciler({ runner, logger, desired: () => desiredState(o.input), ensureForwarding: nsForwarding(ns), resyncMs: 600_000, ...(o.settleMs === undefined ? {} : { settleMs: o.settleMs }) });
-  const poll = (s: AbortSignal): Promise<void> => pollChains({ runner, logger, masq: () => desiredState(o.input).masq, intervalMs: 1_000, onDrift: (x, t) => r.touch(x, t) }, s);
+  const r = new Reconciler({
+    runner,
+    logger,
+    desired: () => desiredState(o.input),
+    ensureForwarding: nsForwarding(ns),
+    resyncMs: 600_000,
+    ...(o.settleMs === undefined ? {} : { settleMs: o.settleMs }),
+  });
+  const poll = (s: AbortSignal): Promise<void> =>
+    pollChains(
+      {
+        runner,
+        logger,
+        masq: () => desiredState(o.input).masq,
+        intervalMs: 1_000,
+        onDrift: (x, t) => r.touch(x, t),
+      },
+      s,
+    );
   const ctl = new AbortController();
-  const monitors = { watch: nsWatch(ns), logger, ctx: { underlay: 'eth0' }, nft: o.watch !== 'poll', onEvent: (s: string, t?: Touch) => (t ? r.touch(s, t) : r.trigger(s)) };
+  const monitors = {
+    watch: nsWatch(ns),
+    logger,
+    ctx: { underlay: 'eth0' },
+    nft: o.watch !== 'poll',
+    onEvent: (s: string, t?: Touch) => (t ? r.touch(s, t) : r.trigger(s)),
+  };
   const loops = Promise.all([
     r.run(ctl.signal),
-    runMonitors(o.watch === 'nft-then-poll' ? { ...monitors, poll, ...(o.flood ? { flood: o.flood } : {}) } : monitors, ctl.signal),
+    runMonitors(
+      o.watch === 'nft-then-poll'
+        ? { ...monitors, poll, ...(o.flood ? { flood: o.flood } : {}) }
+        : monitors,
+      ctl.signal,
+    ),
     o.watch === 'poll' ? poll(ctl.signal) : Promise.resolve(),
   ]);
-  await waitFor(() => r.lastPass()?.converged === true, { timeoutMs: 10_000, what: 'first converged pass' });
+  await waitFor(() => r.lastPass()?.converged === true, {
+    timeoutMs: 10_000,
+    what: 'first converged pass',
+  });
   return {
     runner,
     log,
     repairs: () => log.lines.filter((l) => l.msg === 'repaired dataplane drift').length,
-    repairPasses: () => log.lines.filter((l) => l.msg === 'repaired dataplane drift').map((l) => ({ kind: String(l.kind), spawns: Number(l.spawns) })),
+    repairPasses: () =>
+      log.lines
+        .filter((l) => l.msg === 'repaired dataplane drift')
+        .map((l) => ({ kind: String(l.kind), spawns: Number(l.spawns) })),
     stop: async () => {
       ctl.abort();
       await loops;

@@ -4,7 +4,14 @@
 // deploy/'s ClusterRole, so everything twill does in a test runs under the
 // RBAC it ships with.
 import { dirname, join, resolve } from 'node:path';
-import { CoreV1Api, KubeConfig, PatchStrategy, RbacAuthorizationV1Api, setHeaderOptions, type V1Node } from '@kubernetes/client-node';
+import {
+  CoreV1Api,
+  KubeConfig,
+  PatchStrategy,
+  RbacAuthorizationV1Api,
+  setHeaderOptions,
+  type V1Node,
+} from '@kubernetes/client-node';
 import { run } from '../../src/exec/runner.ts';
 import { kubectlArgv } from '../../lab/kube-apiserver.ts';
 import { startKubeApiServer, type KubeApiServer } from './kube.ts';
@@ -13,16 +20,29 @@ import { waitFor } from './ports.ts';
 const DEPLOY = resolve(import.meta.dirname, '../../deploy');
 const MERGE = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
 
-/** kubectl with `kubeconfig`, its discovery cache beside the kubeconfig (removed with the apiserver's files, not left in ~/.kube). */
+/**
+ * kubectl with `kubeconfig`, its discovery cache beside the kubeconfig (removed with the
+ * apiserver's files, not left in ~/.kube).
+ */
 export async function kubectl(kubeconfig: string, args: readonly string[]): Promise<string> {
-  const [cmd = '', ...rest] = kubectlArgv({ kubeconfig, cacheDir: join(dirname(kubeconfig), 'kubectl-cache') }, args);
+  const [cmd = '', ...rest] = kubectlArgv(
+    { kubeconfig, cacheDir: join(dirname(kubeconfig), 'kubectl-cache') },
+    args,
+  );
   return (await run(cmd, rest, { timeoutMs: 60_000 })).stdout;
 }
 
 export interface KubeAdmin {
   readonly api: CoreV1Api;
   readonly kubeconfig: string;
-  createNode(name: string, o?: { podCidr?: string; annotations?: Record<string, string>; conditions?: { type: string; status: string }[] }): Promise<V1Node>;
+  createNode(
+    name: string,
+    o?: {
+      podCidr?: string;
+      annotations?: Record<string, string>;
+      conditions?: { type: string; status: string }[];
+    },
+  ): Promise<V1Node>;
   /** a JSON merge patch of the Node (spec, metadata) */
   patchNode(name: string, body: unknown): Promise<void>;
   /** a JSON merge patch of nodes/status (annotations, conditions) */
@@ -41,8 +61,22 @@ export async function kubeAdmin(kube: KubeApiServer): Promise<KubeAdmin> {
     kubeconfig,
     async createNode(name, o = {}) {
       const spec = o.podCidr ? { podCIDR: o.podCidr, podCIDRs: [o.podCidr] } : {};
-      const status = o.conditions ? { conditions: o.conditions.map((c) => ({ ...c, reason: 'Test', message: 'set by the test' })) } : {};
-      return api.createNode({ body: { metadata: { name, ...(o.annotations ? { annotations: o.annotations } : {}) }, spec, status } });
+      const status = o.conditions
+        ? {
+            conditions: o.conditions.map((c) => ({
+              ...c,
+              reason: 'Test',
+              message: 'set by the test',
+            })),
+          }
+        : {};
+      return api.createNode({
+        body: {
+          metadata: { name, ...(o.annotations ? { annotations: o.annotations } : {}) },
+          spec,
+          status,
+        },
+      });
     },
     async patchNode(name, body) {
       await api.patchNode({ name, body }, MERGE);
@@ -82,7 +116,14 @@ export async function twillIdentity(kube: KubeApiServer, admin: KubeAdmin): Prom
   const user = new KubeConfig();
   user.loadFromFile(path);
   const probe = user.makeApiClient(CoreV1Api);
-  await waitFor(async () => probe.listNode().then(() => true, () => false), { timeoutMs: 5000, what: 'the ClusterRoleBinding to take effect' });
+  await waitFor(
+    async () =>
+      probe.listNode().then(
+        () => true,
+        () => false,
+      ),
+    { timeoutMs: 5000, what: 'the ClusterRoleBinding to take effect' },
+  );
   return path;
 }
 

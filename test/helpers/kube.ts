@@ -69,7 +69,15 @@ export async function startKubeApiServer(spec: KubeApiServerSpec = {}): Promise<
   }
 }
 
-function makeServer(o: { binary: string; dir: string; etcd: EtcdServer; host: string; port: number; adminToken: string; twillToken: string }): KubeApiServer {
+function makeServer(o: {
+  binary: string;
+  dir: string;
+  etcd: EtcdServer;
+  host: string;
+  port: number;
+  adminToken: string;
+  twillToken: string;
+}): KubeApiServer {
   const url = `https://${o.host}:${o.port}`;
   const { caFile } = apiServerFiles(o.dir);
   const logFile = join(o.dir, 'kube-apiserver.log');
@@ -90,14 +98,22 @@ function makeServer(o: { binary: string; dir: string; etcd: EtcdServer; host: st
     async start() {
       const started = startProcess([o.binary, ...args], { logFile });
       child = started;
-      const kubectl = { kubeconfig: await server.kubeconfig(o.adminToken), cacheDir: join(o.dir, 'kubectl-cache') };
+      const kubectl = {
+        kubeconfig: await server.kubeconfig(o.adminToken),
+        cacheDir: join(o.dir, 'kubectl-cache'),
+      };
       await mkdir(kubectl.cacheDir, { recursive: true });
-      const exec = (argv: readonly string[]): Promise<unknown> => run(argv[0] ?? '', argv.slice(1), { timeoutMs: 5_000 });
+      const exec = (argv: readonly string[]): Promise<unknown> =>
+        run(argv[0] ?? '', argv.slice(1), { timeoutMs: 5_000 });
       const exited = (): boolean => started.exitCode !== null || started.signalCode !== null;
-      await untilApiServerReady({ dir: o.dir, kubectl, exec, exited, timeoutMs: 30_000 }).catch(async (err: Error) => {
-        await server.stopApiServer();
-        throw new Error(`${err.message} (${url}); kube-apiserver log: ${(await readFile(logFile, 'utf8').catch(() => '')).slice(-3000)}`);
-      });
+      await untilApiServerReady({ dir: o.dir, kubectl, exec, exited, timeoutMs: 30_000 }).catch(
+        async (err: Error) => {
+          await server.stopApiServer();
+          throw new Error(
+            `${err.message} (${url}); kube-apiserver log: ${(await readFile(logFile, 'utf8').catch(() => '')).slice(-3000)}`,
+          );
+        },
+      );
     },
     async stopApiServer() {
       if (child) await stopProcess(child);

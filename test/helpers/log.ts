@@ -12,7 +12,8 @@ export function captureLog(): CapturedLog {
   const lines: CapturedLog['lines'] = [];
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
-      for (const l of chunk.toString().split('\n')) if (l.trim()) lines.push(JSON.parse(l) as CapturedLog['lines'][number]);
+      for (const l of chunk.toString().split('\n'))
+        if (l.trim()) lines.push(JSON.parse(l) as CapturedLog['lines'][number]);
       cb();
     },
   });

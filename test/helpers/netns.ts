@@ -18,7 +18,10 @@ function alive(pid: number): boolean {
 }
 
 async function deleteNetns(name: string): Promise<void> {
-  const pids = await run('ip', ['netns', 'pids', name]).then((r) => r.stdout.split('\n').filter(Boolean), () => []);
+  const pids = await run('ip', ['netns', 'pids', name]).then(
+    (r) => r.stdout.split('\n').filter(Boolean),
+    () => [],
+  );
   for (const pid of pids) {
     try {
       process.kill(Number(pid), 'SIGKILL');
@@ -39,14 +42,17 @@ export async function sweepStaleNetns(): Promise<void> {
   }
 }
 
-/** A runner whose commands run inside network namespace `ns` (nsenter --net, no mount namespace). */
+/**
+ * A runner whose commands run inside network namespace `ns` (nsenter --net, no mount namespace).
+ */
 export function nsRunner(ns: string): Runner {
   return (file, args, opts) => run('nsenter', [`--net=/run/netns/${ns}`, file, ...args], opts);
 }
 
 /** A line watcher (ip monitor, nft monitor) inside network namespace `ns`. */
 export function nsWatch(ns: string): LineWatcher {
-  return (file, args, opts) => watchLines('nsenter', [`--net=/run/netns/${ns}`, file, ...args], opts);
+  return (file, args, opts) =>
+    watchLines('nsenter', [`--net=/run/netns/${ns}`, file, ...args], opts);
 }
 
 /** ip_forward kept at 1 inside `ns` (what the daemon does through /proc in its own namespace). */
@@ -77,8 +83,24 @@ export class NetnsLab {
   }
 
   /** A veth pair between two of our namespaces, each end addressed and up. */
-  async link(a: { ns: string; dev: string; cidr: string }, b: { ns: string; dev: string; cidr: string }): Promise<void> {
-    await run('ip', ['-n', a.ns, 'link', 'add', a.dev, 'type', 'veth', 'peer', 'name', b.dev, 'netns', b.ns]);
+  async link(
+    a: { ns: string; dev: string; cidr: string },
+    b: { ns: string; dev: string; cidr: string },
+  ): Promise<void> {
+    await run('ip', [
+      '-n',
+      a.ns,
+      'link',
+      'add',
+      a.dev,
+      'type',
+      'veth',
+      'peer',
+      'name',
+      b.dev,
+      'netns',
+      b.ns,
+    ]);
     for (const end of [a, b]) {
       await run('ip', ['-n', end.ns, 'addr', 'add', end.cidr, 'dev', end.dev]);
       await run('ip', ['-n', end.ns, 'link', 'set', end.dev, 'up']);
@@ -97,8 +119,8 @@ export class NetnsLab {
   }
 
   async destroy(): Promise<void> {
-    for (const c of this.children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    for (const c of this.children)
+      if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
     for (const name of this.names.reverse()) await deleteNetns(name);
   }
 }
-

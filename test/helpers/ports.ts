@@ -25,11 +25,15 @@ export async function freePort(): Promise<number> {
 }
 
 /** Polls `check` every 50 ms until it returns true or `timeoutMs` passes. */
-export async function waitFor(check: () => Promise<boolean> | boolean, opts: { timeoutMs: number; what: string }): Promise<number> {
+export async function waitFor(
+  check: () => Promise<boolean> | boolean,
+  opts: { timeoutMs: number; what: string },
+): Promise<number> {
   const start = Date.now();
   for (;;) {
     if (await check()) return Date.now() - start;
-    if (Date.now() - start > opts.timeoutMs) throw new Error(`timed out after ${opts.timeoutMs} ms waiting for ${opts.what}`);
+    if (Date.now() - start > opts.timeoutMs)
+      throw new Error(`timed out after ${opts.timeoutMs} ms waiting for ${opts.what}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }

@@ -6,7 +6,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 
 /** Starts `argv` (inside `netns` when given) with stdout and stderr appended to `logFile`. */
-export function startProcess(argv: readonly string[], o: { logFile: string; netns?: string | undefined }): ChildProcess {
+export function startProcess(
+  argv: readonly string[],
+  o: { logFile: string; netns?: string | undefined },
+): ChildProcess {
   const [file, ...args] = o.netns ? ['ip', 'netns', 'exec', o.netns, ...argv] : argv;
   const fd = openSync(o.logFile, 'a');
   const child = spawn(file as string, args, { stdio: ['ignore', fd, fd] });
@@ -40,8 +43,14 @@ export interface Finished {
   readonly stderr: string;
 }
 
-/** Runs a short-lived command to its end with `input` on stdin and exactly `env`; kills it after `timeoutMs`. */
-export function runToExit(argv: readonly string[], o: { input: string; env: Record<string, string>; timeoutMs?: number }): Promise<Finished> {
+/**
+ * Runs a short-lived command to its end with `input` on stdin and exactly `env`; kills it after
+ * `timeoutMs`.
+ */
+export function runToExit(
+  argv: readonly string[],
+  o: { input: string; env: Record<string, string>; timeoutMs?: number },
+): Promise<Finished> {
   const [file, ...args] = argv;
   const child = spawn(file as string, args, { stdio: ['pipe', 'pipe', 'pipe'], env: o.env });
   const out: Buffer[] = [];
@@ -56,7 +65,11 @@ export function runToExit(argv: readonly string[], o: { input: string; env: Reco
     child.once('error', reject);
     child.once('close', (code, sig) => {
       clearTimeout(timer);
-      resolve({ code: code ?? sig ?? -1, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() });
+      resolve({
+        code: code ?? sig ?? -1,
+        stdout: Buffer.concat(out).toString(),
+        stderr: Buffer.concat(err).toString(),
+      });
     });
   });
 }

@@ -31,7 +31,9 @@ function mounted(dir: string, bind: boolean): MountedDir {
   };
 }
 
-/** A tmpfs standing in for /proc/sys/net, with ipv4/ip_forward = `ipForward`, read-only when `ro`. */
+/**
+ * A tmpfs standing in for /proc/sys/net, with ipv4/ip_forward = `ipForward`, read-only when `ro`.
+ */
 export async function fakeProcSysNet(o: { ipForward: string; ro: boolean }): Promise<MountedDir> {
   const dir = await mkdtemp(join(tmpdir(), 'twill-procsysnet-'));
   await run('mount', ['-t', 'tmpfs', '-o', 'size=64k,mode=0755', 'tmpfs', dir]);
@@ -42,7 +44,10 @@ export async function fakeProcSysNet(o: { ipForward: string; ro: boolean }): Pro
   return m;
 }
 
-/** The real /proc/sys/net bind-mounted on a temporary directory, read-only when `ro` (a hostPath as the kubelet mounts it). */
+/**
+ * The real /proc/sys/net bind-mounted on a temporary directory, read-only when `ro` (a hostPath as
+ * the kubelet mounts it).
+ */
 export async function boundProcSysNet(o: { ro: boolean }): Promise<MountedDir> {
   const dir = await mkdtemp(join(tmpdir(), 'twill-procsysnet-'));
   await run('mount', ['--bind', '/proc/sys/net', dir]);

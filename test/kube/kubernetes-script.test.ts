@@ -18,11 +18,18 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-function script(env: Record<string, string>, args: string[] = ['kube-apiserver']): Promise<Finished> {
+function script(
+  env: Record<string, string>,
+  args: string[] = ['kube-apiserver'],
+): Promise<Finished> {
   // an empty cache by default, so nothing here can find the real one or start a build
   return runToExit([KUBERNETES_SCRIPT, ...args], {
     input: '',
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', TWILL_CACHE_DIR: join(dir, 'empty-cache'), ...env },
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      TWILL_CACHE_DIR: join(dir, 'empty-cache'),
+      ...env,
+    },
     timeoutMs: 10_000,
   });
 }
@@ -87,16 +94,28 @@ describe('scripts/kubernetes.sh', () => {
     await writeFile(kubectl, '#!/bin/sh\n');
     await chmod(kubectl, 0o755);
     const kubelet = await fakeBinary('kubelet-override', 0o755);
-    const ok = await script({ TWILL_CACHE_DIR: cache, TWILL_KUBELET: kubelet }, ['--cached-only', 'kubectl', 'kubelet']);
+    const ok = await script({ TWILL_CACHE_DIR: cache, TWILL_KUBELET: kubelet }, [
+      '--cached-only',
+      'kubectl',
+      'kubelet',
+    ]);
     expect(ok).toMatchObject({ code: 0, stdout: `${kubectl}\n${kubelet}\n`, stderr: '' });
-    const missing = await script({ TWILL_CACHE_DIR: cache, TWILL_KUBELET: kubelet }, ['--cached-only', 'kubectl', 'kubelet', 'kube-proxy']);
+    const missing = await script({ TWILL_CACHE_DIR: cache, TWILL_KUBELET: kubelet }, [
+      '--cached-only',
+      'kubectl',
+      'kubelet',
+      'kube-proxy',
+    ]);
     expect(missing.code).toBe(1);
     expect(missing.stdout).toBe('');
     expect(missing.stderr).toMatch(/not cached in \S+: kube-proxy \(/);
   });
 
   it('passes shellcheck', async () => {
-    const r = await runToExit(['shellcheck', KUBERNETES_SCRIPT], { input: '', env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
+    const r = await runToExit(['shellcheck', KUBERNETES_SCRIPT], {
+      input: '',
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+    });
     expect(r).toMatchObject({ code: 0, stdout: '' });
   });
 

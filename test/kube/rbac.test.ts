@@ -46,15 +46,26 @@ async function statusOf(call: Promise<unknown>): Promise<number> {
   }
 }
 
-/** Starts a watch on Nodes; resolves with the first event ("ADDED node-a"), or the error's status. */
+/**
+ * Starts a watch on Nodes; resolves with the first event ("ADDED node-a"), or the error's status.
+ */
 async function firstWatchEvent(kc: KubeConfig): Promise<string> {
   let controller: AbortController | undefined;
   const event = new Promise<string>((res) => {
     new Watch(kc)
-      .watch('/api/v1/nodes', {}, (phase, obj: { metadata?: { name?: string } }) => res(`${phase} ${obj.metadata?.name}`), (err: unknown) =>
-        res(`ended: ${(err as { statusCode?: number; code?: number } | null)?.statusCode ?? (err as { code?: number } | null)?.code ?? String(err)}`),
+      .watch(
+        '/api/v1/nodes',
+        {},
+        (phase, obj: { metadata?: { name?: string } }) => res(`${phase} ${obj.metadata?.name}`),
+        (err: unknown) =>
+          res(
+            `ended: ${(err as { statusCode?: number; code?: number } | null)?.statusCode ?? (err as { code?: number } | null)?.code ?? String(err)}`,
+          ),
       )
-      .then((c) => (controller = c), (err: unknown) => res(`failed: ${String(err)}`));
+      .then(
+        (c) => (controller = c),
+        (err: unknown) => res(`failed: ${String(err)}`),
+      );
   });
   const timeout = new Promise<string>((res) => setTimeout(() => res('no event within 5 s'), 5000));
   const first = await Promise.race([event, timeout]);
@@ -64,8 +75,15 @@ async function firstWatchEvent(kc: KubeConfig): Promise<string> {
 
 async function serviceAccountToken(): Promise<string> {
   const request = new AuthenticationV1TokenRequest();
-  request.spec = { audiences: ['https://kubernetes.default.svc.cluster.local'], expirationSeconds: 3600 };
-  const answer = await admin.createNamespacedServiceAccountToken({ name: 'twill', namespace: 'twill-system', body: request });
+  request.spec = {
+    audiences: ['https://kubernetes.default.svc.cluster.local'],
+    expirationSeconds: 3600,
+  };
+  const answer = await admin.createNamespacedServiceAccountToken({
+    name: 'twill',
+    namespace: 'twill-system',
+    body: request,
+  });
   return answer.status?.token ?? '';
 }
 
@@ -76,10 +94,20 @@ beforeAll(async () => {
   adminKc.loadFromFile(adminConfig);
   admin = adminKc.makeApiClient(CoreV1Api);
   await kubectl(adminConfig, ['apply', '-k', DEPLOY]);
-  await admin.createNode({ body: { metadata: { name: NODE }, spec: { podCIDR: '10.244.1.0/24', podCIDRs: ['10.244.1.0/24'] } } });
-  await admin.createNamespacedSecret({ namespace: 'default', body: { metadata: { name: 'secret' }, stringData: { password: 'hunter2' } } });
+  await admin.createNode({
+    body: {
+      metadata: { name: NODE },
+      spec: { podCIDR: '10.244.1.0/24', podCIDRs: ['10.244.1.0/24'] },
+    },
+  });
+  await admin.createNamespacedSecret({
+    namespace: 'default',
+    body: { metadata: { name: 'secret' }, stringData: { password: 'hunter2' } },
+  });
   identities['static user twill'] = await kubeConfigFor(kube.twillToken);
-  identities['ServiceAccount twill-system/twill'] = await kubeConfigFor(await serviceAccountToken());
+  identities['ServiceAccount twill-system/twill'] = await kubeConfigFor(
+    await serviceAccountToken(),
+  );
 });
 afterAll(async () => {
   await kube?.stop();
@@ -100,7 +128,10 @@ describe('RBAC: twill ClusterRole', () => {
       },
     });
     // the authorizer learns of the binding through its informer: a moment later
-    await waitFor(async () => (await statusOf(api!.listNode())) === 200, { timeoutMs: 5000, what: 'the binding to take effect' });
+    await waitFor(async () => (await statusOf(api!.listNode())) === 200, {
+      timeoutMs: 5000,
+      what: 'the binding to take effect',
+    });
   });
 
   for (const who of ['ServiceAccount twill-system/twill', 'static user twill']) {
@@ -125,30 +156,61 @@ describe('RBAC: twill ClusterRole', () => {
             },
           },
           status: {
-            conditions: [{ type: 'NetworkUnavailable', status: 'False', reason: 'TwillIsUp', message: 'twill is running on this node' }],
+            conditions: [
+              {
+                type: 'NetworkUnavailable',
+                status: 'False',
+                reason: 'TwillIsUp',
+                message: 'twill is running on this node',
+              },
+            ],
           },
         };
         await api().patchNodeStatus({ name: NODE, body }, MERGE);
         const node = await admin.readNode({ name: NODE });
-        expect(node.metadata?.annotations?.[`${PREFIX}/backend-data`]).toBe(JSON.stringify({ VNI: 1, VtepMAC: vtep }));
-        expect(node.status?.conditions?.find((c) => c.type === 'NetworkUnavailable')?.status).toBe('False');
+        expect(node.metadata?.annotations?.[`${PREFIX}/backend-data`]).toBe(
+          JSON.stringify({ VNI: 1, VtepMAC: vtep }),
+        );
+        expect(node.status?.conditions?.find((c) => c.type === 'NetworkUnavailable')?.status).toBe(
+          'False',
+        );
       });
 
       it("may not change a Node's spec or metadata, nor create or delete Nodes", async () => {
-        expect(await statusOf(api().patchNode({ name: NODE, body: { spec: { podCIDR: '10.244.9.0/24' } } }, MERGE))).toBe(403);
-        expect(await statusOf(api().patchNode({ name: NODE, body: { spec: { unschedulable: true } } }, MERGE))).toBe(403);
-        expect(await statusOf(api().patchNode({ name: NODE, body: { metadata: { labels: { x: 'y' } } } }, MERGE))).toBe(403);
-        expect(await statusOf(api().createNode({ body: { metadata: { name: 'rogue' } } }))).toBe(403);
+        expect(
+          await statusOf(
+            api().patchNode({ name: NODE, body: { spec: { podCIDR: '10.244.9.0/24' } } }, MERGE),
+          ),
+        ).toBe(403);
+        expect(
+          await statusOf(
+            api().patchNode({ name: NODE, body: { spec: { unschedulable: true } } }, MERGE),
+          ),
+        ).toBe(403);
+        expect(
+          await statusOf(
+            api().patchNode({ name: NODE, body: { metadata: { labels: { x: 'y' } } } }, MERGE),
+          ),
+        ).toBe(403);
+        expect(await statusOf(api().createNode({ body: { metadata: { name: 'rogue' } } }))).toBe(
+          403,
+        );
         expect(await statusOf(api().deleteNode({ name: NODE }))).toBe(403);
-        expect((await admin.readNode({ name: NODE })).spec).toMatchObject({ podCIDR: '10.244.1.0/24' });
+        expect((await admin.readNode({ name: NODE })).spec).toMatchObject({
+          podCIDR: '10.244.1.0/24',
+        });
       });
 
       it('may not read Secrets or list Pods', async () => {
-        expect(await statusOf(api().readNamespacedSecret({ name: 'secret', namespace: 'default' }))).toBe(403);
+        expect(
+          await statusOf(api().readNamespacedSecret({ name: 'secret', namespace: 'default' })),
+        ).toBe(403);
         expect(await statusOf(api().listSecretForAllNamespaces())).toBe(403);
         expect(await statusOf(api().listNamespacedSecret({ namespace: 'twill-system' }))).toBe(403);
         expect(await statusOf(api().listPodForAllNamespaces())).toBe(403);
-        expect(await statusOf(api().listNamespacedConfigMap({ namespace: 'twill-system' }))).toBe(403);
+        expect(await statusOf(api().listNamespacedConfigMap({ namespace: 'twill-system' }))).toBe(
+          403,
+        );
       });
     });
   }

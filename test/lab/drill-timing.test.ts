@@ -8,19 +8,25 @@ import { cpuMsOfStat } from '../../lab/throttle.ts';
 
 describe('kernel-side timing', () => {
   it('reads ip -ts stamps as local time with microseconds', () => {
-    const s = parseStamped('[2026-11-24T02:53:49.080603] Deleted 10.244.2.0/24 via 10.244.2.0 dev twill.1 proto 151 onlink ');
+    const s = parseStamped(
+      '[2026-11-24T02:53:49.080603] Deleted 10.244.2.0/24 via 10.244.2.0 dev twill.1 proto 151 onlink ',
+    );
     expect(s?.line).toBe('Deleted 10.244.2.0/24 via 10.244.2.0 dev twill.1 proto 151 onlink ');
     expect(s?.at).toBeCloseTo(new Date('2026-11-24T02:53:49').getTime() + 80.603, 3);
     expect(parseStamped('    link/ether 2e:3a:0b:fc:c6:1b brd ff:ff:ff:ff:ff:ff')).toBeUndefined();
   });
 
-  it('keeps the events about twill\'s objects, not the kernel\'s IPv6 churn on its device or other programs\' rules', () => {
+  it("keeps the events about twill's objects, not the kernel's IPv6 churn on its device or other programs' rules", () => {
     expect(concernsTwill('10.244.2.0 dev twill.1 lladdr 02:00:00:00:00:02 PERMANENT')).toBe(true);
     expect(concernsTwill('10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151')).toBe(true);
     expect(concernsTwill('delete rule ip nat TWILL-POSTRTG handle 2')).toBe(true);
     expect(concernsTwill('delete rule ip nat POSTROUTING handle 4')).toBe(true);
-    expect(concernsTwill('Deleted fe80::/64 dev twill.1 proto kernel metric 256 pref medium')).toBe(false);
-    expect(concernsTwill('Deleted 2: twill.1    inet6 fe80::2c3a:bff:fefc:c61b/64 scope link tentative')).toBe(false);
+    expect(concernsTwill('Deleted fe80::/64 dev twill.1 proto kernel metric 256 pref medium')).toBe(
+      false,
+    );
+    expect(
+      concernsTwill('Deleted 2: twill.1    inet6 fe80::2c3a:bff:fefc:c61b/64 scope link tentative'),
+    ).toBe(false);
     expect(concernsTwill('add rule ip nat KUBE-SVC-ABC counter jump KUBE-SEP-XYZ')).toBe(false);
     expect(concernsTwill('10.99.0.0/24 via 10.123.0.7 dev eth0 proto static')).toBe(false);
   });
@@ -35,7 +41,18 @@ describe("twill's own account of a repair", () => {
   ].join('\n');
 
   it('finds the passes that changed something within a window, with their stages', () => {
-    expect(passesBetween(log, 1100, 2000)).toEqual([{ time: 1120, kind: 'repair', trigger: 'ip monitor', waitedMs: 11, observeMs: 0, applyMs: 7, spawns: 1, durationMs: 8 }]);
+    expect(passesBetween(log, 1100, 2000)).toEqual([
+      {
+        time: 1120,
+        kind: 'repair',
+        trigger: 'ip monitor',
+        waitedMs: 11,
+        observeMs: 0,
+        applyMs: 7,
+        spawns: 1,
+        durationMs: 8,
+      },
+    ]);
     expect(passesBetween(log, 0, 10_000).map((p) => p.kind)).toEqual(['repair', 'delta']);
   });
 
@@ -46,11 +63,14 @@ describe("twill's own account of a repair", () => {
   });
 
   it('prints each pass relative to the break', () => {
-    expect(renderStages(passesBetween(log, 1100, 2000), 1100)).toEqual(['twill pass 1/1 (repair): trigger "ip monitor" +1 ms, waited 11 ms, observe 0 ms, apply 7 ms, 1 spawns, done +20 ms']);
+    expect(renderStages(passesBetween(log, 1100, 2000), 1100)).toEqual([
+      'twill pass 1/1 (repair): trigger "ip monitor" +1 ms, waited 11 ms, observe 0 ms, apply 7 ms, 1 spawns, done +20 ms',
+    ]);
   });
 
-  it('reads a process\'s CPU, its reaped children included, past a command name with spaces and parentheses', async () => {
-    const stat = '4242 (node (twill) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 30 20 20 0 11 0 100 0 0';
+  it("reads a process's CPU, its reaped children included, past a command name with spaces and parentheses", async () => {
+    const stat =
+      '4242 (node (twill) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 30 20 20 0 11 0 100 0 0';
     // utime 150 + stime 50 + cutime 30 + cstime 20 ticks, 100 ticks a second on Linux
     expect(await cpuMsOfStat(stat)).toBe(2_500);
     expect(await cpuMsOfStat('4242 (x) S 1')).toBeUndefined();

@@ -7,9 +7,45 @@ import { run } from '../../src/exec/runner.ts';
 import { shJoin, shQuote, sudoChain } from '../../lab/shell-quote.ts';
 
 const HOSTILE = [
-  '', ' ', "'", '"', "it's", "'''", '\\', '\\\'', '$(echo injected)', '`id`', '$HOME', '${PATH}', 'a b', '\n', 'a\nb\n',
-  '\t', '*', '?', '[a]', '~', '~root', '!', '!!', '#comment', ';ls', '&&', '||', '|', '>', '<', '{a,b}', '--', '-rf', '%s',
-  'x=y', 'ünïcødé ✓', "a'b\"c$d`e\\f", '\x01\x7f', 'é\'\n$',
+  '',
+  ' ',
+  "'",
+  '"',
+  "it's",
+  "'''",
+  '\\',
+  "\\'",
+  '$(echo injected)',
+  '`id`',
+  '$HOME',
+  '${PATH}',
+  'a b',
+  '\n',
+  'a\nb\n',
+  '\t',
+  '*',
+  '?',
+  '[a]',
+  '~',
+  '~root',
+  '!',
+  '!!',
+  '#comment',
+  ';ls',
+  '&&',
+  '||',
+  '|',
+  '>',
+  '<',
+  '{a,b}',
+  '--',
+  '-rf',
+  '%s',
+  'x=y',
+  'ünïcødé ✓',
+  'a\'b"c$d`e\\f',
+  '\x01\x7f',
+  "é'\n$",
 ];
 
 /** What Vagrant's ssh_run does with the command (ShellQuote.escape then `bash -l -c '…'`). */
@@ -27,7 +63,9 @@ describe('shQuote', () => {
   it('leaves plain words bare and quotes everything else', () => {
     expect(shQuote('ip')).toBe('ip');
     expect(shQuote('10.244.1.2/24')).toBe('10.244.1.2/24');
-    expect(shQuote('--endpoints=http://192.168.56.10:2379')).toBe('--endpoints=http://192.168.56.10:2379');
+    expect(shQuote('--endpoints=http://192.168.56.10:2379')).toBe(
+      '--endpoints=http://192.168.56.10:2379',
+    );
     expect(shQuote('')).toBe("''");
     expect(shQuote('a b')).toBe("'a b'");
     expect(shQuote("it's")).toBe("'it'\\''s'");
@@ -51,14 +89,20 @@ describe('shQuote', () => {
 
 describe('sudoChain', () => {
   it('runs each command under sudo -n, chained with &&', () => {
-    expect(sudoChain([['rm', '-rf', '--', '/var/lib/etcd/twill-lab'], ['systemctl', 'start', 'etcd']])).toBe(
-      'sudo -n -- rm -rf -- /var/lib/etcd/twill-lab && sudo -n -- systemctl start etcd',
-    );
+    expect(
+      sudoChain([
+        ['rm', '-rf', '--', '/var/lib/etcd/twill-lab'],
+        ['systemctl', 'start', 'etcd'],
+      ]),
+    ).toBe('sudo -n -- rm -rf -- /var/lib/etcd/twill-lab && sudo -n -- systemctl start etcd');
   });
 
   it('stops at the first failure, as && does', async () => {
     const chain = sudoChain([['false'], ['echo', 'ran']]);
-    const { stdout } = await run('bash', ['-c', `sudo() { shift 2; "$@"; }; ${chain} || echo stopped`]);
+    const { stdout } = await run('bash', [
+      '-c',
+      `sudo() { shift 2; "$@"; }; ${chain} || echo stopped`,
+    ]);
     expect(stdout.trim()).toBe('stopped');
   });
 

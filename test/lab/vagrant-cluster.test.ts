@@ -18,11 +18,16 @@ const DIR = '/home/me/twill';
 function fakeLab(state: { members?: string[]; pods?: Record<string, string> } = {}) {
   const calls: Call[] = [];
   const members = state.members ?? ['node1', 'node2', 'node3'];
-  const exec = async (file: string, args: readonly string[], opts?: RunOptions): Promise<{ stdout: string }> => {
+  const exec = async (
+    file: string,
+    args: readonly string[],
+    opts?: RunOptions,
+  ): Promise<{ stdout: string }> => {
     calls.push({ file, args, opts });
     const vm = args[3] ?? '';
     const command = args[5] ?? '';
-    if (command === 'sudo -n -- twill-lab member') return { stdout: members.includes(vm) ? 'yes\n' : 'no\n' };
+    if (command === 'sudo -n -- twill-lab member')
+      return { stdout: members.includes(vm) ? 'yes\n' : 'no\n' };
     if (command === 'sudo -n -- twill-lab pods') return { stdout: state.pods?.[vm] ?? '' };
     return { stdout: `ran on ${vm}\n` };
   };
@@ -32,16 +37,31 @@ function fakeLab(state: { members?: string[]; pods?: Record<string, string> } = 
   return { cluster, calls, sent };
 }
 
-const PODS = { node1: 'node1-pod1 10.244.1.2\nnode1-pod2 10.244.1.3\n', node2: 'node2-pod1 10.244.7.2\n', node3: '' };
+const PODS = {
+  node1: 'node1-pod1 10.244.1.2\nnode1-pod2 10.244.1.3\n',
+  node2: 'node2-pod1 10.244.7.2\n',
+  node3: '',
+};
 
 describe('VagrantCluster commands', () => {
   it('sends sh on a node as one argv: env VAGRANT_CWD, vagrant ssh, the quoted command under sudo, ssh -T', async () => {
     const { cluster, calls } = fakeLab();
-    expect(await cluster.sh({ node: 'node2' }, ['ip', 'route', 'del', '10.244.7.0/24', 'proto', '151'])).toBe('ran on node2\n');
+    expect(
+      await cluster.sh({ node: 'node2' }, ['ip', 'route', 'del', '10.244.7.0/24', 'proto', '151']),
+    ).toBe('ran on node2\n');
     expect(calls).toEqual([
       {
         file: 'env',
-        args: [`VAGRANT_CWD=${DIR}`, 'vagrant', 'ssh', 'node2', '-c', 'sudo -n -- ip route del 10.244.7.0/24 proto 151', '--', '-T'],
+        args: [
+          `VAGRANT_CWD=${DIR}`,
+          'vagrant',
+          'ssh',
+          'node2',
+          '-c',
+          'sudo -n -- ip route del 10.244.7.0/24 proto 151',
+          '--',
+          '-T',
+        ],
         opts: { timeoutMs: 35_000, input: '' },
       },
     ]);
@@ -49,8 +69,18 @@ describe('VagrantCluster commands', () => {
 
   it('sends sh on etcd and outside to those VMs, passing input and timeout (plus vagrant overhead)', async () => {
     const { cluster, calls, sent } = fakeLab();
-    await cluster.sh('etcd', ['etcdctl', '--endpoints', cluster.etcdEndpoint, 'put', '/coreos.com/network/config', '{"Network":"10.244.0.0/16"}']);
-    await cluster.sh('outside', ['ping', '-c1', '-W1', '10.244.1.2'], { timeoutMs: 2000, input: 'x\n' });
+    await cluster.sh('etcd', [
+      'etcdctl',
+      '--endpoints',
+      cluster.etcdEndpoint,
+      'put',
+      '/coreos.com/network/config',
+      '{"Network":"10.244.0.0/16"}',
+    ]);
+    await cluster.sh('outside', ['ping', '-c1', '-W1', '10.244.1.2'], {
+      timeoutMs: 2000,
+      input: 'x\n',
+    });
     expect(sent()).toEqual([
       `etcd: sudo -n -- etcdctl --endpoints http://192.168.56.10:2379 put /coreos.com/network/config '{"Network":"10.244.0.0/16"}'`,
       'outside: sudo -n -- ping -c1 -W1 10.244.1.2',
@@ -80,7 +110,15 @@ describe('VagrantCluster commands', () => {
     await cluster.sh({ pod: 'node1-pod1' }, argv);
     const remote = calls.at(-1)?.args[5] ?? '';
     const { stdout } = await run('bash', ['-c', `sudo() { printf '%s\\0' "$@"; }; ${remote}`]);
-    expect(stdout.split('\0').slice(0, -1)).toEqual(['-n', '--', 'ip', 'netns', 'exec', 'twpod-node1-pod1', ...argv]);
+    expect(stdout.split('\0').slice(0, -1)).toEqual([
+      '-n',
+      '--',
+      'ip',
+      'netns',
+      'exec',
+      'twpod-node1-pod1',
+      ...argv,
+    ]);
   });
 
   it('starts and stops twill with systemctl, and SIGKILLs it through twill-lab', async () => {
@@ -88,7 +126,11 @@ describe('VagrantCluster commands', () => {
     await cluster.startTwill('node1');
     await cluster.stopTwill('node2', 'term');
     await cluster.stopTwill('node3', 'kill');
-    expect(sent()).toEqual(['node1: sudo -n -- systemctl start twill', 'node2: sudo -n -- systemctl stop twill', 'node3: sudo -n -- twill-lab kill']);
+    expect(sent()).toEqual([
+      'node1: sudo -n -- systemctl start twill',
+      'node2: sudo -n -- systemctl stop twill',
+      'node3: sudo -n -- twill-lab kill',
+    ]);
     expect(calls[1]?.opts?.timeoutMs).toBe(60_000);
   });
 
@@ -131,11 +173,16 @@ describe('VagrantCluster state', () => {
       { name: 'node1-pod2', node: 'node1', ip: '10.244.1.3' },
       { name: 'node2-pod1', node: 'node2', ip: '10.244.7.2' },
     ]);
-    expect(sent().filter((s) => s.endsWith('pods'))).toEqual(['node1: sudo -n -- twill-lab pods', 'node2: sudo -n -- twill-lab pods']);
+    expect(sent().filter((s) => s.endsWith('pods'))).toEqual([
+      'node1: sudo -n -- twill-lab pods',
+      'node2: sudo -n -- twill-lab pods',
+    ]);
   });
 
   it('refuses a pod line without an address, and an unknown pod', async () => {
-    expect(() => parsePodList('node1', 'node1-pod1 -\n')).toThrow(/node1-pod1 on node1 has no IPv4 address/);
+    expect(() => parsePodList('node1', 'node1-pod1 -\n')).toThrow(
+      /node1-pod1 on node1 has no IPv4 address/,
+    );
     expect(() => parsePodList('node1', 'node1-pod1 10.244.1\n')).toThrow(/no IPv4 address/);
     const { cluster } = fakeLab({ pods: PODS });
     await expect(cluster.sh({ pod: 'nope' }, ['true'])).rejects.toThrow(/no pod "nope"/);
@@ -154,7 +201,9 @@ describe('VagrantCluster state', () => {
 
   it('refuses to add a node the Vagrantfile does not define, or one already in the lab', async () => {
     const { cluster, sent } = fakeLab({ members: ['node1', 'node2'] });
-    await expect(cluster.addNodes(['node4'], 2)).rejects.toThrow(/no node VM "node4": the Vagrantfile defines node1..node3 .*cannot be made on the fly/);
+    await expect(cluster.addNodes(['node4'], 2)).rejects.toThrow(
+      /no node VM "node4": the Vagrantfile defines node1..node3 .*cannot be made on the fly/,
+    );
     await expect(cluster.addNodes(['node2'], 2)).rejects.toThrow(/node2 is already in the lab/);
     await expect(cluster.addNodes(['node3', 'node3'], 2)).rejects.toThrow(/named twice/);
     expect(sent().filter((s) => s.includes('join'))).toEqual([]);
@@ -171,19 +220,25 @@ describe('VagrantCluster state', () => {
   it('reads TWILL_LAB_NODES as the Vagrantfile does', () => {
     expect(labNodeCount({})).toBe(3);
     expect(labNodeCount({ TWILL_LAB_NODES: '5' })).toBe(5);
-    for (const bad of ['0', '-1', '2.5', 'x', '', '201']) expect(() => labNodeCount({ TWILL_LAB_NODES: bad })).toThrow(/TWILL_LAB_NODES/);
+    for (const bad of ['0', '-1', '2.5', 'x', '', '201'])
+      expect(() => labNodeCount({ TWILL_LAB_NODES: bad })).toThrow(/TWILL_LAB_NODES/);
     expect(() => new VagrantCluster({ nodes: 0 })).toThrow(/nodes=0/);
   });
 });
 
 describe('VagrantCluster twill CPU', () => {
-  it('reads twill.service\'s main process from /proc, each command an argv, and nothing when twill does not run', async () => {
+  it("reads twill.service's main process from /proc, each command an argv, and nothing when twill does not run", async () => {
     const sent: string[] = [];
     const exec = async (_file: string, args: readonly string[]): Promise<{ stdout: string }> => {
       const command = args[5] ?? '';
       sent.push(`${args[3] ?? ''}: ${command}`);
-      if (command.includes('systemctl show')) return { stdout: args[3] === 'node1' ? '4242\n' : '0\n' };
-      if (command.includes('/proc/4242/stat')) return { stdout: '4242 (node) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 30 20 20 0 11 0 100 0 0\n' };
+      if (command.includes('systemctl show'))
+        return { stdout: args[3] === 'node1' ? '4242\n' : '0\n' };
+      if (command.includes('/proc/4242/stat'))
+        return {
+          stdout:
+            '4242 (node) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 30 20 20 0 11 0 100 0 0\n',
+        };
       return { stdout: '' };
     };
     const cluster = new VagrantCluster({ dir: DIR, nodes: 3, exec });

@@ -19,7 +19,10 @@ beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'twill-vagrant-'));
   await mkdir(join(tmp, 'bin'));
   // VirtualBox's provider is usable when `VBoxManage --version` answers a supported version.
-  await writeFile(join(tmp, 'bin', 'VBoxManage'), '#!/bin/sh\n[ "$1" = --version ] && { echo 7.0.14r161095; exit 0; }\necho "stub VBoxManage: $*" >&2\nexit 1\n');
+  await writeFile(
+    join(tmp, 'bin', 'VBoxManage'),
+    '#!/bin/sh\n[ "$1" = --version ] && { echo 7.0.14r161095; exit 0; }\necho "stub VBoxManage: $*" >&2\nexit 1\n',
+  );
   await chmod(join(tmp, 'bin', 'VBoxManage'), 0o755);
 });
 
@@ -27,10 +30,25 @@ afterAll(async () => {
   if (tmp) await rm(tmp, { recursive: true, force: true });
 });
 
-/** Runs vagrant in `dir` with a private home and state; `vbox` puts the stub VBoxManage first on PATH. */
-async function vagrant(dir: string, args: readonly string[], opts: { vbox?: boolean; env?: readonly string[] } = {}): Promise<string> {
-  const path = opts.vbox ? `${join(tmp, 'bin')}:${process.env.PATH ?? ''}` : (process.env.PATH ?? '');
-  const env = [`PATH=${path}`, `VAGRANT_CWD=${dir}`, `VAGRANT_HOME=${join(tmp, 'home')}`, `VAGRANT_DOTFILE_PATH=${join(tmp, 'dot')}`, ...(opts.env ?? [])];
+/**
+ * Runs vagrant in `dir` with a private home and state; `vbox` puts the stub VBoxManage first on
+ * PATH.
+ */
+async function vagrant(
+  dir: string,
+  args: readonly string[],
+  opts: { vbox?: boolean; env?: readonly string[] } = {},
+): Promise<string> {
+  const path = opts.vbox
+    ? `${join(tmp, 'bin')}:${process.env.PATH ?? ''}`
+    : (process.env.PATH ?? '');
+  const env = [
+    `PATH=${path}`,
+    `VAGRANT_CWD=${dir}`,
+    `VAGRANT_HOME=${join(tmp, 'home')}`,
+    `VAGRANT_DOTFILE_PATH=${join(tmp, 'dot')}`,
+    ...(opts.env ?? []),
+  ];
   const { stdout, stderr } = await run('env', [...env, 'vagrant', ...args], { timeoutMs: 60_000 });
   return stdout + stderr;
 }
@@ -48,21 +66,32 @@ async function failure(p: Promise<unknown>): Promise<string> {
 async function brokenCopy(name: string, edit: (text: string) => string): Promise<string> {
   const dir = join(tmp, name);
   await cp(SCRIPTS, join(dir, 'lab', 'vagrant'), { recursive: true });
-  await writeFile(join(dir, 'Vagrantfile'), edit(await readFile(join(ROOT, 'Vagrantfile'), 'utf8')));
+  await writeFile(
+    join(dir, 'Vagrantfile'),
+    edit(await readFile(join(ROOT, 'Vagrantfile'), 'utf8')),
+  );
   return dir;
 }
 
 describe('Vagrantfile', () => {
   it('passes `vagrant validate --ignore-provider` (what a machine without a provider can check)', async () => {
-    expect(await vagrant(ROOT, ['validate', '--ignore-provider'])).toContain('Vagrantfile validated successfully.');
+    expect(await vagrant(ROOT, ['validate', '--ignore-provider'])).toContain(
+      'Vagrantfile validated successfully.',
+    );
   });
 
   it('passes plain `vagrant validate` with the VirtualBox provider config checked', async () => {
-    expect(await vagrant(ROOT, ['validate'], { vbox: true })).toContain('Vagrantfile validated successfully.');
+    expect(await vagrant(ROOT, ['validate'], { vbox: true })).toContain(
+      'Vagrantfile validated successfully.',
+    );
   });
 
   it('fails validation for a misspelled VirtualBox setting and a missing provisioning script', async () => {
-    const dir = await brokenCopy('broken', (t) => t.replace('vb.cpus = cpus', 'vb.cpuz = cpus').replace('lab/vagrant/etcd.sh', 'lab/vagrant/nope.sh'));
+    const dir = await brokenCopy('broken', (t) =>
+      t
+        .replace('vb.cpus = cpus', 'vb.cpuz = cpus')
+        .replace('lab/vagrant/etcd.sh', 'lab/vagrant/nope.sh'),
+    );
     const msg = await failure(vagrant(dir, ['validate'], { vbox: true }));
     expect(msg).toContain('cpuz');
     expect(msg).toContain('nope.sh');
@@ -71,15 +100,30 @@ describe('Vagrantfile', () => {
   it('defines etcd, outside and TWILL_LAB_NODES nodes (default 3)', async () => {
     const machines = async (env: string[]): Promise<string[]> => {
       const out = await vagrant(ROOT, ['status', '--machine-readable'], { vbox: true, env });
-      return out.split('\n').filter((l) => l.split(',')[2] === 'state').map((l) => l.split(',')[1] ?? '');
+      return out
+        .split('\n')
+        .filter((l) => l.split(',')[2] === 'state')
+        .map((l) => l.split(',')[1] ?? '');
     };
     expect(await machines([])).toEqual(['etcd', 'outside', 'node1', 'node2', 'node3']);
-    expect(await machines(['TWILL_LAB_NODES=5'])).toEqual(['etcd', 'outside', 'node1', 'node2', 'node3', 'node4', 'node5']);
+    expect(await machines(['TWILL_LAB_NODES=5'])).toEqual([
+      'etcd',
+      'outside',
+      'node1',
+      'node2',
+      'node3',
+      'node4',
+      'node5',
+    ]);
   });
 
   it('refuses a bad node count or backend', async () => {
-    expect(await failure(vagrant(ROOT, ['validate', '-p'], { env: ['TWILL_LAB_NODES=0'] }))).toContain('TWILL_LAB_NODES must be 1..200');
-    expect(await failure(vagrant(ROOT, ['validate', '-p'], { env: ['TWILL_LAB_BACKEND=udp'] }))).toContain('TWILL_LAB_BACKEND must be vxlan or host-gw');
+    expect(
+      await failure(vagrant(ROOT, ['validate', '-p'], { env: ['TWILL_LAB_NODES=0'] })),
+    ).toContain('TWILL_LAB_NODES must be 1..200');
+    expect(
+      await failure(vagrant(ROOT, ['validate', '-p'], { env: ['TWILL_LAB_BACKEND=udp'] })),
+    ).toContain('TWILL_LAB_BACKEND must be vxlan or host-gw');
   });
 
   it('uses the addresses and paths VagrantCluster assumes', async () => {
@@ -88,17 +132,31 @@ describe('Vagrantfile', () => {
     expect(vagrantfile).toContain('ETCD_IP = "#{UNDERLAY}.10"');
     expect(vagrantfile).toContain('ip = "#{UNDERLAY}.#{10 + i}"');
     expect(vagrantfile).toContain(`OUTSIDE_ADDR = "${VAGRANT_LAB.outsideIp}/24"`);
-    expect(await readFile(join(SCRIPTS, 'etcd.sh'), 'utf8')).toContain(`ETCD_DATA_DIR=${VAGRANT_LAB.etcdDataDir}\n`);
-    expect(await readFile(join(SCRIPTS, 'node.sh'), 'utf8')).toContain(`StandardOutput=append:${VAGRANT_LAB.twillLog}\n`);
-    expect(await readFile(join(SCRIPTS, 'twill-lab'), 'utf8')).toContain(`PREFIX=${VAGRANT_LAB.podNetnsPrefix}\n`);
+    expect(await readFile(join(SCRIPTS, 'etcd.sh'), 'utf8')).toContain(
+      `ETCD_DATA_DIR=${VAGRANT_LAB.etcdDataDir}\n`,
+    );
+    expect(await readFile(join(SCRIPTS, 'node.sh'), 'utf8')).toContain(
+      `StandardOutput=append:${VAGRANT_LAB.twillLog}\n`,
+    );
+    expect(await readFile(join(SCRIPTS, 'twill-lab'), 'utf8')).toContain(
+      `PREFIX=${VAGRANT_LAB.podNetnsPrefix}\n`,
+    );
   });
 });
 
 describe('provisioning scripts', () => {
-  const scripts = async (): Promise<string[]> => (await readdir(SCRIPTS)).sort().map((f) => join(SCRIPTS, f));
+  const scripts = async (): Promise<string[]> =>
+    (await readdir(SCRIPTS)).sort().map((f) => join(SCRIPTS, f));
 
   it('are the ones the Vagrantfile and node.sh use', async () => {
-    expect((await readdir(SCRIPTS)).sort()).toEqual(['base.sh', 'etcd.sh', 'node.sh', 'nodejs.sh', 'outside.sh', 'twill-lab']);
+    expect((await readdir(SCRIPTS)).sort()).toEqual([
+      'base.sh',
+      'etcd.sh',
+      'node.sh',
+      'nodejs.sh',
+      'outside.sh',
+      'twill-lab',
+    ]);
   });
 
   it('are bash with `set -eu`', async () => {
@@ -121,7 +179,8 @@ describe('provisioning scripts', () => {
       throw new Error('shellcheck is missing: run scripts/host-deps.sh (as root) first');
     });
     // shellcheck reports on stdout; sent to stderr so a failure's message carries the findings.
-    const shellcheck = (files: readonly string[]): Promise<unknown> => run('bash', ['-c', 'shellcheck --shell=bash -- "$@" >&2', 'shellcheck', ...files]);
+    const shellcheck = (files: readonly string[]): Promise<unknown> =>
+      run('bash', ['-c', 'shellcheck --shell=bash -- "$@" >&2', 'shellcheck', ...files]);
     await shellcheck(await scripts());
     const bad = join(tmp, 'unquoted.sh');
     await writeFile(bad, '#!/bin/bash\nset -eu\nrm -rf $1/x\n');

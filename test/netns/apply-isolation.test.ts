@@ -15,26 +15,70 @@ let ns: string;
 beforeAll(async () => {
   ns = await lab.add('iso');
   const sh = nsRunner(ns);
-  await sh('ip', ['link', 'add', 'twill.1', 'type', 'vxlan', 'id', '1', 'dstport', '8472', 'nolearning']);
+  await sh('ip', [
+    'link',
+    'add',
+    'twill.1',
+    'type',
+    'vxlan',
+    'id',
+    '1',
+    'dstport',
+    '8472',
+    'nolearning',
+  ]);
   await sh('ip', ['addr', 'add', '10.244.3.0/32', 'dev', 'twill.1']);
   await sh('ip', ['link', 'set', 'twill.1', 'up']);
 });
 afterAll(() => lab.destroy());
 
-const op = (kind: Op['kind'], phase: Op['phase'], line: string): Op => ({ kind, action: 'add', phase, line });
+const op = (kind: Op['kind'], phase: Op['phase'], line: string): Op => ({
+  kind,
+  action: 'add',
+  phase,
+  line,
+});
 
 describe('applying a plan with entries the kernel refuses', () => {
   it('programs every other entry and reports only the refused lines', async () => {
     const ops: Op[] = [
-      op('neigh', 'ip-pre', 'neigh replace 10.244.4.0 lladdr 7e:00:00:00:00:04 dev twill.1 nud permanent'),
-      op('neigh', 'ip-pre', 'neigh replace 10.244.5.0 lladdr 7e:00:00:00:00:05 dev no-such-dev nud permanent'),
-      op('neigh', 'ip-pre', 'neigh replace 10.244.6.0 lladdr 7e:00:00:00:00:06 dev twill.1 nud permanent'),
+      op(
+        'neigh',
+        'ip-pre',
+        'neigh replace 10.244.4.0 lladdr 7e:00:00:00:00:04 dev twill.1 nud permanent',
+      ),
+      op(
+        'neigh',
+        'ip-pre',
+        'neigh replace 10.244.5.0 lladdr 7e:00:00:00:00:05 dev no-such-dev nud permanent',
+      ),
+      op(
+        'neigh',
+        'ip-pre',
+        'neigh replace 10.244.6.0 lladdr 7e:00:00:00:00:06 dev twill.1 nud permanent',
+      ),
       op('fdb', 'bridge', 'fdb append 7e:00:00:00:00:04 dev twill.1 dst 192.0.2.4 self permanent'),
-      op('fdb', 'bridge', 'fdb append 7e:00:00:00:00:05 dev no-such-dev dst 192.0.2.5 self permanent'),
+      op(
+        'fdb',
+        'bridge',
+        'fdb append 7e:00:00:00:00:05 dev no-such-dev dst 192.0.2.5 self permanent',
+      ),
       op('fdb', 'bridge', 'fdb append 7e:00:00:00:00:06 dev twill.1 dst 192.0.2.6 self permanent'),
-      op('route', 'ip-post', 'route replace 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151'),
-      op('route', 'ip-post', 'route replace 10.244.5.0/24 via 10.244.5.0 dev no-such-dev onlink proto 151'),
-      op('route', 'ip-post', 'route replace 10.244.6.0/24 via 10.244.6.0 dev twill.1 onlink proto 151'),
+      op(
+        'route',
+        'ip-post',
+        'route replace 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151',
+      ),
+      op(
+        'route',
+        'ip-post',
+        'route replace 10.244.5.0/24 via 10.244.5.0 dev no-such-dev onlink proto 151',
+      ),
+      op(
+        'route',
+        'ip-post',
+        'route replace 10.244.6.0/24 via 10.244.6.0 dev twill.1 onlink proto 151',
+      ),
     ];
     const r = await applyOps(nsRunner(ns), ops, AbortSignal.timeout(30_000));
     expect(r.batches).toBe(3);

@@ -24,11 +24,24 @@ async function etcdctl(...args: string[]): Promise<string> {
 }
 
 async function subnetKeys(prefix = '/coreos.com/network'): Promise<string[]> {
-  return (await etcdctl('get', '--prefix', '--keys-only', `${prefix}/subnets/`)).split('\n').filter(Boolean);
+  return (await etcdctl('get', '--prefix', '--keys-only', `${prefix}/subnets/`))
+    .split('\n')
+    .filter(Boolean);
 }
 
 function startTwill(extra: string[], log = 'twill.log'): ReturnType<NetnsLab['spawn']> {
-  const argv = [process.execPath, MAIN, 'run', '--etcd-endpoints', etcd.endpoint, '--subnet-file', join(dir, 'subnet.env'), '--node-name', 'n1', ...extra];
+  const argv = [
+    process.execPath,
+    MAIN,
+    'run',
+    '--etcd-endpoints',
+    etcd.endpoint,
+    '--subnet-file',
+    join(dir, 'subnet.env'),
+    '--node-name',
+    'n1',
+    ...extra,
+  ];
   return lab.spawn(nodeNs, argv, join(dir, log));
 }
 
@@ -37,10 +50,17 @@ beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'twill-cli-'));
   etcdNs = await lab.add('etcd');
   nodeNs = await lab.add('n1');
-  await lab.link({ ns: etcdNs, dev: 'eth0', cidr: '10.123.0.1/24' }, { ns: nodeNs, dev: 'eth0', cidr: '10.123.0.2/24' });
+  await lab.link(
+    { ns: etcdNs, dev: 'eth0', cidr: '10.123.0.1/24' },
+    { ns: nodeNs, dev: 'eth0', cidr: '10.123.0.2/24' },
+  );
   await lab.exec(nodeNs, 'ip', ['route', 'add', 'default', 'via', '10.123.0.1']);
   etcd = await startEtcd({ netns: etcdNs, host: '10.123.0.1', clientPort: 2379 });
-  await etcdctl('put', '/coreos.com/network/config', '{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}');
+  await etcdctl(
+    'put',
+    '/coreos.com/network/config',
+    '{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}',
+  );
 });
 
 afterAll(async () => {
@@ -52,13 +72,21 @@ afterAll(async () => {
 describe('twill run in a network namespace', () => {
   it('leases, keeps the subnet over SIGKILL, reclaims a deleted key, and stops cleanly', async () => {
     let twill = startTwill(['--iface', 'eth0']);
-    const took = await waitFor(async () => (await subnetKeys()).length === 1, { timeoutMs: 5000, what: 'lease in etcd' });
+    const took = await waitFor(async () => (await subnetKeys()).length === 1, {
+      timeoutMs: 5000,
+      what: 'lease in etcd',
+    });
     const [key] = await subnetKeys();
     expect(key).toMatch(/^\/coreos\.com\/network\/subnets\/10\.244\.\d+\.0-24$/);
     // flannel's lease JSON, plus the node's name (TwillNode, which flannel ignores)
-    expect((await etcdctl('get', '--print-value-only', key as string)).trim()).toBe('{"PublicIP":"10.123.0.2","PublicIPv6":null,"BackendType":"host-gw","TwillNode":"n1"}');
+    expect((await etcdctl('get', '--print-value-only', key as string)).trim()).toBe(
+      '{"PublicIP":"10.123.0.2","PublicIPv6":null,"BackendType":"host-gw","TwillNode":"n1"}',
+    );
     const third = (key as string).split('/').at(-1)?.split('.')[2];
-    await waitFor(async () => (await readFile(join(dir, 'subnet.env'), 'utf8').catch(() => '')) !== '', { timeoutMs: 5000 - took, what: 'subnet.env' });
+    await waitFor(
+      async () => (await readFile(join(dir, 'subnet.env'), 'utf8').catch(() => '')) !== '',
+      { timeoutMs: 5000 - took, what: 'subnet.env' },
+    );
     expect(await readFile(join(dir, 'subnet.env'), 'utf8')).toBe(
       `FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.${third}.1/24\nFLANNEL_MTU=1500\nFLANNEL_IPMASQ=false\n`,
     );
@@ -66,11 +94,17 @@ describe('twill run in a network namespace', () => {
     twill.kill('SIGKILL');
     await exited(twill);
     twill = startTwill([], 'twill-2.log'); // no --iface: the default route's interface
-    await waitFor(async () => (await readFile(join(dir, 'twill-2.log'), 'utf8')).includes('lease acquired'), { timeoutMs: 5000, what: 'restart' });
+    await waitFor(
+      async () => (await readFile(join(dir, 'twill-2.log'), 'utf8')).includes('lease acquired'),
+      { timeoutMs: 5000, what: 'restart' },
+    );
     expect(await subnetKeys()).toEqual([key]);
 
     await etcdctl('del', key as string);
-    const back = await waitFor(async () => (await subnetKeys()).includes(key as string), { timeoutMs: slowBound(2_000), what: 'key reclaimed' });
+    const back = await waitFor(async () => (await subnetKeys()).includes(key as string), {
+      timeoutMs: slowBound(2_000),
+      what: 'key reclaimed',
+    });
     expect(back).toBeLessThan(slowBound(2_000));
 
     twill.kill('SIGTERM');
@@ -82,13 +116,37 @@ describe('twill run in a network namespace', () => {
   });
 
   it('exits 0 on --version and SIGTERM while still starting, 2 on an unknown flag', async () => {
-    const version = lab.spawn(nodeNs, [process.execPath, MAIN, '--version'], join(dir, 'version.log'));
+    const version = lab.spawn(
+      nodeNs,
+      [process.execPath, MAIN, '--version'],
+      join(dir, 'version.log'),
+    );
     expect(await exited(version)).toBe(0);
-    const bogus = lab.spawn(nodeNs, [process.execPath, MAIN, 'run', '--bogus'], join(dir, 'bogus.log'));
+    const bogus = lab.spawn(
+      nodeNs,
+      [process.execPath, MAIN, 'run', '--bogus'],
+      join(dir, 'bogus.log'),
+    );
     expect(await exited(bogus)).toBe(2);
     expect(await readFile(join(dir, 'bogus.log'), 'utf8')).toContain("unknown option '--bogus'");
-    const unreachable = lab.spawn(nodeNs, [process.execPath, MAIN, 'run', '--etcd-endpoints', 'http://10.123.0.1:2390', '--subnet-file', join(dir, 'x.env')], join(dir, 'early.log'));
-    await waitFor(async () => (await readFile(join(dir, 'early.log'), 'utf8')).includes('lease store unreachable'), { timeoutMs: 10_000, what: 'retrying' });
+    const unreachable = lab.spawn(
+      nodeNs,
+      [
+        process.execPath,
+        MAIN,
+        'run',
+        '--etcd-endpoints',
+        'http://10.123.0.1:2390',
+        '--subnet-file',
+        join(dir, 'x.env'),
+      ],
+      join(dir, 'early.log'),
+    );
+    await waitFor(
+      async () =>
+        (await readFile(join(dir, 'early.log'), 'utf8')).includes('lease store unreachable'),
+      { timeoutMs: 10_000, what: 'retrying' },
+    );
     unreachable.kill('SIGTERM');
     expect(await exited(unreachable)).toBe(0);
   });
@@ -96,10 +154,14 @@ describe('twill run in a network namespace', () => {
   it('stops with exit code 2 and an actionable message when the config is missing or bad', async () => {
     const missing = startTwill(['--etcd-prefix', '/nothing-here'], 'missing.log');
     expect(await exited(missing)).toBe(2);
-    expect(await readFile(join(dir, 'missing.log'), 'utf8')).toContain('no network config at /nothing-here/config; write net-conf.json there');
+    expect(await readFile(join(dir, 'missing.log'), 'utf8')).toContain(
+      'no network config at /nothing-here/config; write net-conf.json there',
+    );
     await etcdctl('put', '/bad/config', '{"Network":"10.244.0.0/16","SubnetLen":31}');
     const bad = startTwill(['--etcd-prefix', '/bad'], 'bad.log');
     expect(await exited(bad)).toBe(2);
-    expect(await readFile(join(dir, 'bad.log'), 'utf8')).toContain('/bad/config: net-conf.json: \\"SubnetLen\\" is 31; it must be 30 or less');
+    expect(await readFile(join(dir, 'bad.log'), 'utf8')).toContain(
+      '/bad/config: net-conf.json: \\"SubnetLen\\" is 31; it must be 30 or less',
+    );
   });
 });

@@ -10,10 +10,22 @@ import { slowBound, waitFor } from '../helpers/ports.ts';
 
 const ECHO_PORT = 7070;
 
-async function entries(c: Cluster, node: ClusterNode): Promise<{ routes: string[]; neighs: string[]; fdb: string[] }> {
-  const lines = (t: string): string[] => t.split('\n').map((l) => l.trim()).filter(Boolean).sort();
-  const routes = lines(await c.sh(node.ns, 'ip', 'route', 'show')).filter((l) => l.includes('proto 151'));
-  const neighs = lines(await c.sh(node.ns, 'ip', 'neigh', 'show', 'nud', 'permanent').catch(() => '')).filter((l) => l.includes('twill.1'));
+async function entries(
+  c: Cluster,
+  node: ClusterNode,
+): Promise<{ routes: string[]; neighs: string[]; fdb: string[] }> {
+  const lines = (t: string): string[] =>
+    t
+      .split('\n')
+      .map((l) => l.trim())
+      .filter(Boolean)
+      .sort();
+  const routes = lines(await c.sh(node.ns, 'ip', 'route', 'show')).filter((l) =>
+    l.includes('proto 151'),
+  );
+  const neighs = lines(
+    await c.sh(node.ns, 'ip', 'neigh', 'show', 'nud', 'permanent').catch(() => ''),
+  ).filter((l) => l.includes('twill.1'));
   const fdb = lines(await c.sh(node.ns, 'bridge', 'fdb', 'show', 'dev', 'twill.1').catch(() => ''));
   return { routes, neighs, fdb };
 }
@@ -23,7 +35,10 @@ async function expectFullMatrix(c: Cluster): Promise<void> {
     for (const to of c.nodes) {
       if (from === to) continue;
       const target = to.pod?.ip ?? '';
-      await waitFor(() => c.ping(from.pod?.ns ?? '', target), { timeoutMs: 10_000, what: `${from.name} pod → ${to.name} pod ${target}` });
+      await waitFor(() => c.ping(from.pod?.ns ?? '', target), {
+        timeoutMs: 10_000,
+        what: `${from.name} pod → ${to.name} pod ${target}`,
+      });
     }
   }
 }
@@ -47,17 +62,28 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
         const expected = want.map(({ p, s }) => {
           const net = s.key.replace(/-\d+$/, '');
           return backend === 'vxlan'
-            ? { route: `${net}/24 via ${net} dev twill.1 proto 151 onlink`, neigh: net, fdb: `dst ${p.ip} self permanent` }
+            ? {
+                route: `${net}/24 via ${net} dev twill.1 proto 151 onlink`,
+                neigh: net,
+                fdb: `dst ${p.ip} self permanent`,
+              }
             : { route: `${net}/24 via ${p.ip} dev eth0 proto 151`, neigh: '', fdb: '' };
         });
-        await waitFor(async () => (await entries(c, node)).routes.length === 2, { timeoutMs: 10_000, what: `${node.name} routes` });
+        await waitFor(async () => (await entries(c, node)).routes.length === 2, {
+          timeoutMs: 10_000,
+          what: `${node.name} routes`,
+        });
         const got = await entries(c, node);
         expect(got.routes).toEqual(expected.map((e) => e.route).sort());
         if (backend === 'vxlan') {
           expect(got.neighs).toHaveLength(2);
           expect(got.fdb).toHaveLength(2);
           for (const e of expected) {
-            expect(got.neighs.some((l) => l.startsWith(`${e.neigh} dev twill.1 lladdr`) && l.endsWith('PERMANENT'))).toBe(true);
+            expect(
+              got.neighs.some(
+                (l) => l.startsWith(`${e.neigh} dev twill.1 lladdr`) && l.endsWith('PERMANENT'),
+              ),
+            ).toBe(true);
             expect(got.fdb.some((l) => l.endsWith(e.fdb))).toBe(true);
           }
         } else {
@@ -82,7 +108,12 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
       const before = await entries(c, node);
       const key = (await c.subnetOf(node)).key;
       await c.etcdctl('del', `/coreos.com/network/subnets/${key}`);
-      await waitFor(async () => (await c.etcdctl('get', '--keys-only', `/coreos.com/network/subnets/${key}`)).trim() !== '', { timeoutMs: 5_000, what: 'reclaimed key' });
+      await waitFor(
+        async () =>
+          (await c.etcdctl('get', '--keys-only', `/coreos.com/network/subnets/${key}`)).trim() !==
+          '',
+        { timeoutMs: 5_000, what: 'reclaimed key' },
+      );
       expect(await entries(c, node)).toEqual(before);
       await c.stopTwill(node);
       expect(await entries(c, node)).toEqual(before);
@@ -90,10 +121,15 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
       const earlier = (await c.logOf(node)).length;
       c.startTwill(node);
       const restartLog = async (): Promise<string> => (await c.logOf(node)).slice(earlier);
-      await waitFor(async () => (await restartLog()).includes('"msg":"lease acquired"'), { timeoutMs: 10_000, what: 'restarted twill' });
+      await waitFor(async () => (await restartLog()).includes('"msg":"lease acquired"'), {
+        timeoutMs: 10_000,
+        what: 'restarted twill',
+      });
       await new Promise((res) => setTimeout(res, 500));
       // the restarted daemon found everything in place: no pass changed anything
-      expect(await restartLog()).not.toMatch(/"msg":"(dataplane updated|repaired dataplane drift)"/);
+      expect(await restartLog()).not.toMatch(
+        /"msg":"(dataplane updated|repaired dataplane drift)"/,
+      );
       expect(await entries(c, node)).toEqual(before);
     });
 
@@ -105,13 +141,21 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
       const deleted = performance.now();
       const net = key.replace(/-\d+$/, '');
       for (const node of c.nodes.slice(0, 2)) {
-        await waitFor(async () => {
-          const e = await entries(c, node);
-          return !e.routes.some((r) => r.startsWith(`${net}/`)) && !e.neighs.some((n) => n.startsWith(`${net} `)) && e.routes.length === 1;
-        }, { timeoutMs: slowBound(1_000), what: `${node.name} forgets ${key}` });
+        await waitFor(
+          async () => {
+            const e = await entries(c, node);
+            return (
+              !e.routes.some((r) => r.startsWith(`${net}/`)) &&
+              !e.neighs.some((n) => n.startsWith(`${net} `)) &&
+              e.routes.length === 1
+            );
+          },
+          { timeoutMs: slowBound(1_000), what: `${node.name} forgets ${key}` },
+        );
       }
       expect(performance.now() - deleted).toBeLessThan(slowBound(1_000));
-      for (const node of c.nodes.slice(0, 2)) expect((await entries(c, node)).fdb.some((f) => f.includes(gone.ip))).toBe(false);
+      for (const node of c.nodes.slice(0, 2))
+        expect((await entries(c, node)).fdb.some((f) => f.includes(gone.ip))).toBe(false);
     });
   });
 }

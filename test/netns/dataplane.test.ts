@@ -24,15 +24,33 @@ let ns: string;
 let runner: Runner;
 
 function reconciler(input: () => BackendInput, r: Runner = runner): Reconciler {
-  return new Reconciler({ runner: r, logger: captureLog().logger, desired: () => desiredState(input()), ensureForwarding: nsForwarding(ns), resyncMs: 60_000 });
+  return new Reconciler({
+    runner: r,
+    logger: captureLog().logger,
+    desired: () => desiredState(input()),
+    ensureForwarding: nsForwarding(ns),
+    resyncMs: 60_000,
+  });
 }
 
 const VXLAN_PEERS = [1, 2, 4].map((n) => peerLease(n, { vxlan: true }));
 
-/** A reconciler running its loop over vxlan peers (read on every pass) until the test ends, with its log. */
-function running(peers: () => BackendInput['peers']): { r: Reconciler; log: ReturnType<typeof captureLog> } {
+/**
+ * A reconciler running its loop over vxlan peers (read on every pass) until the test ends, with its
+ * log.
+ */
+function running(peers: () => BackendInput['peers']): {
+  r: Reconciler;
+  log: ReturnType<typeof captureLog>;
+} {
   const log = captureLog();
-  const r = new Reconciler({ runner, logger: log.logger, desired: () => desiredState(backendInput({ backend: 'vxlan', peers: peers() })), ensureForwarding: nsForwarding(ns), resyncMs: 600_000 });
+  const r = new Reconciler({
+    runner,
+    logger: log.logger,
+    desired: () => desiredState(backendInput({ backend: 'vxlan', peers: peers() })),
+    ensureForwarding: nsForwarding(ns),
+    resyncMs: 600_000,
+  });
   const ctl = new AbortController();
   const loop = r.run(ctl.signal);
   onTestFinished(async () => {
@@ -46,14 +64,30 @@ beforeAll(async () => {
   await sweepStaleNetns();
   ns = await lab.add('dp');
   const other = await lab.add('dp-peer');
-  await lab.link({ ns, dev: 'eth0', cidr: '10.123.0.2/24' }, { ns: other, dev: 'eth0', cidr: '10.123.0.1/24' });
+  await lab.link(
+    { ns, dev: 'eth0', cidr: '10.123.0.2/24' },
+    { ns: other, dev: 'eth0', cidr: '10.123.0.1/24' },
+  );
   runner = nsRunner(ns);
 });
 afterAll(() => lab.destroy());
 beforeEach(async () => {
   // start every test from a namespace without twill's objects
-  await reconciler(() => backendInput({ backend: 'host-gw', peers: [], ipMasq: false })).pass(AbortSignal.timeout(20_000));
-  await runner('iptables', ['-t', 'filter', '-D', 'FORWARD', '-m', 'comment', '--comment', 'twill forward', '-j', 'TWILL-FWD']).catch(() => undefined);
+  await reconciler(() => backendInput({ backend: 'host-gw', peers: [], ipMasq: false })).pass(
+    AbortSignal.timeout(20_000),
+  );
+  await runner('iptables', [
+    '-t',
+    'filter',
+    '-D',
+    'FORWARD',
+    '-m',
+    'comment',
+    '--comment',
+    'twill forward',
+    '-j',
+    'TWILL-FWD',
+  ]).catch(() => undefined);
 });
 
 describe('dataplane programmer on a real kernel', () => {
@@ -79,10 +113,21 @@ describe('dataplane programmer on a real kernel', () => {
       '02:00:00:00:00:02 dst 10.123.0.2 self permanent',
       '02:00:00:00:00:04 dst 10.123.0.4 self permanent',
     ]);
-    const [link] = JSON.parse((await runner('ip', ['-d', '-j', 'addr', 'show', 'dev', 'twill.1'])).stdout) as { flags: string[]; addr_info: { family: string; local: string; prefixlen: number }[] }[];
-    expect(link).toMatchObject({ mtu: 1450, address: SELF_MAC, linkinfo: { info_kind: 'vxlan', info_data: { id: 1, local: '10.123.0.2', link: 'eth0', port: 8472, learning: false } } });
+    const [link] = JSON.parse(
+      (await runner('ip', ['-d', '-j', 'addr', 'show', 'dev', 'twill.1'])).stdout,
+    ) as { flags: string[]; addr_info: { family: string; local: string; prefixlen: number }[] }[];
+    expect(link).toMatchObject({
+      mtu: 1450,
+      address: SELF_MAC,
+      linkinfo: {
+        info_kind: 'vxlan',
+        info_data: { id: 1, local: '10.123.0.2', link: 'eth0', port: 8472, learning: false },
+      },
+    });
     expect(link?.flags.includes('UP')).toBe(true);
-    expect(link?.addr_info.filter((a) => a.family === 'inet')).toMatchObject([{ local: '10.244.3.0', prefixlen: 32 }]);
+    expect(link?.addr_info.filter((a) => a.family === 'inet')).toMatchObject([
+      { local: '10.244.3.0', prefixlen: 32 },
+    ]);
     const masq = desiredState(input).masq;
     expect(view.postrtg).toBe(['-N TWILL-POSTRTG', ...masqRules(masq), ''].join('\n'));
     expect(view.fwd).toBe(['-N TWILL-FWD', ...forwardRules(masq), ''].join('\n'));
@@ -95,29 +140,105 @@ describe('dataplane programmer on a real kernel', () => {
   });
 
   it('programs host-gw routes for on-link peers, reports the others, and removes the vxlan device', async () => {
-    await reconciler(() => backendInput({ backend: 'vxlan', peers: VXLAN_PEERS })).pass(AbortSignal.timeout(20_000));
-    const peers = [peerLease(1, { vxlan: false }), peerLease(5, { vxlan: false }), peerLease(6, { vxlan: false, ipBase: '198.51.100' })];
+    await reconciler(() => backendInput({ backend: 'vxlan', peers: VXLAN_PEERS })).pass(
+      AbortSignal.timeout(20_000),
+    );
+    const peers = [
+      peerLease(1, { vxlan: false }),
+      peerLease(5, { vxlan: false }),
+      peerLease(6, { vxlan: false, ipBase: '198.51.100' }),
+    ];
     const r = reconciler(() => backendInput({ backend: 'host-gw', peers }));
     const report = await r.pass(AbortSignal.timeout(20_000));
     expect(report.failures).toEqual([]);
-    expect(report.problems).toMatchObject([{ key: '10.244.6.0-24', reason: expect.stringContaining('not on-link') }]);
+    expect(report.problems).toMatchObject([
+      { key: '10.244.6.0-24', reason: expect.stringContaining('not on-link') },
+    ]);
     const view = await kernelView(runner);
-    expect(view.routes).toEqual(['10.244.1.0/24 via 10.123.0.1 dev eth0 proto 151', '10.244.5.0/24 via 10.123.0.5 dev eth0 proto 151']);
+    expect(view.routes).toEqual([
+      '10.244.1.0/24 via 10.123.0.1 dev eth0 proto 151',
+      '10.244.5.0/24 via 10.123.0.5 dev eth0 proto 151',
+    ]);
     expect(view.devices).toEqual([]);
     expect((await r.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);
   });
 
   it('sweeps owned leftovers, replaces an incompatible device, and leaves foreign state alone', async () => {
     const run = (...args: string[]): Promise<unknown> => runner(args[0] as string, args.slice(1));
-    await run('ip', 'link', 'add', 'twill.1', 'type', 'vxlan', 'id', '1', 'local', '10.123.0.2', 'dev', 'eth0', 'dstport', '4789');
-    await run('ip', 'link', 'add', 'twill.9', 'type', 'vxlan', 'id', '9', 'dstport', '8472', 'dev', 'eth0');
-    await run('ip', 'route', 'add', '10.244.77.0/24', 'via', '10.123.0.77', 'dev', 'eth0', 'proto', '151'); // ours, no lease explains it
+    await run(
+      'ip',
+      'link',
+      'add',
+      'twill.1',
+      'type',
+      'vxlan',
+      'id',
+      '1',
+      'local',
+      '10.123.0.2',
+      'dev',
+      'eth0',
+      'dstport',
+      '4789',
+    );
+    await run(
+      'ip',
+      'link',
+      'add',
+      'twill.9',
+      'type',
+      'vxlan',
+      'id',
+      '9',
+      'dstport',
+      '8472',
+      'dev',
+      'eth0',
+    );
+    await run(
+      'ip',
+      'route',
+      'add',
+      '10.244.77.0/24',
+      'via',
+      '10.123.0.77',
+      'dev',
+      'eth0',
+      'proto',
+      '151',
+    ); // ours, no lease explains it
     await run('ip', 'route', 'add', '10.99.0.0/24', 'via', '10.123.0.7', 'dev', 'eth0'); // foreign
-    await run('ip', 'route', 'add', '10.244.88.0/24', 'via', '10.123.0.8', 'dev', 'eth0', 'proto', 'static'); // foreign, inside the network
-    await run('iptables', '-t', 'nat', '-A', 'POSTROUTING', '-s', '10.99.0.0/24', '-j', 'MASQUERADE');
+    await run(
+      'ip',
+      'route',
+      'add',
+      '10.244.88.0/24',
+      'via',
+      '10.123.0.8',
+      'dev',
+      'eth0',
+      'proto',
+      'static',
+    ); // foreign, inside the network
+    await run(
+      'iptables',
+      '-t',
+      'nat',
+      '-A',
+      'POSTROUTING',
+      '-s',
+      '10.99.0.0/24',
+      '-j',
+      'MASQUERADE',
+    );
     await run('iptables', '-t', 'filter', '-A', 'FORWARD', '-s', '10.99.0.0/24', '-j', 'ACCEPT');
     onTestFinished(async () => {
-      for (const c of [['ip', 'route', 'del', '10.99.0.0/24'], ['ip', 'route', 'del', '10.244.88.0/24'], ['iptables', '-t', 'nat', '-D', 'POSTROUTING', '-s', '10.99.0.0/24', '-j', 'MASQUERADE'], ['iptables', '-t', 'filter', '-D', 'FORWARD', '-s', '10.99.0.0/24', '-j', 'ACCEPT']]) {
+      for (const c of [
+        ['ip', 'route', 'del', '10.99.0.0/24'],
+        ['ip', 'route', 'del', '10.244.88.0/24'],
+        ['iptables', '-t', 'nat', '-D', 'POSTROUTING', '-s', '10.99.0.0/24', '-j', 'MASQUERADE'],
+        ['iptables', '-t', 'filter', '-D', 'FORWARD', '-s', '10.99.0.0/24', '-j', 'ACCEPT'],
+      ]) {
         await run(...c).catch(() => undefined);
       }
     });
@@ -125,7 +246,9 @@ describe('dataplane programmer on a real kernel', () => {
     expect((await r.pass(AbortSignal.timeout(20_000))).failures).toEqual([]);
     const view = await kernelView(runner);
     expect(view.devices).toEqual(['twill.1']);
-    const [link] = JSON.parse((await runner('ip', ['-d', '-j', 'link', 'show', 'dev', 'twill.1'])).stdout) as { linkinfo: { info_data: { port: number } } }[];
+    const [link] = JSON.parse(
+      (await runner('ip', ['-d', '-j', 'link', 'show', 'dev', 'twill.1'])).stdout,
+    ) as { linkinfo: { info_data: { port: number } } }[];
     expect(link?.linkinfo.info_data.port).toBe(8472);
     expect(view.routes).not.toContain('10.244.77.0/24 via 10.123.0.77 dev eth0 proto 151');
     expect(view.routes).toHaveLength(3);
@@ -138,17 +261,47 @@ describe('dataplane programmer on a real kernel', () => {
   });
 
   it('keeps failing on a foreign route without holding back a new peer', async () => {
-    await runner('ip', ['route', 'add', '10.244.4.0/24', 'via', '10.123.0.44', 'dev', 'eth0', 'proto', 'static']);
-    onTestFinished(() => runner('ip', ['route', 'del', '10.244.4.0/24', 'proto', 'static']).then(() => undefined, () => undefined));
+    await runner('ip', [
+      'route',
+      'add',
+      '10.244.4.0/24',
+      'via',
+      '10.123.0.44',
+      'dev',
+      'eth0',
+      'proto',
+      'static',
+    ]);
+    onTestFinished(() =>
+      runner('ip', ['route', 'del', '10.244.4.0/24', 'proto', 'static']).then(
+        () => undefined,
+        () => undefined,
+      ),
+    );
     let peers = VXLAN_PEERS;
     const { r, log } = running(() => peers);
     // the foreign route makes every pass fail, and the back-off grow
-    await waitFor(() => log.lines.filter((l) => l.msg === 'dataplane pass could not apply every change').length >= 4, { timeoutMs: 10_000, what: 'failing passes' });
-    expect(JSON.stringify(log.lines.find((l) => l.msg === 'dataplane pass could not apply every change'))).toContain('route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151: ');
-    expect((await runner('ip', ['route', 'show', '10.244.4.0/24'])).stdout).toContain('proto static');
+    await waitFor(
+      () =>
+        log.lines.filter((l) => l.msg === 'dataplane pass could not apply every change').length >=
+        4,
+      { timeoutMs: 10_000, what: 'failing passes' },
+    );
+    expect(
+      JSON.stringify(
+        log.lines.find((l) => l.msg === 'dataplane pass could not apply every change'),
+      ),
+    ).toContain('route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151: ');
+    expect((await runner('ip', ['route', 'show', '10.244.4.0/24'])).stdout).toContain(
+      'proto static',
+    );
     peers = [...VXLAN_PEERS, peerLease(5, { vxlan: true })];
     r.leasesChanged();
-    const took = await waitFor(async () => (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.includes('proto 151'), { timeoutMs: slowBound(1_000), what: 'the new peer route' });
+    const took = await waitFor(
+      async () =>
+        (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.includes('proto 151'),
+      { timeoutMs: slowBound(1_000), what: 'the new peer route' },
+    );
     expect(took).toBeLessThan(slowBound(1_000));
   });
 
@@ -158,7 +311,13 @@ describe('dataplane programmer on a real kernel', () => {
     onTestFinished(() => sys.remove());
     let peers = VXLAN_PEERS;
     const log = captureLog();
-    const r = new Reconciler({ runner, logger: log.logger, desired: () => desiredState(backendInput({ backend: 'vxlan', peers })), ensureForwarding: () => ensureIpForward(sys.dir), resyncMs: 600_000 });
+    const r = new Reconciler({
+      runner,
+      logger: log.logger,
+      desired: () => desiredState(backendInput({ backend: 'vxlan', peers })),
+      ensureForwarding: () => ensureIpForward(sys.dir),
+      resyncMs: 600_000,
+    });
     const erofs = `sysctl: net.ipv4.ip_forward is 0, cannot set it to 1: EROFS: read-only file system, open '${sys.dir}/ipv4/ip_forward' (read-only: in a container that is not privileged, mount the host's /proc/sys/net and pass its path as --proc-sys-net)`;
     const first = await r.pass(AbortSignal.timeout(20_000));
     expect(first.failures).toEqual([erofs]);
@@ -178,19 +337,35 @@ describe('dataplane programmer on a real kernel', () => {
       ctl.abort();
       await loop;
     });
-    await waitFor(() => r.lastPass() !== second, { timeoutMs: slowBound(2_000), what: 'the loop\'s first pass' });
+    await waitFor(() => r.lastPass() !== second, {
+      timeoutMs: slowBound(2_000),
+      what: "the loop's first pass",
+    });
     peers = [...VXLAN_PEERS, peerLease(5, { vxlan: true })];
     r.leasesChanged();
-    await waitFor(() => r.lastPass()?.kind === 'delta', { timeoutMs: slowBound(2_000), what: 'a delta pass' });
+    await waitFor(() => r.lastPass()?.kind === 'delta', {
+      timeoutMs: slowBound(2_000),
+      what: 'a delta pass',
+    });
     expect(r.lastPass()?.failures).toEqual([erofs]);
     expect((await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout).toContain('proto 151');
-    expect(log.lines.filter((l) => l.msg.startsWith('cannot keep net.ipv4.ip_forward at 1'))).toHaveLength(1);
+    expect(
+      log.lines.filter((l) => l.msg.startsWith('cannot keep net.ipv4.ip_forward at 1')),
+    ).toHaveLength(1);
     // writable again: the next observed pass sets it, and the failure is gone
     await sys.readOnly(false);
     r.trigger('test');
-    await waitFor(() => r.lastPass()?.failures.length === 0, { timeoutMs: slowBound(2_000), what: 'a clean pass' });
+    await waitFor(() => r.lastPass()?.failures.length === 0, {
+      timeoutMs: slowBound(2_000),
+      what: 'a clean pass',
+    });
     expect((await readFile(join(sys.dir, 'ipv4/ip_forward'), 'utf8')).trim()).toBe('1');
-    expect(log.lines.map((l) => l.msg)).toEqual(expect.arrayContaining(['net.ipv4.ip_forward was 0; set it to 1', 'net.ipv4.ip_forward is 1 again']));
+    expect(log.lines.map((l) => l.msg)).toEqual(
+      expect.arrayContaining([
+        'net.ipv4.ip_forward was 0; set it to 1',
+        'net.ipv4.ip_forward is 1 again',
+      ]),
+    );
   });
 
   it('spawns the same few processes per pass whatever the number of peers', async () => {
@@ -200,9 +375,16 @@ describe('dataplane programmer on a real kernel', () => {
         calls.push(file);
         return runner(file, args, opts);
       };
-      const list = Array.from({ length: peers }, (_, i) => peerLease(i < 2 ? i + 1 : i + 2, { vxlan: true }));
-      await reconciler(() => backendInput({ backend: 'host-gw', peers: [], ipMasq: false })).pass(AbortSignal.timeout(20_000));
-      const report = await reconciler(() => backendInput({ backend: 'vxlan', peers: list }), counting).pass(AbortSignal.timeout(30_000));
+      const list = Array.from({ length: peers }, (_, i) =>
+        peerLease(i < 2 ? i + 1 : i + 2, { vxlan: true }),
+      );
+      await reconciler(() => backendInput({ backend: 'host-gw', peers: [], ipMasq: false })).pass(
+        AbortSignal.timeout(20_000),
+      );
+      const report = await reconciler(
+        () => backendInput({ backend: 'vxlan', peers: list }),
+        counting,
+      ).pass(AbortSignal.timeout(30_000));
       expect(report.failures).toEqual([]);
       expect((await kernelView(runner)).routes).toHaveLength(peers);
       return calls.sort();
@@ -210,28 +392,50 @@ describe('dataplane programmer on a real kernel', () => {
     const few = await spawned(3);
     const many = await spawned(240);
     expect(many).toEqual(few);
-    expect(many.filter((f) => f === 'ip' || f === 'bridge' || f === 'iptables-restore')).toHaveLength(few.filter((f) => f === 'ip' || f === 'bridge' || f === 'iptables-restore').length);
+    expect(
+      many.filter((f) => f === 'ip' || f === 'bridge' || f === 'iptables-restore'),
+    ).toHaveLength(
+      few.filter((f) => f === 'ip' || f === 'bridge' || f === 'iptables-restore').length,
+    );
     expect(many.length).toBeLessThanOrEqual(12);
   });
 
   it('applies a lease change without reading the kernel when the last pass left it matching', async () => {
     let peers = VXLAN_PEERS;
     const { r, log } = running(() => peers);
-    await waitFor(() => r.lastPass()?.converged === true, { timeoutMs: slowBound(2_000), what: 'converged' });
-    const passes = (): { kind: string; spawns: number }[] => log.lines.filter((l) => l.msg === 'dataplane updated').map((l) => ({ kind: String(l.kind), spawns: Number(l.spawns) }));
+    await waitFor(() => r.lastPass()?.converged === true, {
+      timeoutMs: slowBound(2_000),
+      what: 'converged',
+    });
+    const passes = (): { kind: string; spawns: number }[] =>
+      log.lines
+        .filter((l) => l.msg === 'dataplane updated')
+        .map((l) => ({ kind: String(l.kind), spawns: Number(l.spawns) }));
     const before = passes().length;
     // a new peer: its neighbour, FDB entry and route, in three batches, nothing read
     peers = [...VXLAN_PEERS, peerLease(5, { vxlan: true })];
     r.leasesChanged();
-    await waitFor(async () => (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.includes('proto 151'), { timeoutMs: slowBound(1_000), what: 'the new peer route' });
+    await waitFor(
+      async () =>
+        (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.includes('proto 151'),
+      { timeoutMs: slowBound(1_000), what: 'the new peer route' },
+    );
     expect(passes().slice(before)).toEqual([{ kind: 'delta', spawns: 3 }]);
     const view = await kernelView(runner);
     expect(view.routes).toHaveLength(4);
     // a peer gone: its entries go the same way
     peers = VXLAN_PEERS;
     r.leasesChanged();
-    await waitFor(async () => (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.trim() === '', { timeoutMs: slowBound(1_000), what: 'the peer route gone' });
+    await waitFor(
+      async () => (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.trim() === '',
+      { timeoutMs: slowBound(1_000), what: 'the peer route gone' },
+    );
     expect(passes().slice(before + 1)).toEqual([{ kind: 'delta', spawns: 3 }]);
-    await waitFor(async () => (await kernelView(runner)).neighs.length === 3 && (await kernelView(runner)).fdb.length === 3, { timeoutMs: slowBound(1_000), what: 'its neighbour and FDB entry gone' });
+    await waitFor(
+      async () =>
+        (await kernelView(runner)).neighs.length === 3 &&
+        (await kernelView(runner)).fdb.length === 3,
+      { timeoutMs: slowBound(1_000), what: 'its neighbour and FDB entry gone' },
+    );
   });
 });

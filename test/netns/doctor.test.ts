@@ -21,7 +21,8 @@ import { waitFor } from '../helpers/ports.ts';
 
 const MAIN = resolve(import.meta.dirname, '../../src/cli/main.ts');
 const ENDPOINT = 'http://10.123.0.1:2379';
-const PEER = '{"PublicIP":"10.123.0.9","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:00:09"}}';
+const PEER =
+  '{"PublicIP":"10.123.0.9","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:00:09"}}';
 const lab = new NetnsLab();
 let etcd: EtcdServer;
 let dir: string;
@@ -39,8 +40,24 @@ interface Report {
 
 /** Runs `twill doctor --json` in the node's namespace. */
 async function doctor(extra: string[] = []): Promise<Report> {
-  const env = Object.fromEntries(Object.entries(process.env).filter((e): e is [string, string] => e[1] !== undefined));
-  const argv = ['nsenter', `--net=/run/netns/${nodeNs}`, process.execPath, MAIN, 'doctor', '--json', '--iface', 'eth0', '--subnet-file', join(dir, 'subnet.env'), '--etcd-endpoints', ENDPOINT, ...extra];
+  const env = Object.fromEntries(
+    Object.entries(process.env).filter((e): e is [string, string] => e[1] !== undefined),
+  );
+  const argv = [
+    'nsenter',
+    `--net=/run/netns/${nodeNs}`,
+    process.execPath,
+    MAIN,
+    'doctor',
+    '--json',
+    '--iface',
+    'eth0',
+    '--subnet-file',
+    join(dir, 'subnet.env'),
+    '--etcd-endpoints',
+    ENDPOINT,
+    ...extra,
+  ];
   const out = await runToExit(argv, { input: '', env, timeoutMs: 30_000 });
   try {
     const { checks } = JSON.parse(out.stdout) as { checks: Report['checks'] };
@@ -50,7 +67,8 @@ async function doctor(extra: string[] = []): Promise<Report> {
   }
 }
 
-const notOk = (r: Report): string[] => r.checks.filter((c) => c.verdict !== 'ok').map((c) => `${c.check}: ${c.verdict}`);
+const notOk = (r: Report): string[] =>
+  r.checks.filter((c) => c.verdict !== 'ok').map((c) => `${c.check}: ${c.verdict}`);
 
 /** Runs a command inside the node's namespace. */
 async function inNode(file: string, ...args: string[]): Promise<string> {
@@ -62,21 +80,66 @@ beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'twill-doctor-'));
   etcdNs = await lab.add('detcd');
   nodeNs = await lab.add('dnode');
-  await lab.link({ ns: etcdNs, dev: 'eth0', cidr: '10.123.0.1/24' }, { ns: nodeNs, dev: 'eth0', cidr: '10.123.0.2/24' });
+  await lab.link(
+    { ns: etcdNs, dev: 'eth0', cidr: '10.123.0.1/24' },
+    { ns: nodeNs, dev: 'eth0', cidr: '10.123.0.2/24' },
+  );
   await inNode('ip', 'route', 'add', 'default', 'via', '10.123.0.1');
   etcd = await startEtcd({ netns: etcdNs, host: '10.123.0.1', clientPort: 2379 });
-  await lab.exec(etcdNs, 'etcdctl', ['--endpoints', ENDPOINT, 'put', '/coreos.com/network/config', '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}']);
-  await lab.exec(etcdNs, 'etcdctl', ['--endpoints', ENDPOINT, 'put', '/coreos.com/network/subnets/10.244.77.0-24', PEER]);
-  const argv = [process.execPath, MAIN, 'run', '--etcd-endpoints', ENDPOINT, '--subnet-file', join(dir, 'subnet.env'), '--iface', 'eth0', '--ip-masq', '--node-name', 'doc1'];
+  await lab.exec(etcdNs, 'etcdctl', [
+    '--endpoints',
+    ENDPOINT,
+    'put',
+    '/coreos.com/network/config',
+    '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}',
+  ]);
+  await lab.exec(etcdNs, 'etcdctl', [
+    '--endpoints',
+    ENDPOINT,
+    'put',
+    '/coreos.com/network/subnets/10.244.77.0-24',
+    PEER,
+  ]);
+  const argv = [
+    process.execPath,
+    MAIN,
+    'run',
+    '--etcd-endpoints',
+    ENDPOINT,
+    '--subnet-file',
+    join(dir, 'subnet.env'),
+    '--iface',
+    'eth0',
+    '--ip-masq',
+    '--node-name',
+    'doc1',
+  ];
   twill = lab.spawn(nodeNs, argv, join(dir, 'twill.log'));
-  await waitFor(async () => (await inNode('ip', 'route', 'show', 'proto', '151')).includes('10.244.77.0/24'), { timeoutMs: 15_000, what: 'the peer route' });
+  await waitFor(
+    async () => (await inNode('ip', 'route', 'show', 'proto', '151')).includes('10.244.77.0/24'),
+    { timeoutMs: 15_000, what: 'the peer route' },
+  );
   subnetEnvText = await readFile(join(dir, 'subnet.env'), 'utf8');
   const gateway = /FLANNEL_SUBNET=(\S+)/.exec(subnetEnvText)?.[1] ?? '';
   // cni0 and one pod's host veth, as the CNI plugin makes them (MTU = FLANNEL_MTU = 1500 − 50)
   await inNode('ip', 'link', 'add', 'cni0', 'mtu', '1450', 'type', 'bridge');
   await inNode('ip', 'addr', 'add', gateway, 'dev', 'cni0');
   await inNode('ip', 'link', 'set', 'cni0', 'up');
-  await inNode('ip', 'link', 'add', 'twvdoctor1', 'mtu', '1450', 'type', 'veth', 'peer', 'name', 'poddoctor1', 'mtu', '1450');
+  await inNode(
+    'ip',
+    'link',
+    'add',
+    'twvdoctor1',
+    'mtu',
+    '1450',
+    'type',
+    'veth',
+    'peer',
+    'name',
+    'poddoctor1',
+    'mtu',
+    '1450',
+  );
   await inNode('ip', 'link', 'set', 'twvdoctor1', 'master', 'cni0', 'up');
 }, 60_000);
 
@@ -99,9 +162,13 @@ describe('twill doctor in a network namespace', () => {
     const r = await doctor();
     expectHealthy(r);
     const detail = (check: string): string => r.checks.find((c) => c.check === check)?.detail ?? '';
-    expect(detail('stale-routes')).toBe('1 route with protocol 151, each explained by a peer\'s lease');
+    expect(detail('stale-routes')).toBe(
+      "1 route with protocol 151, each explained by a peer's lease",
+    );
     expect(detail('mtu')).toBe('consistent: eth0 1500, FLANNEL_MTU 1450, cni0 and pods 1450');
-    expect(detail('subnet-env')).toMatch(/matches our lease 10\.244\.\d+\.0-24 \(PublicIP 10\.123\.0\.2\)/);
+    expect(detail('subnet-env')).toMatch(
+      /matches our lease 10\.244\.\d+\.0-24 \(PublicIP 10\.123\.0\.2\)/,
+    );
     if (twill) await stopProcess(twill);
     expect(twill ? await exited(twill) : 0).toBe(0);
     twill = undefined;
@@ -114,18 +181,36 @@ describe('twill doctor in a network namespace', () => {
     expect(Date.now() - started).toBeLessThan(15_000);
     expect(r.code).toBe(hostHasBrNetfilter ? 0 : 1);
     for (const check of ['subnet-env', 'stale-routes']) {
-      expect(r.checks.find((c) => c.check === check)).toMatchObject({ verdict: 'warn', detail: expect.stringContaining('lease store unreachable (etcd') });
+      expect(r.checks.find((c) => c.check === check)).toMatchObject({
+        verdict: 'warn',
+        detail: expect.stringContaining('lease store unreachable (etcd'),
+      });
     }
     expect(r.checks.find((c) => c.check === 'mtu')?.verdict).toBe('ok');
   });
 
-  const legacyInUse = async (): Promise<boolean> => !(await run('iptables', ['--version'])).stdout.includes('nf_tables');
-  const otherIptables = async (): Promise<string> => ((await legacyInUse()) ? 'iptables-nft' : 'iptables-legacy');
+  const legacyInUse = async (): Promise<boolean> =>
+    !(await run('iptables', ['--version'])).stdout.includes('nf_tables');
+  const otherIptables = async (): Promise<string> =>
+    (await legacyInUse()) ? 'iptables-nft' : 'iptables-legacy';
   const gatewayOf = (): string => /FLANNEL_SUBNET=(\S+)/.exec(subnetEnvText)?.[1] ?? '';
 
-  const cases: { name: string; failing: string[]; says: string; make: () => Promise<unknown>; undo: () => Promise<unknown> }[] = [
-    { name: 'ip_forward 0', failing: ['ip-forward'], says: 'net.ipv4.ip_forward is 0', make: () => inNode('sysctl', '-qw', 'net.ipv4.ip_forward=0'), undo: () => inNode('sysctl', '-qw', 'net.ipv4.ip_forward=1') },
-    // never skipped: where the host has no br_netfilter (the sysctl cannot be set to 0), that is the broken condition
+  const cases: {
+    name: string;
+    failing: string[];
+    says: string;
+    make: () => Promise<unknown>;
+    undo: () => Promise<unknown>;
+  }[] = [
+    {
+      name: 'ip_forward 0',
+      failing: ['ip-forward'],
+      says: 'net.ipv4.ip_forward is 0',
+      make: () => inNode('sysctl', '-qw', 'net.ipv4.ip_forward=0'),
+      undo: () => inNode('sysctl', '-qw', 'net.ipv4.ip_forward=1'),
+    },
+    // never skipped: where the host has no br_netfilter (the sysctl cannot be set to 0), that is
+    // the broken condition
     hostHasBrNetfilter
       ? {
           name: 'bridge-nf-call-iptables 0 (per namespace on this kernel)',
@@ -134,15 +219,35 @@ describe('twill doctor in a network namespace', () => {
           make: () => inNode('sysctl', '-qw', 'net.bridge.bridge-nf-call-iptables=0'),
           undo: () => inNode('sysctl', '-qw', 'net.bridge.bridge-nf-call-iptables=1'),
         }
-      : { name: 'br_netfilter not loaded (this host)', failing: ['br-netfilter'], says: 'br_netfilter is not loaded', make: async () => undefined, undo: async () => undefined },
-    { name: 'rp_filter strict on the underlay', failing: ['rp-filter'], says: 'eth0=1 (the underlay)', make: () => inNode('sysctl', '-qw', 'net.ipv4.conf.eth0.rp_filter=1'), undo: () => inNode('sysctl', '-qw', 'net.ipv4.conf.eth0.rp_filter=0') },
-    { name: 'rp_filter strict on all', failing: ['rp-filter'], says: 'all=1', make: () => inNode('sysctl', '-qw', 'net.ipv4.conf.all.rp_filter=1'), undo: () => inNode('sysctl', '-qw', 'net.ipv4.conf.all.rp_filter=0') },
+      : {
+          name: 'br_netfilter not loaded (this host)',
+          failing: ['br-netfilter'],
+          says: 'br_netfilter is not loaded',
+          make: async () => undefined,
+          undo: async () => undefined,
+        },
+    {
+      name: 'rp_filter strict on the underlay',
+      failing: ['rp-filter'],
+      says: 'eth0=1 (the underlay)',
+      make: () => inNode('sysctl', '-qw', 'net.ipv4.conf.eth0.rp_filter=1'),
+      undo: () => inNode('sysctl', '-qw', 'net.ipv4.conf.eth0.rp_filter=0'),
+    },
+    {
+      name: 'rp_filter strict on all',
+      failing: ['rp-filter'],
+      says: 'all=1',
+      make: () => inNode('sysctl', '-qw', 'net.ipv4.conf.all.rp_filter=1'),
+      undo: () => inNode('sysctl', '-qw', 'net.ipv4.conf.all.rp_filter=0'),
+    },
     {
       name: 'rules in the iptables backend not in use',
       failing: ['iptables-backend'],
       says: 'holds 1 rules',
-      make: async () => inNode(await otherIptables(), '-A', 'INPUT', '-s', '192.0.2.1/32', '-j', 'ACCEPT'),
-      undo: async () => inNode(await otherIptables(), '-D', 'INPUT', '-s', '192.0.2.1/32', '-j', 'ACCEPT'),
+      make: async () =>
+        inNode(await otherIptables(), '-A', 'INPUT', '-s', '192.0.2.1/32', '-j', 'ACCEPT'),
+      undo: async () =>
+        inNode(await otherIptables(), '-D', 'INPUT', '-s', '192.0.2.1/32', '-j', 'ACCEPT'),
     },
     {
       name: 'an INPUT rule dropping the vxlan port',
@@ -156,21 +261,59 @@ describe('twill doctor in a network namespace', () => {
       failing: ['vxlan-port'],
       says: 'INPUT policy is DROP and no rule accepts UDP to port 8472',
       make: async () => {
-        await inNode('iptables', '-A', 'INPUT', '-m', 'conntrack', '--ctstate', 'RELATED,ESTABLISHED', '-j', 'ACCEPT');
+        await inNode(
+          'iptables',
+          '-A',
+          'INPUT',
+          '-m',
+          'conntrack',
+          '--ctstate',
+          'RELATED,ESTABLISHED',
+          '-j',
+          'ACCEPT',
+        );
         await inNode('iptables', '-P', 'INPUT', 'DROP');
       },
       undo: async () => {
         await inNode('iptables', '-P', 'INPUT', 'ACCEPT');
-        await inNode('iptables', '-D', 'INPUT', '-m', 'conntrack', '--ctstate', 'RELATED,ESTABLISHED', '-j', 'ACCEPT');
+        await inNode(
+          'iptables',
+          '-D',
+          'INPUT',
+          '-m',
+          'conntrack',
+          '--ctstate',
+          'RELATED,ESTABLISHED',
+          '-j',
+          'ACCEPT',
+        );
       },
     },
-    { name: 'twill.1 MTU not underlay − 50', failing: ['mtu'], says: 'twill.1 has MTU 1400, expected 1450 (eth0 MTU 1500 − 50)', make: () => inNode('ip', 'link', 'set', 'twill.1', 'mtu', '1400'), undo: () => inNode('ip', 'link', 'set', 'twill.1', 'mtu', '1450') },
+    {
+      name: 'twill.1 MTU not underlay − 50',
+      failing: ['mtu'],
+      says: 'twill.1 has MTU 1400, expected 1450 (eth0 MTU 1500 − 50)',
+      make: () => inNode('ip', 'link', 'set', 'twill.1', 'mtu', '1400'),
+      undo: () => inNode('ip', 'link', 'set', 'twill.1', 'mtu', '1450'),
+    },
     {
       name: 'a pod veth on cni0 above FLANNEL_MTU',
       failing: ['mtu'],
       says: 'twvdoctor2 has MTU 1500, above FLANNEL_MTU 1450',
       make: async () => {
-        await inNode('ip', 'link', 'add', 'twvdoctor2', 'mtu', '1500', 'type', 'veth', 'peer', 'name', 'poddoctor2');
+        await inNode(
+          'ip',
+          'link',
+          'add',
+          'twvdoctor2',
+          'mtu',
+          '1500',
+          'type',
+          'veth',
+          'peer',
+          'name',
+          'poddoctor2',
+        );
         await inNode('ip', 'link', 'set', 'twvdoctor2', 'master', 'cni0', 'up');
         await inNode('ip', 'link', 'set', 'cni0', 'mtu', '1450');
       },
@@ -180,19 +323,68 @@ describe('twill doctor in a network namespace', () => {
       name: 'subnet.env naming another subnet than the lease',
       failing: ['subnet-env', 'cni0-subnet'],
       says: 'FLANNEL_SUBNET=10.244.250.1/24, but our lease (PublicIP 10.123.0.2) is',
-      make: () => writeFile(join(dir, 'subnet.env'), subnetEnvText.replace(/FLANNEL_SUBNET=\S+/, 'FLANNEL_SUBNET=10.244.250.1/24')),
+      make: () =>
+        writeFile(
+          join(dir, 'subnet.env'),
+          subnetEnvText.replace(/FLANNEL_SUBNET=\S+/, 'FLANNEL_SUBNET=10.244.250.1/24'),
+        ),
       undo: () => writeFile(join(dir, 'subnet.env'), subnetEnvText),
     },
-    { name: 'subnet.env missing', failing: ['subnet-env'], says: 'does not exist', make: () => rm(join(dir, 'subnet.env')), undo: () => writeFile(join(dir, 'subnet.env'), subnetEnvText) },
-    { name: 'cni0 with an address from an old subnet', failing: ['cni0-subnet'], says: 'cni0 carries 10.244.251.1/24 from an old subnet', make: () => inNode('ip', 'addr', 'add', '10.244.251.1/24', 'dev', 'cni0'), undo: () => inNode('ip', 'addr', 'del', '10.244.251.1/24', 'dev', 'cni0') },
+    {
+      name: 'subnet.env missing',
+      failing: ['subnet-env'],
+      says: 'does not exist',
+      make: () => rm(join(dir, 'subnet.env')),
+      undo: () => writeFile(join(dir, 'subnet.env'), subnetEnvText),
+    },
+    {
+      name: 'cni0 with an address from an old subnet',
+      failing: ['cni0-subnet'],
+      says: 'cni0 carries 10.244.251.1/24 from an old subnet',
+      make: () => inNode('ip', 'addr', 'add', '10.244.251.1/24', 'dev', 'cni0'),
+      undo: () => inNode('ip', 'addr', 'del', '10.244.251.1/24', 'dev', 'cni0'),
+    },
     {
       name: 'a twill route no lease explains',
       failing: ['stale-routes'],
       says: '10.244.252.0/24 via 10.244.252.0 dev twill.1',
-      make: () => inNode('ip', 'route', 'add', '10.244.252.0/24', 'via', '10.244.252.0', 'dev', 'twill.1', 'onlink', 'proto', '151'),
+      make: () =>
+        inNode(
+          'ip',
+          'route',
+          'add',
+          '10.244.252.0/24',
+          'via',
+          '10.244.252.0',
+          'dev',
+          'twill.1',
+          'onlink',
+          'proto',
+          '151',
+        ),
       undo: () => inNode('ip', 'route', 'del', '10.244.252.0/24', 'proto', '151'),
     },
-    { name: 'a flannel.1 device', failing: ['foreign-overlay'], says: 'device flannel.1 (vxlan VNI 2 port 8472', make: () => inNode('ip', 'link', 'add', 'flannel.1', 'type', 'vxlan', 'id', '2', 'dstport', '8472', 'dev', 'eth0'), undo: () => inNode('ip', 'link', 'del', 'flannel.1') },
+    {
+      name: 'a flannel.1 device',
+      failing: ['foreign-overlay'],
+      says: 'device flannel.1 (vxlan VNI 2 port 8472',
+      make: () =>
+        inNode(
+          'ip',
+          'link',
+          'add',
+          'flannel.1',
+          'type',
+          'vxlan',
+          'id',
+          '2',
+          'dstport',
+          '8472',
+          'dev',
+          'eth0',
+        ),
+      undo: () => inNode('ip', 'link', 'del', 'flannel.1'),
+    },
     {
       name: 'FLANNEL-POSTRTG and FLANNEL-FWD chains',
       failing: ['foreign-overlay'],
@@ -204,13 +396,21 @@ describe('twill doctor in a network namespace', () => {
         await inNode('iptables', '-N', 'FLANNEL-FWD');
       },
       undo: async () => {
-        await inNode('iptables', '-t', 'nat', '-D', 'POSTROUTING', '-j', 'FLANNEL-POSTRTG').catch(() => '');
+        await inNode('iptables', '-t', 'nat', '-D', 'POSTROUTING', '-j', 'FLANNEL-POSTRTG').catch(
+          () => '',
+        );
         await inNode('iptables', '-t', 'nat', '-F', 'FLANNEL-POSTRTG').catch(() => '');
         await inNode('iptables', '-t', 'nat', '-X', 'FLANNEL-POSTRTG').catch(() => '');
         await inNode('iptables', '-X', 'FLANNEL-FWD').catch(() => '');
       },
     },
-    { name: 'a cni0 address outside our network', failing: ['foreign-overlay'], says: 'cni0 address 10.42.0.1/24 outside our network 10.244.0.0/16', make: () => inNode('ip', 'addr', 'add', '10.42.0.1/24', 'dev', 'cni0'), undo: () => inNode('ip', 'addr', 'del', '10.42.0.1/24', 'dev', 'cni0') },
+    {
+      name: 'a cni0 address outside our network',
+      failing: ['foreign-overlay'],
+      says: 'cni0 address 10.42.0.1/24 outside our network 10.244.0.0/16',
+      make: () => inNode('ip', 'addr', 'add', '10.42.0.1/24', 'dev', 'cni0'),
+      undo: () => inNode('ip', 'addr', 'del', '10.42.0.1/24', 'dev', 'cni0'),
+    },
   ];
 
   for (const c of cases) {
@@ -219,8 +419,15 @@ describe('twill doctor in a network namespace', () => {
       try {
         await c.make();
         const r = await doctor();
-        const brAllowed = hostHasBrNetfilter ? [] : ['bridge-nf-call-iptables: warn', ...(c.failing.includes('br-netfilter') ? [] : ['br-netfilter: fail'])];
-        expect(notOk(r).filter((x) => !brAllowed.includes(x))).toEqual(c.failing.map((f) => `${f}: fail`));
+        const brAllowed = hostHasBrNetfilter
+          ? []
+          : [
+              'bridge-nf-call-iptables: warn',
+              ...(c.failing.includes('br-netfilter') ? [] : ['br-netfilter: fail']),
+            ];
+        expect(notOk(r).filter((x) => !brAllowed.includes(x))).toEqual(
+          c.failing.map((f) => `${f}: fail`),
+        );
         const first = r.checks.find((x) => x.check === c.failing[0]);
         expect(first?.detail).toContain(c.says);
         expect(first?.fix).not.toBe('');

@@ -14,13 +14,21 @@ let log: GuardedNode['log'];
 /** kube-proxy-shaped churn: `count` DNAT rules in chains of their own, in one restore. */
 function churn(count: number, round: number): string {
   const lines = ['*nat', ':KUBE-FLOOD - [0:0]'];
-  for (let i = 0; i < count; i++) lines.push(`-A KUBE-FLOOD -p tcp -m comment --comment "svc ${round}-${i}" -j DNAT --to-destination 10.96.${(i >> 8) & 255}.${i & 255}:80`);
+  for (let i = 0; i < count; i++)
+    lines.push(
+      `-A KUBE-FLOOD -p tcp -m comment --comment "svc ${round}-${i}" -j DNAT --to-destination 10.96.${(i >> 8) & 255}.${i & 255}:80`,
+    );
   return `${[...lines, 'COMMIT'].join('\n')}\n`;
 }
 
 beforeAll(async () => {
   const flood = { bytes: 50_000, windowMs: 5_000, cooldownMs: 600_000 };
-  node = await startGuardedNode({ short: 'flood', input: backendInput({ backend: 'host-gw', peers: [peerLease(1, { vxlan: false })] }), watch: 'nft-then-poll', flood });
+  node = await startGuardedNode({
+    short: 'flood',
+    input: backendInput({ backend: 'host-gw', peers: [peerLease(1, { vxlan: false })] }),
+    watch: 'nft-then-poll',
+    flood,
+  });
   runner = node.runner;
   log = node.log;
 });
@@ -29,12 +37,24 @@ afterAll(() => node.stop());
 describe('nft monitor flooded by other programs', () => {
   it('switches to polling the chains, and still repairs a deleted rule', async () => {
     const baseline = JSON.stringify(await kernelView(runner));
-    for (let round = 0; round < 2; round++) await runner('iptables-restore', ['--noflush', '-w', '5'], { input: churn(2_000, round), timeoutMs: 30_000 });
-    await waitFor(() => log.lines.some((l) => l.msg.startsWith('nft monitor flooded')), { timeoutMs: 10_000, what: 'flood noticed' });
+    for (let round = 0; round < 2; round++)
+      await runner('iptables-restore', ['--noflush', '-w', '5'], {
+        input: churn(2_000, round),
+        timeoutMs: 30_000,
+      });
+    await waitFor(() => log.lines.some((l) => l.msg.startsWith('nft monitor flooded')), {
+      timeoutMs: 10_000,
+      what: 'flood noticed',
+    });
     const repairs = log.lines.filter((l) => l.msg === 'repaired dataplane drift').length;
     await runner('iptables', ['-t', 'nat', '-D', 'TWILL-POSTRTG', '5']);
     const broken = performance.now();
-    await waitFor(async () => log.lines.filter((l) => l.msg === 'repaired dataplane drift').length > repairs && JSON.stringify(await kernelView(runner)) === baseline, { timeoutMs: slowBound(2_000), what: 'repair while polling' });
+    await waitFor(
+      async () =>
+        log.lines.filter((l) => l.msg === 'repaired dataplane drift').length > repairs &&
+        JSON.stringify(await kernelView(runner)) === baseline,
+      { timeoutMs: slowBound(2_000), what: 'repair while polling' },
+    );
     expect(performance.now() - broken).toBeLessThan(slowBound(2_000));
   });
 });

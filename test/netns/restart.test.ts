@@ -26,10 +26,17 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-/** The same store, whose watch lists only after `delayMs` (a slow or remote etcd with many leases). */
+/**
+ * The same store, whose watch lists only after `delayMs` (a slow or remote etcd with many leases).
+ */
 function slowListing(store: LeaseStore, delayMs: number): LeaseStore {
   return Object.create(store, {
-    watchLeases: { value: async (o: Parameters<LeaseStore['watchLeases']>[0]) => (await sleep(delayMs, o.signal), store.watchLeases(o)) },
+    watchLeases: {
+      value: async (o: Parameters<LeaseStore['watchLeases']>[0]) => (
+        await sleep(delayMs, o.signal),
+        store.watchLeases(o)
+      ),
+    },
   }) as LeaseStore;
 }
 
@@ -41,20 +48,44 @@ describe('restart with a slow first listing', () => {
     kv.putRaw('/n/subnets/10.50.9.0-24', encodeLeaseValue(vxlanAttrs(9)));
     const subnetFile = join(dir, 'subnet.env');
     const runner = nsRunner(ns);
-    const route = async (): Promise<string> => (await runner('ip', ['route', 'show', '10.50.9.0/24'])).stdout;
-    const first = await startTestDaemon({ store: new KvLeaseStore({ kv, prefix: '/n' }), nodeName: 'r1', publicIp: '127.0.0.1', subnetFile, ns });
-    await waitFor(async () => (await route()).includes('proto 151') && first.state()?.pass?.converged === true, { timeoutMs: 10_000, what: 'the first daemon converged' });
+    const route = async (): Promise<string> =>
+      (await runner('ip', ['route', 'show', '10.50.9.0/24'])).stdout;
+    const first = await startTestDaemon({
+      store: new KvLeaseStore({ kv, prefix: '/n' }),
+      nodeName: 'r1',
+      publicIp: '127.0.0.1',
+      subnetFile,
+      ns,
+    });
+    await waitFor(
+      async () => (await route()).includes('proto 151') && first.state()?.pass?.converged === true,
+      { timeoutMs: 10_000, what: 'the first daemon converged' },
+    );
     await first.stop();
 
-    const second = await startTestDaemon({ store: slowListing(new KvLeaseStore({ kv, prefix: '/n' }), 1_500), nodeName: 'r1', publicIp: '127.0.0.1', subnetFile, ns });
-    await waitFor(() => second.log.lines.some((l) => l.msg === 'lease acquired'), { timeoutMs: 10_000, what: 'lease' });
+    const second = await startTestDaemon({
+      store: slowListing(new KvLeaseStore({ kv, prefix: '/n' }), 1_500),
+      nodeName: 'r1',
+      publicIp: '127.0.0.1',
+      subnetFile,
+      ns,
+    });
+    await waitFor(() => second.log.lines.some((l) => l.msg === 'lease acquired'), {
+      timeoutMs: 10_000,
+      what: 'lease',
+    });
     for (let i = 0; i < 10; i++) {
       expect(await route(), 'the peer route during the slow listing').toContain('proto 151');
       await sleep(100, AbortSignal.timeout(1_000));
     }
-    await waitFor(() => second.state()?.pass !== undefined, { timeoutMs: 10_000, what: 'a pass after the listing' });
+    await waitFor(() => second.state()?.pass !== undefined, {
+      timeoutMs: 10_000,
+      what: 'a pass after the listing',
+    });
     await sleep(300, AbortSignal.timeout(1_000));
-    expect(second.log.lines.filter((l) => /^(dataplane updated|repaired dataplane drift)$/.test(l.msg))).toEqual([]);
+    expect(
+      second.log.lines.filter((l) => /^(dataplane updated|repaired dataplane drift)$/.test(l.msg)),
+    ).toEqual([]);
     expect(await route()).toContain('proto 151');
     await second.stop();
     await kv.close();

@@ -6,7 +6,13 @@ import { describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { parseSubnetKey } from '../../src/lease/codec.ts';
 import type { Lease, LeaseAttrs } from '../../src/lease/types.ts';
-import { admitPeers, checkPeer, REFUSAL_REASONS, truncated, type PeerContext } from '../../src/lease/admit.ts';
+import {
+  admitPeers,
+  checkPeer,
+  REFUSAL_REASONS,
+  truncated,
+  type PeerContext,
+} from '../../src/lease/admit.ts';
 import { parseCidr, type Cidr } from '../../src/net/ipv4.ts';
 
 const VXLAN_CFG = parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":1}}');
@@ -58,9 +64,14 @@ describe('checkPeer', () => {
   it('accepts peers at SubnetMin and SubnetMax (by default the second and the last /24), refuses one below SubnetMin', () => {
     expect(problem(lease('10.244.1.0-24'), { config: VXLAN_CFG, self: SELF })).toBeUndefined();
     expect(problem(lease('10.244.255.0-24'), { config: VXLAN_CFG, self: SELF })).toBeUndefined();
-    expect(checkPeer(lease('10.244.0.0-24'), { config: VXLAN_CFG, self: SELF })).toEqual({ reason: 'outside-range', detail: 'subnet 10.244.0.0/24 is outside SubnetMin..SubnetMax' });
+    expect(checkPeer(lease('10.244.0.0-24'), { config: VXLAN_CFG, self: SELF })).toEqual({
+      reason: 'outside-range',
+      detail: 'subnet 10.244.0.0/24 is outside SubnetMin..SubnetMax',
+    });
     // Kubernetes podCIDRs come from the controller-manager's --cluster-cidr: the whole Network
-    expect(checkPeer(lease('10.244.0.0-24'), { config: VXLAN_CFG, self: SELF, anySubnetSize: true })).toBeUndefined();
+    expect(
+      checkPeer(lease('10.244.0.0-24'), { config: VXLAN_CFG, self: SELF, anySubnetSize: true }),
+    ).toBeUndefined();
   });
 
   it.each([
@@ -70,11 +81,31 @@ describe('checkPeer', () => {
     ['a subnet just below Network', lease('10.243.255.0-24'), ['10.243.255.0/24', 'outside']],
     ['the whole address space', lease('0.0.0.0-0'), ['0.0.0.0/0']],
     ['our own subnet', lease('10.244.3.0-24'), ['10.244.3.0/24', 'overlaps', 'our own']],
-    ['PublicIP loopback', lease('10.244.4.0-24', { publicIp: '127.0.0.1' }), ['PublicIP', '127.0.0.1']],
-    ['PublicIP unspecified', lease('10.244.4.0-24', { publicIp: '0.0.0.0' }), ['PublicIP', '0.0.0.0']],
-    ['PublicIP multicast', lease('10.244.4.0-24', { publicIp: '224.0.0.1' }), ['PublicIP', '224.0.0.1']],
-    ['PublicIP broadcast', lease('10.244.4.0-24', { publicIp: '255.255.255.255' }), ['PublicIP', '255.255.255.255']],
-    ['PublicIP not an address', lease('10.244.4.0-24', { publicIp: '10.0.0' }), ['PublicIP', '10.0.0']],
+    [
+      'PublicIP loopback',
+      lease('10.244.4.0-24', { publicIp: '127.0.0.1' }),
+      ['PublicIP', '127.0.0.1'],
+    ],
+    [
+      'PublicIP unspecified',
+      lease('10.244.4.0-24', { publicIp: '0.0.0.0' }),
+      ['PublicIP', '0.0.0.0'],
+    ],
+    [
+      'PublicIP multicast',
+      lease('10.244.4.0-24', { publicIp: '224.0.0.1' }),
+      ['PublicIP', '224.0.0.1'],
+    ],
+    [
+      'PublicIP broadcast',
+      lease('10.244.4.0-24', { publicIp: '255.255.255.255' }),
+      ['PublicIP', '255.255.255.255'],
+    ],
+    [
+      'PublicIP not an address',
+      lease('10.244.4.0-24', { publicIp: '10.0.0' }),
+      ['PublicIP', '10.0.0'],
+    ],
     [
       'a host-gw peer in a vxlan network',
       lease('10.244.4.0-24', { backendType: 'host-gw', backendData: null }),
@@ -85,7 +116,11 @@ describe('checkPeer', () => {
       lease('10.244.4.0-24', { backendData: { vni: 2, vtepMac: '7e:1b:4f:9a:2c:02' } }),
       ['BackendData.VNI', '2', '(1)'],
     ],
-    ['a vxlan peer without BackendData', lease('10.244.4.0-24', { backendData: null }), ['BackendData.VNI', 'undefined']],
+    [
+      'a vxlan peer without BackendData',
+      lease('10.244.4.0-24', { backendData: null }),
+      ['BackendData.VNI', 'undefined'],
+    ],
   ])('refuses %s', (_name, peer, parts) => {
     const reason = problem(peer, { config: VXLAN_CFG, self: SELF });
     expect(reason).toBeTypeOf('string');
@@ -99,18 +134,29 @@ describe('checkPeer', () => {
 
   it('checks the VNI against a non-default VNI', () => {
     const cfg = parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":4096}}');
-    expect(problem(lease('10.244.4.0-24'), { config: cfg, self: SELF })).toBe('BackendData.VNI 1 differs from ours (4096)');
-    const same = lease('10.244.4.0-24', { backendData: { vni: 4096, vtepMac: '7e:1b:4f:9a:2c:02' } });
+    expect(problem(lease('10.244.4.0-24'), { config: cfg, self: SELF })).toBe(
+      'BackendData.VNI 1 differs from ours (4096)',
+    );
+    const same = lease('10.244.4.0-24', {
+      backendData: { vni: 4096, vtepMac: '7e:1b:4f:9a:2c:02' },
+    });
     expect(problem(same, { config: cfg, self: SELF })).toBeUndefined();
   });
 
   it('reports the wrong length with the exact reason', () => {
-    expect(problem(lease('10.244.4.0-25'), { config: VXLAN_CFG, self: SELF })).toBe('subnet 10.244.4.0/25 is not a /24 (SubnetLen)');
+    expect(problem(lease('10.244.4.0-25'), { config: VXLAN_CFG, self: SELF })).toBe(
+      'subnet 10.244.4.0/25 is not a /24 (SubnetLen)',
+    );
   });
 });
 
 describe('checkPeer: one reason per refusal, for the metric', () => {
-  const CTX: PeerContext = { config: VXLAN_CFG, self: SELF, selfPublicIp: '192.168.56.11', selfVtepMac: '7e:1b:4f:9a:2c:01' };
+  const CTX: PeerContext = {
+    config: VXLAN_CFG,
+    self: SELF,
+    selfPublicIp: '192.168.56.11',
+    selfVtepMac: '7e:1b:4f:9a:2c:01',
+  };
   it.each([
     ['subnet-size', lease('10.244.4.0-25')],
     ['outside-network', lease('10.245.4.0-24')],
@@ -127,8 +173,12 @@ describe('checkPeer: one reason per refusal, for the metric', () => {
   });
 
   it('names what is wrong with our own address and the pod Network', () => {
-    expect(checkPeer(lease('10.244.4.0-24', { publicIp: '192.168.56.11' }), CTX)?.detail).toBe("PublicIP 192.168.56.11 is this node's own address");
-    expect(checkPeer(lease('10.244.4.0-24', { publicIp: '10.244.9.9' }), CTX)?.detail).toBe('PublicIP 10.244.9.9 is inside the pod Network 10.244.0.0/16');
+    expect(checkPeer(lease('10.244.4.0-24', { publicIp: '192.168.56.11' }), CTX)?.detail).toBe(
+      "PublicIP 192.168.56.11 is this node's own address",
+    );
+    expect(checkPeer(lease('10.244.4.0-24', { publicIp: '10.244.9.9' }), CTX)?.detail).toBe(
+      'PublicIP 10.244.9.9 is inside the pod Network 10.244.0.0/16',
+    );
   });
 
   it('truncates hostile values in the detail', () => {
@@ -147,14 +197,24 @@ describe('checkPeer: one reason per refusal, for the metric', () => {
 
 describe('admitPeers', () => {
   const KUBE: PeerContext = { config: VXLAN_CFG, self: SELF, anySubnetSize: true };
-  const node = (key: string, subnet: string, mac: string, ip = '192.168.56.20'): Lease => ({ ...lease('10.244.4.0-24', { publicIp: ip, backendData: { vni: 1, vtepMac: mac } }), key, subnet: cidr(subnet) });
+  const node = (key: string, subnet: string, mac: string, ip = '192.168.56.20'): Lease => ({
+    ...lease('10.244.4.0-24', { publicIp: ip, backendData: { vni: 1, vtepMac: mac } }),
+    key,
+    subnet: cidr(subnet),
+  });
 
-  it('a Node whose /23 covers two nodes\' /24s is refused; both /24s keep their place, whatever the order', () => {
-    const peers = [node('n1', '10.244.4.0/24', '7e:00:00:00:00:01'), node('n2', '10.244.5.0/24', '7e:00:00:00:00:02'), node('evil', '10.244.4.0/23', '7e:00:00:00:00:03')];
+  it("a Node whose /23 covers two nodes' /24s is refused; both /24s keep their place, whatever the order", () => {
+    const peers = [
+      node('n1', '10.244.4.0/24', '7e:00:00:00:00:01'),
+      node('n2', '10.244.5.0/24', '7e:00:00:00:00:02'),
+      node('evil', '10.244.4.0/23', '7e:00:00:00:00:03'),
+    ];
     for (const order of [peers, [...peers].reverse(), [peers[2], peers[0], peers[1]] as Lease[]]) {
       const a = admitPeers(order, KUBE);
       expect(a.admitted.map((l) => l.key).sort()).toEqual(['n1', 'n2']);
-      expect(a.refused.map((r) => [r.lease.key, r.refusal.reason])).toEqual([['evil', 'subnet-conflict']]);
+      expect(a.refused.map((r) => [r.lease.key, r.refusal.reason])).toEqual([
+        ['evil', 'subnet-conflict'],
+      ]);
     }
   });
 
@@ -164,7 +224,10 @@ describe('admitPeers', () => {
     const subnetThief = at(node('thief', '10.244.4.0/24', '7e:00:00:00:00:09'), 250);
     const macThief = at(node('mimic', '10.244.6.0/24', '7e:00:00:00:00:01'), 300);
     const n2 = at(node('n2', '10.244.5.0/24', '7e:00:00:00:00:02'), 120);
-    for (const order of [[owner, subnetThief, macThief, n2], [macThief, n2, subnetThief, owner]]) {
+    for (const order of [
+      [owner, subnetThief, macThief, n2],
+      [macThief, n2, subnetThief, owner],
+    ]) {
       const a = admitPeers(order, KUBE);
       expect(a.admitted.map((l) => l.key).sort()).toEqual(['n1', 'n2']);
       expect(a.refused.map((r) => [r.lease.key, r.refusal.reason, r.refusal.detail])).toEqual([
@@ -174,23 +237,46 @@ describe('admitPeers', () => {
     }
   });
 
-  it('two peers with one subnet and no clear first claim refuse each other (neither may take the other\'s traffic)', () => {
-    const a = admitPeers([node('n1', '10.244.4.0/24', '7e:00:00:00:00:01'), node('copy', '10.244.4.0/24', '7e:00:00:00:00:02'), node('n2', '10.244.5.0/24', '7e:00:00:00:00:03')], KUBE);
+  it("two peers with one subnet and no clear first claim refuse each other (neither may take the other's traffic)", () => {
+    const a = admitPeers(
+      [
+        node('n1', '10.244.4.0/24', '7e:00:00:00:00:01'),
+        node('copy', '10.244.4.0/24', '7e:00:00:00:00:02'),
+        node('n2', '10.244.5.0/24', '7e:00:00:00:00:03'),
+      ],
+      KUBE,
+    );
     expect(a.admitted.map((l) => l.key)).toEqual(['n2']);
     expect(a.refused.map((r) => r.lease.key)).toEqual(['copy', 'n1']);
   });
 
   it('two peers with one VtepMAC and no clear first claim refuse each other', () => {
-    const peers = [node('n1', '10.244.4.0/24', '7e:00:00:00:00:01'), node('n2', '10.244.5.0/24', '7E:00:00:00:00:01'), node('n3', '10.244.6.0/24', '7e:00:00:00:00:03')];
+    const peers = [
+      node('n1', '10.244.4.0/24', '7e:00:00:00:00:01'),
+      node('n2', '10.244.5.0/24', '7E:00:00:00:00:01'),
+      node('n3', '10.244.6.0/24', '7e:00:00:00:00:03'),
+    ];
     const a = admitPeers(peers, KUBE);
     expect(a.admitted.map((l) => l.key)).toEqual(['n3']);
-    expect(a.refused.map((r) => [r.lease.key, r.refusal.reason])).toEqual([['n1', 'vtep-mac'], ['n2', 'vtep-mac']]);
+    expect(a.refused.map((r) => [r.lease.key, r.refusal.reason])).toEqual([
+      ['n1', 'vtep-mac'],
+      ['n2', 'vtep-mac'],
+    ]);
   });
 
   it('per-lease refusals come first: a lease refused on its own takes no part in conflicts', () => {
-    // the wide lease is outside Network entirely: refused for that, and so it cannot knock out the /24 it covers
-    const a = admitPeers([node('n1', '10.244.4.0/24', '7e:00:00:00:00:01'), node('wide', '10.0.0.0/8', '7e:00:00:00:00:02')], KUBE);
+    // the wide lease is outside Network entirely: refused for that, and so it cannot knock out the
+    // /24 it covers
+    const a = admitPeers(
+      [
+        node('n1', '10.244.4.0/24', '7e:00:00:00:00:01'),
+        node('wide', '10.0.0.0/8', '7e:00:00:00:00:02'),
+      ],
+      KUBE,
+    );
     expect(a.admitted.map((l) => l.key)).toEqual(['n1']);
-    expect(a.refused.map((r) => [r.lease.key, r.refusal.reason])).toEqual([['wide', 'outside-network']]);
+    expect(a.refused.map((r) => [r.lease.key, r.refusal.reason])).toEqual([
+      ['wide', 'outside-network'],
+    ]);
   });
 });

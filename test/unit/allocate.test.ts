@@ -17,12 +17,18 @@ const cidrs = (...list: string[]): Cidr[] => list.map(cidr);
 // 10.1.0.0/28 in /30s: subnets .0 .4 .8 .12; defaults SubnetMin .4, SubnetMax .12
 const TINY = parseNetConfig('{"Network":"10.1.0.0/28"}');
 // 10.244.0.0/16 in /24s restricted to 10.244.10.0 .. 10.244.14.0
-const RANGE = parseNetConfig('{"Network":"10.244.0.0/16","SubnetMin":"10.244.10.0","SubnetMax":"10.244.14.0"}');
+const RANGE = parseNetConfig(
+  '{"Network":"10.244.0.0/16","SubnetMin":"10.244.10.0","SubnetMax":"10.244.14.0"}',
+);
 const DEFAULT16 = parseNetConfig('{"Network":"10.244.0.0/16"}');
 
 describe('freeSubnets', () => {
   it('lists the default range, skipping the first subnet', () => {
-    expect(texts(freeSubnets(TINY, []))).toStrictEqual(['10.1.0.4/30', '10.1.0.8/30', '10.1.0.12/30']);
+    expect(texts(freeSubnets(TINY, []))).toStrictEqual([
+      '10.1.0.4/30',
+      '10.1.0.8/30',
+      '10.1.0.12/30',
+    ]);
   });
 
   it('lists SubnetMin to SubnetMax inclusive', () => {
@@ -44,7 +50,11 @@ describe('freeSubnets', () => {
 
   it('excludes taken subnets', () => {
     const taken = cidrs('10.244.11.0/24', '10.244.13.0/24');
-    expect(texts(freeSubnets(RANGE, taken))).toStrictEqual(['10.244.10.0/24', '10.244.12.0/24', '10.244.14.0/24']);
+    expect(texts(freeSubnets(RANGE, taken))).toStrictEqual([
+      '10.244.10.0/24',
+      '10.244.12.0/24',
+      '10.244.14.0/24',
+    ]);
   });
 
   it('ignores taken subnets outside the range', () => {

@@ -2,9 +2,24 @@
 // text, the ip batches, results per spec version, prevResult reading and
 // CHECK's comparison.
 import { describe, expect, it } from 'vitest';
-import { batchWord, bridgeMac, failedLine, hostAddBatch, jsonOutputs, linkOf, podAddBatch } from '../../cni/ip-batch.ts';
+import {
+  batchWord,
+  bridgeMac,
+  failedLine,
+  hostAddBatch,
+  jsonOutputs,
+  linkOf,
+  podAddBatch,
+} from '../../cni/ip-batch.ts';
 import { batchFailures } from '../../cni/kernel.ts';
-import { candidates, formatOwner, parseOwner, pickAddress, poolOf, poolSize } from '../../cni/ipam/pool.ts';
+import {
+  candidates,
+  formatOwner,
+  parseOwner,
+  pickAddress,
+  poolOf,
+  poolSize,
+} from '../../cni/ipam/pool.ts';
 import { checkProblems } from '../../cni/observe.ts';
 import { prevAddresses, renderResult, type Attachment } from '../../cni/result.ts';
 import { formatIpv4, parseCidr, parseIpv4, type Cidr } from '../../src/net/ipv4.ts';
@@ -21,15 +36,29 @@ describe('address pool', () => {
   const pool = poolOf(cidr('10.244.3.0/29'));
 
   it('hands out every host but the gateway, network and broadcast address', () => {
-    expect([...candidates(pool)].map(formatIpv4)).toEqual(['10.244.3.2', '10.244.3.3', '10.244.3.4', '10.244.3.5', '10.244.3.6']);
+    expect([...candidates(pool)].map(formatIpv4)).toEqual([
+      '10.244.3.2',
+      '10.244.3.3',
+      '10.244.3.4',
+      '10.244.3.5',
+      '10.244.3.6',
+    ]);
     expect(poolSize(pool)).toBe(5);
     expect(poolSize(poolOf(cidr('10.244.3.0/24')))).toBe(253);
     expect([...candidates(poolOf(cidr('10.0.0.0/31')))]).toEqual([]);
   });
 
   it('goes round-robin after the last reserved address, wrapping', () => {
-    expect([...candidates(pool, ip('10.244.3.4'))].map(formatIpv4)).toEqual(['10.244.3.5', '10.244.3.6', '10.244.3.2', '10.244.3.3', '10.244.3.4']);
-    expect(formatIpv4(pickAddress(pool, new Set([ip('10.244.3.5')]), ip('10.244.3.4')) ?? 0)).toBe('10.244.3.6');
+    expect([...candidates(pool, ip('10.244.3.4'))].map(formatIpv4)).toEqual([
+      '10.244.3.5',
+      '10.244.3.6',
+      '10.244.3.2',
+      '10.244.3.3',
+      '10.244.3.4',
+    ]);
+    expect(formatIpv4(pickAddress(pool, new Set([ip('10.244.3.5')]), ip('10.244.3.4')) ?? 0)).toBe(
+      '10.244.3.6',
+    );
     expect(pickAddress(pool, new Set([...candidates(pool)]))).toBeUndefined();
     // a last address outside the pool (another subnet before) starts over
     expect(formatIpv4([...candidates(pool, ip('10.1.1.1'))][0] ?? 0)).toBe('10.244.3.2');
@@ -43,7 +72,16 @@ describe('address pool', () => {
 });
 
 describe('ip batches', () => {
-  const wiring = { bridge: 'cni0', bridgeMac: bridgeMac(ip('10.244.3.1')), hostVeth: 'twv0123456789ab', ifname: 'eth0', netns: '/var/run/netns/p', mtu: 1450, gateway: { addr: ip('10.244.3.1'), prefix: 24 }, hairpin: true };
+  const wiring = {
+    bridge: 'cni0',
+    bridgeMac: bridgeMac(ip('10.244.3.1')),
+    hostVeth: 'twv0123456789ab',
+    ifname: 'eth0',
+    netns: '/var/run/netns/p',
+    mtu: 1450,
+    gateway: { addr: ip('10.244.3.1'), prefix: 24 },
+    hairpin: true,
+  };
 
   it('wires the host side in one batch, making the bridge only when asked, touching it only once the veth pair is made', () => {
     expect(hostAddBatch(wiring, true)).toEqual({
@@ -65,7 +103,15 @@ describe('ip batches', () => {
   });
 
   it('refuses to put a value that ip -batch would split, cut or unquote into batch text', () => {
-    for (const bad of ['/run/netns/p\nlink set lo up', '/run/netns/p q', 'p#q', '"p', "'p", 'p\\', '']) {
+    for (const bad of [
+      '/run/netns/p\nlink set lo up',
+      '/run/netns/p q',
+      'p#q',
+      '"p',
+      "'p",
+      'p\\',
+      '',
+    ]) {
       expect(() => batchWord(bad)).toThrow('refusing to put');
       expect(() => hostAddBatch({ ...wiring, netns: bad }, false)).toThrow('refusing to put');
     }
@@ -73,12 +119,24 @@ describe('ip batches', () => {
   });
 
   it('reads which lines of an ip -force -batch failed, and why', () => {
-    const failures = batchFailures('Cannot find device "nope"\nCommand failed -:1\nRTNETLINK answers: Operation not supported\nCommand failed -:3\n');
-    expect([...failures]).toEqual([[1, 'Cannot find device "nope"'], [3, 'RTNETLINK answers: Operation not supported']]);
+    const failures = batchFailures(
+      'Cannot find device "nope"\nCommand failed -:1\nRTNETLINK answers: Operation not supported\nCommand failed -:3\n',
+    );
+    expect([...failures]).toEqual([
+      [1, 'Cannot find device "nope"'],
+      [3, 'RTNETLINK answers: Operation not supported'],
+    ]);
   });
 
   it('wires the pod side in one batch', () => {
-    const lines = podAddBatch({ ifname: 'eth0', address: ip('10.244.3.7'), subnet: cidr('10.244.3.0/24'), gateway: ip('10.244.3.1'), network: cidr('10.244.0.0/16'), defaultRoute: true });
+    const lines = podAddBatch({
+      ifname: 'eth0',
+      address: ip('10.244.3.7'),
+      subnet: cidr('10.244.3.0/24'),
+      gateway: ip('10.244.3.1'),
+      network: cidr('10.244.0.0/16'),
+      defaultRoute: true,
+    });
     expect(lines).toEqual([
       'link set dev lo up',
       'addr add 10.244.3.7/24 broadcast + dev eth0',
@@ -92,9 +150,16 @@ describe('ip batches', () => {
   it('reads which line failed and what the show commands printed', () => {
     expect(failedLine('RTNETLINK answers: File exists\nCommand failed -:4\n')).toBe(4);
     expect(failedLine('')).toBeUndefined();
-    const out = jsonOutputs('[{"ifname":"cni0","address":"aa:bb:cc:dd:ee:ff","mtu":1450,"flags":["UP"]}]\n[]\n');
+    const out = jsonOutputs(
+      '[{"ifname":"cni0","address":"aa:bb:cc:dd:ee:ff","mtu":1450,"flags":["UP"]}]\n[]\n',
+    );
     expect(out).toHaveLength(2);
-    expect(linkOf(out[0], 'cni0')).toEqual({ ifname: 'cni0', address: 'aa:bb:cc:dd:ee:ff', mtu: 1450, flags: ['UP'] });
+    expect(linkOf(out[0], 'cni0')).toEqual({
+      ifname: 'cni0',
+      address: 'aa:bb:cc:dd:ee:ff',
+      mtu: 1450,
+      flags: ['UP'],
+    });
     expect(() => linkOf(out[1], 'cni0')).toThrow('ip printed no link named cni0');
   });
 });
@@ -105,7 +170,10 @@ const ATTACHMENT: Attachment = {
   pod: { name: 'eth0', mac: '02:00:00:00:00:02', mtu: 1450, sandbox: '/var/run/netns/p' },
   address: '10.244.3.2/24',
   gateway: '10.244.3.1',
-  routes: [{ dst: '10.244.0.0/16', gw: '10.244.3.1' }, { dst: '0.0.0.0/0', gw: '10.244.3.1' }],
+  routes: [
+    { dst: '10.244.0.0/16', gw: '10.244.3.1' },
+    { dst: '0.0.0.0/0', gw: '10.244.3.1' },
+  ],
 };
 
 describe('results', () => {
@@ -118,7 +186,10 @@ describe('results', () => {
         { name: 'eth0', mac: '02:00:00:00:00:02', sandbox: '/var/run/netns/p' },
       ],
       ips: [{ interface: 2, address: '10.244.3.2/24', gateway: '10.244.3.1' }],
-      routes: [{ dst: '10.244.0.0/16', gw: '10.244.3.1' }, { dst: '0.0.0.0/0', gw: '10.244.3.1' }],
+      routes: [
+        { dst: '10.244.0.0/16', gw: '10.244.3.1' },
+        { dst: '0.0.0.0/0', gw: '10.244.3.1' },
+      ],
       dns: {},
     });
   });
@@ -130,7 +201,10 @@ describe('results', () => {
   });
 
   it('adds interface MTUs for 1.1.0', () => {
-    const r = renderResult('1.1.0', ATTACHMENT) as { interfaces: { mtu?: number }[]; ips: { version?: string }[] };
+    const r = renderResult('1.1.0', ATTACHMENT) as {
+      interfaces: { mtu?: number }[];
+      ips: { version?: string }[];
+    };
     expect(r.interfaces.map((i) => i.mtu)).toEqual([1450, 1450, 1450]);
     expect(r.ips[0]?.version).toBeUndefined();
   });
@@ -144,16 +218,41 @@ describe('results', () => {
 });
 
 describe('CHECK comparison', () => {
-  const expected = { ifname: 'eth0', address: '10.244.3.2/24', mtu: 1450, gateway: '10.244.3.1', network: '10.244.0.0/16', defaultRoute: true };
-  const addrs = [{ ifname: 'eth0', mtu: 1450, flags: ['UP', 'LOWER_UP'], addr_info: [{ family: 'inet', local: '10.244.3.2', prefixlen: 24 }] }];
-  const routes = [{ dst: 'default', gateway: '10.244.3.1' }, { dst: '10.244.0.0/16', gateway: '10.244.3.1' }, { dst: '10.244.3.0/24' }];
+  const expected = {
+    ifname: 'eth0',
+    address: '10.244.3.2/24',
+    mtu: 1450,
+    gateway: '10.244.3.1',
+    network: '10.244.0.0/16',
+    defaultRoute: true,
+  };
+  const addrs = [
+    {
+      ifname: 'eth0',
+      mtu: 1450,
+      flags: ['UP', 'LOWER_UP'],
+      addr_info: [{ family: 'inet', local: '10.244.3.2', prefixlen: 24 }],
+    },
+  ];
+  const routes = [
+    { dst: 'default', gateway: '10.244.3.1' },
+    { dst: '10.244.0.0/16', gateway: '10.244.3.1' },
+    { dst: '10.244.3.0/24' },
+  ];
 
   it('finds nothing wrong in what ADD set up', () => {
     expect(checkProblems(expected, { addrs, routes })).toEqual([]);
   });
 
   it('lists every difference', () => {
-    const bad = [{ ifname: 'eth0', mtu: 1500, flags: [], addr_info: [{ family: 'inet', local: '10.244.3.9', prefixlen: 24 }] }];
+    const bad = [
+      {
+        ifname: 'eth0',
+        mtu: 1500,
+        flags: [],
+        addr_info: [{ family: 'inet', local: '10.244.3.9', prefixlen: 24 }],
+      },
+    ];
     expect(checkProblems(expected, { addrs: bad, routes: routes.slice(2) })).toEqual([
       'interface eth0 is down',
       'interface eth0 has MTU 1500, expected 1450',

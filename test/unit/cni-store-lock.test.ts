@@ -13,7 +13,9 @@ import { poolOf } from '../../cni/ipam/pool.ts';
 import { IpStore } from '../../cni/ipam/store.ts';
 import { parseCidr } from '../../src/net/ipv4.ts';
 
-const hooks = vi.hoisted(() => ({ onUnlink: undefined as ((path: string) => Promise<void>) | undefined }));
+const hooks = vi.hoisted(() => ({
+  onUnlink: undefined as ((path: string) => Promise<void>) | undefined,
+}));
 
 vi.mock('node:fs/promises', async (importOriginal) => {
   const real = await importOriginal<typeof import('node:fs/promises')>();
@@ -44,8 +46,14 @@ afterEach(async () => {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** Holds up the first unlink of the address file by `ms`, starting `meanwhile` (not awaited: it may need the lock). */
-function holdUpFirstUnlink(ms: number, meanwhile: () => Promise<unknown>): { done: Promise<unknown> } {
+/**
+ * Holds up the first unlink of the address file by `ms`, starting `meanwhile` (not awaited: it may
+ * need the lock).
+ */
+function holdUpFirstUnlink(
+  ms: number,
+  meanwhile: () => Promise<unknown>,
+): { done: Promise<unknown> } {
   const out: { done: Promise<unknown> } = { done: Promise.resolve() };
   hooks.onUnlink = async (path) => {
     if (!path.endsWith(`/${IP}`)) return;

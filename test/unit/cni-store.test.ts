@@ -1,6 +1,15 @@
 // Unit tests of the IP store on a temporary directory: host-local's layout,
 // concurrent reservations never sharing an address, exhaustion, release.
-import { mkdir, mkdtemp, readFile, readdir, rm, symlink, utimes, writeFile } from 'node:fs/promises';
+import {
+  mkdir,
+  mkdtemp,
+  readFile,
+  readdir,
+  rm,
+  symlink,
+  utimes,
+  writeFile,
+} from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -34,12 +43,20 @@ describe('IpStore', () => {
   });
 
   it('gives concurrent reservations distinct addresses, then fails clearly when full', async () => {
-    const got = await Promise.all(Array.from({ length: 13 }, (_, i) => store.reserve({ pool, containerId: `c${i}`, ifname: 'eth0' })));
+    const got = await Promise.all(
+      Array.from({ length: 13 }, (_, i) =>
+        store.reserve({ pool, containerId: `c${i}`, ifname: 'eth0' }),
+      ),
+    );
     expect(new Set(got).size).toBe(13);
-    const err = await store.reserve({ pool, containerId: 'late', ifname: 'eth0' }).catch((e: unknown) => e);
+    const err = await store
+      .reserve({ pool, containerId: 'late', ifname: 'eth0' })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(CniError);
     expect((err as CniError).cniCode).toBe(103);
-    expect((err as CniError).message).toContain('all 13 addresses of the node\'s subnet are reserved');
+    expect((err as CniError).message).toContain(
+      "all 13 addresses of the node's subnet are reserved",
+    );
     expect((await readdir(store.dir)).filter((n) => n.endsWith('.tmp'))).toEqual([]);
   });
 
@@ -47,11 +64,15 @@ describe('IpStore', () => {
     await store.reserve({ pool, containerId: 'c1', ifname: 'eth0' });
     await store.reserve({ pool, containerId: 'c1', ifname: 'eth1' });
     expect(await store.releaseAttachment('c1', 'eth0')).toEqual(['10.244.3.2']);
-    expect(formatIpv4(await store.reserve({ pool, containerId: 'c2', ifname: 'eth0' }))).toBe('10.244.3.4');
+    expect(formatIpv4(await store.reserve({ pool, containerId: 'c2', ifname: 'eth0' }))).toBe(
+      '10.244.3.4',
+    );
     expect(await store.find('c1', 'eth1')).toEqual(['10.244.3.3']);
     expect(await store.releaseAttachment('c1', 'eth0')).toEqual([]);
     expect((await store.entries()).map((e) => e.containerId).sort()).toEqual(['c1', 'c2']);
-    expect((await store.entries()).every((e) => Math.abs(e.writtenMs - Date.now()) < 60_000)).toBe(true);
+    expect((await store.entries()).every((e) => Math.abs(e.writtenMs - Date.now()) < 60_000)).toBe(
+      true,
+    );
   });
 
   it('reads an empty list from a store that does not exist yet', async () => {
@@ -65,21 +86,30 @@ describe('IpStore temp files and the round-robin hint', () => {
     const victim = join(dir, 'victim');
     await writeFile(victim, 'precious');
     // the names the store used to pick: pid + a counter
-    for (let i = 1; i <= 500; i++) await symlink(victim, join(store.dir, `.twill-${process.pid}-${i}.tmp`));
+    for (let i = 1; i <= 500; i++)
+      await symlink(victim, join(store.dir, `.twill-${process.pid}-${i}.tmp`));
     await store.reserve({ pool, containerId: 'c1', ifname: 'eth0' });
     await store.reserve({ pool, containerId: 'c2', ifname: 'eth0' });
     expect(await readFile(victim, 'utf8')).toBe('precious');
-    expect((await readdir(store.dir)).filter((n) => n.endsWith('.tmp') && !n.startsWith(`.twill-${process.pid}-`))).toEqual([]);
+    expect(
+      (await readdir(store.dir)).filter(
+        (n) => n.endsWith('.tmp') && !n.startsWith(`.twill-${process.pid}-`),
+      ),
+    ).toEqual([]);
   });
 
   it('keeps the reservation when the hint cannot be read or saved, and says so', async () => {
     const warnings: string[] = [];
     const warned = new IpStore(store.dir, (msg) => warnings.push(msg));
-    await mkdir(join(store.dir, 'last_reserved_ip.0'), { recursive: true }); // neither readable nor replaceable as a file
+    // neither readable nor replaceable as a file
+    await mkdir(join(store.dir, 'last_reserved_ip.0'), { recursive: true });
     const a = await warned.reserve({ pool, containerId: 'c1', ifname: 'eth0' });
     expect(formatIpv4(a)).toBe('10.244.3.2');
     expect(await warned.find('c1', 'eth0')).toEqual(['10.244.3.2']);
-    expect(warnings).toEqual(['cannot read the round-robin hint; starting at the first address', 'cannot save the round-robin hint; the address stays reserved']);
+    expect(warnings).toEqual([
+      'cannot read the round-robin hint; starting at the first address',
+      'cannot save the round-robin hint; the address stays reserved',
+    ]);
     expect((await readdir(store.dir)).filter((n) => n.endsWith('.tmp'))).toEqual([]);
   });
 });

@@ -55,21 +55,46 @@ describe('GC', () => {
       signal: new AbortController().signal,
       runner: async (file, args, opts?: RunOptions) => {
         // when the veths go, every address is still reserved
-        expect((await readdir(join(dir, 'ipam', 'twnet'))).filter((n) => n.startsWith('10.')).length).toBe(4);
+        expect(
+          (await readdir(join(dir, 'ipam', 'twnet'))).filter((n) => n.startsWith('10.')).length,
+        ).toBe(4);
         calls.push({ file, args, input: opts?.input, aborted: opts?.signal?.aborted });
         const lines = (opts?.input ?? '').trim().split('\n');
         const at = lines.indexOf(`link del dev ${stuck}`) + 1;
-        throw new CommandError({ command: [file, ...args], exitCode: 1, stderr: `Cannot find device "x"\nCommand failed -:1\nRTNETLINK answers: Device or resource busy\nCommand failed -:${at}\n`, reason: 'exit code 1' });
+        throw new CommandError({
+          command: [file, ...args],
+          exitCode: 1,
+          stderr: `Cannot find device "x"\nCommand failed -:1\nRTNETLINK answers: Device or resource busy\nCommand failed -:${at}\n`,
+          reason: 'exit code 1',
+        });
       },
     };
-    const conf = parseNetConf(JSON.stringify({ cniVersion: '1.1.0', name: 'twnet', dataDir: join(dir, 'ipam'), 'cni.dev/attachments': [{ containerID: 'keep', ifname: 'eth0' }] }));
-    const err = await cmdGc(deps, { env: parseEnv({ CNI_COMMAND: 'GC' }), conf }).catch((e: unknown) => e);
+    const conf = parseNetConf(
+      JSON.stringify({
+        cniVersion: '1.1.0',
+        name: 'twnet',
+        dataDir: join(dir, 'ipam'),
+        'cni.dev/attachments': [{ containerID: 'keep', ifname: 'eth0' }],
+      }),
+    );
+    const err = await cmdGc(deps, { env: parseEnv({ CNI_COMMAND: 'GC' }), conf }).catch(
+      (e: unknown) => e,
+    );
     expect(calls).toHaveLength(1);
     expect(calls[0]?.input).toContain(`link del dev ${hostVethName('gone', 'eth0')}`);
     expect(err).toBeInstanceOf(CniError);
-    expect((err as CniError).message).toMatch(new RegExp(`GC finished with 1 error\\(s\\): cannot delete veth ${stuck}: RTNETLINK answers: Device or resource busy`));
-    // released: the stale one whose veth is gone; kept: the valid one, the stuck one, the one in flight
-    expect((await readdir(join(dir, 'ipam', 'twnet'))).sort()).toEqual(['10.244.3.2', '10.244.3.4', '10.244.3.5']);
+    expect((err as CniError).message).toMatch(
+      new RegExp(
+        `GC finished with 1 error\\(s\\): cannot delete veth ${stuck}: RTNETLINK answers: Device or resource busy`,
+      ),
+    );
+    // released: the stale one whose veth is gone; kept: the valid one, the stuck one, the one in
+    // flight
+    expect((await readdir(join(dir, 'ipam', 'twnet'))).sort()).toEqual([
+      '10.244.3.2',
+      '10.244.3.4',
+      '10.244.3.5',
+    ]);
   });
 });
 
@@ -77,7 +102,10 @@ describe('ADD rollback', () => {
   it('cleans up under its own signal when the call was stopped (SIGTERM)', async () => {
     const netns = join(dir, 'netns');
     await writeFile(netns, '');
-    await writeFile(join(dir, 'subnet.env'), subnetEnvText({ network: '10.244.0.0/16', subnet: '10.244.3.0/24', mtu: 1450 }));
+    await writeFile(
+      join(dir, 'subnet.env'),
+      subnetEnvText({ network: '10.244.0.0/16', subnet: '10.244.3.0/24', mtu: 1450 }),
+    );
     const ctl = new AbortController();
     const calls: Call[] = [];
     const deps: PluginDeps = {
@@ -87,17 +115,39 @@ describe('ADD rollback', () => {
         calls.push({ file, args, input: opts?.input, aborted: opts?.signal?.aborted });
         if (args.includes('-batch')) {
           ctl.abort(new Error('stopped by signal')); // SIGTERM while the host batch runs
-          return Promise.reject(new CommandError({ command: [file, ...args], exitCode: undefined, stderr: '', reason: 'cancelled' }));
+          return Promise.reject(
+            new CommandError({
+              command: [file, ...args],
+              exitCode: undefined,
+              stderr: '',
+              reason: 'cancelled',
+            }),
+          );
         }
         return Promise.resolve({ stdout: '', stderr: '' });
       },
     };
-    const env = parseEnv({ CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'term', CNI_NETNS: netns, CNI_IFNAME: 'eth0' });
-    const conf = parseNetConf(JSON.stringify({ cniVersion: '1.0.0', name: 'twnet', bridge: 'twtnobr0', subnetFile: join(dir, 'subnet.env'), dataDir: join(dir, 'ipam') }));
+    const env = parseEnv({
+      CNI_COMMAND: 'ADD',
+      CNI_CONTAINERID: 'term',
+      CNI_NETNS: netns,
+      CNI_IFNAME: 'eth0',
+    });
+    const conf = parseNetConf(
+      JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'twnet',
+        bridge: 'twtnobr0',
+        subnetFile: join(dir, 'subnet.env'),
+        dataDir: join(dir, 'ipam'),
+      }),
+    );
     await expect(cmdAdd(deps, { env, conf })).rejects.toThrow('cancelled');
     const del = calls.find((c) => c.args.includes('del'));
     expect(del?.args).toEqual(['link', 'del', 'dev', hostVethName('term', 'eth0')]);
     expect(del?.aborted).toBe(false);
-    expect((await readdir(join(dir, 'ipam', 'twnet'))).filter((n) => n.startsWith('10.'))).toEqual([]);
+    expect((await readdir(join(dir, 'ipam', 'twnet'))).filter((n) => n.startsWith('10.'))).toEqual(
+      [],
+    );
   });
 });

@@ -12,40 +12,102 @@ import { ipEventMatters, ipTouch, nftEventMatters, nftTouch } from '../../src/da
 import { parseIptablesVersion, parseLinks } from '../../src/dataplane/observe.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';
 
-const EMPTY: ObservedState = { links: [], routes: [], neighs: [], fdb: [], postrouting: { jumps: [], rules: null }, forward: { jumps: [], rules: null } };
+const EMPTY: ObservedState = {
+  links: [],
+  routes: [],
+  neighs: [],
+  fdb: [],
+  postrouting: { jumps: [], rules: null },
+  forward: { jumps: [], rules: null },
+};
 
 /** The observed state a kernel holding exactly `want` would report. */
 function matching(want: DesiredState): ObservedState {
   const d = want.vxlan;
   const chains = chainSpecs(want.masq);
   return {
-    links: d ? [{ name: d.name, vni: d.vni, local: d.local, underlay: d.underlay, port: d.port, learning: d.learning, gbp: d.gbp, mtu: d.mtu, mac: d.mac, up: true, addresses: [d.address] }] : [],
+    links: d
+      ? [
+          {
+            name: d.name,
+            vni: d.vni,
+            local: d.local,
+            underlay: d.underlay,
+            port: d.port,
+            learning: d.learning,
+            gbp: d.gbp,
+            mtu: d.mtu,
+            mac: d.mac,
+            up: true,
+            addresses: [d.address],
+          },
+        ]
+      : [],
     routes: want.routes,
     neighs: want.neighs.map((n) => ({ ...n, permanent: true })),
     fdb: want.fdb.map((f) => ({ ...f, permanent: true })),
-    postrouting: { jumps: chains.postrouting.rules ? [chains.postrouting.jump] : [], rules: chains.postrouting.rules },
+    postrouting: {
+      jumps: chains.postrouting.rules ? [chains.postrouting.jump] : [],
+      rules: chains.postrouting.rules,
+    },
     forward: { jumps: [chains.forward.jump], rules: chains.forward.rules },
   };
 }
 
-const vxlan = desiredState(backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true }), peerLease(4, { vxlan: true })] }));
+const vxlan = desiredState(
+  backendInput({
+    backend: 'vxlan',
+    peers: [peerLease(1, { vxlan: true }), peerLease(4, { vxlan: true })],
+  }),
+);
 
 describe('backends', () => {
   it('vxlan: device, and per peer a neighbour, an FDB entry and an onlink route', () => {
-    expect(vxlan.vxlan).toEqual({ name: 'twill.1', vni: 1, local: '10.123.0.2', underlay: 'eth0', port: 8472, learning: false, gbp: false, mtu: 1450, mac: '02:00:00:00:00:03', address: '10.244.3.0/32' });
-    expect(vxlan.neighs).toEqual([{ dev: 'twill.1', ip: '10.244.1.0', mac: '02:00:00:00:00:01' }, { dev: 'twill.1', ip: '10.244.4.0', mac: '02:00:00:00:00:04' }]);
-    expect(vxlan.fdb).toEqual([{ dev: 'twill.1', mac: '02:00:00:00:00:01', dst: '10.123.0.1' }, { dev: 'twill.1', mac: '02:00:00:00:00:04', dst: '10.123.0.4' }]);
-    expect(vxlan.routes).toEqual([{ dst: '10.244.1.0/24', via: '10.244.1.0', dev: 'twill.1', onlink: true }, { dst: '10.244.4.0/24', via: '10.244.4.0', dev: 'twill.1', onlink: true }]);
+    expect(vxlan.vxlan).toEqual({
+      name: 'twill.1',
+      vni: 1,
+      local: '10.123.0.2',
+      underlay: 'eth0',
+      port: 8472,
+      learning: false,
+      gbp: false,
+      mtu: 1450,
+      mac: '02:00:00:00:00:03',
+      address: '10.244.3.0/32',
+    });
+    expect(vxlan.neighs).toEqual([
+      { dev: 'twill.1', ip: '10.244.1.0', mac: '02:00:00:00:00:01' },
+      { dev: 'twill.1', ip: '10.244.4.0', mac: '02:00:00:00:00:04' },
+    ]);
+    expect(vxlan.fdb).toEqual([
+      { dev: 'twill.1', mac: '02:00:00:00:00:01', dst: '10.123.0.1' },
+      { dev: 'twill.1', mac: '02:00:00:00:00:04', dst: '10.123.0.4' },
+    ]);
+    expect(vxlan.routes).toEqual([
+      { dst: '10.244.1.0/24', via: '10.244.1.0', dev: 'twill.1', onlink: true },
+      { dst: '10.244.4.0/24', via: '10.244.4.0', dev: 'twill.1', onlink: true },
+    ]);
   });
 
   it('vxlan: Backend MTU, VNI, Port, GBP and Learning reach the device', () => {
-    const d = desiredState(backendInput({ backend: 'vxlan', peers: [], extra: ',"MTU":9000,"VNI":1,"Port":4789,"GBP":true,"Learning":true' })).vxlan;
+    const d = desiredState(
+      backendInput({
+        backend: 'vxlan',
+        peers: [],
+        extra: ',"MTU":9000,"VNI":1,"Port":4789,"GBP":true,"Learning":true',
+      }),
+    ).vxlan;
     expect(d).toMatchObject({ mtu: 8950, port: 4789, gbp: true, learning: true });
   });
 
   it('vxlan DirectRouting: on-link peers get a plain route, the others go through the tunnel', () => {
-    const peers = [peerLease(1, { vxlan: true }), peerLease(5, { vxlan: true, ipBase: '198.51.100' })];
-    const d = desiredState(backendInput({ backend: 'vxlan', peers, extra: ',"DirectRouting":true' }));
+    const peers = [
+      peerLease(1, { vxlan: true }),
+      peerLease(5, { vxlan: true, ipBase: '198.51.100' }),
+    ];
+    const d = desiredState(
+      backendInput({ backend: 'vxlan', peers, extra: ',"DirectRouting":true' }),
+    );
     expect(d.routes).toEqual([
       { dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false },
       { dst: '10.244.5.0/24', via: '10.244.5.0', dev: 'twill.1', onlink: true },
@@ -53,9 +115,17 @@ describe('backends', () => {
     expect(d.neighs.map((n) => n.ip)).toEqual(['10.244.5.0']);
   });
 
-  it('vxlan: peers claiming one VtepMAC with no clear first claim are all refused, and a peer claiming ours too: none takes another\'s FDB entry', () => {
-    const withMac = (n: number, mac: string) => ({ ...peerLease(n, { vxlan: true }), attrs: { ...peerLease(n, { vxlan: true }).attrs, backendData: { vni: 1, vtepMac: mac } } });
-    const peers = [peerLease(1, { vxlan: true }), withMac(5, '02:00:00:00:00:01'), withMac(6, '02:00:00:00:00:03'), peerLease(7, { vxlan: true })];
+  it("vxlan: peers claiming one VtepMAC with no clear first claim are all refused, and a peer claiming ours too: none takes another's FDB entry", () => {
+    const withMac = (n: number, mac: string) => ({
+      ...peerLease(n, { vxlan: true }),
+      attrs: { ...peerLease(n, { vxlan: true }).attrs, backendData: { vni: 1, vtepMac: mac } },
+    });
+    const peers = [
+      peerLease(1, { vxlan: true }),
+      withMac(5, '02:00:00:00:00:01'),
+      withMac(6, '02:00:00:00:00:03'),
+      peerLease(7, { vxlan: true }),
+    ];
     for (const order of [peers, [...peers].reverse()]) {
       const d = desiredState(backendInput({ backend: 'vxlan', peers: order }));
       expect(d.fdb.map((f) => f.dst).sort()).toEqual(['10.123.0.7']);
@@ -64,23 +134,44 @@ describe('backends', () => {
         ['10.244.5.0-24', 'vtep-mac'],
         ['10.244.6.0-24', 'vtep-mac'],
       ]);
-      expect(d.problems[0]?.reason).toBe('VtepMAC 02:00:00:00:00:01 is claimed by 2 peers (10.244.1.0-24, 10.244.5.0-24) and none claimed it first');
+      expect(d.problems[0]?.reason).toBe(
+        'VtepMAC 02:00:00:00:00:01 is claimed by 2 peers (10.244.1.0-24, 10.244.5.0-24) and none claimed it first',
+      );
       expect(d.problems[2]?.reason).toBe("VtepMAC 02:00:00:00:00:03 is this node's own");
     }
   });
 
   it('peers with overlapping subnets (Kubernetes keys are node names): a wider one never captures the narrower ones, identical ones with no clear first claim refuse each other, on every node alike', () => {
-    const named = (n: number, key: string, subnet?: { base: number; prefix: number }) => ({ ...peerLease(n, { vxlan: true }), key, ...(subnet ? { subnet } : {}) });
+    const named = (n: number, key: string, subnet?: { base: number; prefix: number }) => ({
+      ...peerLease(n, { vxlan: true }),
+      key,
+      ...(subnet ? { subnet } : {}),
+    });
     const seven = peerLease(7, { vxlan: true }).subnet;
     const eight = peerLease(8, { vxlan: true }).subnet;
     // node-w's /23 covers node-a's and node-e's /24s; node-b claims node-a's /24 again
-    const peers = [named(7, 'node-a'), named(8, 'node-e'), named(9, 'node-w', { base: seven.base - 256, prefix: 23 }), named(1, 'node-d'), named(6, 'node-b', seven), named(10, 'node-f', { base: eight.base + 128, prefix: 25 })];
+    const peers = [
+      named(7, 'node-a'),
+      named(8, 'node-e'),
+      named(9, 'node-w', { base: seven.base - 256, prefix: 23 }),
+      named(1, 'node-d'),
+      named(6, 'node-b', seven),
+      named(10, 'node-f', { base: eight.base + 128, prefix: 25 }),
+    ];
     for (const order of [peers, [...peers].reverse()]) {
       const d = desiredState(backendInput({ backend: 'vxlan', peers: order }));
       expect(d.routes.map((r) => r.dst).sort()).toEqual(['10.244.1.0/24', '10.244.8.128/25']);
       expect(d.problems.map((p) => [p.key, p.code, p.reason])).toEqual([
-        ['node-a', 'subnet-conflict', 'subnet 10.244.7.0/24 is claimed by 2 peers (node-a, node-b) and none claimed it first'],
-        ['node-b', 'subnet-conflict', 'subnet 10.244.7.0/24 is claimed by 2 peers (node-a, node-b) and none claimed it first'],
+        [
+          'node-a',
+          'subnet-conflict',
+          'subnet 10.244.7.0/24 is claimed by 2 peers (node-a, node-b) and none claimed it first',
+        ],
+        [
+          'node-b',
+          'subnet-conflict',
+          'subnet 10.244.7.0/24 is claimed by 2 peers (node-a, node-b) and none claimed it first',
+        ],
         ['node-e', 'subnet-conflict', "subnet 10.244.8.0/24 covers peer node-f's 10.244.8.128/25"],
         ['node-w', 'subnet-conflict', "subnet 10.244.6.0/23 covers peer node-a's 10.244.7.0/24"],
       ]);
@@ -88,23 +179,49 @@ describe('backends', () => {
   });
 
   it('host-gw: routes via the peer address on the interface; off-link peers become problems', () => {
-    const d = desiredState(backendInput({ backend: 'host-gw', peers: [peerLease(6, { vxlan: false, ipBase: '198.51.100' }), peerLease(1, { vxlan: false })] }));
+    const d = desiredState(
+      backendInput({
+        backend: 'host-gw',
+        peers: [
+          peerLease(6, { vxlan: false, ipBase: '198.51.100' }),
+          peerLease(1, { vxlan: false }),
+        ],
+      }),
+    );
     expect(d.vxlan).toBeNull();
-    expect(d.routes).toEqual([{ dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false }]);
-    expect(d.problems).toEqual([{ key: '10.244.6.0-24', subnet: '10.244.6.0/24', code: 'not-on-link', reason: expect.stringContaining('PublicIP 198.51.100.6 is not on-link on eth0 (10.123.0.2/24)') }]);
+    expect(d.routes).toEqual([
+      { dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false },
+    ]);
+    expect(d.problems).toEqual([
+      {
+        key: '10.244.6.0-24',
+        subnet: '10.244.6.0/24',
+        code: 'not-on-link',
+        reason: expect.stringContaining(
+          'PublicIP 198.51.100.6 is not on-link on eth0 (10.123.0.2/24)',
+        ),
+      },
+    ]);
   });
 });
 
 describe('diff and render', () => {
   it('plans nothing when the kernel already matches', () => {
     expect(diff(vxlan, matching(vxlan))).toEqual([]);
-    const hostgw = desiredState(backendInput({ backend: 'host-gw', peers: [peerLease(1, { vxlan: false })], ipMasq: false }));
+    const hostgw = desiredState(
+      backendInput({ backend: 'host-gw', peers: [peerLease(1, { vxlan: false })], ipMasq: false }),
+    );
     expect(diff(hostgw, matching(hostgw))).toEqual([]);
   });
 
   it('renders a cold start as ip, bridge, ip batches and one restore payload (golden)', () => {
     const batches = renderBatches(diff(vxlan, EMPTY));
-    expect(batches.map((b) => [b.file, ...b.args].join(' '))).toEqual(['ip -force -batch -', 'bridge -force -batch -', 'ip -force -batch -', 'iptables-restore --noflush -w 5']);
+    expect(batches.map((b) => [b.file, ...b.args].join(' '))).toEqual([
+      'ip -force -batch -',
+      'bridge -force -batch -',
+      'ip -force -batch -',
+      'iptables-restore --noflush -w 5',
+    ]);
     expect(batches.map((b) => b.input)).toEqual([
       [
         'link add twill.1 mtu 1450 address 02:00:00:00:00:03 type vxlan id 1 local 10.123.0.2 dev eth0 dstport 8472 nolearning',
@@ -139,7 +256,9 @@ describe('diff and render', () => {
   });
 
   it('removes a departed peer in reverse order: route, then FDB, then neighbour', () => {
-    const one = desiredState(backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true })] }));
+    const one = desiredState(
+      backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true })] }),
+    );
     const batches = renderBatches(diff(one, matching(vxlan)));
     expect(batches.map((b) => b.input)).toEqual([
       'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\n',
@@ -152,7 +271,10 @@ describe('diff and render', () => {
     const seen = matching(vxlan);
     const wrong = { ...seen, links: seen.links.map((l) => ({ ...l, port: 4789 })) };
     const lines = diff(vxlan, wrong).map((o) => o.line);
-    expect(lines.slice(0, 2)).toEqual(['link del twill.1', expect.stringContaining('link add twill.1')]);
+    expect(lines.slice(0, 2)).toEqual([
+      'link del twill.1',
+      expect.stringContaining('link add twill.1'),
+    ]);
     expect(lines.filter((l) => l.startsWith('route add'))).toHaveLength(2);
     expect(lines.filter((l) => l.startsWith('fdb append'))).toHaveLength(2);
   });
@@ -161,9 +283,24 @@ describe('diff and render', () => {
     const seen = matching(vxlan);
     const drifted: ObservedState = {
       ...seen,
-      links: [{ ...(seen.links[0] as ObservedState['links'][number]), mtu: 1500, mac: '02:00:00:00:00:99', up: false, addresses: ['10.244.9.0/32'] }, { ...(seen.links[0] as ObservedState['links'][number]), name: 'twill.7', vni: 7 }],
-      neighs: [...seen.neighs, { dev: 'twill.1', ip: '10.244.8.0', mac: '02:00:00:00:00:08', permanent: false }],
-      fdb: [...seen.fdb, { dev: 'twill.1', mac: '02:00:00:00:00:08', dst: '10.123.0.8', permanent: false }],
+      links: [
+        {
+          ...(seen.links[0] as ObservedState['links'][number]),
+          mtu: 1500,
+          mac: '02:00:00:00:00:99',
+          up: false,
+          addresses: ['10.244.9.0/32'],
+        },
+        { ...(seen.links[0] as ObservedState['links'][number]), name: 'twill.7', vni: 7 },
+      ],
+      neighs: [
+        ...seen.neighs,
+        { dev: 'twill.1', ip: '10.244.8.0', mac: '02:00:00:00:00:08', permanent: false },
+      ],
+      fdb: [
+        ...seen.fdb,
+        { dev: 'twill.1', mac: '02:00:00:00:00:08', dst: '10.123.0.8', permanent: false },
+      ],
     };
     expect(diff(vxlan, drifted).map((o) => o.line)).toEqual([
       'link set twill.1 address 02:00:00:00:00:03',
@@ -180,20 +317,36 @@ describe('masquerade chains', () => {
   const spec = chainSpecs(vxlan.masq).postrouting;
   const rules = spec.rules ?? [];
   it('rewrites the chain when a rule is missing, swapped or duplicated, and keeps one jump', () => {
-    for (const seenRules of [rules.slice(1), [rules[1], rules[0], ...rules.slice(2)], [...rules, rules[4]]]) {
+    for (const seenRules of [
+      rules.slice(1),
+      [rules[1], rules[0], ...rules.slice(2)],
+      [...rules, rules[4]],
+    ]) {
       const ops = diffChain(spec, { jumps: [spec.jump], rules: seenRules as string[] });
       expect(ops.map((o) => o.line)).toEqual([':TWILL-POSTRTG - [0:0]', ...rules]);
     }
-    expect(diffChain(spec, { jumps: [spec.jump, spec.jump, spec.jump], rules }).map((o) => o.line)).toEqual(['-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG', '-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG']);
+    expect(
+      diffChain(spec, { jumps: [spec.jump, spec.jump, spec.jump], rules }).map((o) => o.line),
+    ).toEqual([
+      '-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG',
+      '-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG',
+    ]);
   });
 
   it('replaces a jump of another shape (no comment) with ours, deleting it as listed', () => {
-    expect(diffChain(spec, { jumps: ['-j TWILL-POSTRTG'], rules }).map((o) => o.line)).toEqual(['-D POSTROUTING -j TWILL-POSTRTG', '-A POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG']);
+    expect(diffChain(spec, { jumps: ['-j TWILL-POSTRTG'], rules }).map((o) => o.line)).toEqual([
+      '-D POSTROUTING -j TWILL-POSTRTG',
+      '-A POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG',
+    ]);
   });
 
   it('removes the masquerade chain when --ip-masq is off, whatever shape its jumps have', () => {
     const off = chainSpecs({ ...vxlan.masq, ipMasq: false }).postrouting;
-    expect(diffChain(off, { jumps: [spec.jump, '-s 10.0.0.0/8 -j TWILL-POSTRTG'], rules }).map((o) => o.line)).toEqual([
+    expect(
+      diffChain(off, { jumps: [spec.jump, '-s 10.0.0.0/8 -j TWILL-POSTRTG'], rules }).map(
+        (o) => o.line,
+      ),
+    ).toEqual([
       '-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG',
       '-D POSTROUTING -s 10.0.0.0/8 -j TWILL-POSTRTG',
       ':TWILL-POSTRTG - [0:0]',
@@ -203,41 +356,101 @@ describe('masquerade chains', () => {
   });
 
   it('leaves out --random-fully where iptables lacks it', () => {
-    expect(chainSpecs({ ...vxlan.masq, randomFully: false }).postrouting.rules?.join('\n')).not.toContain('random-fully');
+    expect(
+      chainSpecs({ ...vxlan.masq, randomFully: false }).postrouting.rules?.join('\n'),
+    ).not.toContain('random-fully');
   });
 
   it('reads iptables -S listings', () => {
-    const listing = '-P POSTROUTING ACCEPT\n-A POSTROUTING -j KUBE-POSTROUTING\n-A POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG\n';
-    expect(jumpRules(listing, 'POSTROUTING', 'TWILL-POSTRTG')).toEqual(['-m comment --comment "twill masq" -j TWILL-POSTRTG']);
-    expect(chainRules('-N TWILL-FWD\n-A TWILL-FWD -s 10.0.0.0/8 -j ACCEPT\n')).toEqual(['-A TWILL-FWD -s 10.0.0.0/8 -j ACCEPT']);
+    const listing =
+      '-P POSTROUTING ACCEPT\n-A POSTROUTING -j KUBE-POSTROUTING\n-A POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG\n';
+    expect(jumpRules(listing, 'POSTROUTING', 'TWILL-POSTRTG')).toEqual([
+      '-m comment --comment "twill masq" -j TWILL-POSTRTG',
+    ]);
+    expect(chainRules('-N TWILL-FWD\n-A TWILL-FWD -s 10.0.0.0/8 -j ACCEPT\n')).toEqual([
+      '-A TWILL-FWD -s 10.0.0.0/8 -j ACCEPT',
+    ]);
   });
 });
 
 describe('kernel output readers', () => {
   it('maps ip -batch failures back to their lines', () => {
     const lines = ['route add a', 'route add b', 'neigh replace c'];
-    expect(batchFailures('RTNETLINK answers: File exists\nCommand failed -:2\nError: nexthop invalid\nCommand failed -:3\n', lines)).toEqual(['route add b: RTNETLINK answers: File exists', 'neigh replace c: Error: nexthop invalid']);
+    expect(
+      batchFailures(
+        'RTNETLINK answers: File exists\nCommand failed -:2\nError: nexthop invalid\nCommand failed -:3\n',
+        lines,
+      ),
+    ).toEqual([
+      'route add b: RTNETLINK answers: File exists',
+      'neigh replace c: Error: nexthop invalid',
+    ]);
   });
 
   it('parses iptables --version', () => {
-    expect(parseIptablesVersion('iptables v1.8.9 (nf_tables)\n')).toEqual({ nftables: true, randomFully: true });
-    expect(parseIptablesVersion('iptables v1.6.1\n')).toEqual({ nftables: false, randomFully: false });
+    expect(parseIptablesVersion('iptables v1.8.9 (nf_tables)\n')).toEqual({
+      nftables: true,
+      randomFully: true,
+    });
+    expect(parseIptablesVersion('iptables v1.6.1\n')).toEqual({
+      nftables: false,
+      randomFully: false,
+    });
   });
 
   it('keeps only twill devices from ip -d -json addr', () => {
-    const json = [{ ifname: 'flannel.1', mtu: 1450 }, { ifname: 'twill.1', mtu: 1450, address: '02:00:00:00:00:03', flags: ['UP'], linkinfo: { info_data: { id: 1, local: '10.0.0.1', link: 'eth0', port: 8472, learning: false } }, addr_info: [{ family: 'inet', local: '10.244.3.0', prefixlen: 32 }, { family: 'inet6', local: 'fe80::1', prefixlen: 64 }] }];
-    expect(parseLinks(json)).toEqual([{ name: 'twill.1', vni: 1, local: '10.0.0.1', underlay: 'eth0', port: 8472, learning: false, gbp: false, mtu: 1450, mac: '02:00:00:00:00:03', up: true, addresses: ['10.244.3.0/32'] }]);
+    const json = [
+      { ifname: 'flannel.1', mtu: 1450 },
+      {
+        ifname: 'twill.1',
+        mtu: 1450,
+        address: '02:00:00:00:00:03',
+        flags: ['UP'],
+        linkinfo: {
+          info_data: { id: 1, local: '10.0.0.1', link: 'eth0', port: 8472, learning: false },
+        },
+        addr_info: [
+          { family: 'inet', local: '10.244.3.0', prefixlen: 32 },
+          { family: 'inet6', local: 'fe80::1', prefixlen: 64 },
+        ],
+      },
+    ];
+    expect(parseLinks(json)).toEqual([
+      {
+        name: 'twill.1',
+        vni: 1,
+        local: '10.0.0.1',
+        underlay: 'eth0',
+        port: 8472,
+        learning: false,
+        gbp: false,
+        mtu: 1450,
+        mac: '02:00:00:00:00:03',
+        up: true,
+        addresses: ['10.244.3.0/32'],
+      },
+    ]);
   });
 
   it('lets through only monitor events about twill objects', () => {
     const ctx = { underlay: 'eth0' };
-    expect(ipEventMatters('Deleted 10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151 ', ctx)).toBe(true);
-    expect(ipEventMatters('10.244.1.0 dev twill.1 lladdr 02:aa:bb:cc:dd:ee PERMANENT', ctx)).toBe(true);
-    expect(ipEventMatters('3: eth0@if9: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500', ctx)).toBe(true);
-    expect(ipEventMatters('10.123.0.9 dev eth0 lladdr 02:aa:bb:cc:dd:ee REACHABLE', ctx)).toBe(false);
+    expect(ipEventMatters('Deleted 10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151 ', ctx)).toBe(
+      true,
+    );
+    expect(ipEventMatters('10.244.1.0 dev twill.1 lladdr 02:aa:bb:cc:dd:ee PERMANENT', ctx)).toBe(
+      true,
+    );
+    expect(ipEventMatters('3: eth0@if9: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500', ctx)).toBe(
+      true,
+    );
+    expect(ipEventMatters('10.123.0.9 dev eth0 lladdr 02:aa:bb:cc:dd:ee REACHABLE', ctx)).toBe(
+      false,
+    );
     expect(ipEventMatters('10.99.0.0/24 via 10.123.0.7 dev eth0 proto static', ctx)).toBe(false);
     expect(ipEventMatters('12: veth1234@if3: <BROADCAST> mtu 1450', ctx)).toBe(false);
-    expect(ipEventMatters('Deleted 3: eth0    inet 10.123.0.2/24 scope global eth0', ctx)).toBe(true);
+    expect(ipEventMatters('Deleted 3: eth0    inet 10.123.0.2/24 scope global eth0', ctx)).toBe(
+      true,
+    );
     expect(ipEventMatters('3: eth0    inet 10.123.0.2/24 scope global eth0', ctx)).toBe(true);
     expect(ipEventMatters('3: eth0    inet6 fe80::1/64 scope link', ctx)).toBe(false);
     expect(nftEventMatters('delete rule ip nat TWILL-POSTRTG handle 2')).toBe(true);
@@ -249,38 +462,98 @@ describe('kernel output readers', () => {
 });
 
 describe('what a kernel event touched', () => {
-  it('reads routes of twill\'s protocol, with their shape when it is one twill writes', () => {
-    expect(ipTouch('Deleted 10.244.2.0/24 via 10.244.2.0 dev twill.1 proto 151 onlink ')).toEqual({ kind: 'route', deleted: true, dst: '10.244.2.0/24', route: { dst: '10.244.2.0/24', via: '10.244.2.0', dev: 'twill.1', onlink: true } });
-    expect(ipTouch('10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151 ')).toEqual({ kind: 'route', deleted: false, dst: '10.244.7.0/24', route: { dst: '10.244.7.0/24', via: '10.123.0.9', dev: 'eth0', onlink: false } });
+  it("reads routes of twill's protocol, with their shape when it is one twill writes", () => {
+    expect(ipTouch('Deleted 10.244.2.0/24 via 10.244.2.0 dev twill.1 proto 151 onlink ')).toEqual({
+      kind: 'route',
+      deleted: true,
+      dst: '10.244.2.0/24',
+      route: { dst: '10.244.2.0/24', via: '10.244.2.0', dev: 'twill.1', onlink: true },
+    });
+    expect(ipTouch('10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151 ')).toEqual({
+      kind: 'route',
+      deleted: false,
+      dst: '10.244.7.0/24',
+      route: { dst: '10.244.7.0/24', via: '10.123.0.9', dev: 'eth0', onlink: false },
+    });
     // more than twill writes (a metric): the shape is unknown, so a full pass judges it
-    expect(ipTouch('10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151 metric 5')).toMatchObject({ kind: 'route', route: undefined });
+    expect(ipTouch('10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151 metric 5')).toMatchObject({
+      kind: 'route',
+      route: undefined,
+    });
   });
 
-  it('reads neighbour and FDB entries on twill\'s device (FDB entries show their dst as the address)', () => {
-    expect(ipTouch('10.244.2.0 dev twill.1 lladdr 02:AA:00:00:00:02 PERMANENT ')).toEqual({ kind: 'neigh', deleted: false, dev: 'twill.1', ip: '10.244.2.0', mac: '02:aa:00:00:00:02', permanent: true });
-    expect(ipTouch('Deleted 10.244.2.0 dev twill.1 FAILED ')).toEqual({ kind: 'neigh', deleted: true, dev: 'twill.1', ip: '10.244.2.0', mac: undefined, permanent: false });
-    expect(ipTouch('Deleted 10.123.0.12 dev twill.1 lladdr 02:00:00:00:00:02 NOARP PERMANENT ')).toMatchObject({ kind: 'neigh', deleted: true, ip: '10.123.0.12', mac: '02:00:00:00:00:02' });
+  it("reads neighbour and FDB entries on twill's device (FDB entries show their dst as the address)", () => {
+    expect(ipTouch('10.244.2.0 dev twill.1 lladdr 02:AA:00:00:00:02 PERMANENT ')).toEqual({
+      kind: 'neigh',
+      deleted: false,
+      dev: 'twill.1',
+      ip: '10.244.2.0',
+      mac: '02:aa:00:00:00:02',
+      permanent: true,
+    });
+    expect(ipTouch('Deleted 10.244.2.0 dev twill.1 FAILED ')).toEqual({
+      kind: 'neigh',
+      deleted: true,
+      dev: 'twill.1',
+      ip: '10.244.2.0',
+      mac: undefined,
+      permanent: false,
+    });
+    expect(
+      ipTouch('Deleted 10.123.0.12 dev twill.1 lladdr 02:00:00:00:00:02 NOARP PERMANENT '),
+    ).toMatchObject({ kind: 'neigh', deleted: true, ip: '10.123.0.12', mac: '02:00:00:00:00:02' });
   });
 
   it('leaves links, addresses and anything else to a full pass; rules name their table', () => {
-    expect(ipTouch('7: twill.1: <BROADCAST,MULTICAST> mtu 1450 qdisc noop state DOWN')).toEqual({ kind: 'all' });
-    expect(ipTouch('Deleted 3: eth0    inet 10.123.0.2/24 scope global eth0')).toEqual({ kind: 'all' });
-    expect(ipTouch('local 10.244.3.0 dev twill.1 table local proto kernel scope host src 10.244.3.0')).toEqual({ kind: 'all' });
-    expect(nftTouch('delete rule ip nat TWILL-POSTRTG handle 2')).toEqual({ kind: 'chains', tables: ['nat'] });
-    expect(nftTouch('delete rule ip filter FORWARD handle 9')).toEqual({ kind: 'chains', tables: ['filter'] });
+    expect(ipTouch('7: twill.1: <BROADCAST,MULTICAST> mtu 1450 qdisc noop state DOWN')).toEqual({
+      kind: 'all',
+    });
+    expect(ipTouch('Deleted 3: eth0    inet 10.123.0.2/24 scope global eth0')).toEqual({
+      kind: 'all',
+    });
+    expect(
+      ipTouch('local 10.244.3.0 dev twill.1 table local proto kernel scope host src 10.244.3.0'),
+    ).toEqual({ kind: 'all' });
+    expect(nftTouch('delete rule ip nat TWILL-POSTRTG handle 2')).toEqual({
+      kind: 'chains',
+      tables: ['nat'],
+    });
+    expect(nftTouch('delete rule ip filter FORWARD handle 9')).toEqual({
+      kind: 'chains',
+      tables: ['filter'],
+    });
     expect(nftTouch('flush ruleset')).toEqual({ kind: 'chains', tables: ['nat', 'filter'] });
     // nft monitor lost events: any rule may have changed meanwhile
     expect(nftEventMatters('# ERROR: We lost some netlink events!')).toBe(true);
-    expect(nftTouch('# ERROR: We lost some netlink events!')).toEqual({ kind: 'chains', tables: ['nat', 'filter'] });
+    expect(nftTouch('# ERROR: We lost some netlink events!')).toEqual({
+      kind: 'chains',
+      tables: ['nat', 'filter'],
+    });
   });
 
   it('re-applies just the touched entries, neighbour and FDB before the route, a route only by adding', () => {
-    const ops = diff(vxlan, assumedWithout(vxlan, { routes: new Set(['10.244.4.0/24']), neighs: new Set(['10.244.4.0']), fdbDsts: new Set(['10.123.0.4']) }));
+    const ops = diff(
+      vxlan,
+      assumedWithout(vxlan, {
+        routes: new Set(['10.244.4.0/24']),
+        neighs: new Set(['10.244.4.0']),
+        fdbDsts: new Set(['10.123.0.4']),
+      }),
+    );
     expect(renderBatches(ops).map((b) => [b.file, b.input])).toEqual([
       ['ip', 'neigh replace 10.244.4.0 lladdr 02:00:00:00:00:04 dev twill.1 nud permanent\n'],
       ['bridge', 'fdb append 02:00:00:00:00:04 dev twill.1 dst 10.123.0.4 self permanent\n'],
       ['ip', 'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\n'],
     ]);
-    expect(diff(vxlan, assumedWithout(vxlan, { routes: new Set(['10.244.99.0/24']), neighs: new Set(), fdbDsts: new Set() }))).toEqual([]);
+    expect(
+      diff(
+        vxlan,
+        assumedWithout(vxlan, {
+          routes: new Set(['10.244.99.0/24']),
+          neighs: new Set(),
+          fdbDsts: new Set(),
+        }),
+      ),
+    ).toEqual([]);
   });
 });

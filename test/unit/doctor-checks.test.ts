@@ -5,15 +5,29 @@
 import { describe, expect, it } from 'vitest';
 import { doctorExitCode, runChecks } from '../../src/doctor/checks.ts';
 import { failed, got, type DoctorFacts } from '../../src/doctor/facts.ts';
-import { HEALTHY_LINKS, healthyFacts, link, resultOf, storeFact, doctorCidr } from '../helpers/doctor.ts';
+import {
+  HEALTHY_LINKS,
+  healthyFacts,
+  link,
+  resultOf,
+  storeFact,
+  doctorCidr,
+} from '../helpers/doctor.ts';
 import { peerLease } from '../helpers/dataplane.ts';
 
 function verdicts(f: DoctorFacts): Record<string, string> {
   return Object.fromEntries(runChecks(f).map((r) => [r.check, r.verdict]));
 }
 
-/** Runs every check on the healthy facts with `change` applied; expects only `check` to differ, with `verdict`. */
-function only(change: Partial<DoctorFacts>, check: string, verdict: 'warn' | 'fail'): { detail: string; fix: string } {
+/**
+ * Runs every check on the healthy facts with `change` applied; expects only `check` to differ, with
+ * `verdict`.
+ */
+function only(
+  change: Partial<DoctorFacts>,
+  check: string,
+  verdict: 'warn' | 'fail',
+): { detail: string; fix: string } {
   const results = runChecks({ ...healthyFacts(), ...change });
   const notOk = results.filter((r) => r.verdict !== 'ok').map((r) => r.check);
   expect(notOk).toEqual([check]);
@@ -24,68 +38,163 @@ function only(change: Partial<DoctorFacts>, check: string, verdict: 'warn' | 'fa
   return r;
 }
 
-const withLinks = (change: (l: typeof HEALTHY_LINKS) => typeof HEALTHY_LINKS): Partial<DoctorFacts> => ({ links: got(change(HEALTHY_LINKS)) });
+const withLinks = (
+  change: (l: typeof HEALTHY_LINKS) => typeof HEALTHY_LINKS,
+): Partial<DoctorFacts> => ({ links: got(change(HEALTHY_LINKS)) });
 
 describe('doctor checks', () => {
   it('a healthy node: every check ok, exit 0', () => {
     const results = runChecks(healthyFacts());
     expect(results.filter((r) => r.verdict !== 'ok')).toEqual([]);
     expect(results.map((r) => r.check)).toEqual([
-      'ip-forward', 'br-netfilter', 'bridge-nf-call-iptables', 'rp-filter', 'iptables-backend', 'vxlan-port', 'mtu', 'subnet-env', 'cni0-subnet', 'stale-routes', 'foreign-overlay',
+      'ip-forward',
+      'br-netfilter',
+      'bridge-nf-call-iptables',
+      'rp-filter',
+      'iptables-backend',
+      'vxlan-port',
+      'mtu',
+      'subnet-env',
+      'cni0-subnet',
+      'stale-routes',
+      'foreign-overlay',
     ]);
     expect(doctorExitCode(results)).toBe(0);
   });
 
   it('ip_forward 0 fails', () => {
-    expect(only({ ipForward: got('0') }, 'ip-forward', 'fail').fix).toContain('sysctl -w net.ipv4.ip_forward=1');
+    expect(only({ ipForward: got('0') }, 'ip-forward', 'fail').fix).toContain(
+      'sysctl -w net.ipv4.ip_forward=1',
+    );
   });
 
   it('br_netfilter not loaded fails (the module is host-global: not testable in a namespace), bridge-nf-call-iptables then warns', () => {
     const results = runChecks({ ...healthyFacts(), bridgeNf: got(undefined) });
-    expect(resultOf(results, 'br-netfilter')).toMatchObject({ verdict: 'fail', fix: expect.stringContaining('modprobe br_netfilter') });
+    expect(resultOf(results, 'br-netfilter')).toMatchObject({
+      verdict: 'fail',
+      fix: expect.stringContaining('modprobe br_netfilter'),
+    });
     expect(resultOf(results, 'bridge-nf-call-iptables').verdict).toBe('warn');
     expect(doctorExitCode(results)).toBe(1);
   });
 
   it('bridge-nf-call-iptables 0 fails', () => {
-    expect(only({ bridgeNf: got('0') }, 'bridge-nf-call-iptables', 'fail').detail).toContain('is 0');
+    expect(only({ bridgeNf: got('0') }, 'bridge-nf-call-iptables', 'fail').detail).toContain(
+      'is 0',
+    );
   });
 
   it('rp_filter strict on all, the underlay, twill.1 or cni0 fails, naming which; loose (2) passes; default=1 warns', () => {
     for (const dev of ['all', 'eth0', 'twill.1', 'cni0']) {
-      const r = only({ rpFilter: new Map([...healthyFacts().rpFilter, [dev, '1']]) }, 'rp-filter', 'fail');
+      const r = only(
+        { rpFilter: new Map([...healthyFacts().rpFilter, [dev, '1']]) },
+        'rp-filter',
+        'fail',
+      );
       expect(r.detail).toContain(`${dev}=1`);
       expect(r.fix).toContain(`net.ipv4.conf.${dev}.rp_filter=2`);
     }
-    expect(verdicts({ ...healthyFacts(), rpFilter: new Map([...healthyFacts().rpFilter, ['all', '2'], ['eth0', '2']]) })['rp-filter']).toBe('ok');
-    expect(only({ rpFilter: new Map([...healthyFacts().rpFilter, ['default', '1']]) }, 'rp-filter', 'warn').detail).toContain('default');
+    expect(
+      verdicts({
+        ...healthyFacts(),
+        rpFilter: new Map([...healthyFacts().rpFilter, ['all', '2'], ['eth0', '2']]),
+      })['rp-filter'],
+    ).toBe('ok');
+    expect(
+      only(
+        { rpFilter: new Map([...healthyFacts().rpFilter, ['default', '1']]) },
+        'rp-filter',
+        'warn',
+      ).detail,
+    ).toContain('default');
     // host-gw: the vxlan device does not matter
-    const hostGw = { ...healthyFacts(), store: storeFact({ backend: 'host-gw' }), links: got(HEALTHY_LINKS.filter((l) => l.name !== 'twill.1')), subnetEnv: got({ network: doctorCidr('10.244.0.0/16'), subnet: doctorCidr('10.244.3.1/24'), mtu: 1500, ipMasq: true }) };
-    expect(verdicts({ ...hostGw, rpFilter: new Map([...hostGw.rpFilter, ['twill.1', '1']]) })['rp-filter']).toBe('ok');
+    const hostGw = {
+      ...healthyFacts(),
+      store: storeFact({ backend: 'host-gw' }),
+      links: got(HEALTHY_LINKS.filter((l) => l.name !== 'twill.1')),
+      subnetEnv: got({
+        network: doctorCidr('10.244.0.0/16'),
+        subnet: doctorCidr('10.244.3.1/24'),
+        mtu: 1500,
+        ipMasq: true,
+      }),
+    };
+    expect(
+      verdicts({ ...hostGw, rpFilter: new Map([...hostGw.rpFilter, ['twill.1', '1']]) })[
+        'rp-filter'
+      ],
+    ).toBe('ok');
   });
 
   it('rules in the iptables backend not in use fail; either direction; an unreadable other backend warns', () => {
-    expect(only({ iptables: got({ backend: 'nf_tables', otherRules: got(3) }) }, 'iptables-backend', 'fail').detail).toContain('legacy backend holds 3 rules');
-    expect(only({ iptables: got({ backend: 'legacy', otherRules: got(1) }) }, 'iptables-backend', 'fail').detail).toContain('iptables-nft-save');
-    only({ iptables: got({ backend: 'nf_tables', otherRules: failed('iptables-legacy-save: not installed') }) }, 'iptables-backend', 'warn');
+    expect(
+      only(
+        { iptables: got({ backend: 'nf_tables', otherRules: got(3) }) },
+        'iptables-backend',
+        'fail',
+      ).detail,
+    ).toContain('legacy backend holds 3 rules');
+    expect(
+      only({ iptables: got({ backend: 'legacy', otherRules: got(1) }) }, 'iptables-backend', 'fail')
+        .detail,
+    ).toContain('iptables-nft-save');
+    only(
+      {
+        iptables: got({
+          backend: 'nf_tables',
+          otherRules: failed('iptables-legacy-save: not installed'),
+        }),
+      },
+      'iptables-backend',
+      'warn',
+    );
   });
 
   it('MTU: twill.1 not underlay − 50, FLANNEL_MTU off, cni0 or a pod veth above FLANNEL_MTU all fail', () => {
-    const dev = only(withLinks((ls) => ls.map((l) => (l.name === 'twill.1' ? { ...l, mtu: 1400 } : l))), 'mtu', 'fail');
+    const dev = only(
+      withLinks((ls) => ls.map((l) => (l.name === 'twill.1' ? { ...l, mtu: 1400 } : l))),
+      'mtu',
+      'fail',
+    );
     expect(dev.detail).toContain('twill.1 has MTU 1400, expected 1450 (eth0 MTU 1500 − 50)');
     const env = healthyFacts().subnetEnv;
     if (!env.ok || !env.value) throw new Error('fixture');
-    expect(only({ subnetEnv: got({ ...env.value, mtu: 1500 }) }, 'mtu', 'fail').detail).toContain('FLANNEL_MTU is 1500');
-    const veth = only(withLinks((ls) => ls.map((l) => (l.kind === 'veth' ? { ...l, mtu: 1500 } : l))), 'mtu', 'fail');
+    expect(only({ subnetEnv: got({ ...env.value, mtu: 1500 }) }, 'mtu', 'fail').detail).toContain(
+      'FLANNEL_MTU is 1500',
+    );
+    const veth = only(
+      withLinks((ls) => ls.map((l) => (l.kind === 'veth' ? { ...l, mtu: 1500 } : l))),
+      'mtu',
+      'fail',
+    );
     expect(veth.detail).toContain('twv0123456789ab has MTU 1500, above FLANNEL_MTU 1450');
-    expect(only(withLinks((ls) => ls.map((l) => (l.name === 'cni0' ? { ...l, mtu: 9000 } : l))), 'mtu', 'fail').detail).toContain('cni0 has MTU 9000');
-    expect(only(withLinks((ls) => ls.map((l) => (l.kind === 'veth' ? { ...l, mtu: 1400 } : l))), 'mtu', 'warn').detail).toContain('below');
+    expect(
+      only(
+        withLinks((ls) => ls.map((l) => (l.name === 'cni0' ? { ...l, mtu: 9000 } : l))),
+        'mtu',
+        'fail',
+      ).detail,
+    ).toContain('cni0 has MTU 9000');
+    expect(
+      only(
+        withLinks((ls) => ls.map((l) => (l.kind === 'veth' ? { ...l, mtu: 1400 } : l))),
+        'mtu',
+        'warn',
+      ).detail,
+    ).toContain('below');
   });
 
   it('MTU: Backend.MTU sets the device MTU, and one above the underlay fails', () => {
     const f = { ...healthyFacts(), store: storeFact({ backendExtra: ',"MTU":1400' }) };
-    expect(resultOf(runChecks(f), 'mtu').detail).toContain('twill.1 has MTU 1450, expected 1350 (Backend.MTU 1400 − 50)');
-    expect(resultOf(runChecks({ ...healthyFacts(), store: storeFact({ backendExtra: ',"MTU":9000' }) }), 'mtu').detail).toContain('Backend.MTU 9000 is above eth0\'s MTU 1500');
+    expect(resultOf(runChecks(f), 'mtu').detail).toContain(
+      'twill.1 has MTU 1450, expected 1350 (Backend.MTU 1400 − 50)',
+    );
+    expect(
+      resultOf(
+        runChecks({ ...healthyFacts(), store: storeFact({ backendExtra: ',"MTU":9000' }) }),
+        'mtu',
+      ).detail,
+    ).toContain("Backend.MTU 9000 is above eth0's MTU 1500");
   });
 
   it('subnet.env: missing, another subnet, another network, no lease for our IP: fail; store unreachable: warn "skipped"', () => {
@@ -93,27 +202,70 @@ describe('doctor checks', () => {
     const env = healthyFacts().subnetEnv;
     if (!env.ok || !env.value) throw new Error('fixture');
     // cni0's 10.244.3.1 is now from an old subnet too: two checks fail
-    const moved = runChecks({ ...healthyFacts(), subnetEnv: got({ ...env.value, subnet: doctorCidr('10.244.9.1/24') }) });
-    expect(resultOf(moved, 'subnet-env')).toMatchObject({ verdict: 'fail', detail: expect.stringContaining('our lease (PublicIP 10.123.0.2) is 10.244.3.0/24') });
-    const net = runChecks({ ...healthyFacts(), subnetEnv: got({ ...env.value, network: doctorCidr('10.245.0.0/16') }) });
-    expect(resultOf(net, 'subnet-env').detail).toContain('network config says Network 10.244.0.0/16');
+    const moved = runChecks({
+      ...healthyFacts(),
+      subnetEnv: got({ ...env.value, subnet: doctorCidr('10.244.9.1/24') }),
+    });
+    expect(resultOf(moved, 'subnet-env')).toMatchObject({
+      verdict: 'fail',
+      detail: expect.stringContaining('our lease (PublicIP 10.123.0.2) is 10.244.3.0/24'),
+    });
+    const net = runChecks({
+      ...healthyFacts(),
+      subnetEnv: got({ ...env.value, network: doctorCidr('10.245.0.0/16') }),
+    });
+    expect(resultOf(net, 'subnet-env').detail).toContain(
+      'network config says Network 10.244.0.0/16',
+    );
     const peer = peerLease(1, { vxlan: true });
-    expect(only({ store: storeFact({ leases: [{ key: peer.key, ok: true, lease: peer }] }) }, 'subnet-env', 'fail').detail).toContain('no lease in the store has PublicIP 10.123.0.2');
-    const skipped = runChecks({ ...healthyFacts(), store: failed('etcd unreachable (connect ECONNREFUSED)') });
-    expect(resultOf(skipped, 'subnet-env')).toMatchObject({ verdict: 'warn', detail: expect.stringContaining('skipped: etcd unreachable (connect ECONNREFUSED)') });
-    expect(resultOf(skipped, 'stale-routes')).toMatchObject({ verdict: 'warn', detail: 'skipped: etcd unreachable (connect ECONNREFUSED)' });
+    expect(
+      only(
+        { store: storeFact({ leases: [{ key: peer.key, ok: true, lease: peer }] }) },
+        'subnet-env',
+        'fail',
+      ).detail,
+    ).toContain('no lease in the store has PublicIP 10.123.0.2');
+    const skipped = runChecks({
+      ...healthyFacts(),
+      store: failed('etcd unreachable (connect ECONNREFUSED)'),
+    });
+    expect(resultOf(skipped, 'subnet-env')).toMatchObject({
+      verdict: 'warn',
+      detail: expect.stringContaining('skipped: etcd unreachable (connect ECONNREFUSED)'),
+    });
+    expect(resultOf(skipped, 'stale-routes')).toMatchObject({
+      verdict: 'warn',
+      detail: 'skipped: etcd unreachable (connect ECONNREFUSED)',
+    });
     expect(doctorExitCode(skipped)).toBe(0);
   });
 
   it('cni0 with an address from an old subnet fails; no cni0 is fine', () => {
-    const r = only(withLinks((ls) => ls.map((l) => (l.name === 'cni0' ? { ...l, addresses: ['10.244.3.1/24', '10.244.7.1/24'] } : l))), 'cni0-subnet', 'fail');
+    const r = only(
+      withLinks((ls) =>
+        ls.map((l) =>
+          l.name === 'cni0' ? { ...l, addresses: ['10.244.3.1/24', '10.244.7.1/24'] } : l,
+        ),
+      ),
+      'cni0-subnet',
+      'fail',
+    );
     expect(r.detail).toContain('10.244.7.1/24 from an old subnet');
     expect(r.fix).toContain('ip addr del 10.244.7.1/24 dev cni0');
-    expect(verdicts({ ...healthyFacts(), ...withLinks((ls) => ls.filter((l) => l.name !== 'cni0' && l.kind !== 'veth')) })['cni0-subnet']).toBe('ok');
+    expect(
+      verdicts({
+        ...healthyFacts(),
+        ...withLinks((ls) => ls.filter((l) => l.name !== 'cni0' && l.kind !== 'veth')),
+      })['cni0-subnet'],
+    ).toBe('ok');
   });
 
   it('a proto 151 route no lease explains fails (our own subnet does not explain one)', () => {
-    const routes = [{ dst: '10.244.1.0/24', via: '10.244.1.0', dev: 'twill.1', onlink: true }, { dst: '10.244.3.0/24', via: '10.244.3.0', dev: 'twill.1', onlink: true }, { dst: '10.244.99.0/24', via: '10.244.99.0', dev: 'twill.1', onlink: true }];
+    const routes = [
+      { dst: '10.244.1.0/24', via: '10.244.1.0', dev: 'twill.1', onlink: true },
+      { dst: '10.244.3.0/24', via: '10.244.3.0', dev: 'twill.1', onlink: true },
+      { dst: '10.244.99.0/24', via: '10.244.99.0', dev: 'twill.1', onlink: true },
+    ];
     const r = only({ ownedRoutes: got(routes) }, 'stale-routes', 'fail');
     expect(r.detail).toContain('2 routes');
     expect(r.detail).toContain('10.244.99.0/24 via 10.244.99.0 dev twill.1');
@@ -121,19 +273,58 @@ describe('doctor checks', () => {
   });
 
   it('flannel.1, FLANNEL-* chains, a cni0 address outside the network: foreign-overlay fails naming each', () => {
-    const dev = only(withLinks((ls) => [...ls, link('flannel.1', { kind: 'vxlan', vni: 1, port: 8472 })]), 'foreign-overlay', 'fail');
+    const dev = only(
+      withLinks((ls) => [...ls, link('flannel.1', { kind: 'vxlan', vni: 1, port: 8472 })]),
+      'foreign-overlay',
+      'fail',
+    );
     expect(dev.detail).toContain('device flannel.1 (vxlan VNI 1 port 8472');
     expect(dev.fix).toContain('ip link del flannel.1');
-    const chains = only({ foreignChains: got([{ table: 'nat', chain: 'FLANNEL-POSTRTG', rules: 4, jumps: 1 }, { table: 'filter', chain: 'FLANNEL-FWD', rules: 2, jumps: 1 }]) }, 'foreign-overlay', 'fail');
-    expect(chains.detail).toContain('chain FLANNEL-POSTRTG in nat (4 rules, 1 jumps to it); chain FLANNEL-FWD in filter');
-    expect(chains.fix).toContain('iptables -t nat -F FLANNEL-POSTRTG && iptables -t nat -X FLANNEL-POSTRTG');
-    const addr = only(withLinks((ls) => ls.map((l) => (l.name === 'cni0' ? { ...l, addresses: [...l.addresses, '10.42.0.1/24'] } : l))), 'foreign-overlay', 'fail');
+    const chains = only(
+      {
+        foreignChains: got([
+          { table: 'nat', chain: 'FLANNEL-POSTRTG', rules: 4, jumps: 1 },
+          { table: 'filter', chain: 'FLANNEL-FWD', rules: 2, jumps: 1 },
+        ]),
+      },
+      'foreign-overlay',
+      'fail',
+    );
+    expect(chains.detail).toContain(
+      'chain FLANNEL-POSTRTG in nat (4 rules, 1 jumps to it); chain FLANNEL-FWD in filter',
+    );
+    expect(chains.fix).toContain(
+      'iptables -t nat -F FLANNEL-POSTRTG && iptables -t nat -X FLANNEL-POSTRTG',
+    );
+    const addr = only(
+      withLinks((ls) =>
+        ls.map((l) =>
+          l.name === 'cni0' ? { ...l, addresses: [...l.addresses, '10.42.0.1/24'] } : l,
+        ),
+      ),
+      'foreign-overlay',
+      'fail',
+    );
     expect(addr.detail).toContain('cni0 address 10.42.0.1/24 outside our network 10.244.0.0/16');
   });
 
   it('failed reads warn instead of failing', () => {
-    const results = runChecks({ ...healthyFacts(), ipForward: failed('EACCES'), inputChain: failed('iptables: not found'), links: failed('ip: not found'), ownedRoutes: failed('ip: not found') });
-    for (const check of ['ip-forward', 'vxlan-port', 'mtu', 'cni0-subnet', 'stale-routes', 'foreign-overlay']) expect(resultOf(results, check).verdict).toBe('warn');
+    const results = runChecks({
+      ...healthyFacts(),
+      ipForward: failed('EACCES'),
+      inputChain: failed('iptables: not found'),
+      links: failed('ip: not found'),
+      ownedRoutes: failed('ip: not found'),
+    });
+    for (const check of [
+      'ip-forward',
+      'vxlan-port',
+      'mtu',
+      'cni0-subnet',
+      'stale-routes',
+      'foreign-overlay',
+    ])
+      expect(resultOf(results, check).verdict).toBe('warn');
     expect(doctorExitCode(results)).toBe(0);
   });
 });

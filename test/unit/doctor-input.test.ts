@@ -13,49 +13,111 @@ import { TwillError } from '../../src/errors.ts';
 import { healthyFacts, resultOf, storeFact } from '../helpers/doctor.ts';
 
 function portVerdict(listing: string, extra = ''): { verdict: string; detail: string } {
-  const f = { ...healthyFacts(), inputChain: got(listing), ...(extra ? { store: storeFact({ backendExtra: extra }) } : {}) };
+  const f = {
+    ...healthyFacts(),
+    inputChain: got(listing),
+    ...(extra ? { store: storeFact({ backendExtra: extra }) } : {}),
+  };
   return resultOf(runChecks(f), 'vxlan-port');
 }
 
 describe('INPUT rules and the vxlan port', () => {
   it('parses protocol, ports (single, range, multiport, negated), target and other conditions', () => {
-    expect(ruleWords('-A INPUT -m comment --comment "a b" -j DROP')).toEqual(['-A', 'INPUT', '-m', 'comment', '--comment', 'a b', '-j', 'DROP']);
-    const r = parseInputRule('-A INPUT -s 10.0.0.0/8 -p udp -m udp --dport 8000:9000 -m comment --comment "x y" -j REJECT --reject-with icmp-port-unreachable');
-    expect(r).toMatchObject({ target: 'REJECT', proto: { neg: false, value: 'udp' }, dports: { neg: false, ranges: [[8000, 9000]] }, conditions: ['-s 10.0.0.0/8'] });
-    const m = parseInputRule('-A INPUT -p udp -m multiport --dports 4789,8472 -m conntrack --ctstate NEW -j DROP');
+    expect(ruleWords('-A INPUT -m comment --comment "a b" -j DROP')).toEqual([
+      '-A',
+      'INPUT',
+      '-m',
+      'comment',
+      '--comment',
+      'a b',
+      '-j',
+      'DROP',
+    ]);
+    const r = parseInputRule(
+      '-A INPUT -s 10.0.0.0/8 -p udp -m udp --dport 8000:9000 -m comment --comment "x y" -j REJECT --reject-with icmp-port-unreachable',
+    );
+    expect(r).toMatchObject({
+      target: 'REJECT',
+      proto: { neg: false, value: 'udp' },
+      dports: { neg: false, ranges: [[8000, 9000]] },
+      conditions: ['-s 10.0.0.0/8'],
+    });
+    const m = parseInputRule(
+      '-A INPUT -p udp -m multiport --dports 4789,8472 -m conntrack --ctstate NEW -j DROP',
+    );
     expect(m.conditions).toEqual(['-m conntrack --ctstate NEW']);
     expect(hitsUdpPort(m, 8472)).toBe(true);
-    expect(hitsUdpPort(parseInputRule('-A INPUT -p udp -m udp ! --dport 8472 -j DROP'), 8472)).toBe(false);
+    expect(hitsUdpPort(parseInputRule('-A INPUT -p udp -m udp ! --dport 8472 -j DROP'), 8472)).toBe(
+      false,
+    );
     expect(hitsUdpPort(parseInputRule('-A INPUT ! -p tcp -j DROP'), 8472)).toBe(true);
-    expect(hitsUdpPort(parseInputRule('-A INPUT -p tcp -m tcp --dport 8472 -j DROP'), 8472)).toBe(false);
+    expect(hitsUdpPort(parseInputRule('-A INPUT -p tcp -m tcp --dport 8472 -j DROP'), 8472)).toBe(
+      false,
+    );
   });
 
   it('an unconditional DROP or REJECT of the port (or of all UDP, or everything) fails', () => {
-    for (const rule of ['-A INPUT -p udp -m udp --dport 8472 -j DROP', '-A INPUT -p udp -j REJECT --reject-with icmp-port-unreachable', '-A INPUT -j DROP']) {
-      expect(portVerdict(`-P INPUT ACCEPT\n${rule}\n`)).toMatchObject({ verdict: 'fail', detail: expect.stringContaining(rule) });
+    for (const rule of [
+      '-A INPUT -p udp -m udp --dport 8472 -j DROP',
+      '-A INPUT -p udp -j REJECT --reject-with icmp-port-unreachable',
+      '-A INPUT -j DROP',
+    ]) {
+      expect(portVerdict(`-P INPUT ACCEPT\n${rule}\n`)).toMatchObject({
+        verdict: 'fail',
+        detail: expect.stringContaining(rule),
+      });
     }
   });
 
   it('an ACCEPT before the DROP, a DROP of another port, or a RETURN before it: ok', () => {
-    expect(portVerdict('-P INPUT ACCEPT\n-A INPUT -p udp -m udp --dport 8472 -j ACCEPT\n-A INPUT -j DROP\n').verdict).toBe('ok');
-    expect(portVerdict('-P INPUT ACCEPT\n-A INPUT -p udp -m udp --dport 53 -j DROP\n').verdict).toBe('ok');
-    expect(portVerdict('-P INPUT ACCEPT\n-A INPUT -j RETURN\n-A INPUT -j DROP\n').verdict).toBe('ok');
+    expect(
+      portVerdict(
+        '-P INPUT ACCEPT\n-A INPUT -p udp -m udp --dport 8472 -j ACCEPT\n-A INPUT -j DROP\n',
+      ).verdict,
+    ).toBe('ok');
+    expect(
+      portVerdict('-P INPUT ACCEPT\n-A INPUT -p udp -m udp --dport 53 -j DROP\n').verdict,
+    ).toBe('ok');
+    expect(portVerdict('-P INPUT ACCEPT\n-A INPUT -j RETURN\n-A INPUT -j DROP\n').verdict).toBe(
+      'ok',
+    );
   });
 
   it('Backend.Port is the port checked', () => {
-    expect(portVerdict('-P INPUT ACCEPT\n-A INPUT -p udp -m udp --dport 4789 -j DROP\n', ',"Port":4789').verdict).toBe('fail');
-    expect(portVerdict('-P INPUT ACCEPT\n-A INPUT -p udp -m udp --dport 8472 -j DROP\n', ',"Port":4789').verdict).toBe('ok');
+    expect(
+      portVerdict('-P INPUT ACCEPT\n-A INPUT -p udp -m udp --dport 4789 -j DROP\n', ',"Port":4789')
+        .verdict,
+    ).toBe('fail');
+    expect(
+      portVerdict('-P INPUT ACCEPT\n-A INPUT -p udp -m udp --dport 8472 -j DROP\n', ',"Port":4789')
+        .verdict,
+    ).toBe('ok');
   });
 
   it('policy DROP fails unless something accepts the port; loopback/established accepts do not count; other conditional accepts warn', () => {
-    expect(portVerdict('-P INPUT DROP\n-A INPUT -i lo -j ACCEPT\n-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n')).toMatchObject({ verdict: 'fail', detail: expect.stringContaining('policy is DROP') });
-    expect(portVerdict('-P INPUT DROP\n-A INPUT -s 10.123.0.0/24 -p udp -m udp --dport 8472 -j ACCEPT\n').verdict).toBe('ok');
-    expect(portVerdict('-P INPUT DROP\n-A INPUT -s 10.123.0.0/24 -j ACCEPT\n').verdict).toBe('warn');
-    expect(portVerdict('-P INPUT ACCEPT\n-A INPUT -s 192.0.2.0/24 -p udp -j DROP\n').verdict).toBe('warn');
+    expect(
+      portVerdict(
+        '-P INPUT DROP\n-A INPUT -i lo -j ACCEPT\n-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n',
+      ),
+    ).toMatchObject({ verdict: 'fail', detail: expect.stringContaining('policy is DROP') });
+    expect(
+      portVerdict('-P INPUT DROP\n-A INPUT -s 10.123.0.0/24 -p udp -m udp --dport 8472 -j ACCEPT\n')
+        .verdict,
+    ).toBe('ok');
+    expect(portVerdict('-P INPUT DROP\n-A INPUT -s 10.123.0.0/24 -j ACCEPT\n').verdict).toBe(
+      'warn',
+    );
+    expect(portVerdict('-P INPUT ACCEPT\n-A INPUT -s 192.0.2.0/24 -p udp -j DROP\n').verdict).toBe(
+      'warn',
+    );
   });
 
   it('host-gw has no vxlan port to check', () => {
-    const f = { ...healthyFacts(), store: storeFact({ backend: 'host-gw' }), inputChain: got('-P INPUT DROP\n') };
+    const f = {
+      ...healthyFacts(),
+      store: storeFact({ backend: 'host-gw' }),
+      inputChain: got('-P INPUT DROP\n'),
+    };
     expect(resultOf(runChecks(f), 'vxlan-port').verdict).toBe('ok');
   });
 });
@@ -63,21 +125,52 @@ describe('INPUT rules and the vxlan port', () => {
 describe('gather', () => {
   it('reads links with kind, master and vxlan data, and counts saved rules', () => {
     const json = [
-      { ifname: 'twill.1', mtu: 1450, linkinfo: { info_kind: 'vxlan', info_data: { id: 1, port: 8472 } }, addr_info: [{ family: 'inet', local: '10.244.3.0', prefixlen: 32 }] },
+      {
+        ifname: 'twill.1',
+        mtu: 1450,
+        linkinfo: { info_kind: 'vxlan', info_data: { id: 1, port: 8472 } },
+        addr_info: [{ family: 'inet', local: '10.244.3.0', prefixlen: 32 }],
+      },
       { ifname: 'twv1', mtu: 1450, master: 'cni0', linkinfo: { info_kind: 'veth' }, addr_info: [] },
     ];
     expect(parseLinkFacts(json)).toEqual([
-      { name: 'twill.1', kind: 'vxlan', mtu: 1450, master: undefined, addresses: ['10.244.3.0/32'], vni: 1, port: 8472 },
-      { name: 'twv1', kind: 'veth', mtu: 1450, master: 'cni0', addresses: [], vni: undefined, port: undefined },
+      {
+        name: 'twill.1',
+        kind: 'vxlan',
+        mtu: 1450,
+        master: undefined,
+        addresses: ['10.244.3.0/32'],
+        vni: 1,
+        port: 8472,
+      },
+      {
+        name: 'twv1',
+        kind: 'veth',
+        mtu: 1450,
+        master: 'cni0',
+        addresses: [],
+        vni: undefined,
+        port: undefined,
+      },
     ]);
-    expect(countSavedRules('# Generated\n*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j ACCEPT\n-A FORWARD -j DROP\nCOMMIT\n')).toBe(2);
+    expect(
+      countSavedRules(
+        '# Generated\n*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j ACCEPT\n-A FORWARD -j DROP\nCOMMIT\n',
+      ),
+    ).toBe(2);
     expect(countSavedRules('')).toBe(0);
   });
 
   it('turns failed reads and an unreachable store into facts, never throws', async () => {
     const runner: Runner = async (file, args) => {
-      if (file === 'iptables' && args[0] === '--version') return { stdout: 'iptables v1.8.9 (nf_tables)\n', stderr: '' };
-      throw new CommandError({ command: [file, ...args], exitCode: 127, stderr: 'not found', reason: 'exit code 127' });
+      if (file === 'iptables' && args[0] === '--version')
+        return { stdout: 'iptables v1.8.9 (nf_tables)\n', stderr: '' };
+      throw new CommandError({
+        command: [file, ...args],
+        exitCode: 127,
+        stderr: 'not found',
+        reason: 'exit code 127',
+      });
     };
     const read: string[] = [];
     const readText = async (path: string): Promise<string> => {
@@ -86,20 +179,46 @@ describe('gather', () => {
       return '1\n';
     };
     const readStore = async (): Promise<never> => {
-      throw new TwillError('STORE_UNAVAILABLE', 'etcd get /coreos.com/network/config: deadline exceeded');
+      throw new TwillError(
+        'STORE_UNAVAILABLE',
+        'etcd get /coreos.com/network/config: deadline exceeded',
+      );
     };
-    const f = await gather({ runner, readText, readStore }, { iface: { iface: [], ifaceRegex: [], publicIp: undefined }, subnetFile: '/nonexistent/subnet.env', bridge: 'cni0', procSysNet: '/host/proc/sys/net' }, AbortSignal.timeout(5000));
+    const f = await gather(
+      { runner, readText, readStore },
+      {
+        iface: { iface: [], ifaceRegex: [], publicIp: undefined },
+        subnetFile: '/nonexistent/subnet.env',
+        bridge: 'cni0',
+        procSysNet: '/host/proc/sys/net',
+      },
+      AbortSignal.timeout(5000),
+    );
     // every sysctl is read where --proc-sys-net says, as the daemon reads them
     expect(read.filter((p) => !p.startsWith('/host/proc/sys/net/'))).toEqual([]);
-    expect(read).toEqual(expect.arrayContaining(['/host/proc/sys/net/ipv4/ip_forward', '/host/proc/sys/net/bridge/bridge-nf-call-iptables', '/host/proc/sys/net/ipv4/conf/all/rp_filter']));
+    expect(read).toEqual(
+      expect.arrayContaining([
+        '/host/proc/sys/net/ipv4/ip_forward',
+        '/host/proc/sys/net/bridge/bridge-nf-call-iptables',
+        '/host/proc/sys/net/ipv4/conf/all/rp_filter',
+      ]),
+    );
     expect(f.ipForward).toEqual(got('1'));
     expect(f.bridgeNf).toEqual(got(undefined));
-    expect(f.iptables).toMatchObject({ ok: true, value: { backend: 'nf_tables', otherRules: { ok: false } } });
+    expect(f.iptables).toMatchObject({
+      ok: true,
+      value: { backend: 'nf_tables', otherRules: { ok: false } },
+    });
     expect(f.links.ok).toBe(false);
     expect(f.subnetEnv).toEqual(got(undefined));
-    expect(f.store).toEqual({ ok: false, error: 'lease store unreachable (etcd get /coreos.com/network/config: deadline exceeded)' });
+    expect(f.store).toEqual({
+      ok: false,
+      error: 'lease store unreachable (etcd get /coreos.com/network/config: deadline exceeded)',
+    });
     const results = runChecks(f);
-    expect(resultOf(results, 'stale-routes').detail).toBe('could not list routes: ip -json route show table main proto 151: exit code 127: not found');
+    expect(resultOf(results, 'stale-routes').detail).toBe(
+      'could not list routes: ip -json route show table main proto 151: exit code 127: not found',
+    );
     expect(resultOf(results, 'br-netfilter').verdict).toBe('fail');
   });
 });
@@ -117,7 +236,10 @@ describe('report', () => {
     expect(table.split('\n')[0]).toMatch(/^CHECK\s+VERDICT\s+DETAIL\s+FIX$/);
     expect(table).toMatch(/^ip-forward\s+FAIL\s+net\.ipv4\.ip_forward is 0/m);
     expect(table).toContain('11 checks: 10 ok, 0 warn, 1 fail');
-    const json = JSON.parse(renderJson(results)) as { ok: boolean; checks: { check: string; verdict: string }[] };
+    const json = JSON.parse(renderJson(results)) as {
+      ok: boolean;
+      checks: { check: string; verdict: string }[];
+    };
     expect(json.ok).toBe(false);
     expect(json.checks).toHaveLength(11);
     expect(doctorExitCode(results)).toBe(1);

@@ -27,7 +27,7 @@ function failure(argv: string[], env: NodeJS.ProcessEnv = {}): TwillError {
 }
 
 describe('resolveRunFlags: defaults', () => {
-  it('gives flannel\'s defaults with no flags and no environment', () => {
+  it("gives flannel's defaults with no flags and no environment", () => {
     expect(resolve([])).toStrictEqual({
       etcdEndpoints: ['http://127.0.0.1:2379'],
       etcdPrefix: '/coreos.com/network',
@@ -59,7 +59,9 @@ describe('resolveRunFlags: defaults', () => {
   });
 
   it('ignores environment variables that are not its own', () => {
-    expect(resolve([], { ETCD_ENDPOINTS: 'http://a:1', FLANNELD_IFACE: 'eth1' }).etcdEndpoints).toStrictEqual(['http://127.0.0.1:2379']);
+    expect(
+      resolve([], { ETCD_ENDPOINTS: 'http://a:1', FLANNELD_IFACE: 'eth1' }).etcdEndpoints,
+    ).toStrictEqual(['http://127.0.0.1:2379']);
   });
 });
 
@@ -70,7 +72,16 @@ describe('resolveRunFlags: command line', () => {
   });
 
   it('repeats --iface and --iface-regex in order', () => {
-    const flags = resolve(['--iface', 'eth1', '--iface', '192.0.2.2', '--iface-regex', '^10\\.', '--iface-regex', 'en.*']);
+    const flags = resolve([
+      '--iface',
+      'eth1',
+      '--iface',
+      '192.0.2.2',
+      '--iface-regex',
+      '^10\\.',
+      '--iface-regex',
+      'en.*',
+    ]);
     expect(flags.iface).toStrictEqual(['eth1', '192.0.2.2']);
     expect(flags.ifaceRegex).toStrictEqual(['^10\\.', 'en.*']);
   });
@@ -79,13 +90,20 @@ describe('resolveRunFlags: command line', () => {
     const flags = resolve([
       '--ip-masq',
       '--kube-subnet-mgr',
-      '--healthz-port', '8471',
-      '--iptables-resync', '30',
-      '--subnet-lease-renew-margin', '120',
-      '--public-ip', '203.0.113.7',
-      '--log-level', 'debug',
-      '--etcd-prefix', '/twill/network',
-      '--node-name', 'node-a',
+      '--healthz-port',
+      '8471',
+      '--iptables-resync',
+      '30',
+      '--subnet-lease-renew-margin',
+      '120',
+      '--public-ip',
+      '203.0.113.7',
+      '--log-level',
+      'debug',
+      '--etcd-prefix',
+      '/twill/network',
+      '--node-name',
+      'node-a',
     ]);
     expect(flags).toMatchObject({
       ipMasq: true,
@@ -108,7 +126,10 @@ describe('resolveRunFlags: environment', () => {
   });
 
   it('reads TWILL_IFACE as a comma list', () => {
-    expect(resolve([], { TWILL_IFACE: 'eth1,192.0.2.2' }).iface).toStrictEqual(['eth1', '192.0.2.2']);
+    expect(resolve([], { TWILL_IFACE: 'eth1,192.0.2.2' }).iface).toStrictEqual([
+      'eth1',
+      '192.0.2.2',
+    ]);
   });
 
   it.each([
@@ -121,24 +142,37 @@ describe('resolveRunFlags: environment', () => {
   });
 
   it('reads ints and strings', () => {
-    const flags = resolve([], { TWILL_HEALTHZ_PORT: '8471', TWILL_SUBNET_FILE: '/tmp/x.env', TWILL_PUBLIC_IP: '198.51.100.4' });
-    expect(flags).toMatchObject({ healthzPort: 8471, subnetFile: '/tmp/x.env', publicIp: '198.51.100.4' });
+    const flags = resolve([], {
+      TWILL_HEALTHZ_PORT: '8471',
+      TWILL_SUBNET_FILE: '/tmp/x.env',
+      TWILL_PUBLIC_IP: '198.51.100.4',
+    });
+    expect(flags).toMatchObject({
+      healthzPort: 8471,
+      subnetFile: '/tmp/x.env',
+      publicIp: '198.51.100.4',
+    });
   });
 
   it('lets the command line win over the environment', () => {
-    const flags = resolve(['--etcd-endpoints', 'http://cli:2379', '--iface', 'eth2', '--healthz-port', '1'], {
-      TWILL_ETCD_ENDPOINTS: 'http://env:2379',
-      TWILL_IFACE: 'eth1',
-      TWILL_HEALTHZ_PORT: '2',
-    });
+    const flags = resolve(
+      ['--etcd-endpoints', 'http://cli:2379', '--iface', 'eth2', '--healthz-port', '1'],
+      {
+        TWILL_ETCD_ENDPOINTS: 'http://env:2379',
+        TWILL_IFACE: 'eth1',
+        TWILL_HEALTHZ_PORT: '2',
+      },
+    );
     expect(flags.etcdEndpoints).toStrictEqual(['http://cli:2379']);
     expect(flags.iface).toStrictEqual(['eth2']);
     expect(flags.healthzPort).toBe(1);
   });
 
-  it('takes --proc-sys-net, or TWILL_PROC_SYS_NET (a DaemonSet mounts the host\'s /proc/sys/net elsewhere)', () => {
+  it("takes --proc-sys-net, or TWILL_PROC_SYS_NET (a DaemonSet mounts the host's /proc/sys/net elsewhere)", () => {
     expect(resolve(['--proc-sys-net=/host/proc/sys/net']).procSysNet).toBe('/host/proc/sys/net');
-    expect(resolve([], { TWILL_PROC_SYS_NET: '/host/proc/sys/net' }).procSysNet).toBe('/host/proc/sys/net');
+    expect(resolve([], { TWILL_PROC_SYS_NET: '/host/proc/sys/net' }).procSysNet).toBe(
+      '/host/proc/sys/net',
+    );
   });
 
   it('lets --ip-masq win over TWILL_IP_MASQ=false', () => {
@@ -152,25 +186,103 @@ describe('resolveRunFlags: bad values', () => {
     ['--healthz-port -1', ['--healthz-port=-1'], {}, '--healthz-port', '-1'],
     ['--healthz-port 65536', ['--healthz-port', '65536'], {}, '--healthz-port', '65536'],
     ['--iptables-resync 0', ['--iptables-resync', '0'], {}, '--iptables-resync', '0'],
-    ['--subnet-lease-renew-margin 1.5', ['--subnet-lease-renew-margin', '1.5'], {}, '--subnet-lease-renew-margin', '1.5'],
+    [
+      '--subnet-lease-renew-margin 1.5',
+      ['--subnet-lease-renew-margin', '1.5'],
+      {},
+      '--subnet-lease-renew-margin',
+      '1.5',
+    ],
     ['--public-ip 1.2.3', ['--public-ip', '1.2.3'], {}, '--public-ip', '1.2.3'],
     ['--healthz-ip localhost', ['--healthz-ip', 'localhost'], {}, '--healthz-ip', 'localhost'],
     ['--log-level loud', ['--log-level', 'loud'], {}, '--log-level', 'loud'],
     ['TWILL_IP_MASQ=maybe', [], { TWILL_IP_MASQ: 'maybe' }, '--ip-masq', 'maybe'],
     ['TWILL_HEALTHZ_PORT=http', [], { TWILL_HEALTHZ_PORT: 'http' }, '--healthz-port', 'http'],
-    ['--etcd-endpoints ftp://x', ['--etcd-endpoints', 'ftp://x'], {}, '--etcd-endpoints', 'ftp://x'],
-    ['--etcd-endpoints without scheme', ['--etcd-endpoints', 'http://a:2379,10.0.0.2:2379'], {}, '--etcd-endpoints', '10.0.0.2:2379'],
-    ['--etcd-endpoints with a path', ['--etcd-endpoints', 'http://a:2379/v3'], {}, '--etcd-endpoints', 'http://a:2379/v3'],
-    ['TWILL_ETCD_ENDPOINTS empty', [], { TWILL_ETCD_ENDPOINTS: ' , ' }, '--etcd-endpoints', 'at least one'],
-    ['--etcd-prefix relative', ['--etcd-prefix', 'coreos.com/network'], {}, '--etcd-prefix', 'coreos.com/network'],
+    [
+      '--etcd-endpoints ftp://x',
+      ['--etcd-endpoints', 'ftp://x'],
+      {},
+      '--etcd-endpoints',
+      'ftp://x',
+    ],
+    [
+      '--etcd-endpoints without scheme',
+      ['--etcd-endpoints', 'http://a:2379,10.0.0.2:2379'],
+      {},
+      '--etcd-endpoints',
+      '10.0.0.2:2379',
+    ],
+    [
+      '--etcd-endpoints with a path',
+      ['--etcd-endpoints', 'http://a:2379/v3'],
+      {},
+      '--etcd-endpoints',
+      'http://a:2379/v3',
+    ],
+    [
+      'TWILL_ETCD_ENDPOINTS empty',
+      [],
+      { TWILL_ETCD_ENDPOINTS: ' , ' },
+      '--etcd-endpoints',
+      'at least one',
+    ],
+    [
+      '--etcd-prefix relative',
+      ['--etcd-prefix', 'coreos.com/network'],
+      {},
+      '--etcd-prefix',
+      'coreos.com/network',
+    ],
     ['--iface-regex (', ['--iface-regex', '('], {}, '--iface-regex', '('],
-    ['--proc-sys-net relative', ['--proc-sys-net', 'host/proc/sys/net'], {}, '--proc-sys-net', 'host/proc/sys/net'],
-    ['--kube-api-url without scheme', ['--kube-api-url', '10.0.0.1:6443'], {}, '--kube-api-url', '10.0.0.1:6443'],
-    ['--kube-api-url with a path', ['--kube-api-url', 'https://api:6443/x'], {}, '--kube-api-url', 'https://api:6443/x'],
-    ['--kube-annotation-prefix with a slash', ['--kube-annotation-prefix', 'a.io/b'], {}, '--kube-annotation-prefix', 'a.io/b'],
-    ['--kube-annotation-prefix with an empty label', ['--kube-annotation-prefix', 'a..b'], {}, '--kube-annotation-prefix', 'a..b'],
-    ['--kube-annotation-prefix with a dash at a label edge', ['--kube-annotation-prefix', 'a-.b'], {}, '--kube-annotation-prefix', 'a-.b'],
-    ['--kube-api-url over plain http', ['--kube-api-url', 'http://api:8080'], {}, '--kube-api-url', 'http://api:8080'],
+    [
+      '--proc-sys-net relative',
+      ['--proc-sys-net', 'host/proc/sys/net'],
+      {},
+      '--proc-sys-net',
+      'host/proc/sys/net',
+    ],
+    [
+      '--kube-api-url without scheme',
+      ['--kube-api-url', '10.0.0.1:6443'],
+      {},
+      '--kube-api-url',
+      '10.0.0.1:6443',
+    ],
+    [
+      '--kube-api-url with a path',
+      ['--kube-api-url', 'https://api:6443/x'],
+      {},
+      '--kube-api-url',
+      'https://api:6443/x',
+    ],
+    [
+      '--kube-annotation-prefix with a slash',
+      ['--kube-annotation-prefix', 'a.io/b'],
+      {},
+      '--kube-annotation-prefix',
+      'a.io/b',
+    ],
+    [
+      '--kube-annotation-prefix with an empty label',
+      ['--kube-annotation-prefix', 'a..b'],
+      {},
+      '--kube-annotation-prefix',
+      'a..b',
+    ],
+    [
+      '--kube-annotation-prefix with a dash at a label edge',
+      ['--kube-annotation-prefix', 'a-.b'],
+      {},
+      '--kube-annotation-prefix',
+      'a-.b',
+    ],
+    [
+      '--kube-api-url over plain http',
+      ['--kube-api-url', 'http://api:8080'],
+      {},
+      '--kube-api-url',
+      'http://api:8080',
+    ],
   ])('%s', (_name, argv: string[], env: NodeJS.ProcessEnv, flag, value) => {
     const err = failure(argv, env);
     expect(err.code).toBe('FLAG_INVALID');
@@ -217,40 +329,73 @@ describe('resolveRunFlags: etcd credentials', () => {
     const path = await file('pw', 's3cret pass\n\n');
     expect(resolve([...https, '--etcd-password-file', path]).etcdPassword).toBe('s3cret pass\n');
     const crlf = await file('pw-crlf', 'from-env\r\n');
-    expect(resolve(https, { TWILL_ETCD_PASSWORD_FILE: crlf })).toMatchObject({ etcdPassword: 'from-env', etcdPasswordFile: crlf });
-    expect(resolve([...https, '--etcd-password-file', await file('pw-bare', 'bare')]).etcdPassword).toBe('bare');
+    expect(resolve(https, { TWILL_ETCD_PASSWORD_FILE: crlf })).toMatchObject({
+      etcdPassword: 'from-env',
+      etcdPasswordFile: crlf,
+    });
+    expect(
+      resolve([...https, '--etcd-password-file', await file('pw-bare', 'bare')]).etcdPassword,
+    ).toBe('bare');
   });
 
   it('refuses --etcd-password together with --etcd-password-file, an unreadable file and an empty one', async () => {
     const path = await file('pw2', 'secret-two\n');
     const both = failure([...https, '--etcd-password', 'secret-one', '--etcd-password-file', path]);
     expect(both.code).toBe('FLAG_INVALID');
-    expect(both.message).toMatch(/^--etcd-password and --etcd-password-file: give the etcd password one way only/);
+    expect(both.message).toMatch(
+      /^--etcd-password and --etcd-password-file: give the etcd password one way only/,
+    );
     expect(both.message).not.toContain('secret-');
-    expect(failure(https, { TWILL_ETCD_PASSWORD: 'secret-one', TWILL_ETCD_PASSWORD_FILE: path }).message).toContain('one way only');
-    expect(failure([...https, '--etcd-password-file', join(dir, 'absent')]).message).toBe(`--etcd-password-file ${JSON.stringify(join(dir, 'absent'))}: cannot be read (ENOENT)`);
-    expect(failure([...https, '--etcd-password-file', await file('empty', '\n')]).message).toContain('is empty');
+    expect(
+      failure(https, { TWILL_ETCD_PASSWORD: 'secret-one', TWILL_ETCD_PASSWORD_FILE: path }).message,
+    ).toContain('one way only');
+    expect(failure([...https, '--etcd-password-file', join(dir, 'absent')]).message).toBe(
+      `--etcd-password-file ${JSON.stringify(join(dir, 'absent'))}: cannot be read (ENOENT)`,
+    );
+    expect(
+      failure([...https, '--etcd-password-file', await file('empty', '\n')]).message,
+    ).toContain('is empty');
   });
 
   it('refuses a password over http:// unless --etcd-allow-insecure-password (or its env twin) is given', async () => {
     const path = await file('pw3', 'hunter22\n');
-    for (const argv of [['--etcd-password', 'hunter22'], ['--etcd-password-file', path], ['--etcd-endpoints', 'http://root:hunter22@10.0.0.1:2379']]) {
+    for (const argv of [
+      ['--etcd-password', 'hunter22'],
+      ['--etcd-password-file', path],
+      ['--etcd-endpoints', 'http://root:hunter22@10.0.0.1:2379'],
+    ]) {
       const err = failure(argv);
       expect(err.code).toBe('FLAG_INVALID');
       expect(err.message).toContain('refusing to send the etcd password over plain http');
       expect(err.message).toContain('--etcd-allow-insecure-password');
       expect(err.message).not.toContain('hunter22');
       expect(resolve([...argv, '--etcd-allow-insecure-password']).etcdPassword).toBe('hunter22');
-      expect(resolve(argv, { TWILL_ETCD_ALLOW_INSECURE_PASSWORD: 'true' }).etcdPassword).toBe('hunter22');
+      expect(resolve(argv, { TWILL_ETCD_ALLOW_INSECURE_PASSWORD: 'true' }).etcdPassword).toBe(
+        'hunter22',
+      );
     }
     expect(resolve([...https, '--etcd-password', 'hunter22']).etcdPassword).toBe('hunter22');
-    expect(resolve(['--etcd-username', 'root']).etcdUsername).toBe('root'); // a user alone sends no password
+    // a user alone sends no password
+    expect(resolve(['--etcd-username', 'root']).etcdUsername).toBe('root');
   });
 
   it('takes user:password@ out of the endpoint URLs, %-decoded', () => {
-    const flags = resolve(['--etcd-endpoints', 'https://root:p%40ss@10.0.0.1:2379,https://root:p%40ss@10.0.0.2:2379']);
-    expect(flags).toMatchObject({ etcdEndpoints: ['https://10.0.0.1:2379', 'https://10.0.0.2:2379'], etcdUsername: 'root', etcdPassword: 'p@ss' });
-    expect(resolve(['--etcd-endpoints', 'https://root@10.0.0.1:2379', '--etcd-password', 'pw'])).toMatchObject({ etcdEndpoints: ['https://10.0.0.1:2379'], etcdUsername: 'root', etcdPassword: 'pw' });
+    const flags = resolve([
+      '--etcd-endpoints',
+      'https://root:p%40ss@10.0.0.1:2379,https://root:p%40ss@10.0.0.2:2379',
+    ]);
+    expect(flags).toMatchObject({
+      etcdEndpoints: ['https://10.0.0.1:2379', 'https://10.0.0.2:2379'],
+      etcdUsername: 'root',
+      etcdPassword: 'p@ss',
+    });
+    expect(
+      resolve(['--etcd-endpoints', 'https://root@10.0.0.1:2379', '--etcd-password', 'pw']),
+    ).toMatchObject({
+      etcdEndpoints: ['https://10.0.0.1:2379'],
+      etcdUsername: 'root',
+      etcdPassword: 'pw',
+    });
   });
 
   it('never echoes a password from an endpoint URL in an error', () => {
@@ -265,11 +410,15 @@ describe('resolveRunFlags: etcd credentials', () => {
       expect(err.message).not.toContain('hunter22');
       expect(err.message).not.toContain('other22');
     }
-    expect(failure(['--etcd-endpoints', 'ftp://root:hunter22@10.0.0.1:2379']).message).toContain('root:***@');
+    expect(failure(['--etcd-endpoints', 'ftp://root:hunter22@10.0.0.1:2379']).message).toContain(
+      'root:***@',
+    );
   });
 
   it('refuses a client certificate without its key, and a key without its certificate', () => {
-    expect(failure(['--etcd-certfile', '/c.pem']).message).toContain('--etcd-certfile and --etcd-keyfile: give both');
+    expect(failure(['--etcd-certfile', '/c.pem']).message).toContain(
+      '--etcd-certfile and --etcd-keyfile: give both',
+    );
     expect(failure(['--etcd-keyfile', '/k.pem']).message).toContain('give both');
   });
 });

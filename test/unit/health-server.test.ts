@@ -19,10 +19,15 @@ afterEach(() => {
 
 async function serve(): Promise<number> {
   const port = await freePort();
-  void serveHealth({ ip: '127.0.0.1', port, probe: {} as DaemonProbe, logger: captureLog().logger }, ctl.signal);
+  void serveHealth(
+    { ip: '127.0.0.1', port, probe: {} as DaemonProbe, logger: captureLog().logger },
+    ctl.signal,
+  );
   for (let i = 0; i < 100; i++) {
     const up = await new Promise<boolean>((resolve) => {
-      const s = connect(port, '127.0.0.1', () => (s.destroy(), resolve(true))).on('error', () => resolve(false));
+      const s = connect(port, '127.0.0.1', () => (s.destroy(), resolve(true))).on('error', () =>
+        resolve(false),
+      );
     });
     if (up) return port;
     await new Promise((r) => setTimeout(r, 20));
@@ -30,8 +35,13 @@ async function serve(): Promise<number> {
   throw new Error('health server did not listen');
 }
 
-/** Opens a connection; resolves once connected, with a promise that settles when the server closes it. */
-function open(port: number): Promise<{ socket: Socket; closed: Promise<void>; data: () => string }> {
+/**
+ * Opens a connection; resolves once connected, with a promise that settles when the server closes
+ * it.
+ */
+function open(
+  port: number,
+): Promise<{ socket: Socket; closed: Promise<void>; data: () => string }> {
   return new Promise((resolve, reject) => {
     let buf = '';
     const socket = connect(port, '127.0.0.1');
@@ -47,7 +57,9 @@ describe('health server limits', () => {
   it('refuses headers past the limit with 431', async () => {
     const port = await serve();
     const c = await open(port);
-    c.socket.write(`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(HEALTH_LIMITS.maxHeaderBytes + 1024)}\r\n\r\n`);
+    c.socket.write(
+      `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(HEALTH_LIMITS.maxHeaderBytes + 1024)}\r\n\r\n`,
+    );
     await c.closed;
     expect(c.data()).toMatch(/^HTTP\/1\.1 431 /);
   });
@@ -57,9 +69,15 @@ describe('health server limits', () => {
     const kept = [];
     for (let i = 0; i < HEALTH_LIMITS.maxConnections; i++) kept.push(await open(port));
     const extra = await open(port);
-    const closedFast = await Promise.race([extra.closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 2_000))]);
+    const closedFast = await Promise.race([
+      extra.closed.then(() => true),
+      new Promise<boolean>((r) => setTimeout(() => r(false), 2_000)),
+    ]);
     expect(closedFast).toBe(true);
-    const anyClosed = await Promise.race([...kept.map((k) => k.closed.then(() => true)), new Promise<boolean>((r) => setTimeout(() => r(false), 200))]);
+    const anyClosed = await Promise.race([
+      ...kept.map((k) => k.closed.then(() => true)),
+      new Promise<boolean>((r) => setTimeout(() => r(false), 200)),
+    ]);
     expect(anyClosed).toBe(false);
   });
 });

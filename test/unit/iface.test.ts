@@ -2,7 +2,14 @@
 // output: --iface, --iface-regex, the default route, and --public-ip.
 import { describe, expect, it } from 'vitest';
 import { TwillError } from '../../src/errors.ts';
-import { defaultRouteDevice, parseIpAddr, selectInterface, type IfaceChoice, type IfaceInfo, type IfaceRequest } from '../../src/net/iface.ts';
+import {
+  defaultRouteDevice,
+  parseIpAddr,
+  selectInterface,
+  type IfaceChoice,
+  type IfaceInfo,
+  type IfaceRequest,
+} from '../../src/net/iface.ts';
 
 // `ip -json -4 addr show` on a host with loopback, two NICs, a NIC without an
 // IPv4 address and a bridge (one line per link, as iproute2 prints it).
@@ -25,7 +32,11 @@ function summary(c: IfaceChoice): [string, string, string] {
   return [c.iface.name, c.ifaceIp, c.publicIp];
 }
 
-function failure(links: readonly IfaceInfo[], dev: string | undefined, req: IfaceRequest): TwillError {
+function failure(
+  links: readonly IfaceInfo[],
+  dev: string | undefined,
+  req: IfaceRequest,
+): TwillError {
   try {
     selectInterface(links, dev, req);
   } catch (err) {
@@ -38,11 +49,35 @@ function failure(links: readonly IfaceInfo[], dev: string | undefined, req: Ifac
 describe('parseIpAddr', () => {
   it('reads name, MTU, MAC and IPv4 addresses in kernel order', () => {
     expect(LINKS).toStrictEqual([
-      { name: 'lo', mtu: 65536, mac: '00:00:00:00:00:00', addrs: ['127.0.0.1'], networks: ['127.0.0.1/8'] },
-      { name: 'eth0', mtu: 1500, mac: '02:fc:00:00:00:01', addrs: ['192.0.2.2'], networks: ['192.0.2.2/24'] },
-      { name: 'eth1', mtu: 9000, mac: '02:fc:00:00:00:02', addrs: ['10.10.0.5', '10.10.0.6'], networks: ['10.10.0.5/16', '10.10.0.6/16'] },
+      {
+        name: 'lo',
+        mtu: 65536,
+        mac: '00:00:00:00:00:00',
+        addrs: ['127.0.0.1'],
+        networks: ['127.0.0.1/8'],
+      },
+      {
+        name: 'eth0',
+        mtu: 1500,
+        mac: '02:fc:00:00:00:01',
+        addrs: ['192.0.2.2'],
+        networks: ['192.0.2.2/24'],
+      },
+      {
+        name: 'eth1',
+        mtu: 9000,
+        mac: '02:fc:00:00:00:02',
+        addrs: ['10.10.0.5', '10.10.0.6'],
+        networks: ['10.10.0.5/16', '10.10.0.6/16'],
+      },
       { name: 'eth2', mtu: 1500, mac: '02:fc:00:00:00:03', addrs: [], networks: [] },
-      { name: 'br-lan', mtu: 1400, mac: '02:fc:00:00:00:04', addrs: ['172.16.9.1'], networks: ['172.16.9.1/24'] },
+      {
+        name: 'br-lan',
+        mtu: 1400,
+        mac: '02:fc:00:00:00:04',
+        addrs: ['172.16.9.1'],
+        networks: ['172.16.9.1/24'],
+      },
     ]);
   });
 
@@ -58,7 +93,15 @@ describe('parseIpAddr', () => {
         ],
       },
     ];
-    expect(parseIpAddr(json)).toStrictEqual([{ name: 'eth0', mtu: 1500, mac: '02:fc:00:00:00:01', addrs: ['192.0.2.2'], networks: ['192.0.2.2/24'] }]);
+    expect(parseIpAddr(json)).toStrictEqual([
+      {
+        name: 'eth0',
+        mtu: 1500,
+        mac: '02:fc:00:00:00:01',
+        addrs: ['192.0.2.2'],
+        networks: ['192.0.2.2/24'],
+      },
+    ]);
   });
 
   it('gives no interfaces for output that is not an array', () => {
@@ -82,7 +125,18 @@ describe('defaultRouteDevice', () => {
 
   it('is undefined without a default route', () => {
     expect(defaultRouteDevice([])).toBeUndefined();
-    expect(defaultRouteDevice([{ dst: '10.10.0.0/16', dev: 'eth1', protocol: 'kernel', scope: 'link', prefsrc: '10.10.0.5', flags: [] }])).toBeUndefined();
+    expect(
+      defaultRouteDevice([
+        {
+          dst: '10.10.0.0/16',
+          dev: 'eth1',
+          protocol: 'kernel',
+          scope: 'link',
+          prefsrc: '10.10.0.5',
+          flags: [],
+        },
+      ]),
+    ).toBeUndefined();
     expect(defaultRouteDevice('not json')).toBeUndefined();
   });
 });
@@ -91,19 +145,34 @@ describe('selectInterface', () => {
   const dev = defaultRouteDevice(ROUTE_DEFAULT);
 
   it('uses the default route device without flags', () => {
-    expect(summary(selectInterface(LINKS, dev, NONE))).toStrictEqual(['eth0', '192.0.2.2', '192.0.2.2']);
+    expect(summary(selectInterface(LINKS, dev, NONE))).toStrictEqual([
+      'eth0',
+      '192.0.2.2',
+      '192.0.2.2',
+    ]);
   });
 
   it('selects --iface by name, using its first address', () => {
-    expect(summary(selectInterface(LINKS, dev, { ...NONE, iface: ['eth1'] }))).toStrictEqual(['eth1', '10.10.0.5', '10.10.0.5']);
+    expect(summary(selectInterface(LINKS, dev, { ...NONE, iface: ['eth1'] }))).toStrictEqual([
+      'eth1',
+      '10.10.0.5',
+      '10.10.0.5',
+    ]);
   });
 
   it('selects --iface by address, using that address', () => {
-    expect(summary(selectInterface(LINKS, dev, { ...NONE, iface: ['10.10.0.6'] }))).toStrictEqual(['eth1', '10.10.0.6', '10.10.0.6']);
+    expect(summary(selectInterface(LINKS, dev, { ...NONE, iface: ['10.10.0.6'] }))).toStrictEqual([
+      'eth1',
+      '10.10.0.6',
+      '10.10.0.6',
+    ]);
   });
 
   it('takes the first --iface that is found', () => {
-    const choice = selectInterface(LINKS, dev, { ...NONE, iface: ['eth9', 'eth2', '203.0.113.1', 'br-lan', 'eth1'] });
+    const choice = selectInterface(LINKS, dev, {
+      ...NONE,
+      iface: ['eth9', 'eth2', '203.0.113.1', 'br-lan', 'eth1'],
+    });
     expect(summary(choice)).toStrictEqual(['br-lan', '172.16.9.1', '172.16.9.1']);
   });
 
@@ -116,24 +185,34 @@ describe('selectInterface', () => {
   });
 
   it('does not fall back to the default route when --iface is not found', () => {
-    expect(failure(LINKS, dev, { ...NONE, iface: ['203.0.113.1'] }).message).toContain('203.0.113.1');
+    expect(failure(LINKS, dev, { ...NONE, iface: ['203.0.113.1'] }).message).toContain(
+      '203.0.113.1',
+    );
   });
 
   it('matches --iface-regex against addresses before names', () => {
     // "1" matches the name "eth1" but first the address 127.0.0.1 of lo
-    expect(summary(selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['1'] }))).toStrictEqual(['lo', '127.0.0.1', '127.0.0.1']);
-    // "^eth1$" matches no address, so it matches the name
-    expect(summary(selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['^eth1$'] }))).toStrictEqual(['eth1', '10.10.0.5', '10.10.0.5']);
-    // an address match on a later link beats a name match on an earlier one
-    expect(summary(selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['^(eth0|172\\.16\\..*)$'] }))).toStrictEqual([
-      'br-lan',
-      '172.16.9.1',
-      '172.16.9.1',
+    expect(summary(selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['1'] }))).toStrictEqual([
+      'lo',
+      '127.0.0.1',
+      '127.0.0.1',
     ]);
+    // "^eth1$" matches no address, so it matches the name
+    expect(summary(selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['^eth1$'] }))).toStrictEqual(
+      ['eth1', '10.10.0.5', '10.10.0.5'],
+    );
+    // an address match on a later link beats a name match on an earlier one
+    expect(
+      summary(selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['^(eth0|172\\.16\\..*)$'] })),
+    ).toStrictEqual(['br-lan', '172.16.9.1', '172.16.9.1']);
   });
 
   it('uses the matching address of an interface, not its first', () => {
-    expect(summary(selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['\\.6$'] }))).toStrictEqual(['eth1', '10.10.0.6', '10.10.0.6']);
+    expect(summary(selectInterface(LINKS, dev, { ...NONE, ifaceRegex: ['\\.6$'] }))).toStrictEqual([
+      'eth1',
+      '10.10.0.6',
+      '10.10.0.6',
+    ]);
   });
 
   it('tries each --iface-regex in order', () => {
@@ -170,7 +249,11 @@ describe('selectInterface', () => {
   it('lets --public-ip override publicIp but not ifaceIp', () => {
     const byDefault = selectInterface(LINKS, dev, { ...NONE, publicIp: '203.0.113.7' });
     expect(summary(byDefault)).toStrictEqual(['eth0', '192.0.2.2', '203.0.113.7']);
-    const byName = selectInterface(LINKS, dev, { iface: ['eth1'], ifaceRegex: [], publicIp: '203.0.113.7' });
+    const byName = selectInterface(LINKS, dev, {
+      iface: ['eth1'],
+      ifaceRegex: [],
+      publicIp: '203.0.113.7',
+    });
     expect(summary(byName)).toStrictEqual(['eth1', '10.10.0.5', '203.0.113.7']);
     expect(byName.iface.mtu).toBe(9000);
   });

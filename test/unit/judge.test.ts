@@ -8,7 +8,15 @@ import { ipTouch, nftTouch } from '../../src/dataplane/monitor.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';
 
 // peer 4: subnet 10.244.4.0/24, public IP 10.123.0.4, VtepMAC 02:00:00:00:00:04
-const known = indexDesired(desiredState(backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true }), peerLease(4, { vxlan: true })] })), 3);
+const known = indexDesired(
+  desiredState(
+    backendInput({
+      backend: 'vxlan',
+      peers: [peerLease(1, { vxlan: true }), peerLease(4, { vxlan: true })],
+    }),
+  ),
+  3,
+);
 const j = (line: string, generation = 3): unknown => judge(ipTouch(line), known, generation);
 
 describe('judging kernel events', () => {
@@ -19,33 +27,51 @@ describe('judging kernel events', () => {
   });
 
   it('asks to put back just the entry a drift touched', () => {
-    expect(j('Deleted 10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink ')).toEqual([{ kind: 'route', key: '10.244.4.0/24' }]);
-    expect(j('Deleted 10.244.4.0 dev twill.1 FAILED ')).toEqual([{ kind: 'neigh', key: '10.244.4.0' }]);
-    expect(j('10.244.4.0 dev twill.1 lladdr 02:00:00:00:00:99 PERMANENT ')).toEqual([{ kind: 'neigh', key: '10.244.4.0' }]);
-    expect(j('Deleted 10.123.0.4 dev twill.1 lladdr 02:00:00:00:00:04 NOARP PERMANENT ')).toEqual([{ kind: 'fdb', key: '10.123.0.4' }]);
+    expect(j('Deleted 10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink ')).toEqual([
+      { kind: 'route', key: '10.244.4.0/24' },
+    ]);
+    expect(j('Deleted 10.244.4.0 dev twill.1 FAILED ')).toEqual([
+      { kind: 'neigh', key: '10.244.4.0' },
+    ]);
+    expect(j('10.244.4.0 dev twill.1 lladdr 02:00:00:00:00:99 PERMANENT ')).toEqual([
+      { kind: 'neigh', key: '10.244.4.0' },
+    ]);
+    expect(j('Deleted 10.123.0.4 dev twill.1 lladdr 02:00:00:00:00:04 NOARP PERMANENT ')).toEqual([
+      { kind: 'fdb', key: '10.123.0.4' },
+    ]);
   });
 
-  it('asks for nothing when something twill does not want goes away, or the kernel\'s own entries come and go', () => {
+  it("asks for nothing when something twill does not want goes away, or the kernel's own entries come and go", () => {
     expect(j('Deleted 10.244.9.0/24 via 10.244.9.0 dev twill.1 proto 151 onlink ')).toEqual([]);
     expect(j('10.244.9.7 dev twill.1 FAILED ')).toEqual([]);
-    expect(j('Deleted 10.123.0.4 dev twill.1 lladdr 02:00:00:00:00:77 NOARP PERMANENT ')).toEqual([]);
+    expect(j('Deleted 10.123.0.4 dev twill.1 lladdr 02:00:00:00:00:77 NOARP PERMANENT ')).toEqual(
+      [],
+    );
   });
 
   it('asks for an observed pass over the entries for what it cannot put back by itself', () => {
     const entries = [{ kind: 'entries' }];
-    // a route of twill's protocol that is not the wanted one, a stray permanent entry, a foreign FDB entry towards a peer
+    // a route of twill's protocol that is not the wanted one, a stray permanent entry, a foreign
+    // FDB entry towards a peer
     expect(j('10.244.4.0/24 via 10.123.0.1 dev eth0 proto 151 ')).toEqual(entries);
-    expect(j('10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink metric 5')).toEqual(entries);
+    expect(j('10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink metric 5')).toEqual(
+      entries,
+    );
     expect(j('10.244.9.7 dev twill.1 lladdr 02:00:00:00:00:09 PERMANENT ')).toEqual(entries);
     expect(j('10.123.0.4 dev twill.1 lladdr 02:00:00:00:00:77 NOARP PERMANENT ')).toEqual(entries);
-    // links and addresses; another twill device; a desired state from before the leases changed; nothing known yet
+    // links and addresses; another twill device; a desired state from before the leases changed;
+    // nothing known yet
     expect(j('7: twill.1: <BROADCAST,MULTICAST> mtu 1450 qdisc noop state DOWN')).toEqual(entries);
     expect(j('Deleted 10.244.4.0 dev twill.2 FAILED ')).toEqual(entries);
-    expect(j('Deleted 10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink ', 4)).toEqual(entries);
+    expect(j('Deleted 10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink ', 4)).toEqual(
+      entries,
+    );
     expect(judge(ipTouch('Deleted 10.244.4.0 dev twill.1 FAILED '), undefined, 0)).toEqual(entries);
   });
 
-  it('passes a rule event on as its tables\' chains', () => {
-    expect(judge(nftTouch('delete rule ip nat TWILL-POSTRTG handle 2'), known, 3)).toEqual([{ kind: 'chains', tables: ['nat'] }]);
+  it("passes a rule event on as its tables' chains", () => {
+    expect(judge(nftTouch('delete rule ip nat TWILL-POSTRTG handle 2'), known, 3)).toEqual([
+      { kind: 'chains', tables: ['nat'] },
+    ]);
   });
 });

@@ -18,7 +18,14 @@ async function setup(): Promise<{ kv: MemoryKv; store: KvLeaseStore; lease: Leas
   const kv = new MemoryKv();
   kv.putRaw('/k/config', '{"Network":"10.60.0.0/16"}');
   const store = new KvLeaseStore({ kv, prefix: '/k' });
-  const lease = await store.acquireLease({ config: parseNetConfig('{"Network":"10.60.0.0/16"}'), attrs: vxlanAttrs(1), previous: undefined }, new AbortController().signal);
+  const lease = await store.acquireLease(
+    {
+      config: parseNetConfig('{"Network":"10.60.0.0/16"}'),
+      attrs: vxlanAttrs(1),
+      previous: undefined,
+    },
+    new AbortController().signal,
+  );
   return { kv, store, lease };
 }
 
@@ -28,7 +35,11 @@ describe('LeaseKeeper against a second writer', () => {
     const log = captureLog();
     const reclaimedAt: number[] = [];
     const keeper: LeaseKeeper = new LeaseKeeper({
-      store, lease, renewMarginMs: 3_600_000, logger: log.logger, flapLimits: LIMITS,
+      store,
+      lease,
+      renewMarginMs: 3_600_000,
+      logger: log.logger,
+      flapLimits: LIMITS,
       // the rival: every time twill restores the record, it is taken away again at once
       onLease: () => {
         reclaimedAt.push(Date.now());
@@ -39,14 +50,19 @@ describe('LeaseKeeper against a second writer', () => {
     const start = Date.now();
     kv.deleteRaw(`/k/subnets/${lease.key}`);
     keeper.notifyLost('deleted by the rival');
-    await expect(keeper.run(AbortSignal.timeout(10_000))).rejects.toMatchObject({ code: 'LEASE_TAKEN', message: expect.stringContaining('second twill running with the same node name') });
+    await expect(keeper.run(AbortSignal.timeout(10_000))).rejects.toMatchObject({
+      code: 'LEASE_TAKEN',
+      message: expect.stringContaining('second twill running with the same node name'),
+    });
     // reclaimed at once, then after 50, 100 and 200 ms; the fifth loss ends it
     expect(reclaimedAt).toHaveLength(4);
     const gaps = reclaimedAt.map((t, i) => t - (reclaimedAt[i - 1] ?? start));
     expect(gaps[1]).toBeGreaterThanOrEqual(50);
     expect(gaps[2]).toBeGreaterThanOrEqual(100);
     expect(gaps[3]).toBeGreaterThanOrEqual(200);
-    expect(log.lines.map((l) => l.msg)).toContain('own lease lost again right after it was restored: another writer? waiting before reclaiming');
+    expect(log.lines.map((l) => l.msg)).toContain(
+      'own lease lost again right after it was restored: another writer? waiting before reclaiming',
+    );
     await store.close();
   });
 
@@ -54,14 +70,22 @@ describe('LeaseKeeper against a second writer', () => {
     const { kv, store, lease } = await setup();
     const log = captureLog();
     const reclaimedAt: number[] = [];
-    const keeper = new LeaseKeeper({ store, lease, renewMarginMs: 3_600_000, logger: log.logger, flapLimits: { ...LIMITS, windowMs: 100, baseMs: 5_000 }, onLease: () => reclaimedAt.push(Date.now()) });
+    const keeper = new LeaseKeeper({
+      store,
+      lease,
+      renewMarginMs: 3_600_000,
+      logger: log.logger,
+      flapLimits: { ...LIMITS, windowMs: 100, baseMs: 5_000 },
+      onLease: () => reclaimedAt.push(Date.now()),
+    });
     const ctl = new AbortController();
     const running = keeper.run(ctl.signal);
     for (let i = 0; i < 3; i++) {
       kv.deleteRaw(`/k/subnets/${lease.key}`);
       const lostAt = Date.now();
       keeper.notifyLost('deleted');
-      while (reclaimedAt.length <= i && Date.now() - lostAt < 2_000) await new Promise((r) => setTimeout(r, 5));
+      while (reclaimedAt.length <= i && Date.now() - lostAt < 2_000)
+        await new Promise((r) => setTimeout(r, 5));
       expect(reclaimedAt[i]! - lostAt).toBeLessThan(1_000);
       await new Promise((r) => setTimeout(r, 150));
     }

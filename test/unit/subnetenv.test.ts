@@ -6,7 +6,13 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { TwillError } from '../../src/errors.ts';
 import { parseCidr, type Cidr } from '../../src/net/ipv4.ts';
-import { parseSubnetEnv, readSubnetEnv, renderSubnetEnv, writeSubnetEnv, type SubnetEnv } from '../../src/subnetenv.ts';
+import {
+  parseSubnetEnv,
+  readSubnetEnv,
+  renderSubnetEnv,
+  writeSubnetEnv,
+  type SubnetEnv,
+} from '../../src/subnetenv.ts';
 
 function cidr(text: string): Cidr {
   const c = parseCidr(text, { strict: true });
@@ -14,8 +20,14 @@ function cidr(text: string): Cidr {
   return c;
 }
 
-const ENV: SubnetEnv = { network: cidr('10.244.0.0/16'), subnet: cidr('10.244.3.0/24'), mtu: 1450, ipMasq: true };
-const TEXT = 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n';
+const ENV: SubnetEnv = {
+  network: cidr('10.244.0.0/16'),
+  subnet: cidr('10.244.3.0/24'),
+  mtu: 1450,
+  ipMasq: true,
+};
+const TEXT =
+  'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n';
 
 function failure(text: string): TwillError {
   try {
@@ -28,13 +40,20 @@ function failure(text: string): TwillError {
 }
 
 describe('renderSubnetEnv', () => {
-  it('writes flannel\'s variables in flannel\'s order', () => {
+  it("writes flannel's variables in flannel's order", () => {
     expect(renderSubnetEnv(ENV)).toBe(TEXT);
   });
 
   it('writes the first host of a small subnet and ipMasq false', () => {
-    const env: SubnetEnv = { network: cidr('10.1.0.0/28'), subnet: cidr('10.1.0.8/30'), mtu: 1500, ipMasq: false };
-    expect(renderSubnetEnv(env)).toBe('FLANNEL_NETWORK=10.1.0.0/28\nFLANNEL_SUBNET=10.1.0.9/30\nFLANNEL_MTU=1500\nFLANNEL_IPMASQ=false\n');
+    const env: SubnetEnv = {
+      network: cidr('10.1.0.0/28'),
+      subnet: cidr('10.1.0.8/30'),
+      mtu: 1500,
+      ipMasq: false,
+    };
+    expect(renderSubnetEnv(env)).toBe(
+      'FLANNEL_NETWORK=10.1.0.0/28\nFLANNEL_SUBNET=10.1.0.9/30\nFLANNEL_MTU=1500\nFLANNEL_IPMASQ=false\n',
+    );
   });
 });
 
@@ -49,21 +68,38 @@ describe('parseSubnetEnv', () => {
   });
 
   it('skips blank lines, comments and surrounding whitespace, in any order', () => {
-    const text = '# written by flannel\n\nFLANNEL_IPMASQ=true\n  FLANNEL_MTU=1450  \nFLANNEL_SUBNET=10.244.3.1/24\r\nFLANNEL_NETWORK=10.244.0.0/16';
+    const text =
+      '# written by flannel\n\nFLANNEL_IPMASQ=true\n  FLANNEL_MTU=1450  \nFLANNEL_SUBNET=10.244.3.1/24\r\nFLANNEL_NETWORK=10.244.0.0/16';
     expect(parseSubnetEnv(text, 'subnet.env')).toStrictEqual(ENV);
   });
 
-  const without = (name: string): string => TEXT.split('\n').filter((l) => !l.startsWith(name)).join('\n');
-  const replace = (name: string, value: string): string => TEXT.replace(new RegExp(`${name}=[^\\n]*`), `${name}=${value}`);
+  const without = (name: string): string =>
+    TEXT.split('\n')
+      .filter((l) => !l.startsWith(name))
+      .join('\n');
+  const replace = (name: string, value: string): string =>
+    TEXT.replace(new RegExp(`${name}=[^\\n]*`), `${name}=${value}`);
 
   it.each([
     ['FLANNEL_NETWORK missing', without('FLANNEL_NETWORK'), ['FLANNEL_NETWORK', 'missing']],
     ['FLANNEL_SUBNET missing', without('FLANNEL_SUBNET'), ['FLANNEL_SUBNET', 'missing']],
     ['FLANNEL_MTU missing', without('FLANNEL_MTU'), ['FLANNEL_MTU', 'missing']],
     ['FLANNEL_IPMASQ missing', without('FLANNEL_IPMASQ'), ['FLANNEL_IPMASQ', 'missing']],
-    ['FLANNEL_NETWORK with host bits', replace('FLANNEL_NETWORK', '10.244.3.1/16'), ['FLANNEL_NETWORK', '10.244.3.1/16']],
-    ['FLANNEL_NETWORK not a CIDR', replace('FLANNEL_NETWORK', '10.244.0.0'), ['FLANNEL_NETWORK', '10.244.0.0']],
-    ['FLANNEL_SUBNET not a CIDR', replace('FLANNEL_SUBNET', '10.244.3.1'), ['FLANNEL_SUBNET', '10.244.3.1']],
+    [
+      'FLANNEL_NETWORK with host bits',
+      replace('FLANNEL_NETWORK', '10.244.3.1/16'),
+      ['FLANNEL_NETWORK', '10.244.3.1/16'],
+    ],
+    [
+      'FLANNEL_NETWORK not a CIDR',
+      replace('FLANNEL_NETWORK', '10.244.0.0'),
+      ['FLANNEL_NETWORK', '10.244.0.0'],
+    ],
+    [
+      'FLANNEL_SUBNET not a CIDR',
+      replace('FLANNEL_SUBNET', '10.244.3.1'),
+      ['FLANNEL_SUBNET', '10.244.3.1'],
+    ],
     ['FLANNEL_SUBNET garbage', replace('FLANNEL_SUBNET', 'banana'), ['FLANNEL_SUBNET', 'banana']],
     ['FLANNEL_MTU not a number', replace('FLANNEL_MTU', 'big'), ['FLANNEL_MTU', 'big']],
     ['FLANNEL_MTU too small', replace('FLANNEL_MTU', '67'), ['FLANNEL_MTU', '67']],
@@ -136,7 +172,9 @@ describe('writeSubnetEnv and readSubnetEnv', () => {
   it('fails when the directory cannot be created, leaving nothing behind', async () => {
     const blocker = join(dir, 'file');
     await writeFile(blocker, '');
-    await expect(writeSubnetEnv(join(blocker, 'subnet.env'), ENV)).rejects.toMatchObject({ code: 'EEXIST' });
+    await expect(writeSubnetEnv(join(blocker, 'subnet.env'), ENV)).rejects.toMatchObject({
+      code: 'EEXIST',
+    });
     expect(await readdir(dir)).toStrictEqual(['file']);
   });
 });

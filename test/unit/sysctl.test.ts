@@ -34,19 +34,31 @@ describe('ensureIpForward', () => {
   });
 
   it('is SYSCTL_FAILED naming the file when it cannot be read or written', async () => {
-    await expect(ensureIpForward(dir)).rejects.toMatchObject({ code: 'SYSCTL_FAILED', message: expect.stringMatching(/^cannot read net\.ipv4\.ip_forward: ENOENT: .*ipv4\/ip_forward/) });
+    await expect(ensureIpForward(dir)).rejects.toMatchObject({
+      code: 'SYSCTL_FAILED',
+      message: expect.stringMatching(
+        /^cannot read net\.ipv4\.ip_forward: ENOENT: .*ipv4\/ip_forward/,
+      ),
+    });
     // a directory in its place: reads fail the same way as any other read error
     await mkdir(ipForward());
-    await expect(ensureIpForward(dir)).rejects.toMatchObject({ code: 'SYSCTL_FAILED', message: expect.stringContaining('EISDIR') });
+    await expect(ensureIpForward(dir)).rejects.toMatchObject({
+      code: 'SYSCTL_FAILED',
+      message: expect.stringContaining('EISDIR'),
+    });
   });
 });
 
 describe('bridgeNetfilterProblem', () => {
   it('reads bridge-nf-call-iptables under the directory', async () => {
-    expect(await bridgeNetfilterProblem(dir)).toBe(`br_netfilter is not loaded (no ${join(dir, 'bridge')}): pod-to-service traffic on the bridge bypasses iptables; run \`modprobe br_netfilter\``);
+    expect(await bridgeNetfilterProblem(dir)).toBe(
+      `br_netfilter is not loaded (no ${join(dir, 'bridge')}): pod-to-service traffic on the bridge bypasses iptables; run \`modprobe br_netfilter\``,
+    );
     await mkdir(join(dir, 'bridge'));
     await writeFile(join(dir, 'bridge/bridge-nf-call-iptables'), '0\n');
-    expect(await bridgeNetfilterProblem(dir)).toBe('net.bridge.bridge-nf-call-iptables is 0: set it to 1 (sysctl -w net.bridge.bridge-nf-call-iptables=1)');
+    expect(await bridgeNetfilterProblem(dir)).toBe(
+      'net.bridge.bridge-nf-call-iptables is 0: set it to 1 (sysctl -w net.bridge.bridge-nf-call-iptables=1)',
+    );
     await writeFile(join(dir, 'bridge/bridge-nf-call-iptables'), '1\n');
     expect(await bridgeNetfilterProblem(dir)).toBeUndefined();
   });

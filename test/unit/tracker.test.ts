@@ -14,13 +14,22 @@ const record = (n: number): LeaseRecord => {
 };
 const SELF = record(3);
 
-function tracker(lingerMs: number, deleteLingerMs = 0): { t: PeerTracker; changes: () => number; lost: string[] } {
+function tracker(
+  lingerMs: number,
+  deleteLingerMs = 0,
+): { t: PeerTracker; changes: () => number; lost: string[] } {
   let changes = 0;
   const lost: string[] = [];
   const t = new PeerTracker({
-    context: { config: parseNetConfig('{"Network":"10.244.0.0/16"}'), self: SELF.ok ? SELF.lease.subnet : undefined },
+    context: {
+      config: parseNetConfig('{"Network":"10.244.0.0/16"}'),
+      self: SELF.ok ? SELF.lease.subnet : undefined,
+    },
     selfKey: SELF.key,
-    selfAttrs: () => (SELF.ok ? SELF.lease.attrs : { publicIp: '', publicIpv6: null, backendType: 'host-gw', backendData: null }),
+    selfAttrs: () =>
+      SELF.ok
+        ? SELF.lease.attrs
+        : { publicIp: '', publicIpv6: null, backendType: 'host-gw', backendData: null },
     logger: captureLog().logger,
     onSelfLost: (why) => lost.push(why),
     onPeersChanged: () => changes++,
@@ -29,7 +38,11 @@ function tracker(lingerMs: number, deleteLingerMs = 0): { t: PeerTracker; change
   });
   return { t, changes: () => changes, lost };
 }
-const keys = (t: PeerTracker): string[] => t.list().map((l) => l.key).sort();
+const keys = (t: PeerTracker): string[] =>
+  t
+    .list()
+    .map((l) => l.key)
+    .sort();
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 describe('PeerTracker', () => {
@@ -38,7 +51,11 @@ describe('PeerTracker', () => {
     t.handle({ type: 'snapshot', records: [SELF, record(1), record(2)], reason: 'initial list' });
     expect(keys(t)).toEqual(['10.244.1.0-24', '10.244.2.0-24']);
     const before = changes();
-    t.handle({ type: 'snapshot', records: [SELF, record(1)], reason: 'wiped: revision went backwards' });
+    t.handle({
+      type: 'snapshot',
+      records: [SELF, record(1)],
+      reason: 'wiped: revision went backwards',
+    });
     expect(keys(t)).toEqual(['10.244.1.0-24', '10.244.2.0-24']);
     expect(changes()).toBe(before);
     await sleep(200);
@@ -98,10 +115,20 @@ describe('PeerTracker', () => {
     t.handle({ type: 'put', record: SELF });
     expect(lost).toEqual([]);
     if (!SELF.ok) throw new Error('SELF is a valid record');
-    const rewritten = { ...SELF.lease, attrs: { ...SELF.lease.attrs, backendData: { vni: 1, vtepMac: '02:99:99:99:99:99' } } };
+    const rewritten = {
+      ...SELF.lease,
+      attrs: { ...SELF.lease.attrs, backendData: { vni: 1, vtepMac: '02:99:99:99:99:99' } },
+    };
     t.handle({ type: 'put', record: { key: SELF.key, ok: true, lease: rewritten } });
     expect(lost).toEqual([expect.stringContaining('02:99:99:99:99:99')]);
-    t.handle({ type: 'put', record: { key: SELF.key, ok: true, lease: { ...SELF.lease, attrs: { ...SELF.lease.attrs, publicIp: '192.0.2.99' } } } });
+    t.handle({
+      type: 'put',
+      record: {
+        key: SELF.key,
+        ok: true,
+        lease: { ...SELF.lease, attrs: { ...SELF.lease.attrs, publicIp: '192.0.2.99' } },
+      },
+    });
     expect(lost[1]).toContain('now names PublicIP 192.0.2.99');
     expect(keys(t)).toEqual(['10.244.1.0-24']);
   });
