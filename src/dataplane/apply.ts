@@ -1,44 +1,11 @@
-// apply: renders a plan into at most four batches — ip (pre), bridge, ip
-// (post), iptables-restore --noflush with the xtables lock — and runs them
-// in that order. ip and bridge run with -force so one failing line does not
-// stop the rest; failures are mapped back to the lines that caused them.
+// apply: runs a plan's batches (render.ts makes them: ip (pre), bridge, ip
+// (post), iptables-restore --noflush with the xtables lock) in that order.
+// ip and bridge run with -force so one failing line does not stop the rest;
+// failures are mapped back to the lines that caused them.
 import { describeError } from '../errors.ts';
 import { CommandError, type Runner } from '../exec/runner.ts';
-import { renderRestore } from './masq.ts';
-import type { Op, Phase } from './model.ts';
-
-export interface Batch {
-  readonly phase: Phase;
-  readonly file: string;
-  readonly args: readonly string[];
-  readonly input: string;
-  readonly lines: readonly string[];
-}
-
-const BATCH_ARGS = ['-force', '-batch', '-'];
-
-/** The batches for a plan, in run order; phases without ops are left out. */
-export function renderBatches(ops: readonly Op[]): Batch[] {
-  const batches: Batch[] = [];
-  const lined = (phase: Phase, file: string): void => {
-    const lines = ops.filter((o) => o.phase === phase).map((o) => o.line);
-    if (lines.length > 0)
-      batches.push({ phase, file, args: BATCH_ARGS, input: `${lines.join('\n')}\n`, lines });
-  };
-  lined('ip-pre', 'ip');
-  lined('bridge', 'bridge');
-  lined('ip-post', 'ip');
-  const restore = renderRestore(ops);
-  if (restore !== '')
-    batches.push({
-      phase: 'iptables',
-      file: 'iptables-restore',
-      args: ['--noflush', '-w', '5'],
-      input: restore,
-      lines: restore.trimEnd().split('\n'),
-    });
-  return batches;
-}
+import type { Op } from './model.ts';
+import { renderBatches } from './render.ts';
 
 /** Turns `ip -batch -force` stderr ("…\nCommand failed -:3") into "<line>: <reason>" messages. */
 export function batchFailures(stderr: string, lines: readonly string[]): string[] {

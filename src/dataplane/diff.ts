@@ -4,16 +4,14 @@
 // twill's chains. An unchanged kernel gives an empty plan.
 import { chainSpecs, diffChain } from './masq.ts';
 import {
-  ROUTE_PROTOCOL,
   type DesiredState,
+  type LinkSetting,
   type ObservedLink,
   type ObservedState,
   type Op,
   type RouteSpec,
   type VxlanDevice,
 } from './model.ts';
-
-const P = `proto ${ROUTE_PROTOCOL}`;
 
 function sameDevice(want: VxlanDevice, seen: ObservedLink): boolean {
   return (
@@ -27,48 +25,27 @@ function sameDevice(want: VxlanDevice, seen: ObservedLink): boolean {
 }
 
 function createDevice(d: VxlanDevice): Op[] {
-  const flags = `${d.learning ? '' : ' nolearning'}${d.gbp ? ' gbp' : ''}`;
   return [
-    {
-      kind: 'link',
-      action: 'add',
-      phase: 'ip-pre',
-      line: `link add ${d.name} mtu ${d.mtu} address ${d.mac} type vxlan id ${d.vni} local ${d.local} dev ${d.underlay} dstport ${d.port}${flags}`,
-    },
-    { kind: 'addr', action: 'add', phase: 'ip-pre', line: `addr add ${d.address} dev ${d.name}` },
-    { kind: 'link', action: 'change', phase: 'ip-pre', line: `link set ${d.name} up` },
+    { kind: 'link', action: 'add', phase: 'ip-pre', device: d },
+    { kind: 'addr', action: 'add', phase: 'ip-pre', dev: d.name, address: d.address },
+    { kind: 'link', action: 'change', phase: 'ip-pre', name: d.name, set: { up: true } },
   ];
 }
 
 /** Fixes a compatible device in place: MAC, MTU, addresses, up. */
 function tuneDevice(d: VxlanDevice, seen: ObservedLink): Op[] {
   const ops: Op[] = [];
-  const set = (what: string): void =>
-    void ops.push({
-      kind: 'link',
-      action: 'change',
-      phase: 'ip-pre',
-      line: `link set ${d.name} ${what}`,
-    });
-  if (seen.mac !== d.mac) set(`address ${d.mac}`);
-  if (seen.mtu !== d.mtu) set(`mtu ${d.mtu}`);
+  const set = (to: LinkSetting): void =>
+    void ops.push({ kind: 'link', action: 'change', phase: 'ip-pre', name: d.name, set: to });
+  if (seen.mac !== d.mac) set({ mac: d.mac });
+  if (seen.mtu !== d.mtu) set({ mtu: d.mtu });
   for (const a of seen.addresses) {
     if (a !== d.address)
-      ops.push({
-        kind: 'addr',
-        action: 'delete',
-        phase: 'ip-pre',
-        line: `addr del ${a} dev ${d.name}`,
-      });
+      ops.push({ kind: 'addr', action: 'delete', phase: 'ip-pre', dev: d.name, address: a });
   }
   if (!seen.addresses.includes(d.address))
-    ops.push({
-      kind: 'addr',
-      action: 'add',
-      phase: 'ip-pre',
-      line: `addr add ${d.address} dev ${d.name}`,
-    });
-  if (!seen.up) set('up');
+    ops.push({ kind: 'addr', action: 'add', phase: 'ip-pre', dev: d.name, address: d.address });
+  if (!seen.up) set({ up: true });
   return ops;
 }
 
@@ -77,19 +54,19 @@ function diffLinks(want: VxlanDevice | null, seen: ObservedState): { ops: Op[]; 
   const ops: Op[] = [];
   for (const l of seen.links) {
     if (l.name !== want?.name)
-      ops.push({ kind: 'link', action: 'delete', phase: 'ip-post', line: `link del ${l.name}` });
+      ops.push({ kind: 'link', action: 'delete', phase: 'ip-post', name: l.name });
   }
   if (!want) return { ops, fresh: false };
   const current = seen.links.find((l) => l.name === want.name);
   if (current && sameDevice(want, current))
     return { ops: [...ops, ...tuneDevice(want, current)], fresh: false };
-  if (current)
-    ops.push({ kind: 'link', action: 'delete', phase: 'ip-pre', line: `link del ${want.name}` });
+  if (current) ops.push({ kind: 'link', action: 'delete', phase: 'ip-pre', name: want.name });
   return { ops: [...ops, ...createDevice(want)], fresh: true };
 }
 
-function routeLine(r: RouteSpec): string {
-  return `${r.dst} via ${r.via} dev ${r.dev}${r.onlink ? ' onlink' : ''} ${P}`;
+/** Whether a route the kernel reports is exactly the desired one. */
+export function sameRoute(a: RouteSpec, b: RouteSpec): boolean {
+  return a.dst === b.dst && a.via === b.via && a.dev === b.dev && a.onlink === b.onlink;
 }
 
 function diffRoutes(want: readonly RouteSpec[], seen: readonly RouteSpec[]): Op[] {
@@ -98,29 +75,13 @@ function diffRoutes(want: readonly RouteSpec[], seen: readonly RouteSpec[]): Op[
   const wanted = new Set(want.map((r) => r.dst));
   for (const r of seen) {
     if (!wanted.has(r.dst))
-      ops.push({
-        kind: 'route',
-        action: 'delete',
-        phase: 'ip-pre',
-        line: `route del ${routeLine(r)}`,
-      });
+      ops.push({ kind: 'route', action: 'delete', phase: 'ip-pre', route: r });
   }
   for (const r of want) {
     const h = have.get(r.dst);
-    if (!h)
-      ops.push({
-        kind: 'route',
-        action: 'add',
-        phase: 'ip-post',
-        line: `route add ${routeLine(r)}`,
-      });
-    else if (routeLine(h) !== routeLine(r))
-      ops.push({
-        kind: 'route',
-        action: 'change',
-        phase: 'ip-post',
-        line: `route replace ${routeLine(r)}`,
-      });
+    if (!h) ops.push({ kind: 'route', action: 'add', phase: 'ip-post', route: r });
+    else if (!sameRoute(h, r))
+      ops.push({ kind: 'route', action: 'change', phase: 'ip-post', route: r });
   }
   return ops;
 }
@@ -134,13 +95,7 @@ function diffNeighs(want: DesiredState, seen: ObservedState, fresh: boolean): Op
   for (const n of want.neighs) {
     const h = have.get(n.ip);
     if (h?.permanent && h.mac === n.mac) continue;
-    const action = h ? 'change' : 'add';
-    ops.push({
-      kind: 'neigh',
-      action,
-      phase: 'ip-pre',
-      line: `neigh replace ${n.ip} lladdr ${n.mac} dev ${n.dev} nud permanent`,
-    });
+    ops.push({ kind: 'neigh', action: h ? 'change' : 'add', phase: 'ip-pre', neigh: n });
   }
   for (const n of observed) {
     if (n.permanent && !wanted.has(n.ip))
@@ -148,7 +103,7 @@ function diffNeighs(want: DesiredState, seen: ObservedState, fresh: boolean): Op
         kind: 'neigh',
         action: 'delete',
         phase: 'ip-post',
-        line: `neigh del ${n.ip} dev ${n.dev}`,
+        neigh: { ip: n.ip, mac: n.mac, dev: n.dev },
       });
   }
   return ops;
@@ -163,22 +118,16 @@ function diffFdb(want: DesiredState, seen: ObservedState, fresh: boolean): Op[] 
   const ops: Op[] = [];
   for (const f of observed) {
     if (wanted.has(key(f.mac, f.dst))) continue;
-    const dst = f.dst === undefined ? '' : ` dst ${f.dst}`;
     ops.push({
       kind: 'fdb',
       action: 'delete',
       phase: 'bridge',
-      line: `fdb del ${f.mac} dev ${f.dev}${dst} self`,
+      fdb: { mac: f.mac, dev: f.dev, dst: f.dst },
     });
   }
   for (const f of want.fdb) {
     if (!have.has(key(f.mac, f.dst)))
-      ops.push({
-        kind: 'fdb',
-        action: 'add',
-        phase: 'bridge',
-        line: `fdb append ${f.mac} dev ${f.dev} dst ${f.dst} self permanent`,
-      });
+      ops.push({ kind: 'fdb', action: 'add', phase: 'bridge', fdb: f });
   }
   return ops;
 }
@@ -241,11 +190,6 @@ export function assumedWithout(want: DesiredState, r: Repairs): ObservedState {
     neighs: s.neighs.filter((n) => !r.neighs.has(n.ip)),
     fdb: s.fdb.filter((f) => !r.fdbDsts.has(f.dst ?? '')),
   };
-}
-
-/** Whether a route the kernel reports is exactly the desired one. */
-export function sameRoute(a: RouteSpec, b: RouteSpec): boolean {
-  return routeLine(a) === routeLine(b);
 }
 
 /** The ops that take the kernel from `seen` to `want`, in apply order within each phase. */

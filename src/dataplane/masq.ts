@@ -1,10 +1,10 @@
 // The masquerade and forward chains: flannel's rule set in twill's own
-// chains (TWILL-POSTRTG in nat, TWILL-FWD in filter), rendered exactly as
-// `iptables -S` prints them so observed and desired compare as text, and
-// the iptables-restore --noflush lines that make a chain match: the chain is
-// re-declared (which empties it) and refilled, so order and duplicates are
-// repaired together; the jump from the built-in chain is kept single and
-// appended, like flannel's, so policy chains earlier in FORWARD still apply.
+// chains (TWILL-POSTRTG in nat, TWILL-FWD in filter), each rule written
+// exactly as `iptables -S` prints it so observed and desired rules compare
+// as values, and the typed ops that make a chain match (render.ts turns them
+// into iptables-restore --noflush lines). The jump from the built-in chain
+// is kept single and appended, like flannel's, so policy chains earlier in
+// FORWARD still apply.
 import { formatCidr } from '../net/ipv4.ts';
 import type { MasqSpec, ObservedChain, Op } from './model.ts';
 
@@ -85,44 +85,65 @@ export function chainRules(listing: string): string[] {
   return listing.split('\n').filter((l) => l.startsWith('-A '));
 }
 
-function chainOp(want: ChainSpec, action: Op['action'], line: string): Op {
-  return { kind: 'masquerade', action, phase: 'iptables', line, table: want.table };
-}
-
-/** The restore lines (without the *table / COMMIT frame) that make one chain right. */
+/**
+ * The ops that make one chain right: the chain itself (declared and refilled whenever its rules
+ * differ in any way, so order and duplicates are repaired together, or removed when it must not
+ * exist), and exactly one jump to it, ours: extra or foreign-shaped jumps go, deleted as listed so
+ * the delete matches.
+ */
 export function diffChain(want: ChainSpec, seen: ObservedChain): Op[] {
   const ops: Op[] = [];
-  const op = (action: Op['action'], line: string): Op => chainOp(want, action, line);
+  const { table, parent, chain } = want;
+  const jump = (action: 'add' | 'delete', rule: string): Op => ({
+    kind: 'jump',
+    action,
+    phase: 'iptables',
+    table,
+    parent,
+    chain,
+    rule,
+  });
   if (want.rules === null) {
-    for (const jump of seen.jumps) ops.push(op('delete', `-D ${want.parent} ${jump}`));
+    for (const j of seen.jumps) ops.push(jump('delete', j));
     if (seen.rules !== null)
-      ops.push(op('delete', `:${want.chain} - [0:0]`), op('delete', `-X ${want.chain}`));
+      ops.push({
+        kind: 'chain',
+        action: 'delete',
+        phase: 'iptables',
+        table,
+        chain,
+        rules: [],
+        missing: [],
+        extra: seen.rules,
+        reordered: false,
+      });
     return ops;
   }
-  const same =
-    seen.rules !== null &&
-    seen.rules.length === want.rules.length &&
-    seen.rules.every((r, i) => r === want.rules?.[i]);
-  if (!same) {
-    ops.push(op(seen.rules === null ? 'add' : 'change', `:${want.chain} - [0:0]`));
-    for (const rule of want.rules) ops.push(op(seen.rules === null ? 'add' : 'change', rule));
+  const left = [...(seen.rules ?? [])];
+  const missing: string[] = [];
+  for (const r of want.rules) {
+    const at = left.indexOf(r);
+    if (at >= 0) left.splice(at, 1);
+    else missing.push(r);
   }
-  // exactly one jump, ours: extra or foreign-shaped jumps go (deleted as listed, so the delete
-  // matches)
+  const reordered =
+    missing.length === 0 &&
+    left.length === 0 &&
+    (seen.rules ?? []).some((r, i) => r !== want.rules?.[i]);
+  if (seen.rules === null || missing.length > 0 || left.length > 0 || reordered)
+    ops.push({
+      kind: 'chain',
+      action: seen.rules === null ? 'add' : 'change',
+      phase: 'iptables',
+      table,
+      chain,
+      rules: want.rules,
+      missing,
+      extra: left,
+      reordered,
+    });
   const keep = seen.jumps.indexOf(want.jump);
-  seen.jumps.forEach(
-    (jump, i) => i !== keep && ops.push(op('delete', `-D ${want.parent} ${jump}`)),
-  );
-  if (keep < 0) ops.push(op('add', `-A ${want.parent} ${want.jump}`));
+  seen.jumps.forEach((j, i) => i !== keep && ops.push(jump('delete', j)));
+  if (keep < 0) ops.push(jump('add', want.jump));
   return ops;
-}
-
-/** Frames the iptables ops into one iptables-restore --noflush payload ('' when none). */
-export function renderRestore(ops: readonly Op[]): string {
-  const parts: string[] = [];
-  for (const table of ['nat', 'filter'] as const) {
-    const lines = ops.filter((o) => o.phase === 'iptables' && o.table === table).map((o) => o.line);
-    if (lines.length > 0) parts.push(`*${table}`, ...lines, 'COMMIT');
-  }
-  return parts.length === 0 ? '' : `${parts.join('\n')}\n`;
 }

@@ -118,7 +118,6 @@ export interface ObservedState {
   readonly forward: ObservedChain | undefined;
 }
 
-export type OpKind = 'link' | 'addr' | 'route' | 'neigh' | 'fdb' | 'masquerade';
 export type OpAction = 'add' | 'change' | 'delete';
 
 /**
@@ -130,12 +129,88 @@ export type OpAction = 'add' | 'change' | 'delete';
  */
 export type Phase = 'ip-pre' | 'bridge' | 'ip-post' | 'iptables';
 
-export interface Op {
-  readonly kind: OpKind;
+interface OpBase {
   readonly action: OpAction;
   readonly phase: Phase;
-  /** one line of the batch (ip/bridge command without the program name, or a restore line) */
-  readonly line: string;
-  /** iptables ops: the table the restore line belongs to */
-  readonly table?: 'nat' | 'filter';
+}
+
+/** One attribute of an existing device set in place. */
+export type LinkSetting =
+  { readonly mac: string } | { readonly mtu: number } | { readonly up: true };
+
+/** The vxlan device: created whole, one setting changed, or deleted. */
+export type LinkOp =
+  | (OpBase & { readonly kind: 'link'; readonly action: 'add'; readonly device: VxlanDevice })
+  | (OpBase & {
+      readonly kind: 'link';
+      readonly action: 'change';
+      readonly name: string;
+      readonly set: LinkSetting;
+    })
+  | (OpBase & { readonly kind: 'link'; readonly action: 'delete'; readonly name: string });
+
+export interface AddrOp extends OpBase {
+  readonly kind: 'addr';
+  readonly action: 'add' | 'delete';
+  readonly dev: string;
+  /** "10.244.1.0/32" */
+  readonly address: string;
+}
+
+/** add, replace (change) or delete one route; a delete names the route as observed */
+export interface RouteOp extends OpBase {
+  readonly kind: 'route';
+  readonly route: RouteSpec;
+}
+
+/** add and change both replace the entry (permanent); a delete needs only ip and dev */
+export interface NeighOp extends OpBase {
+  readonly kind: 'neigh';
+  readonly neigh: NeighSpec;
+}
+
+/** add appends a permanent entry; a delete names the entry as observed (dst may be absent) */
+export interface FdbOp extends OpBase {
+  readonly kind: 'fdb';
+  readonly action: 'add' | 'delete';
+  readonly fdb: { readonly dev: string; readonly mac: string; readonly dst: string | undefined };
+}
+
+/**
+ * One of twill's chains made right: add and change declare it (which empties it) and fill it
+ * with `rules`, in order, so order and duplicates are repaired together; delete empties and
+ * removes it. `missing`, `extra` and `reordered` say what was wrong rule by rule (for people:
+ * `twill status`); `rules` is what the chain holds afterwards.
+ */
+export interface ChainOp extends OpBase {
+  readonly kind: 'chain';
+  readonly table: 'nat' | 'filter';
+  readonly chain: string;
+  /** `iptables -S` lines, "-A <chain> …"; empty for a delete */
+  readonly rules: readonly string[];
+  readonly missing: readonly string[];
+  /** rules the chain holds and should not (a duplicate counts once per extra copy) */
+  readonly extra: readonly string[];
+  /** every rule is there, once, but not in order */
+  readonly reordered: boolean;
+}
+
+/** The rule in a built-in chain that jumps to one of twill's, added or deleted. */
+export interface JumpOp extends OpBase {
+  readonly kind: 'jump';
+  readonly action: 'add' | 'delete';
+  readonly table: 'nat' | 'filter';
+  readonly parent: string;
+  readonly chain: string;
+  /** the rule without its "-A <parent> " head, as `iptables -S` prints it */
+  readonly rule: string;
+}
+
+/** One change of a plan: typed, rendered to batch text only by render.ts. */
+export type Op = LinkOp | AddrOp | RouteOp | NeighOp | FdbOp | ChainOp | JumpOp;
+export type OpKind = Op['kind'];
+
+/** An op's kind as logs and metrics name it: the chains and their jumps are the masquerade. */
+export function opLabel(op: Op): 'link' | 'addr' | 'route' | 'neigh' | 'fdb' | 'masquerade' {
+  return op.kind === 'chain' || op.kind === 'jump' ? 'masquerade' : op.kind;
 }

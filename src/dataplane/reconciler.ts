@@ -44,9 +44,10 @@ import {
   type Pending,
 } from './judge.ts';
 import { chainSpecs, diffChain } from './masq.ts';
-import type { DesiredState, Op, PeerProblem } from './model.ts';
+import { opLabel, type DesiredState, type Op, type PeerProblem } from './model.ts';
 import type { Touch } from './monitor.ts';
 import { observe, observeChain } from './observe.ts';
+import { opLines } from './render.ts';
 
 export type PassKind = 'full' | 'entries' | 'delta' | 'repair' | 'chains';
 
@@ -505,7 +506,7 @@ export class Reconciler {
     if (r.ops.length === 0) return;
     const byKind: Record<string, number> = {};
     for (const op of r.ops)
-      byKind[`${op.kind} ${op.action}`] = (byKind[`${op.kind} ${op.action}`] ?? 0) + 1;
+      byKind[`${opLabel(op)} ${op.action}`] = (byKind[`${opLabel(op)} ${op.action}`] ?? 0) + 1;
     const s = r.stages;
     const fields = {
       kind: r.kind,
@@ -525,7 +526,7 @@ export class Reconciler {
     else if (r.drift) this.o.logger.warn(fields, 'repaired dataplane drift');
     else this.o.logger.info(fields, 'dataplane updated');
     if (this.o.logger.isLevelEnabled('debug'))
-      this.o.logger.debug({ lines: r.ops.map((o) => o.line) }, 'dataplane ops');
+      this.o.logger.debug({ lines: r.ops.flatMap(opLines) }, 'dataplane ops');
   }
 
   /** Logs each peer problem once, and when it clears. */

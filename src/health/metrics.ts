@@ -4,12 +4,12 @@
 // leases refused (one gauge, by reason), readiness,
 // build info, plus Node's process metrics.
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { Op } from '../dataplane/model.ts';
+import { opLabel, type Op } from '../dataplane/model.ts';
 import { REFUSAL_REASONS } from '../lease/admit.ts';
 
 /** Drift kinds as operators think of them: an address on the device counts as the link. */
 export function driftKind(op: Op): string {
-  return op.kind === 'addr' ? 'link' : op.kind;
+  return op.kind === 'addr' ? 'link' : opLabel(op);
 }
 
 export class TwillMetrics {

@@ -4,6 +4,7 @@
 // turns them into metrics as they happen, and into liveness/readiness facts
 // on request (reading subnet.env and the underlay's operstate then).
 import { readFile } from 'node:fs/promises';
+import { opLabel } from '../dataplane/model.ts';
 import type { PassReport } from '../dataplane/reconciler.ts';
 import { describeError } from '../errors.ts';
 import { REFUSAL_REASONS, type Refusal, type RefusalReason } from '../lease/admit.ts';
@@ -102,7 +103,7 @@ export class DaemonProbe implements StartupProgress {
       result: r.failures.length > 0 ? 'failed' : r.converged ? 'converged' : 'changed',
     });
     m.passDuration.observe(r.durationMs / 1000);
-    for (const op of r.ops) m.ops.inc({ kind: op.kind, action: op.action });
+    for (const op of r.ops) m.ops.inc({ kind: opLabel(op), action: op.action });
     if (r.drift) for (const op of r.ops) m.drift.inc({ kind: driftKind(op) });
     this.backendRefused = r.problems.map((p) => p.code);
     this.countRefused();

@@ -6,8 +6,9 @@
 import type { NetConfig } from '../config/netconf.ts';
 import { desiredState } from '../dataplane/backend.ts';
 import { diff } from '../dataplane/diff.ts';
-import { chainSpecs, type ChainSpec } from '../dataplane/masq.ts';
+import { chainSpecs, diffChain, type ChainSpec } from '../dataplane/masq.ts';
 import type { DesiredState, ObservedChain, ObservedState, Op } from '../dataplane/model.ts';
+import { opLines } from '../dataplane/render.ts';
 import { admitPeers, truncated } from '../lease/admit.ts';
 import type { Lease, LeaseRecord } from '../lease/types.ts';
 import type { IfaceChoice } from '../net/iface.ts';
@@ -68,41 +69,44 @@ interface ChainDiff {
 }
 
 /**
- * One chain, rule by rule: rules missing, extra (duplicates included), out of order; the jump to
- * it.
+ * One chain for people, from the same typed ops a pass would apply: rules missing, extra
+ * (duplicates included), out of order; the jump to it.
  */
 export function chainDiff(want: ChainSpec, seen: ObservedChain): ChainDiff {
   const out: ChainDiff = { missing: [], extra: [], different: [] };
-  const rules = want.rules ?? [];
-  if (want.rules !== null && seen.rules === null)
-    out.missing.push(`chain ${want.table} ${want.chain}`);
-  if (want.rules === null && seen.rules !== null)
-    out.extra.push(`chain ${want.table} ${want.chain} (--ip-masq is off)`);
-  const left = [...(seen.rules ?? [])];
-  for (const r of rules) {
-    const at = left.indexOf(r);
-    if (at >= 0) left.splice(at, 1);
-    else if (seen.rules !== null) out.missing.push(`${want.table}: ${r}`);
+  const ops = diffChain(want, seen);
+  for (const op of ops) {
+    if (op.kind === 'chain') {
+      const name = `chain ${op.table} ${op.chain}`;
+      if (op.action === 'add') out.missing.push(name);
+      else if (op.action === 'delete') out.extra.push(`${name} (--ip-masq is off)`);
+      else {
+        out.missing.push(...op.missing.map((r) => `${op.table}: ${r}`));
+        out.extra.push(...op.extra.map((r) => `${op.table}: ${r}`));
+        if (op.reordered) out.different.push(`${op.table} ${op.chain}: rules out of order`);
+      }
+    }
+    if (op.kind === 'jump' && op.action === 'add')
+      out.missing.push(`${op.table}: -A ${op.parent} ${op.rule}`);
   }
-  if (want.rules !== null) out.extra.push(...left.map((r) => `${want.table}: ${r}`));
-  const kept = (seen.rules ?? []).filter((r) => rules.includes(r));
-  if (out.missing.length === 0 && out.extra.length === 0 && kept.some((r, i) => r !== rules[i]))
-    out.different.push(`${want.table} ${want.chain}: rules out of order`);
-  const jumps = seen.jumps.length;
-  if (want.rules !== null && jumps === 0)
-    out.missing.push(`${want.table}: -A ${want.parent} ${want.jump}`);
-  if (jumps > (want.rules === null ? 0 : 1))
-    out.extra.push(`${want.table}: ${jumps} jumps from ${want.parent} to ${want.chain}`);
+  const dropped = ops.filter((o) => o.kind === 'jump' && o.action === 'delete').length;
+  if (dropped > 0)
+    out.extra.push(
+      `${want.table}: ${seen.jumps.length} jumps from ${want.parent} to ${want.chain}`,
+    );
   return out;
 }
 
+/** The ip and bridge ops sorted for people: what the kernel lacks, has extra, has differently. */
 function bucket(ops: readonly Op[], chains: readonly ChainDiff[]): StatusReport['diff'] {
   const missing: string[] = [];
   const extra: string[] = [];
   const different: string[] = [];
   for (const op of ops)
     if (op.phase !== 'iptables')
-      (op.action === 'add' ? missing : op.action === 'delete' ? extra : different).push(op.line);
+      (op.action === 'add' ? missing : op.action === 'delete' ? extra : different).push(
+        ...opLines(op),
+      );
   for (const c of chains) {
     missing.push(...c.missing);
     extra.push(...c.extra);
@@ -111,20 +115,20 @@ function bucket(ops: readonly Op[], chains: readonly ChainDiff[]): StatusReport[
   return { missing, extra, different };
 }
 
+/** Whether an op (re)writes one of this peer's entries. */
+function forPeer(op: Op, lease: Lease): boolean {
+  if (op.action === 'delete') return false;
+  if (op.kind === 'route') return op.route.dst === formatCidr(lease.subnet);
+  if (op.kind === 'neigh') return op.neigh.ip === formatIpv4(lease.subnet.base);
+  if (op.kind === 'fdb') return op.fdb.mac === lease.attrs.backendData?.vtepMac;
+  return false;
+}
+
 /** What the kernel lacks for one peer, from the ops a pass would apply. */
 function peerKernel(lease: Lease, want: DesiredState, ops: readonly Op[]): string {
   const problem = want.problems.find((p) => p.key === lease.key);
   if (problem) return `refused (${problem.code}): ${problem.reason}`;
-  const subnet = formatCidr(lease.subnet);
-  const gw = formatIpv4(lease.subnet.base);
-  const mac = lease.attrs.backendData?.vtepMac ?? '\u0000';
-  const mine = ops.filter(
-    (o) =>
-      o.action !== 'delete' &&
-      (o.line.includes(` ${subnet} `) ||
-        o.line.includes(`neigh replace ${gw} `) ||
-        o.line.includes(` ${mac} `)),
-  );
+  const mine = ops.filter((o) => forPeer(o, lease));
   if (mine.length === 0) return 'ok';
   return mine.map((o) => `${o.action === 'add' ? 'missing' : 'different'} ${o.kind}`).join(', ');
 }

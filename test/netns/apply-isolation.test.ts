@@ -32,54 +32,25 @@ beforeAll(async () => {
 });
 afterAll(() => lab.destroy());
 
-const op = (kind: Op['kind'], phase: Op['phase'], line: string): Op => ({
-  kind,
-  action: 'add',
-  phase,
-  line,
-});
+/** Peer n's entries on `dev` (n = 4, 5, 6), as a pass would add them. */
+function peerOps(n: number, dev: string): Op[] {
+  const mac = `7e:00:00:00:00:0${n}`;
+  const gw = `10.244.${n}.0`;
+  return [
+    { kind: 'neigh', action: 'add', phase: 'ip-pre', neigh: { ip: gw, mac, dev } },
+    { kind: 'fdb', action: 'add', phase: 'bridge', fdb: { mac, dev, dst: `192.0.2.${n}` } },
+    {
+      kind: 'route',
+      action: 'change',
+      phase: 'ip-post',
+      route: { dst: `${gw}/24`, via: gw, dev, onlink: true },
+    },
+  ];
+}
 
 describe('applying a plan with entries the kernel refuses', () => {
   it('programs every other entry and reports only the refused lines', async () => {
-    const ops: Op[] = [
-      op(
-        'neigh',
-        'ip-pre',
-        'neigh replace 10.244.4.0 lladdr 7e:00:00:00:00:04 dev twill.1 nud permanent',
-      ),
-      op(
-        'neigh',
-        'ip-pre',
-        'neigh replace 10.244.5.0 lladdr 7e:00:00:00:00:05 dev no-such-dev nud permanent',
-      ),
-      op(
-        'neigh',
-        'ip-pre',
-        'neigh replace 10.244.6.0 lladdr 7e:00:00:00:00:06 dev twill.1 nud permanent',
-      ),
-      op('fdb', 'bridge', 'fdb append 7e:00:00:00:00:04 dev twill.1 dst 192.0.2.4 self permanent'),
-      op(
-        'fdb',
-        'bridge',
-        'fdb append 7e:00:00:00:00:05 dev no-such-dev dst 192.0.2.5 self permanent',
-      ),
-      op('fdb', 'bridge', 'fdb append 7e:00:00:00:00:06 dev twill.1 dst 192.0.2.6 self permanent'),
-      op(
-        'route',
-        'ip-post',
-        'route replace 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151',
-      ),
-      op(
-        'route',
-        'ip-post',
-        'route replace 10.244.5.0/24 via 10.244.5.0 dev no-such-dev onlink proto 151',
-      ),
-      op(
-        'route',
-        'ip-post',
-        'route replace 10.244.6.0/24 via 10.244.6.0 dev twill.1 onlink proto 151',
-      ),
-    ];
+    const ops: Op[] = [4, 5, 6].flatMap((n) => peerOps(n, n === 5 ? 'no-such-dev' : 'twill.1'));
     const r = await applyOps(nsRunner(ns), ops, AbortSignal.timeout(30_000));
     expect(r.batches).toBe(3);
     expect(r.failures).toHaveLength(3);

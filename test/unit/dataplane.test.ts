@@ -3,7 +3,8 @@
 // replacement), rendering (golden batch text and restore payload), and the
 // helpers that read kernel output.
 import { describe, expect, it } from 'vitest';
-import { renderBatches, batchFailures } from '../../src/dataplane/apply.ts';
+import { batchFailures } from '../../src/dataplane/apply.ts';
+import { opLines, renderBatches } from '../../src/dataplane/render.ts';
 import { desiredState } from '../../src/dataplane/backend.ts';
 import { assumedWithout, diff } from '../../src/dataplane/diff.ts';
 import { chainRules, jumpRules, diffChain, chainSpecs } from '../../src/dataplane/masq.ts';
@@ -270,7 +271,7 @@ describe('diff and render', () => {
   it('replaces a device with incompatible settings and re-adds its entries', () => {
     const seen = matching(vxlan);
     const wrong = { ...seen, links: seen.links.map((l) => ({ ...l, port: 4789 })) };
-    const lines = diff(vxlan, wrong).map((o) => o.line);
+    const lines = diff(vxlan, wrong).flatMap(opLines);
     expect(lines.slice(0, 2)).toEqual([
       'link del twill.1',
       expect.stringContaining('link add twill.1'),
@@ -302,7 +303,7 @@ describe('diff and render', () => {
         { dev: 'twill.1', mac: '02:00:00:00:00:08', dst: '10.123.0.8', permanent: false },
       ],
     };
-    expect(diff(vxlan, drifted).map((o) => o.line)).toEqual([
+    expect(diff(vxlan, drifted).flatMap(opLines)).toEqual([
       'link set twill.1 address 02:00:00:00:00:03',
       'link set twill.1 mtu 1450',
       'addr del 10.244.9.0/32 dev twill.1',
@@ -323,10 +324,10 @@ describe('masquerade chains', () => {
       [...rules, rules[4]],
     ]) {
       const ops = diffChain(spec, { jumps: [spec.jump], rules: seenRules as string[] });
-      expect(ops.map((o) => o.line)).toEqual([':TWILL-POSTRTG - [0:0]', ...rules]);
+      expect(ops.flatMap(opLines)).toEqual([':TWILL-POSTRTG - [0:0]', ...rules]);
     }
     expect(
-      diffChain(spec, { jumps: [spec.jump, spec.jump, spec.jump], rules }).map((o) => o.line),
+      diffChain(spec, { jumps: [spec.jump, spec.jump, spec.jump], rules }).flatMap(opLines),
     ).toEqual([
       '-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG',
       '-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG',
@@ -334,7 +335,7 @@ describe('masquerade chains', () => {
   });
 
   it('replaces a jump of another shape (no comment) with ours, deleting it as listed', () => {
-    expect(diffChain(spec, { jumps: ['-j TWILL-POSTRTG'], rules }).map((o) => o.line)).toEqual([
+    expect(diffChain(spec, { jumps: ['-j TWILL-POSTRTG'], rules }).flatMap(opLines)).toEqual([
       '-D POSTROUTING -j TWILL-POSTRTG',
       '-A POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG',
     ]);
@@ -343,8 +344,8 @@ describe('masquerade chains', () => {
   it('removes the masquerade chain when --ip-masq is off, whatever shape its jumps have', () => {
     const off = chainSpecs({ ...vxlan.masq, ipMasq: false }).postrouting;
     expect(
-      diffChain(off, { jumps: [spec.jump, '-s 10.0.0.0/8 -j TWILL-POSTRTG'], rules }).map(
-        (o) => o.line,
+      diffChain(off, { jumps: [spec.jump, '-s 10.0.0.0/8 -j TWILL-POSTRTG'], rules }).flatMap(
+        opLines,
       ),
     ).toEqual([
       '-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG',
