@@ -1,5 +1,5 @@
 // Lint rules for twill: typescript-eslint's type-aware recommended set, with
-// floating promises and misused promises as hard errors (rule 8 of DESIGN.md).
+// floating promises and misused promises as hard errors (docs/design.md, rule 8).
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
@@ -22,9 +22,23 @@ export default tseslint.config(
         'error',
         { argsIgnorePattern: '^_', varsIgnorePattern: '^_' },
       ],
+      // Prettier formats to 100 columns; this catches what it leaves long (comments)
+      'max-len': [
+        'error',
+        {
+          code: 100,
+          ignoreStrings: true,
+          ignoreTemplateLiterals: true,
+          ignoreRegExpLiterals: true,
+          ignoreUrls: true,
+        },
+      ],
       'no-restricted-syntax': [
         'error',
-        { selector: 'ExportDefaultDeclaration', message: 'Use named exports (DESIGN.md rule 10).' },
+        {
+          selector: 'ExportDefaultDeclaration',
+          message: 'Use named exports (docs/design.md, rule 10).',
+        },
       ],
     },
   },

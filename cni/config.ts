@@ -4,6 +4,7 @@
 // encoding/json (and so the reference plugins) match them.
 import { isAbsolute } from 'node:path';
 import { CiObject } from '../src/config/json-object.ts';
+import { DEFAULT_SUBNET_FILE } from '../src/subnetenv.ts';
 import { CNI_CODES, fail } from './errors.ts';
 import { ifnameProblem, isContainerId, isNetworkName } from './names.ts';
 import { LATEST_VERSION, isSupportedVersion, parseVersion, type CniVersion } from './version.ts';
@@ -40,7 +41,7 @@ export interface NetConf {
 export const VALID_ATTACHMENT_KEYS = ['cni.dev/valid-attachments', 'cni.dev/attachments'] as const;
 
 export const DEFAULTS = {
-  subnetFile: '/run/twill/subnet.env',
+  subnetFile: DEFAULT_SUBNET_FILE,
   bridge: 'cni0',
   dataDir: '/var/lib/cni/networks',
 } as const;

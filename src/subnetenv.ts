@@ -8,6 +8,9 @@ import { basename, dirname, join } from 'node:path';
 import { TwillError } from './errors.ts';
 import { formatCidr, formatIpv4, firstHost, parseCidr, type Cidr } from './net/ipv4.ts';
 
+/** Where twill writes subnet.env and the CNI plugin reads it, unless told otherwise. */
+export const DEFAULT_SUBNET_FILE = '/run/twill/subnet.env';
+
 export interface SubnetEnv {
   readonly network: Cidr;
   readonly subnet: Cidr;

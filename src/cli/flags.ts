@@ -1,22 +1,43 @@
-// The flags of `twill run` (flannel's names and meanings) in one table. Each
-// flag can also come from TWILL_<FLAG_NAME>; the command line wins over the
-// environment, which wins over the default. Values are parsed strictly here,
-// and a bad one is a FLAG_INVALID error naming the flag and the value.
+// The flags of `twill run` (flannel's names and meanings) in one table: commander's options, the
+// TWILL_<FLAG_NAME> environment variables and the README's configuration reference
+// (scripts/flags-doc.ts, `npm run docs:flags`) all come from it. The command line wins over the
+// environment, which wins over the default. A default the product also needs elsewhere is that
+// module's constant, never a second literal. Values are parsed strictly here, and a bad one is a
+// FLAG_INVALID error naming the flag and the value.
 import { readFileSync } from 'node:fs';
 import { Option, type Command } from 'commander';
 import { PROC_SYS_NET } from '../dataplane/sysctl.ts';
 import { TwillError } from '../errors.ts';
+import { DEFAULT_ANNOTATION_PREFIX } from '../lease/kube-node.ts';
+import { DEFAULT_ETCD_PREFIX } from '../lease/kv-store.ts';
 import { LOG_LEVELS, redactUrlCredentials, type LogLevel } from '../log.ts';
 import { isIpv4 } from '../net/ipv4.ts';
+import { DEFAULT_SUBNET_FILE } from '../subnetenv.ts';
 
-type Kind = 'string' | 'list' | 'repeat' | 'bool' | 'int';
+export type FlagKind = 'string' | 'list' | 'repeat' | 'bool' | 'int';
 
-interface FlagSpec {
+export interface FlagSpec {
+  /** without its dashes; TWILL_<NAME> is its variable (`envName`), camelCase its RunFlags key */
   readonly name: string;
-  readonly kind: Kind;
+  /** list: one comma-separated value; repeat: given again for each value (a comma list in env) */
+  readonly kind: FlagKind;
+  /** the value's name in --help (`--iface <name|ip>`) */
   readonly arg?: string;
+  /** what the flag does, plain text for --help */
   readonly help: string;
+  /** what the flag does, Markdown for the README; `help` when absent */
+  readonly doc?: string;
+  /** the value when neither the command line nor the environment gives one */
   readonly default?: string;
+  /**
+   * Without `default`: what twill does instead (shown in --help and the README); with it: a note
+   * on the value (README only). Booleans are off unless given.
+   */
+  readonly defaultText?: string;
+  /**
+   * the lease store the flag is used with: etcd (the default) or --kube-subnet-mgr; both if unset
+   */
+  readonly store?: 'etcd' | 'kube';
 }
 
 export const RUN_FLAGS: readonly FlagSpec[] = [
@@ -25,78 +46,123 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     kind: 'list',
     arg: 'urls',
     help: 'comma-separated etcd endpoints',
+    doc: 'comma-separated etcd endpoints, `http://host:port` or `https://host:port`',
     default: 'http://127.0.0.1:2379',
+    store: 'etcd',
   },
   {
     name: 'etcd-prefix',
     kind: 'string',
     arg: 'path',
     help: 'etcd key prefix of the network config and leases',
-    default: '/coreos.com/network',
+    default: DEFAULT_ETCD_PREFIX,
+    store: 'etcd',
   },
-  { name: 'etcd-cafile', kind: 'string', arg: 'file', help: 'CA certificate for etcd TLS' },
-  { name: 'etcd-certfile', kind: 'string', arg: 'file', help: 'client certificate for etcd TLS' },
-  { name: 'etcd-keyfile', kind: 'string', arg: 'file', help: 'client key for etcd TLS' },
-  { name: 'etcd-username', kind: 'string', arg: 'name', help: 'etcd user name' },
+  {
+    name: 'etcd-cafile',
+    kind: 'string',
+    arg: 'file',
+    help: 'CA certificate for etcd TLS',
+    doc: "CA certificate for etcd TLS: the CA that signed etcd's server certificate (see [etcd TLS and credentials](#etcd-tls-and-credentials))",
+    defaultText: "the system's CA roots",
+    store: 'etcd',
+  },
+  {
+    name: 'etcd-certfile',
+    kind: 'string',
+    arg: 'file',
+    help: 'client certificate for etcd TLS',
+    doc: 'client certificate for etcd TLS (with `--etcd-keyfile`, both or neither)',
+    store: 'etcd',
+  },
+  {
+    name: 'etcd-keyfile',
+    kind: 'string',
+    arg: 'file',
+    help: 'client key for etcd TLS',
+    doc: 'client key for etcd TLS (with `--etcd-certfile`, both or neither)',
+    store: 'etcd',
+  },
+  {
+    name: 'etcd-username',
+    kind: 'string',
+    arg: 'name',
+    help: 'etcd user name',
+    store: 'etcd',
+  },
   {
     name: 'etcd-password',
     kind: 'string',
     arg: 'password',
     help: 'etcd password (visible in ps and the process environment: prefer --etcd-password-file)',
+    doc: 'etcd password (visible in `ps` and the process environment: prefer `--etcd-password-file`)',
+    store: 'etcd',
   },
   {
     name: 'etcd-password-file',
     kind: 'string',
     arg: 'file',
     help: 'file holding the etcd password (one trailing newline is dropped); instead of --etcd-password',
+    doc: 'the etcd password from a file (one trailing newline is dropped) instead of `--etcd-password` (see [etcd TLS and credentials](#etcd-tls-and-credentials))',
+    store: 'etcd',
   },
   {
     name: 'etcd-allow-insecure-password',
     kind: 'bool',
     help: 'allow sending the etcd password to http:// endpoints, in clear text (refused by default)',
+    doc: 'allow sending the password to `http://` endpoints, in clear text',
+    store: 'etcd',
   },
   {
     name: 'iface',
     kind: 'repeat',
     arg: 'name|ip',
     help: 'interface (name or address) for the underlay; repeatable, first found wins',
+    doc: 'underlay interface, by name or address; repeatable, first found wins',
+    defaultText: "the default route's interface",
   },
   {
     name: 'iface-regex',
     kind: 'repeat',
     arg: 'regex',
     help: 'regex over interface addresses, then names; repeatable',
+    doc: 'regex over addresses, then names; repeatable, tried after `--iface`',
   },
   {
     name: 'public-ip',
     kind: 'string',
     arg: 'ip',
-    help: 'IPv4 address peers reach this node at (default: the interface address)',
+    help: 'IPv4 address peers reach this node at',
+    defaultText: 'the interface address',
   },
   {
     name: 'subnet-file',
     kind: 'string',
     arg: 'path',
     help: 'where to write subnet.env',
-    default: '/run/twill/subnet.env',
+    doc: 'where subnet.env is written (and read back at start)',
+    default: DEFAULT_SUBNET_FILE,
   },
   {
     name: 'subnet-lease-renew-margin',
     kind: 'int',
     arg: 'minutes',
     help: 'renew the lease this many minutes before it expires',
+    doc: 'minutes before expiry to renew the lease (1–1439)',
     default: '60',
   },
   {
     name: 'ip-masq',
     kind: 'bool',
     help: 'masquerade traffic leaving the pod network (FLANNEL_IPMASQ)',
+    doc: 'masquerade pod traffic leaving the network (`TWILL-POSTRTG`); written as `FLANNEL_IPMASQ`',
   },
   {
     name: 'iptables-resync',
     kind: 'int',
     arg: 'seconds',
     help: 'period of the full safety-net dataplane pass (routes, neighbours, FDB, chains), ±10 %; kernel monitors repair drift at once',
+    doc: "seconds (±10 %) between full safety-net passes (device, routes, neighbours, FDB, chains); the kernel monitors repair drift at once, so this is only a net (flannel's default is 5: flannel has no kernel events)",
     default: '60',
   },
   {
@@ -104,6 +170,7 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     kind: 'string',
     arg: 'dir',
     help: "the node network namespace's /proc/sys/net, where twill sets ip_forward and reads the bridge and rp_filter sysctls (a container that is not privileged has a read-only /proc/sys: mount the host's /proc/sys/net and name the mount here)",
+    doc: "where the node's net sysctls are: twill sets `ipv4/ip_forward` and reads `bridge/bridge-nf-call-iptables` there (`twill doctor` reads them, and `rp_filter`, there too). A container that is not privileged has a read-only `/proc/sys`: mount the host's `/proc/sys/net` (a hostPath) elsewhere and name it here, as `deploy/` does. Net sysctls are those of the namespace of the process that opens them, so the mount shows the node's values",
     default: PROC_SYS_NET,
   },
   {
@@ -111,6 +178,7 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     kind: 'string',
     arg: 'ip',
     help: 'address of the health endpoint',
+    doc: 'address where `/healthz`, `/readyz` and `/metrics` listen (see [Health, metrics and status](#health-metrics-and-status))',
     default: '0.0.0.0',
   },
   {
@@ -118,13 +186,18 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     kind: 'int',
     arg: 'port',
     help: 'port of the health endpoint (0: disabled)',
+    doc: 'port of `/healthz`, `/readyz` and `/metrics` (0: off); a port that cannot be bound stops start-up',
     default: '0',
+    defaultText: 'off',
   },
   {
     name: 'node-name',
     kind: 'string',
     arg: 'name',
-    help: "this node's name (default: $NODE_NAME, then the host name)",
+    help: "this node's name",
+    doc: "this node's name (logs, derived VtepMAC; in Kubernetes mode the Node twill reads and annotates)",
+    // nodeNameOf in store.ts applies it
+    defaultText: '$NODE_NAME, then the host name',
   },
   {
     name: 'log-level',
@@ -137,32 +210,43 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     name: 'kube-subnet-mgr',
     kind: 'bool',
     help: 'take the subnet from the Kubernetes API instead of etcd',
+    doc: 'the subnet and the peers come from the Kubernetes API instead of etcd (the `--etcd-*` flags are then ignored); see [Kubernetes mode](#kubernetes-mode)',
   },
   {
     name: 'kubeconfig-file',
     kind: 'string',
     arg: 'file',
-    help: 'kubeconfig for --kube-subnet-mgr (default: in-cluster config)',
+    help: 'kubeconfig for --kube-subnet-mgr',
+    doc: "kubeconfig for the Kubernetes API; without it, the pod's service account (token, CA, `KUBERNETES_SERVICE_HOST`/`PORT`)",
+    defaultText: 'in-cluster config',
+    store: 'kube',
   },
   {
     name: 'kube-api-url',
     kind: 'string',
     arg: 'url',
     help: 'Kubernetes API server URL for --kube-subnet-mgr',
+    doc: 'overrides the API server URL (of the kubeconfig or the in-cluster config); `https://` only',
+    defaultText: "the kubeconfig's server",
+    store: 'kube',
   },
   {
     name: 'kube-annotation-prefix',
     kind: 'string',
     arg: 'prefix',
     help: 'prefix of the node annotations',
-    default: 'flannel.alpha.coreos.com',
+    doc: 'node annotation prefix',
+    default: DEFAULT_ANNOTATION_PREFIX,
+    store: 'kube',
   },
   {
     name: 'net-config-path',
     kind: 'string',
     arg: 'file',
     help: 'net-conf.json for --kube-subnet-mgr',
+    doc: "net-conf.json in Kubernetes mode (flannel's path, so kube-flannel's ConfigMap mount works unchanged; `deploy/` passes `/etc/twill/net-conf.json`)",
     default: '/etc/kube-flannel/net-conf.json',
+    store: 'kube',
   },
 ];
 
@@ -217,7 +301,11 @@ export function addRunFlags(cmd: Command): Command {
   for (const f of RUN_FLAGS) {
     const syntax = f.kind === 'bool' ? `--${f.name}` : `--${f.name} <${f.arg ?? 'value'}>`;
     const envNote = f.kind === 'repeat' ? `${envName(f.name)}, comma-separated` : envName(f.name);
-    const opt = new Option(syntax, `${f.help} (env: ${envNote})`);
+    // commander shows a value default itself, after the env note; words for a missing one go
+    // there too
+    const instead =
+      f.default === undefined && f.defaultText !== undefined ? ` (default: ${f.defaultText})` : '';
+    const opt = new Option(syntax, `${f.help} (env: ${envNote})${instead}`);
     if (f.kind === 'repeat')
       opt.argParser((v: string, prev: string[] | undefined) => [...(prev ?? []), v]);
     if (f.default !== undefined) opt.default(f.default);

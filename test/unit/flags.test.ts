@@ -1,11 +1,21 @@
 // Unit tests of `twill run` flags: defaults, command line, TWILL_* environment
-// fallback (the command line wins), and FLAG_INVALID errors naming the flag.
+// fallback (the command line wins), FLAG_INVALID errors naming the flag, and
+// every RUN_FLAGS entry reaching `twill run --help`, the command line and its
+// variable.
+import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve as resolvePath } from 'node:path';
+import { promisify } from 'node:util';
 import { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { addRunFlags, envName, resolveRunFlags, type RunFlags } from '../../src/cli/flags.ts';
+import {
+  addRunFlags,
+  envName,
+  resolveRunFlags,
+  RUN_FLAGS,
+  type RunFlags,
+} from '../../src/cli/flags.ts';
 import { TwillError } from '../../src/errors.ts';
 
 function resolve(argv: string[], env: NodeJS.ProcessEnv = {}): RunFlags {
@@ -420,5 +430,90 @@ describe('resolveRunFlags: etcd credentials', () => {
       '--etcd-certfile and --etcd-keyfile: give both',
     );
     expect(failure(['--etcd-keyfile', '/k.pem']).message).toContain('give both');
+  });
+});
+
+interface Sample {
+  readonly text: string;
+  readonly value: unknown;
+  readonly with?: NodeJS.ProcessEnv;
+}
+
+describe('RUN_FLAGS: each entry is an option of `twill run` and a TWILL_ variable', () => {
+  // Per flag, a value other than its default (as text) and what it resolves to; `with` holds
+  // what the value needs from other flags (a password needs https://, a certificate its key).
+  const https = { TWILL_ETCD_ENDPOINTS: 'https://10.9.0.1:2379' };
+  let dir = '';
+  const samples = (): Record<string, Sample> => ({
+    'etcd-endpoints': { text: 'http://10.9.0.1:2379', value: ['http://10.9.0.1:2379'] },
+    'etcd-prefix': { text: '/twill/network', value: '/twill/network' },
+    'etcd-cafile': { text: '/etc/twill/ca.pem', value: '/etc/twill/ca.pem' },
+    'etcd-certfile': {
+      text: '/etc/twill/c.pem',
+      value: '/etc/twill/c.pem',
+      with: { TWILL_ETCD_KEYFILE: '/etc/twill/k.pem' },
+    },
+    'etcd-keyfile': {
+      text: '/etc/twill/k.pem',
+      value: '/etc/twill/k.pem',
+      with: { TWILL_ETCD_CERTFILE: '/etc/twill/c.pem' },
+    },
+    'etcd-username': { text: 'root', value: 'root' },
+    'etcd-password': { text: 'hunter22', value: 'hunter22', with: https },
+    'etcd-password-file': { text: join(dir, 'pw'), value: join(dir, 'pw'), with: https },
+    'etcd-allow-insecure-password': { text: 'true', value: true },
+    iface: { text: 'eth7', value: ['eth7'] },
+    'iface-regex': { text: '^10\\.', value: ['^10\\.'] },
+    'public-ip': { text: '198.51.100.9', value: '198.51.100.9' },
+    'subnet-file': { text: '/tmp/twill-subnet.env', value: '/tmp/twill-subnet.env' },
+    'subnet-lease-renew-margin': { text: '90', value: 90 },
+    'ip-masq': { text: 'true', value: true },
+    'iptables-resync': { text: '30', value: 30 },
+    'proc-sys-net': { text: '/host/proc/sys/net', value: '/host/proc/sys/net' },
+    'healthz-ip': { text: '127.0.0.1', value: '127.0.0.1' },
+    'healthz-port': { text: '8471', value: 8471 },
+    'node-name': { text: 'node-q', value: 'node-q' },
+    'log-level': { text: 'debug', value: 'debug' },
+    'kube-subnet-mgr': { text: 'true', value: true },
+    'kubeconfig-file': { text: '/etc/twill/kubeconfig', value: '/etc/twill/kubeconfig' },
+    'kube-api-url': { text: 'https://10.9.0.1:6443', value: 'https://10.9.0.1:6443' },
+    'kube-annotation-prefix': { text: 'twill.example.com', value: 'twill.example.com' },
+    'net-config-path': { text: '/etc/twill/net-conf.json', value: '/etc/twill/net-conf.json' },
+  });
+  let help = '';
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'twill-flags-table-'));
+    await writeFile(join(dir, 'pw'), 'from-file\n');
+    const main = resolvePath(import.meta.dirname, '../../src/cli/main.ts');
+    help = (await promisify(execFile)(process.execPath, [main, 'run', '--help'])).stdout;
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+  const key = (flag: string): string =>
+    flag.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+
+  it('has a sample for every flag (a new flag needs one here)', () => {
+    expect(Object.keys(samples()).sort()).toStrictEqual(RUN_FLAGS.map((f) => f.name).sort());
+  });
+
+  it.each(RUN_FLAGS.map((f) => [f.name, f] as const))('--%s', (name, f) => {
+    const sample = samples()[name];
+    if (sample === undefined) throw new Error(`no sample for --${name}`);
+    const base = sample.with ?? {};
+    const field = key(name) as keyof RunFlags;
+    expect(resolve([])[field]).not.toStrictEqual(sample.value);
+    expect(resolve([], { ...base, [envName(name)]: sample.text })[field]).toStrictEqual(
+      sample.value,
+    );
+    const argv = f.kind === 'bool' ? [`--${name}`] : [`--${name}`, sample.text];
+    expect(resolve(argv, base)[field]).toStrictEqual(sample.value);
+
+    const syntax = f.kind === 'bool' ? `--${name}` : `--${name} <${f.arg ?? 'value'}>`;
+    const line = help.split('\n').find((l) => l.trimStart().startsWith(`${syntax} `));
+    expect(line, `twill run --help lists ${syntax}`).toBeDefined();
+    expect(line).toContain(`(env: ${envName(name)}`);
+    if (f.default !== undefined) expect(line).toContain(`(default: ${JSON.stringify(f.default)})`);
+    else if (f.defaultText !== undefined) expect(line).toContain(`(default: ${f.defaultText})`);
   });
 });
