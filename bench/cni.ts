@@ -7,8 +7,9 @@ import { access, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { run } from '../src/exec/runner.ts';
-import { callCni, REFERENCE_DIR, subnetEnvText, TWILL_CNI } from '../test/helpers/cni.ts';
-import { NetnsLab, sweepStaleNetns } from '../test/helpers/netns.ts';
+import { callCni, REFERENCE_DIR, subnetEnvText } from '../lab/kit/cni.ts';
+import { TWILL_CNI } from '../lab/kit/twill-command.ts';
+import { NetnsLab, sweepStaleNetns } from '../lab/kit/netns.ts';
 import { percentile, type BenchRow, type BenchSuite } from './table.ts';
 
 const RUNS = 40;

@@ -6,21 +6,22 @@
 import { readFile } from 'node:fs/promises';
 import { run } from '../src/exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
-import { NetnsLab, sweepStaleNetns } from '../test/helpers/netns.ts';
-import { stopProcess } from '../test/helpers/process.ts';
+import { NetnsLab, nsRun, sweepStaleNetns } from '../lab/kit/netns.ts';
+import { stopProcess } from '../lab/kit/process.ts';
 import {
   logLines,
   ownedRoutes,
   peer,
+  POLL_MS,
   putLeases,
   setupNode,
   sh,
   startTwill,
   stopNode,
-  waitUntil,
   type LogLine,
   type Node,
 } from './node.ts';
+import { waitFor } from '../lab/kit/wait.ts';
 import type { BenchRow, BenchSuite } from './table.ts';
 
 const PEERS = 5_000;
@@ -34,7 +35,7 @@ async function rawBatchMs(lab: NetnsLab, backend: string): Promise<number> {
   await run('ip', ['-n', ns, 'link', 'set', 'eth1', 'up']);
   const peers = Array.from({ length: PEERS }, (_, i) => peer(i));
   const sh = (file: string, input: string): Promise<unknown> =>
-    run('nsenter', [`--net=/run/netns/${ns}`, file, '-batch', '-'], { input, timeoutMs: 60_000 });
+    nsRun(ns, [file, '-batch', '-'], { input, timeoutMs: 60_000 });
   const started = performance.now();
   if (backend === 'vxlan') {
     await sh(
@@ -72,19 +73,18 @@ async function rawBatchMs(lab: NetnsLab, backend: string): Promise<number> {
  */
 async function coldConvergence(n: Node): Promise<{ fromStartMs: number; passMs: number }> {
   let done: LogLine | undefined;
-  await waitUntil(
+  await waitFor(
     async () => {
       done = (await logLines(n.log)).find((l) => (l.ops?.['route add'] ?? 0) >= PEERS);
       return done !== undefined;
     },
-    120_000,
-    'cold convergence',
+    { timeoutMs: 120_000, what: 'cold convergence', everyMs: POLL_MS },
   );
-  await waitUntil(
-    async () => (await ownedRoutes(n.ns)) === PEERS,
-    10_000,
-    'every route in the kernel',
-  );
+  await waitFor(async () => (await ownedRoutes(n.ns)) === PEERS, {
+    timeoutMs: 10_000,
+    what: 'every route in the kernel',
+    everyMs: POLL_MS,
+  });
   return { fromStartMs: (done?.time ?? 0) - n.spawnedAt, passMs: done?.durationMs ?? 0 };
 }
 
@@ -159,7 +159,11 @@ const DRIFTS: Drift[] = [
 async function repairMs(ns: string, d: Drift): Promise<number> {
   for (const cmd of d.breakIt) await sh(ns, cmd);
   const broken = performance.now();
-  await waitUntil(() => d.healthy(ns), 10_000, `repair of ${d.name}`);
+  await waitFor(() => d.healthy(ns), {
+    timeoutMs: 10_000,
+    what: `repair of ${d.name}`,
+    everyMs: POLL_MS,
+  });
   return performance.now() - broken;
 }
 
@@ -170,11 +174,11 @@ async function backendRows(backend: string): Promise<BenchRow[]> {
   try {
     // the floor: the same daemon with no peers at all
     await startTwill(n);
-    await waitUntil(
-      async () => (await logLines(n.log)).some((l) => l.msg === 'dataplane updated'),
-      30_000,
-      'the daemon with no peers',
-    );
+    await waitFor(async () => (await logLines(n.log)).some((l) => l.msg === 'dataplane updated'), {
+      timeoutMs: 30_000,
+      what: 'the daemon with no peers',
+      everyMs: POLL_MS,
+    });
     await new Promise((r) => setTimeout(r, 1000));
     const floor = await rssMiB(n.child?.pid);
     if (n.child) await stopProcess(n.child);

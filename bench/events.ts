@@ -7,21 +7,22 @@
 // every 100 ms, each timed until its route's "Deleted" line: that includes
 // the 500 ms a peer deleted by an event is kept (README, "Leases and the
 // dataplane").
-import { sweepStaleNetns } from '../test/helpers/netns.ts';
+import { sweepStaleNetns } from '../lab/kit/netns.ts';
 import {
   ETCD_PREFIX,
   leaseValue,
   ownedRoutes,
   ownLeaseKey,
   peer,
+  POLL_MS,
   putLeases,
   setupNode,
   startTwill,
   stopNode,
-  waitUntil,
   type Node,
   type PeerSpec,
 } from './node.ts';
+import { waitFor } from '../lab/kit/wait.ts';
 import { percentile, type BenchRow, type BenchSuite } from './table.ts';
 import { LineTap, type TappedLine } from './tap.ts';
 
@@ -119,11 +120,11 @@ async function backendRows(backend: string): Promise<BenchRow[]> {
   try {
     await putLeases(n, PEERS);
     await startTwill(n);
-    await waitUntil(
-      async () => (await ownedRoutes(n.ns)) === PEERS,
-      120_000,
-      'the node to program 5000 peers',
-    );
+    await waitFor(async () => (await ownedRoutes(n.ns)) === PEERS, {
+      timeoutMs: 120_000,
+      what: 'the node to program 5000 peers',
+      everyMs: POLL_MS,
+    });
     await sleepMs(1_000);
     const t: Taps = {
       monitor: new LineTap(n.ns, ['ip', 'monitor', 'route']),

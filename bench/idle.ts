@@ -10,19 +10,20 @@
 // trace log; the resync timer's passes (every 5 s) are not triggers.
 import { readdir, readFile } from 'node:fs/promises';
 import { run } from '../src/exec/runner.ts';
-import { sweepStaleNetns } from '../test/helpers/netns.ts';
+import { sweepStaleNetns } from '../lab/kit/netns.ts';
 import { kubeNatRules, kubeRuleCount } from './kube-rules.ts';
 import {
   logLines,
   ownedRoutes,
+  POLL_MS,
   putLeases,
   setupNode,
   sh,
   startTwill,
   stopNode,
-  waitUntil,
   type Node,
 } from './node.ts';
+import { waitFor } from '../lab/kit/wait.ts';
 import type { BenchRow, BenchSuite } from './table.ts';
 
 const SERVICES = 2_000;
@@ -85,11 +86,11 @@ async function idleNode(o: { name: string; rules: boolean; nodes: Node[] }): Pro
       kubeNatRules({ services: SERVICES, generation: 0, jumps: true }),
     );
   await startTwill(n, ['--log-level', 'trace']);
-  await waitUntil(
-    async () => (await ownedRoutes(n.ns)) === PEERS,
-    30_000,
-    `${o.name}: every peer programmed`,
-  );
+  await waitFor(async () => (await ownedRoutes(n.ns)) === PEERS, {
+    timeoutMs: 30_000,
+    what: `${o.name}: every peer programmed`,
+    everyMs: POLL_MS,
+  });
   return n;
 }
 

@@ -7,11 +7,10 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { run } from '../src/exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
-import { startEtcd, type EtcdServer } from '../test/helpers/etcd.ts';
-import { twillCommand } from '../lab/twill-command.ts';
-import { NetnsLab } from '../test/helpers/netns.ts';
+import { startEtcd, type EtcdServer } from '../lab/kit/etcd.ts';
+import { NetnsLab, nsRun } from '../lab/kit/netns.ts';
+import { etcdStoreFlags, twillCommand, twillRunArgv } from '../lab/kit/twill-command.ts';
 
 /**
  * extra node flags for the daemon, for memory experiments:
@@ -80,18 +79,8 @@ export async function logLines(file: string): Promise<LogLine[]> {
   });
 }
 
-export async function waitUntil(
-  check: () => Promise<boolean>,
-  timeoutMs: number,
-  what: string,
-): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (Date.now() < until) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error(`bench: timed out waiting for ${what}`);
-}
+/** How often the bench polls what it waits for: the resolution of the times it measures so. */
+export const POLL_MS = 20;
 
 export interface Node {
   lab: NetnsLab;
@@ -107,10 +96,9 @@ export interface Node {
 
 /** Runs argv inside namespace `ns`; its stdout. */
 export const sh = (ns: string, args: string[], input?: string): Promise<string> =>
-  run('nsenter', [`--net=/run/netns/${ns}`, ...args], {
-    timeoutMs: 60_000,
-    ...(input === undefined ? {} : { input }),
-  }).then((r) => r.stdout);
+  nsRun(ns, args, { timeoutMs: 60_000, ...(input === undefined ? {} : { input }) }).then(
+    (r) => r.stdout,
+  );
 
 /**
  * etcd (with only the network config) and a node on one veth link; namespaces named after `name`.
@@ -149,17 +137,10 @@ export async function setupNode(o: { backend: string; name: string }): Promise<N
 /** Peers 0 … count-1 into etcd, 250 at a time, from the etcd namespace. */
 export async function putLeases(n: Node, count: number): Promise<void> {
   // npm runs the bench from the project root, where 'etcd3' resolves
-  await run(
-    'nsenter',
-    [
-      `--net=/run/netns/${n.etcdNs}`,
-      process.execPath,
-      '--input-type=module',
-      '-e',
-      PUT_SCRIPT({ endpoint: n.etcd.endpoint, backend: n.backend, count }),
-    ],
-    { timeoutMs: 120_000 },
-  );
+  const script = PUT_SCRIPT({ endpoint: n.etcd.endpoint, backend: n.backend, count });
+  await nsRun(n.etcdNs, [process.execPath, '--input-type=module', '-e', script], {
+    timeoutMs: 120_000,
+  });
 }
 
 /** Starts the built daemon with the node flags of its shebang, as the `twill` command runs. */
@@ -167,24 +148,12 @@ export async function startTwill(n: Node, extraArgs: readonly string[] = []): Pr
   const command = await twillCommand(NODE_FLAGS);
   await rm(n.log, { force: true });
   n.spawnedAt = Date.now();
-  n.child = n.lab.spawn(
-    n.ns,
-    [
-      ...command,
-      'run',
-      '--etcd-endpoints',
-      n.etcd.endpoint,
-      '--iface',
-      'eth0',
-      '--ip-masq',
-      '--subnet-file',
-      join(n.dir, 'subnet.env'),
-      '--node-name',
-      'bench',
-      ...extraArgs,
-    ],
-    n.log,
-  );
+  const argv = twillRunArgv(command, {
+    store: etcdStoreFlags(n.etcd.endpoint, 'bench'),
+    subnetFile: join(n.dir, 'subnet.env'),
+    flags: ['--ip-masq', ...extraArgs],
+  });
+  n.child = n.lab.spawn(n.ns, argv, n.log);
 }
 
 /** Our own subnet's lease key (from subnet.env), e.g. "10.7.12.0-24". */

@@ -5,6 +5,7 @@
 // process is killed by `close`.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
+import { nsenterArgv } from '../lab/kit/netns.ts';
 
 export interface TappedLine {
   readonly at: number;
@@ -26,9 +27,8 @@ export class LineTap {
   private stderr = '';
 
   constructor(ns: string, argv: readonly string[]) {
-    this.child = spawn('nsenter', [`--net=/run/netns/${ns}`, ...argv], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+    const [file, ...args] = nsenterArgv(ns, argv);
+    this.child = spawn(file as string, args, { stdio: ['pipe', 'pipe', 'pipe'] });
     this.child.stderr?.on('data', (d: Buffer) => {
       if (this.stderr.length < 4096) this.stderr += d.toString();
     });

@@ -11,9 +11,9 @@
 // router namespace, before and after all of it).
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { run } from '../src/exec/runner.ts';
 import type { Target } from '../lab/cluster.ts';
 import { ping } from '../lab/matrix.ts';
+import { nsRun } from '../lab/kit/netns.ts';
 import { NetnsCluster } from '../lab/netns-cluster.ts';
 import { labDir } from '../lab/state.ts';
 import { percentile, type BenchRow, type BenchSuite } from './table.ts';
@@ -28,7 +28,7 @@ const sleepMs = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, 
 
 /** The sum of the fragmentation counters in /proc/net/snmp, as namespace `ns` sees it. */
 async function fragCount(ns: string): Promise<number> {
-  const snmp = (await run('nsenter', [`--net=/run/netns/${ns}`, 'cat', '/proc/net/snmp'])).stdout
+  const snmp = (await nsRun(ns, ['cat', '/proc/net/snmp'])).stdout
     .split('\n')
     .filter((l) => l.startsWith('Ip:'));
   const names = (snmp[0] ?? '').split(/\s+/);

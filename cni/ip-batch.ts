@@ -1,8 +1,9 @@
 // What the plugin asks of `ip`, as pure text: the host-side batch of an ADD
 // (bridge, veth pair with its peer created straight in the pod's netns,
 // bridge port, hairpin), the pod-side batch (lo, address, routes), and the
-// parsing of what `ip -json -batch` prints and of which line failed. Every
-// value put into batch text goes through `batchWord`.
+// parsing of what `ip -json -batch` prints (which line failed:
+// src/exec/batch-errors.ts). Every value put into batch text goes through
+// `batchWord`.
 import { formatCidr, formatIpv4, type Cidr } from '../src/net/ipv4.ts';
 
 export interface HostWiring {
@@ -104,12 +105,6 @@ export function podAddBatch(p: PodWiring): string[] {
 /** The batch CHECK runs inside the pod's netns. */
 export function podCheckBatch(ifname: string): string[] {
   return [`addr show dev ${batchWord(ifname)}`, `route show dev ${ifname}`];
-}
-
-/** The line `ip -batch` reports as failed ("Command failed -:3"), if any. */
-export function failedLine(stderr: string): number | undefined {
-  const m = /Command failed -:(\d+)/.exec(stderr);
-  return m ? Number(m[1]) : undefined;
 }
 
 /** Each JSON array `ip -json -batch` printed, in order (one per show command). */

@@ -5,7 +5,8 @@
 // (read from /proc/self/net/dev, no process), STATUS's throwaway bridge,
 // link deletion that treats "already gone" as done, and IPv4 forwarding for
 // the gateway bridge.
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
+import { failedLines } from '../src/exec/batch-errors.ts';
 import { CommandError, type Runner } from '../src/exec/runner.ts';
 import { batchWord, jsonOutputs } from './ip-batch.ts';
 
@@ -169,7 +170,7 @@ export async function deleteLinks(
     });
   } catch (err) {
     if (!(err instanceof CommandError)) throw err;
-    const reports = batchFailures(err.stderr);
+    const reports = failedLines(err.stderr);
     if (reports.size === 0) for (const d of devs) failed.set(d, err.message);
     for (const [line, why] of reports) {
       const dev = devs[line - 1];
@@ -177,26 +178,4 @@ export async function deleteLinks(
     }
   }
   return failed;
-}
-
-/** `ip -force -batch` stderr: each failed line's number with the message printed before it. */
-export function batchFailures(stderr: string): Map<number, string> {
-  const out = new Map<number, string>();
-  let why: string[] = [];
-  for (const l of stderr.split('\n')) {
-    const m = /Command failed -:(\d+)/.exec(l);
-    if (m) {
-      out.set(Number(m[1]), why.join(' ').trim());
-      why = [];
-    } else if (l.trim() !== '') why.push(l.trim());
-  }
-  return out;
-}
-
-const IP_FORWARD = '/proc/sys/net/ipv4/ip_forward';
-
-/** Turns on IPv4 forwarding in the host netns, as the bridge plugin does for a gateway. */
-export async function enableForwarding(): Promise<void> {
-  const now = await readFile(IP_FORWARD, 'utf8');
-  if (now.trim() !== '1') await writeFile(IP_FORWARD, '1');
 }

@@ -18,14 +18,6 @@ export interface DrillOutcome {
   readonly notes: readonly string[];
 }
 
-/**
- * How much slower than the target a repair may be and still count as
- * working: a machine ten times slower than a fast day must pass the tests;
- * whether the target was met is reported (`met`), and `npm run bench` is the
- * record for speed.
- */
-export const SLOW_MACHINE_FACTOR = 10;
-
 export const BOTH_STORES: readonly LabMode[] = ['etcd', 'kube'];
 
 export interface Drill {

@@ -3,19 +3,11 @@
 // the vxlan device; twill killed and restarted under a steady ping. They
 // apply to both store modes.
 import type { Cluster } from './cluster.ts';
-import {
-  BOTH_STORES,
-  entries,
-  logCount,
-  ownState,
-  SLOW_MACHINE_FACTOR,
-  steadyPing,
-  type Drill,
-} from './drill-kit.ts';
+import { BOTH_STORES, entries, logCount, ownState, steadyPing, type Drill } from './drill-kit.ts';
 import { QUIET_MS, timeRepair, watchKernel, type Healing } from './kernel-watch.ts';
 import { passesBetween, renderStages } from './pass-log.ts';
 import { leaseOf } from './store-view.ts';
-import { until } from './wait.ts';
+import { SLOW_MACHINE_FACTOR, until } from './kit/wait.ts';
 
 export const first = async (c: Cluster, i: number): Promise<string> =>
   (await c.nodes())[i]?.name ?? '';

@@ -13,13 +13,12 @@ import {
   podsPerNode,
   type Drill,
   type DrillOutcome,
-  SLOW_MACHINE_FACTOR,
 } from './drill-kit.ts';
 import { timeGoneFromPeers } from './kernel-watch.ts';
 import { ping, untilFull } from './matrix.ts';
 import { leaseOf, leases } from './store-view.ts';
-import { until } from './wait.ts';
-import { sleep } from '../src/util/abort.ts';
+import { SLOW_MACHINE_FACTOR, until } from './kit/wait.ts';
+import { pause } from '../src/util/abort.ts';
 import { containsAddr, parseCidr, parseIpv4 } from '../src/net/ipv4.ts';
 
 const TWILL_NS = 'twill-system';
@@ -72,9 +71,9 @@ export async function lossDuring(
     })
     .catch(() => undefined);
   try {
-    await sleep(500, AbortSignal.timeout(5_000));
+    await pause(500);
     await action();
-    await sleep(1_500, AbortSignal.timeout(5_000));
+    await pause(1_500);
   } finally {
     ac.abort();
     await watching;
@@ -280,7 +279,7 @@ const podsWhileTwillDown: Drill = {
         }),
       });
       // kubelet keeps retrying the sandbox; none may come up, none may leak an address
-      await sleep(8_000, AbortSignal.timeout(20_000));
+      await pause(8_000);
       const upWithout = (await c.pods()).filter((p) => late.includes(p.name));
       const reservedDuring = await k.ipamReserved(node);
       const events = await c

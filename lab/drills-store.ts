@@ -3,14 +3,13 @@
 // etcd, a node removed (all five
 // etcd only), a node added, twenty nodes started at once (both stores), the
 // etcd leader killed in a three-member cluster (etcd, `up --etcd-members 3`).
-import { sleep } from '../src/util/abort.ts';
+import { pause } from '../src/util/abort.ts';
 import { etcdctl } from './cluster.ts';
 import { DEFAULT_DELETE_LINGER_MS } from '../src/lease/tracker.ts';
 import type { Cluster } from './cluster.ts';
 import {
   BOTH_STORES,
   ownRoutes,
-  SLOW_MACHINE_FACTOR,
   churn,
   leftovers,
   logCount,
@@ -24,7 +23,7 @@ import { connectivity, untilFull } from './matrix.ts';
 import { timeGoneFromPeers } from './kernel-watch.ts';
 import { firstLogTime, passesBetween, renderStages } from './pass-log.ts';
 import { leaseOf, leases } from './store-view.ts';
-import { until } from './wait.ts';
+import { SLOW_MACHINE_FACTOR, until } from './kit/wait.ts';
 
 const ETCD_OUTAGE_MS = 60_000;
 
@@ -161,7 +160,7 @@ const ownLeaseDeleted: Drill = {
     ];
     const before = await leaseOf(c, node?.ip ?? '');
     const ping = steadyPing(c, { from: from?.name ?? '', to: to?.ip ?? '', ms: 3_000 });
-    await sleep(300, AbortSignal.timeout(1_000));
+    await pause(300);
     const since = performance.now();
     await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${before?.key ?? ''}`]);
     const healedMs = await until(
@@ -187,9 +186,9 @@ const etcdOutage: Drill = {
       (await c.nodes()).map((n) => logCount(c, n.name, 'lease store connected')),
     );
     await c.stopEtcd();
-    await sleep(ETCD_OUTAGE_MS / 2, AbortSignal.timeout(ETCD_OUTAGE_MS));
+    await pause(ETCD_OUTAGE_MS / 2);
     const during = await connectivity(c);
-    await sleep(ETCD_OUTAGE_MS / 2, AbortSignal.timeout(ETCD_OUTAGE_MS));
+    await pause(ETCD_OUTAGE_MS / 2);
     const since = performance.now();
     await c.startEtcd({ wipe: false });
     const nodes = await c.nodes();
@@ -376,11 +375,11 @@ const IDLE_WINDOW_MS = 10_000;
  * spawned).
  */
 async function idleCpu(c: Cluster, nodes: readonly string[]): Promise<string> {
-  await sleep(2_000, AbortSignal.timeout(5_000));
+  await pause(2_000);
   const sample = (): Promise<(number | undefined)[]> =>
     Promise.all(nodes.map((n) => c.twillCpuMs(n)));
   const [before, t0] = [await sample(), performance.now()];
-  await sleep(IDLE_WINDOW_MS, AbortSignal.timeout(IDLE_WINDOW_MS + 5_000));
+  await pause(IDLE_WINDOW_MS);
   const [after, t1] = [await sample(), performance.now()];
   const pct = nodes
     .flatMap((_, i) => {
@@ -455,7 +454,7 @@ const etcdLeaderLoss: Drill = {
       to: to?.ip ?? '',
       ms: LEADER_LOSS_WATCH_MS,
     });
-    await sleep(300, AbortSignal.timeout(1_000));
+    await pause(300);
     const killed = leader;
     const notes: string[] = [];
     try {

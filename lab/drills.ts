@@ -5,14 +5,14 @@
 // Cluster interface only, so the same drills run on the netns and Vagrant labs.
 // Each drill names the store modes it applies to; `all` is those of the lab's.
 import type { Cluster, LabMode } from './cluster.ts';
-import { leftovers, SLOW_MACHINE_FACTOR, type Drill, type DrillOutcome } from './drill-kit.ts';
+import { leftovers, type Drill, type DrillOutcome } from './drill-kit.ts';
 import { KERNEL_DRILLS } from './drills-kernel.ts';
 import { KUBE_DRILLS } from './drills-kube.ts';
 import { KUBELET_DRILLS } from './drills-kubelet.ts';
 import { STORE_DRILLS } from './drills-store.ts';
 import { untilFull } from './matrix.ts';
 import { backendOf } from './store-view.ts';
-import { until } from './wait.ts';
+import { SLOW_MACHINE_FACTOR, until } from './kit/wait.ts';
 
 /** In the order `all` runs them (within one store mode). */
 export const DRILLS: readonly Drill[] = [

@@ -35,7 +35,7 @@ import {
 } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { run } from '../src/exec/runner.ts';
-import { alive } from './procs.ts';
+import { alive } from './kit/process.ts';
 
 export const LAB_IMAGE_REFS = {
   twill: 'twill.local/twill:lab',

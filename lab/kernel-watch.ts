@@ -6,9 +6,10 @@
 // repair event minus the break event, whatever observing costs; and the
 // drill checks the node's state only once the streams have gone quiet, so
 // the check does not compete with twill for the CPU while it repairs.
-import { sleep } from '../src/util/abort.ts';
+import { pause } from '../src/util/abort.ts';
 import type { Cluster } from './cluster.ts';
-import { goneEverywhere, SLOW_MACHINE_FACTOR, type DrillOutcome } from './drill-kit.ts';
+import { goneEverywhere, type DrillOutcome } from './drill-kit.ts';
+import { SLOW_MACHINE_FACTOR } from './kit/wait.ts';
 import { passesBetween, renderStages } from './pass-log.ts';
 
 export interface KernelEvent {
@@ -126,7 +127,7 @@ async function watchNode(
       );
     }
     await c.sh({ node }, probe).catch(() => '');
-    await sleep(100, AbortSignal.timeout(5_000));
+    await pause(100);
   }
 }
 
@@ -171,14 +172,13 @@ export async function timeRepair(
   const done = Date.now();
   // the break's own event first: a check before it arrives could find the node whole too early
   const firstBound = Math.min(deadline, performance.now() + 2_000);
-  while (w.events.length === from && performance.now() < firstBound)
-    await sleep(5, AbortSignal.timeout(5_000));
+  while (w.events.length === from && performance.now() < firstBound) await pause(5);
   let checks = 0;
   let healedAt: number | undefined;
   for (;;) {
     const quietFor = performance.now() - w.lastArrival;
     if (quietFor < QUIET_MS && performance.now() < deadline) {
-      await sleep(QUIET_MS - quietFor + 5, AbortSignal.timeout(5_000));
+      await pause(QUIET_MS - quietFor + 5);
       continue;
     }
     const upTo = w.events.length;
@@ -188,7 +188,7 @@ export async function timeRepair(
       break;
     }
     if (performance.now() >= deadline) break;
-    await sleep(50, AbortSignal.timeout(5_000));
+    await pause(50);
   }
   const brokeAt = o.fromBreakDone
     ? done

@@ -12,7 +12,7 @@ import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { run } from '../src/exec/runner.ts';
-import { sleep } from '../src/util/abort.ts';
+import { pause } from '../src/util/abort.ts';
 
 export const KUBERNETES_SCRIPT = resolve(import.meta.dirname, '../scripts/kubernetes.sh');
 
@@ -178,6 +178,6 @@ export async function untilApiServerReady(o: {
       return Date.now() - start;
     if (Date.now() - start > o.timeoutMs)
       throw new Error(`kube-apiserver not ready after ${o.timeoutMs} ms`);
-    await sleep(50, AbortSignal.timeout(1_000));
+    await pause(50);
   }
 }

@@ -35,7 +35,8 @@ import {
   type NodeSpec,
 } from './kubelet-node.ts';
 import type { KubeLab } from './netns-kube.ts';
-import { alive, namespacePids, spawnDetached, stopPid } from './procs.ts';
+import { alive, spawnDetached, stopPid } from './kit/process.ts';
+import { namespacePids } from './kit/netns.ts';
 import {
   labDir,
   type KubeletLabState,
@@ -44,7 +45,7 @@ import {
   type NodeState,
 } from './state.ts';
 import { processCpuMs } from './throttle.ts';
-import { until } from './wait.ts';
+import { until } from './kit/wait.ts';
 
 /** How long a node may take to go Ready (kubelet registers in 10–15 s here; ×10 for a slow day). */
 const NODE_READY_MS = 300_000;

@@ -20,9 +20,9 @@
 import { chmod, copyFile, mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { run } from '../src/exec/runner.ts';
-import { alive, spawnLogged, stopPid } from './procs.ts';
+import { alive, spawnDetached, spawnLogged, stopPid } from './kit/process.ts';
 import { shJoin } from './shell-quote.ts';
-import { until } from './wait.ts';
+import { until } from './kit/wait.ts';
 
 /**
  * Paths a node owns: each is the node's own directory, bound over the host's path in the node's
@@ -270,7 +270,7 @@ export async function writeNodeFiles(
 export async function startHolder(ns: string, f: NodeFiles): Promise<number> {
   const script = holderScript(f.fs, await hostCgroupMounts());
   await writeFile(f.log.holder, '');
-  const pid = spawnLogged(['ip', 'netns', 'exec', ns, 'sh', '-c', script], f.log.holder);
+  const pid = spawnDetached(ns, ['sh', '-c', script], f.log.holder);
   const mounted = (): Promise<boolean> =>
     readFile(f.log.holder, 'utf8').then(
       (t) => t.includes('mounted') || !alive(pid),

@@ -1,11 +1,11 @@
 // The netns lab: the Cluster interface over network namespaces on this
-// machine. A router namespace holds the underlay bridge (10.123.0.254/24,
-// every node's default gateway) and a link to the "outside" namespace
-// (203.0.113.2, which knows no pod routes: only masquerade lets pods reach
-// it); etcd runs in its own namespace at 10.123.0.1 (in kube mode with a
-// kube-apiserver next to it, see netns-kube.ts), one member on port 2379 or
-// (`up --etcd-members 3`) a cluster of members on ports 2379, 22379, 32379…;
-// node k is 10.123.0.(10+k)
+// machine, on the underlay of kit/underlay.ts: a router namespace holds the
+// underlay bridge (10.123.0.254/24, every node's default gateway) and a link
+// to the "outside" namespace (203.0.113.2, which knows no pod routes: only
+// masquerade lets pods reach it); etcd runs in its own namespace at
+// 10.123.0.1 (in kube mode with a kube-apiserver next to it, see
+// netns-kube.ts), one member on port 2379 or (`up --etcd-members 3`) a
+// cluster of members on ports 2379, 22379, 32379…; node k is 10.123.0.(10+k)
 // and runs `twill run --ip-masq` as a real process; pods are namespaces wired
 // by the twill-cni executable, called as a runtime calls it. Every name
 // starts with the lab's name, so `down` finds everything, even after a crash.
@@ -26,26 +26,31 @@ import {
   untilLabApiServerReady,
   type KubeLab,
 } from './netns-kube.ts';
-import { alive, killNamespaceProcesses, spawnDetached, stopPid } from './procs.ts';
+import { callCni } from './kit/cni.ts';
+import { agreedLeader, etcdArgv, etcdHealthy } from './kit/etcd.ts';
+import { deleteNetns, killNamespaceProcesses, listNetns, NetnsLab } from './kit/netns.ts';
+import { alive, spawnDetached, stopPid } from './kit/process.ts';
+import { etcdStoreFlags, TWILL_CNI, twillCommand, twillRunArgv } from './kit/twill-command.ts';
+import {
+  attachHost,
+  buildRouter,
+  detachHost,
+  ETCD_IP,
+  nodeIp,
+  OUTSIDE_IP,
+} from './kit/underlay.ts';
+import { until } from './kit/wait.ts';
 import { labDir, readState, writeState, type LabState, type NodeState } from './state.ts';
 import { createThrottle, joinThrottle, processCpuMs, removeThrottle } from './throttle.ts';
-import { TWILL_CNI, twillCommand } from './twill-command.ts';
-import { until } from './wait.ts';
 
-const ETCD_IP = '10.123.0.1';
 /**
  * `up --etcd-members` at most: member k (1-based) serves clients on port k×10000+2379 (2379,
  * 22379…), peers on +1, inside the etcd namespace
  */
 export const MAX_ETCD_MEMBERS = 5;
 const etcdClientPort = (k: number): number => (k === 1 ? 2379 : k * 10_000 + 2379);
-const OUTSIDE_IP = '203.0.113.2';
 /** every lab node serves /healthz, /readyz and /metrics here (each in its own namespace) */
 export const HEALTHZ_PORT = 9810;
-
-async function ns(cmd: string[]): Promise<string> {
-  return (await run('ip', cmd, { timeoutMs: 20_000 })).stdout;
-}
 
 export class NetnsCluster implements Cluster {
   readonly description: string;
@@ -60,6 +65,8 @@ export class NetnsCluster implements Cluster {
   readonly etcdPrefix = '/coreos.com/network';
   private readonly state: LabState;
   private readonly dir: string;
+  /** makes the lab's namespaces, each named <lab name>-<short> */
+  private readonly namespaces: NetnsLab;
   private readonly kube: KubeLab;
   /**
    * kubelet mode: the nodes' kubelets, containerds and kube-proxies, the control plane around the
@@ -70,6 +77,7 @@ export class NetnsCluster implements Cluster {
   private constructor(state: LabState) {
     this.state = state;
     this.dir = labDir(state.name);
+    this.namespaces = new NetnsLab(`${state.name}-`);
     this.kube = kubeLab(this.dir, ETCD_IP);
     this.etcdEndpoints = Array.from(
       { length: state.etcdMembers ?? 1 },
@@ -153,34 +161,7 @@ export class NetnsCluster implements Cluster {
     await mkdir(c.dir, { recursive: true });
     await writeState(c.state);
     if (o.slow !== undefined) await createThrottle(o.name, o.slow);
-    const rt = await c.addNs('rt');
-    // a fixed MAC: a bridge otherwise takes its lowest port MAC, which changes as nodes come and
-    // go,
-    // and every node's cached ARP entry for the gateway then points nowhere for half a minute
-    await ns(['-n', rt, 'link', 'add', 'br0', 'address', '02:00:7e:00:00:fe', 'type', 'bridge']);
-    await ns(['-n', rt, 'addr', 'add', '10.123.0.254/24', 'dev', 'br0']);
-    await ns(['-n', rt, 'link', 'set', 'br0', 'up']);
-    await run('ip', ['netns', 'exec', rt, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
-    const out = await c.addNs('out');
-    await ns([
-      '-n',
-      rt,
-      'link',
-      'add',
-      'out0',
-      'type',
-      'veth',
-      'peer',
-      'name',
-      'eth0',
-      'netns',
-      out,
-    ]);
-    await ns(['-n', rt, 'addr', 'add', '203.0.113.1/24', 'dev', 'out0']);
-    await ns(['-n', rt, 'link', 'set', 'out0', 'up']);
-    await ns(['-n', out, 'addr', 'add', `${OUTSIDE_IP}/24`, 'dev', 'eth0']);
-    await ns(['-n', out, 'link', 'set', 'eth0', 'up']);
-    await ns(['-n', out, 'route', 'add', 'default', 'via', '203.0.113.1']);
+    await buildRouter(await c.addNs('rt'), await c.addNs('out'));
     await c.attach('etcd', ETCD_IP);
     await c.startEtcd({ wipe: true });
     if (store === 'etcd') {
@@ -207,10 +188,7 @@ export class NetnsCluster implements Cluster {
    */
   static async destroy(name: string): Promise<string[]> {
     const state = await readState(name);
-    const mine = (await ns(['netns', 'list']))
-      .split('\n')
-      .map((l) => l.split(' ')[0] ?? '')
-      .filter((n) => n.startsWith(`${name}-`));
+    const mine = await listNetns(`${name}-`);
     // kubelet mode first: every process of its nodes (pods included) at once, then its control
     // plane
     await KubeletNodes.destroy(state, mine);
@@ -222,46 +200,25 @@ export class NetnsCluster implements Cluster {
     ])
       await stopPid(pid, 'kill');
     for (const n of mine) await killNamespaceProcesses(n);
-    for (const n of mine) await ns(['netns', 'del', n]).catch(() => undefined);
+    for (const n of mine) await deleteNetns(n);
     await rm(labDir(name), { recursive: true, force: true });
     await removeThrottle(name);
     return mine;
   }
 
   private nsOf(short: string): string {
-    return `${this.state.name}-${short}`;
+    return this.namespaces.ns(short);
   }
 
   private async addNs(short: string): Promise<string> {
-    const name = this.nsOf(short);
-    await ns(['netns', 'add', name]);
-    await ns(['-n', name, 'link', 'set', 'lo', 'up']);
-    return name;
+    return this.namespaces.add(short);
   }
 
   /** A namespace on the underlay bridge at `ip`/24, default route via the router. */
   private async attach(short: string, ip: string): Promise<string> {
-    const name = await this.addNs(short);
-    const rt = this.nsOf('rt');
-    await ns([
-      '-n',
-      rt,
-      'link',
-      'add',
-      `u-${short}`,
-      'type',
-      'veth',
-      'peer',
-      'name',
-      'eth0',
-      'netns',
-      name,
-    ]);
-    await ns(['-n', rt, 'link', 'set', `u-${short}`, 'master', 'br0', 'up']);
-    await ns(['-n', name, 'addr', 'add', `${ip}/24`, 'dev', 'eth0']);
-    await ns(['-n', name, 'link', 'set', 'eth0', 'up']);
-    await ns(['-n', name, 'route', 'add', 'default', 'via', '10.123.0.254']);
-    return name;
+    const ns = await this.addNs(short);
+    await attachHost({ rt: this.nsOf('rt'), ns, short, address: ip });
+    return ns;
   }
 
   private targetNs(t: Target): string {
@@ -364,19 +321,12 @@ export class NetnsCluster implements Cluster {
     const store =
       this.store === 'kube'
         ? twillKubeFlags(this.kube, name)
-        : ['--etcd-endpoints', this.etcdEndpoints.join(','), '--node-name', name];
-    const argv = [
-      ...(await twillCommand()),
-      'run',
-      ...store,
-      '--iface',
-      'eth0',
-      '--ip-masq',
-      '--healthz-port',
-      String(HEALTHZ_PORT),
-      '--subnet-file',
-      join(this.dir, name, 'subnet.env'),
-    ];
+        : etcdStoreFlags(this.etcdEndpoints.join(','), name);
+    const argv = twillRunArgv(await twillCommand(), {
+      store,
+      subnetFile: join(this.dir, name, 'subnet.env'),
+      flags: ['--ip-masq', '--healthz-port', String(HEALTHZ_PORT)],
+    });
     n.pid = await this.spawnIn(this.nsOf(name), argv, this.logPath(name));
     await writeState(this.state);
   }
@@ -463,42 +413,20 @@ export class NetnsCluster implements Cluster {
 
   /** etcd member k's argv; one member alone is the lab's single etcd, as it always was */
   private etcdArgv(k: number): string[] {
-    const peer = (m: number): string => `http://127.0.0.1:${etcdClientPort(m) + 1}`;
-    const url = this.etcdEndpoints[k - 1] ?? '';
-    const name = k === 1 ? 'lab' : `lab${k}`;
-    const cluster =
-      this.etcdMembers === 1
-        ? [`lab=${peer(1)}`]
-        : this.etcdEndpoints.map((_, i) => `${i === 0 ? 'lab' : `lab${i + 1}`}=${peer(i + 1)}`);
-    const token =
-      this.etcdMembers === 1
-        ? []
-        : [
-            '--initial-cluster-token',
-            `twill-lab-${this.state.name}`,
-            '--initial-cluster-state',
-            'new',
-          ];
-    return [
-      'etcd',
-      '--name',
-      name,
-      '--data-dir',
-      this.etcdDataDir(k),
-      '--listen-client-urls',
-      url,
-      '--advertise-client-urls',
-      url,
-      '--listen-peer-urls',
-      peer(k),
-      '--initial-advertise-peer-urls',
-      peer(k),
-      '--initial-cluster',
-      cluster.join(','),
-      ...token,
-      '--log-level',
-      'error',
-    ];
+    const member = (m: number): { name: string; peerUrl: string } => ({
+      name: m === 1 ? 'lab' : `lab${m}`,
+      peerUrl: `http://127.0.0.1:${etcdClientPort(m) + 1}`,
+    });
+    const spec = {
+      ...member(k),
+      dataDir: this.etcdDataDir(k),
+      clientUrl: this.etcdEndpoints[k - 1] ?? '',
+    };
+    if (this.etcdMembers === 1) return etcdArgv(spec);
+    return etcdArgv(spec, {
+      cluster: this.etcdEndpoints.map((_, i) => member(i + 1)),
+      token: `twill-lab-${this.state.name}`,
+    });
   }
 
   private etcdDataDir(k: number): string {
@@ -537,13 +465,7 @@ export class NetnsCluster implements Cluster {
 
   private async untilEtcdMemberHealthy(k: number): Promise<void> {
     const url = this.etcdEndpoints[k - 1] ?? '';
-    const healthy = (): Promise<boolean> =>
-      this.sh('etcd', ['etcdctl', '--endpoints', url, 'endpoint', 'health'], {
-        timeoutMs: 3_000,
-      }).then(
-        () => true,
-        () => false,
-      );
+    const healthy = (): Promise<boolean> => etcdHealthy(url, this.nsOf('etcd'));
     if ((await until(healthy, { timeoutMs: 20_000, everyMs: 100 })) === undefined)
       throw new Error(
         `etcd${this.etcdMembers > 1 ? ` member ${k}` : ''} did not become healthy; see ${this.etcdLogPath(k)}`,
@@ -576,31 +498,8 @@ export class NetnsCluster implements Cluster {
    */
   async etcdLeader(): Promise<number | undefined> {
     const up = this.etcdEndpoints.filter((_, i) => alive(this.etcdPidOf(i + 1)));
-    if (up.length === 0) return undefined;
-    const out = await this.sh(
-      'etcd',
-      [
-        'etcdctl',
-        '--endpoints',
-        up.join(','),
-        '--command-timeout',
-        '2s',
-        'endpoint',
-        'status',
-        '-w',
-        'json',
-      ],
-      { timeoutMs: 5_000 },
-    ).catch(() => '');
-    if (out === '') return undefined;
-    // member ids are JSON numbers past 2^53: read them as text
-    const status = JSON.parse(
-      out.replace(/"(member_id|leader|cluster_id)":(\d+)/g, '"$1":"$2"'),
-    ) as { Endpoint: string; Status: { header: { member_id: string }; leader: string } }[];
-    const leaders = new Set(status.map((s) => s.Status.leader));
-    const at = status.find((s) => s.Status.header.member_id === [...leaders][0]);
-    if (leaders.size !== 1 || status.length !== up.length || !at) return undefined;
-    const k = this.etcdEndpoints.indexOf(at.Endpoint) + 1;
+    const leader = await agreedLeader(up, this.nsOf('etcd'));
+    const k = leader === undefined ? 0 : this.etcdEndpoints.indexOf(leader) + 1;
     return k > 0 ? k : undefined;
   }
 
@@ -608,7 +507,7 @@ export class NetnsCluster implements Cluster {
     const added: NodeState[] = [];
     for (const name of names) {
       const index = this.state.nextIndex++;
-      const n: NodeState = { name, index, ip: `10.123.0.${10 + index}`, pid: undefined, pods: [] };
+      const n: NodeState = { name, index, ip: nodeIp(index), pid: undefined, pods: [] };
       await mkdir(join(this.dir, name), { recursive: true });
       await this.attach(name, n.ip);
       this.state.nodes.push(n);
@@ -632,10 +531,9 @@ export class NetnsCluster implements Cluster {
     if (this.kubelet) await this.kubelet.removeNode(n);
     else await this.stopTwill(name, 'term');
     if (this.store === 'kube') await this.kubectl(['delete', 'node', name, '--ignore-not-found']);
-    for (const p of n.pods) await ns(['netns', 'del', this.nsOf(p.name)]).catch(() => undefined);
-    await killNamespaceProcesses(this.nsOf(name));
-    await ns(['netns', 'del', this.nsOf(name)]).catch(() => undefined);
-    await ns(['-n', this.nsOf('rt'), 'link', 'del', `u-${name}`]).catch(() => undefined);
+    for (const p of n.pods) await deleteNetns(this.nsOf(p.name));
+    await deleteNetns(this.nsOf(name));
+    await detachHost(this.nsOf('rt'), name);
     this.state.nodes = this.state.nodes.filter((x) => x !== n);
     await writeState(this.state);
     // a node added later under the same name starts afresh; its log (kubelet mode: its pod logs) is
@@ -671,20 +569,21 @@ export class NetnsCluster implements Cluster {
     for (let k = n.pods.length + 1; n.pods.length < count; k++) {
       const pod = `${n.name}-p${k}`;
       await this.addNs(pod);
-      const env = [
-        `CNI_COMMAND=ADD`,
-        `CNI_CONTAINERID=${this.state.name}-${pod}`,
-        `CNI_NETNS=/run/netns/${this.nsOf(pod)}`,
-        'CNI_IFNAME=eth0',
-        'CNI_PATH=/opt/cni/bin',
-      ];
-      const out = await this.sh({ node: n.name }, ['env', ...env, TWILL_CNI], {
-        input: JSON.stringify(conf),
+      const answer = await callCni({
+        nodeNs: this.nsOf(n.name),
+        exe: TWILL_CNI,
+        verb: 'ADD',
+        conf,
+        containerId: `${this.state.name}-${pod}`,
+        netns: `/run/netns/${this.nsOf(pod)}`,
+        env: { CNI_PATH: '/opt/cni/bin' },
       });
-      const ip =
-        ((JSON.parse(out) as { ips?: { address?: string }[] }).ips?.[0]?.address ?? '').split(
-          '/',
-        )[0] ?? '';
+      if (answer.code !== 0 || answer.json === undefined)
+        throw new Error(
+          `${pod}: twill-cni ADD failed (${answer.code}): ${(answer.stdout + answer.stderr).trim()}`,
+        );
+      const ips = (answer.json as { ips?: { address?: string }[] }).ips;
+      const ip = (ips?.[0]?.address ?? '').split('/')[0] ?? '';
       n.pods.push({ name: pod, ip });
       await writeState(this.state);
     }

@@ -18,8 +18,8 @@ import {
   untilApiServerReady,
   writeCredentials,
 } from './kube-apiserver.ts';
-import { alive, spawnDetached } from './procs.ts';
-import { until } from './wait.ts';
+import { alive, spawnDetached } from './kit/process.ts';
+import { until } from './kit/wait.ts';
 
 export const KUBE_API_PORT = 6443;
 const DEPLOY = resolve(import.meta.dirname, '../deploy/base');

@@ -15,6 +15,7 @@
 import { randomUUID } from 'node:crypto';
 import { link, readFile, readlink, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { pause } from '../../src/util/abort.ts';
 import { CNI_CODES, CniError, fail } from '../errors.ts';
 
 export const LOCK_NAME = '.twill.lock';
@@ -79,8 +80,6 @@ export function parseHolder(text: string): LockHolder | undefined {
     return undefined;
   }
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export class DirLock {
   private readonly dir: string;
@@ -156,7 +155,7 @@ export class DirLock {
             `cannot lock the IP store ${this.dir}: ${path} is held by ${by} (for ${Math.round(Date.now() - seen.mtimeMs)} ms; waited ${waitMs} ms); try again later`,
           );
         }
-        await sleep(delay * (0.5 + Math.random()));
+        await pause(delay * (0.5 + Math.random()));
       }
     } finally {
       await unlink(tmp).catch(() => undefined);

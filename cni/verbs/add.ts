@@ -10,11 +10,11 @@
 // the call's signal, so that a SIGTERM still cleans up.
 import { formatCidr, formatIpv4 } from '../../src/net/ipv4.ts';
 import type { SubnetEnv } from '../../src/subnetenv.ts';
+import { firstFailedLine } from '../../src/exec/batch-errors.ts';
 import { CommandError } from '../../src/exec/runner.ts';
 import { CNI_CODES, CniError, fail } from '../errors.ts';
 import {
   bridgeMac,
-  failedLine,
   hostAddBatch,
   linkOf,
   podAddBatch,
@@ -25,7 +25,6 @@ import type { IpStore } from '../ipam/store.ts';
 import { poolOf } from '../ipam/pool.ts';
 import {
   deleteLink,
-  enableForwarding,
   hostBatch,
   linkKind,
   linkNames,
@@ -33,6 +32,7 @@ import {
   type KernelDeps,
   type LinkKind,
 } from '../kernel.ts';
+import { ensureIpForward, PROC_SYS_NET } from '../../src/dataplane/sysctl.ts';
 import { hostVethName } from '../names.ts';
 import { renderResult, type Attachment, type ResultInterface } from '../result.ts';
 import { assertNetns, loadSubnet, storeFor, type PluginDeps, type Request } from './common.ts';
@@ -108,7 +108,7 @@ async function tryHost(k: KernelDeps, w: HostWiring, createBridge: boolean): Pro
       host: asInterface(linkOf(host, w.hostVeth)),
     };
   } catch (err) {
-    const line = failedLine(stderrOf(err));
+    const line = firstFailedLine(stderrOf(err));
     throw new HostWiringError(err, line !== undefined && line <= vethLine);
   }
 }
@@ -123,7 +123,7 @@ async function wireHost(k: KernelDeps, w: HostWiring, bridgeExists: boolean): Pr
     return await tryHost(k, w, true);
   } catch (err) {
     const cause = err instanceof HostWiringError ? err.cause : err;
-    if (!(failedLine(stderrOf(cause)) === 1 && /File exists/.test(stderrOf(cause)))) throw err;
+    if (!(firstFailedLine(stderrOf(cause)) === 1 && /File exists/.test(stderrOf(cause)))) throw err;
     if (!(await checkBridge(k, w.bridge))) throw err;
   }
   return tryHost(k, w, false);
@@ -170,7 +170,7 @@ async function wire(
     defaultRoute: conf.isDefaultGateway,
   };
   const [podLink] = await podBatch(deps, env.netns, podAddBatch(pod));
-  if (conf.isGateway) await enableForwarding();
+  if (conf.isGateway) await ensureIpForward(PROC_SYS_NET);
   const gw = formatIpv4(gateway);
   const routes = [
     { dst: formatCidr(o.subnet.network), gw },

@@ -7,7 +7,7 @@ import { CNI_CODES, fail } from '../errors.ts';
 import { podCheckBatch } from '../ip-batch.ts';
 import { poolOf } from '../ipam/pool.ts';
 import { isNoDevice, podBatch } from '../kernel.ts';
-import { checkProblems } from '../observe.ts';
+import { checkProblems } from '../check-problems.ts';
 import { prevAddresses } from '../result.ts';
 import { assertNetns, loadSubnet, storeFor, type PluginDeps, type Request } from './common.ts';
 

@@ -8,7 +8,7 @@ import type { Command } from 'commander';
 import { runChecks, doctorExitCode } from '../doctor/checks.ts';
 import type { StoreFact } from '../doctor/facts.ts';
 import { gather, readLeaseStore } from '../doctor/gather.ts';
-import { renderJson, renderTable } from '../doctor/report.ts';
+import { renderJson, renderTable } from '../doctor/print.ts';
 import { run } from '../exec/runner.ts';
 import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
 import { nodeNameOf, openStore } from './store.ts';

@@ -3,24 +3,10 @@
 // ip and bridge run with -force so one failing line does not stop the rest;
 // failures are mapped back to the lines that caused them.
 import { describeError } from '../errors.ts';
+import { describeBatchFailures } from '../exec/batch-errors.ts';
 import { CommandError, type Runner } from '../exec/runner.ts';
 import type { Op } from './model.ts';
 import { renderBatches } from './render.ts';
-
-/** Turns `ip -batch -force` stderr ("…\nCommand failed -:3") into "<line>: <reason>" messages. */
-export function batchFailures(stderr: string, lines: readonly string[]): string[] {
-  const out: string[] = [];
-  let reason: string[] = [];
-  for (const raw of stderr.split('\n')) {
-    const m = /^Command failed -:(\d+)/.exec(raw.trim());
-    if (m) {
-      out.push(`${lines[Number(m[1]) - 1] ?? `line ${m[1]}`}: ${reason.join('; ') || 'failed'}`);
-      reason = [];
-    } else if (raw.trim() !== '') reason.push(raw.trim());
-  }
-  if (out.length === 0 && reason.length > 0) out.push(reason.join('; '));
-  return out;
-}
 
 export interface ApplyResult {
   readonly batches: number;
@@ -41,7 +27,7 @@ export async function applyOps(
       await runner(b.file, b.args, { signal, input: b.input, timeoutMs: 60_000 });
     } catch (err) {
       if (signal.aborted) throw err;
-      const found = err instanceof CommandError ? batchFailures(err.stderr, b.lines) : [];
+      const found = err instanceof CommandError ? describeBatchFailures(err.stderr, b.lines) : [];
       failures.push(
         ...(found.length > 0 ? found.map((f) => `${b.file}: ${f}`) : [describeError(err)]),
       );

@@ -1,25 +1,25 @@
-// A small cluster in network namespaces, built the way the lab will be: an
-// underlay bridge in a router namespace (10.123.0.254, also the nodes'
+// A small cluster in network namespaces for tests, on the lab's underlay
+// (lab/kit/underlay.ts): a router namespace (10.123.0.254, also the nodes'
 // default gateway), a real etcd on it (10.123.0.1), N node namespaces
-// (10.123.0.1x) each running `twill run` as a real process, one "pod" per
-// node on a cni0 bridge holding an address from the node's subnet, and an
-// "outside" namespace (203.0.113.2) beyond the router that knows no pod
+// (10.123.0.1x) each running `twill run` from source as a real process, one
+// "pod" per node on a cni0 bridge holding an address from the node's subnet,
+// and an "outside" namespace (203.0.113.2) beyond the router that knows no pod
 // routes. Everything is made in the test's own namespaces and removed by
 // `destroy`, even after a failure.
 import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { run } from '../../src/exec/runner.ts';
+import { join } from 'node:path';
+import { startEtcd, type EtcdServer } from '../../lab/kit/etcd.ts';
+import { addVeth, NetnsLab, nsRun } from '../../lab/kit/netns.ts';
+import { stopProcess } from '../../lab/kit/process.ts';
+import { etcdStoreFlags, twillRunArgv, twillSourceCommand } from '../../lab/kit/twill-command.ts';
+import { attachHost, buildRouter, ETCD_IP, nodeIp, OUTSIDE_IP } from '../../lab/kit/underlay.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 import { parseSubnetEnv } from '../../src/subnetenv.ts';
 import { formatIpv4, firstHost } from '../../src/net/ipv4.ts';
-import { startEtcd, type EtcdServer } from './etcd.ts';
-import { NetnsLab } from './netns.ts';
-import { waitFor } from './ports.ts';
-import { stopProcess } from './process.ts';
 
-const MAIN = resolve(import.meta.dirname, '../../src/cli/main.ts');
-export const ETCD_ENDPOINT = 'http://10.123.0.1:2379';
+export const ETCD_ENDPOINT = `http://${ETCD_IP}:2379`;
 
 export interface ClusterNode {
   readonly name: string;
@@ -45,24 +45,15 @@ export class Cluster {
   async start(netconf: string): Promise<void> {
     this.dir = await mkdtemp(join(tmpdir(), 'twill-cluster-'));
     this.router = await this.lab.add('rt');
-    await this.sh(this.router, 'ip', 'link', 'add', 'br0', 'type', 'bridge');
-    await this.sh(this.router, 'ip', 'addr', 'add', '10.123.0.254/24', 'dev', 'br0');
-    await this.sh(this.router, 'ip', 'link', 'set', 'br0', 'up');
-    await this.sh(this.router, 'sysctl', '-qw', 'net.ipv4.ip_forward=1');
     this.outside = await this.lab.add('out');
-    await this.lab.link(
-      { ns: this.router, dev: 'out0', cidr: '203.0.113.1/24' },
-      { ns: this.outside, dev: 'eth0', cidr: '203.0.113.2/24' },
-    );
-    await this.sh(this.outside, 'ip', 'route', 'add', 'default', 'via', '203.0.113.1');
-    this.etcdNs = await this.attach('etcd', '10.123.0.1');
-    this.etcd = await startEtcd({ netns: this.etcdNs, host: '10.123.0.1', clientPort: 2379 });
+    await buildRouter(this.router, this.outside);
+    this.etcdNs = await this.attach('etcd', ETCD_IP);
+    this.etcd = await startEtcd({ netns: this.etcdNs, host: ETCD_IP, clientPort: 2379 });
     await this.etcdctl('put', '/coreos.com/network/config', netconf);
   }
 
   async sh(ns: string, file: string, ...args: string[]): Promise<string> {
-    return (await run('nsenter', [`--net=/run/netns/${ns}`, file, ...args], { timeoutMs: 20_000 }))
-      .stdout;
+    return (await nsRun(ns, [file, ...args], { timeoutMs: 20_000 })).stdout;
   }
 
   async etcdctl(...args: string[]): Promise<string> {
@@ -72,31 +63,14 @@ export class Cluster {
   /** A namespace on the underlay bridge with address `ip`/24 and the router as default gateway. */
   private async attach(short: string, ip: string): Promise<string> {
     const ns = await this.lab.add(short);
-    await run('ip', [
-      '-n',
-      this.router,
-      'link',
-      'add',
-      `ul-${short}`,
-      'type',
-      'veth',
-      'peer',
-      'name',
-      'eth0',
-      'netns',
-      ns,
-    ]);
-    await this.sh(this.router, 'ip', 'link', 'set', `ul-${short}`, 'master', 'br0', 'up');
-    await this.sh(ns, 'ip', 'addr', 'add', `${ip}/24`, 'dev', 'eth0');
-    await this.sh(ns, 'ip', 'link', 'set', 'eth0', 'up');
-    await this.sh(ns, 'ip', 'route', 'add', 'default', 'via', '10.123.0.254');
+    await attachHost({ rt: this.router, ns, short, address: ip });
     return ns;
   }
 
   /** Adds node `n` (address 10.123.0.(10+n)) and starts its twill. */
   async addNode(n: number, extraFlags: string[] = ['--ip-masq']): Promise<ClusterNode> {
     const name = `n${n}`;
-    const ip = `10.123.0.${10 + n}`;
+    const ip = nodeIp(n);
     const ns = await this.attach(name, ip);
     const node: ClusterNode = {
       name,
@@ -112,20 +86,11 @@ export class Cluster {
   }
 
   startTwill(node: ClusterNode, extraFlags: string[] = ['--ip-masq']): void {
-    const argv = [
-      process.execPath,
-      MAIN,
-      'run',
-      '--etcd-endpoints',
-      ETCD_ENDPOINT,
-      '--iface',
-      'eth0',
-      '--node-name',
-      node.name,
-      '--subnet-file',
-      node.subnetFile,
-      ...extraFlags,
-    ];
+    const argv = twillRunArgv(twillSourceCommand(), {
+      store: etcdStoreFlags(ETCD_ENDPOINT, node.name),
+      subnetFile: node.subnetFile,
+      flags: extraFlags,
+    });
     node.twill = this.lab.spawn(node.ns, argv, node.logFile);
   }
 
@@ -166,22 +131,7 @@ export class Cluster {
     await this.sh(node.ns, 'ip', 'link', 'add', 'cni0', 'mtu', String(s.mtu), 'type', 'bridge');
     await this.sh(node.ns, 'ip', 'addr', 'add', `${s.gateway}/${s.prefix}`, 'dev', 'cni0');
     await this.sh(node.ns, 'ip', 'link', 'set', 'cni0', 'up');
-    await run('ip', [
-      '-n',
-      node.ns,
-      'link',
-      'add',
-      'vethpod',
-      'mtu',
-      String(s.mtu),
-      'type',
-      'veth',
-      'peer',
-      'name',
-      'eth0',
-      'netns',
-      pod,
-    ]);
+    await addVeth({ ns: node.ns, dev: 'vethpod', peerNs: pod, peerDev: 'eth0', mtu: s.mtu });
     await this.sh(node.ns, 'ip', 'link', 'set', 'vethpod', 'master', 'cni0', 'up');
     await this.sh(pod, 'ip', 'addr', 'add', `${podIp}/${s.prefix}`, 'dev', 'eth0');
     await this.sh(pod, 'ip', 'link', 'set', 'eth0', 'up');
@@ -202,13 +152,13 @@ export class Cluster {
    * came from.
    */
   startEchoSource(port: number): void {
-    const script = `require('node:net').createServer((s) => s.end(s.remoteAddress)).listen(${port}, '203.0.113.2')`;
+    const script = `require('node:net').createServer((s) => s.end(s.remoteAddress)).listen(${port}, '${OUTSIDE_IP}')`;
     this.lab.spawn(this.outside, [process.execPath, '-e', script], join(this.dir, 'outside.log'));
   }
 
   /** Connects from `ns` to the outside echo server; the source address the outside saw. */
   async sourceSeenOutside(ns: string, port: number): Promise<string> {
-    const script = `const s = require('node:net').connect(${port}, '203.0.113.2'); let d = ''; s.on('data', (c) => (d += c)); s.on('end', () => process.stdout.write(d)); s.on('error', (e) => { console.error(e.message); process.exit(1); }); setTimeout(() => process.exit(2), 3000).unref();`;
+    const script = `const s = require('node:net').connect(${port}, '${OUTSIDE_IP}'); let d = ''; s.on('data', (c) => (d += c)); s.on('end', () => process.stdout.write(d)); s.on('error', (e) => { console.error(e.message); process.exit(1); }); setTimeout(() => process.exit(2), 3000).unref();`;
     return this.sh(ns, process.execPath, '-e', script);
   }
 

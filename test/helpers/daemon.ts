@@ -6,7 +6,7 @@ import { onTestFinished } from 'vitest';
 import { runDaemon, type DaemonState } from '../../src/daemon.ts';
 import type { LeaseStore } from '../../src/lease/types.ts';
 import { captureLog, type CapturedLog } from './log.ts';
-import { NetnsLab, nsForwarding, nsRunner, nsWatch } from './netns.ts';
+import { NetnsLab, nsForwarding, nsRunner, nsWatch } from '../../lab/kit/netns.ts';
 
 export interface TestNode {
   state: () => DaemonState | undefined;

@@ -2,7 +2,7 @@
 // compact text view of what a namespace's kernel holds of twill's objects
 // (routes, neighbours, FDB entries, device, chains) for exact assertions.
 import { parseNetConfig } from '../../src/config/netconf.ts';
-import type { BackendInput } from '../../src/dataplane/backend.ts';
+import type { BackendInput } from '../../src/dataplane/desired.ts';
 import { ROUTE_PROTOCOL } from '../../src/dataplane/model.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import type { Lease } from '../../src/lease/types.ts';

@@ -2,15 +2,16 @@
 // Debian's etcd, each member on free client and peer ports with a temporary
 // data directory, bootstrapped together with --initial-cluster. A member can
 // be killed (SIGKILL, as a crashed machine) and started again with its data;
-// the leader is found through `etcdctl endpoint status`. destroy() stops
-// every member and removes the data.
+// the leader is found through `etcdctl endpoint status` (lab/kit/etcd.ts, as
+// the lab finds its own). destroy() stops every member and removes the data.
 import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { run } from '../../src/exec/runner.ts';
-import { freePort, waitFor } from './ports.ts';
-import { exited, startProcess, stopProcess } from './process.ts';
+import { agreedLeader, etcdArgv, etcdHealthy } from '../../lab/kit/etcd.ts';
+import { freePort } from '../../lab/kit/ports.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
+import { exited, startProcess, stopProcess } from '../../lab/kit/process.ts';
 
 export interface EtcdMember {
   readonly name: string;
@@ -42,53 +43,6 @@ interface MemberSlot {
   child: ChildProcess | undefined;
 }
 
-async function healthy(endpoint: string): Promise<boolean> {
-  return fetch(`${endpoint}/health`, { signal: AbortSignal.timeout(1000) }).then(
-    async (r) => r.ok && ((await r.json()) as { health?: string }).health === 'true',
-    () => false,
-  );
-}
-
-interface EndpointStatus {
-  Endpoint: string;
-  Status: { header: { member_id: number | string }; leader: number | string };
-}
-
-/**
- * `etcdctl endpoint status -w json` on the given endpoints: each answer's own member id and its
- * leader id.
- */
-export async function endpointStatus(
-  endpoints: readonly string[],
-): Promise<{ endpoint: string; memberId: string; leaderId: string }[]> {
-  // etcdctl prints ids as JSON numbers larger than 2^53: read them as text
-  const out = (
-    await run(
-      'etcdctl',
-      [
-        '--endpoints',
-        endpoints.join(','),
-        '--command-timeout',
-        '2s',
-        'endpoint',
-        'status',
-        '-w',
-        'json',
-      ],
-      { timeoutMs: 5_000 },
-    )
-  ).stdout;
-  const exact = out.replace(
-    /"(member_id|leader|cluster_id|raft_term|revision|raft_index|raft_applied_index)":(\d+)/g,
-    '"$1":"$2"',
-  );
-  return (JSON.parse(exact) as EndpointStatus[]).map((s) => ({
-    endpoint: s.Endpoint,
-    memberId: String(s.Status.header.member_id),
-    leaderId: String(s.Status.leader),
-  }));
-}
-
 export async function startEtcdCluster(o: { size?: number } = {}): Promise<EtcdCluster> {
   const size = o.size ?? 3;
   const dataDir = await mkdtemp(join(tmpdir(), 'twill-etcd-cluster-'));
@@ -100,7 +54,7 @@ export async function startEtcdCluster(o: { size?: number } = {}): Promise<EtcdC
       peer: `http://127.0.0.1:${await freePort()}`,
       child: undefined,
     });
-  const initialCluster = slots.map((s) => `${s.name}=${s.peer}`).join(',');
+  const peers = slots.map((s) => ({ name: s.name, peerUrl: s.peer }));
   const token = `twill-test-${process.pid}-${Date.now()}`;
   const logFile = (s: MemberSlot): string => join(dataDir, `${s.name}.log`);
   const slot = (name: string): MemberSlot => {
@@ -109,34 +63,13 @@ export async function startEtcdCluster(o: { size?: number } = {}): Promise<EtcdC
     return s;
   };
   const spawnMember = (s: MemberSlot): void => {
-    const argv = [
-      'etcd',
-      '--name',
-      s.name,
-      '--data-dir',
-      join(dataDir, s.name),
-      '--listen-client-urls',
-      s.endpoint,
-      '--advertise-client-urls',
-      s.endpoint,
-      '--listen-peer-urls',
-      s.peer,
-      '--initial-advertise-peer-urls',
-      s.peer,
-      '--initial-cluster',
-      initialCluster,
-      '--initial-cluster-token',
-      token,
-      '--initial-cluster-state',
-      'new',
-      '--log-level',
-      'error',
-    ];
+    const member = { name: s.name, dataDir: join(dataDir, s.name), clientUrl: s.endpoint };
+    const argv = etcdArgv({ ...member, peerUrl: s.peer }, { cluster: peers, token });
     s.child = startProcess(argv, { logFile: logFile(s) });
   };
   const untilHealthy = async (members: readonly MemberSlot[]): Promise<void> => {
     await waitFor(
-      async () => (await Promise.all(members.map((s) => healthy(s.endpoint)))).every(Boolean),
+      async () => (await Promise.all(members.map((s) => etcdHealthy(s.endpoint)))).every(Boolean),
       { timeoutMs: 30_000, what: `etcd members ${members.map((s) => s.name).join(', ')}` },
     ).catch(async (err: Error) => {
       const logs = await Promise.all(
@@ -165,12 +98,8 @@ export async function startEtcdCluster(o: { size?: number } = {}): Promise<EtcdC
       let found: EtcdMember | undefined;
       await waitFor(
         async () => {
-          const status = await endpointStatus(up.map((m) => m.endpoint)).catch(() => []);
-          const leaders = new Set(status.map((s) => s.leaderId));
-          const leaderId =
-            leaders.size === 1 && status.length === up.length ? [...leaders][0] : undefined;
-          const at = status.find((s) => s.memberId === leaderId);
-          found = at ? up.find((m) => m.endpoint === at.endpoint) : undefined;
+          const at = await agreedLeader(up.map((m) => m.endpoint));
+          found = up.find((m) => m.endpoint === at);
           return found !== undefined;
         },
         { timeoutMs: 15_000, what: 'an etcd leader every running member agrees on' },

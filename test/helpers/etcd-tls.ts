@@ -8,8 +8,10 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { run } from '../../src/exec/runner.ts';
-import { freePort, waitFor } from './ports.ts';
-import { startProcess, stopProcess } from './process.ts';
+import { freePort } from '../../lab/kit/ports.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
+import { netnsExec, startProcess, stopProcess } from '../../lab/kit/process.ts';
+import { etcdArgv } from '../../lab/kit/etcd.ts';
 
 export interface CertPair {
   readonly cert: string;
@@ -136,15 +138,12 @@ export async function startTlsEtcd(spec: { netns?: string } = {}): Promise<TlsEt
   const logFile = join(files.dir, 'etcd.log');
   const child: ChildProcess = startProcess(
     [
-      'etcd',
-      '--name',
-      'tls',
-      '--data-dir',
-      join(files.dir, 'data'),
-      '--listen-client-urls',
-      endpoint,
-      '--advertise-client-urls',
-      endpoint,
+      ...etcdArgv({
+        name: 'tls',
+        dataDir: join(files.dir, 'data'),
+        clientUrl: endpoint,
+        peerUrl: peer,
+      }),
       '--client-cert-auth',
       '--trusted-ca-file',
       files.ca,
@@ -152,12 +151,6 @@ export async function startTlsEtcd(spec: { netns?: string } = {}): Promise<TlsEt
       files.server.cert,
       '--key-file',
       files.server.key,
-      '--listen-peer-urls',
-      peer,
-      '--initial-advertise-peer-urls',
-      peer,
-      '--initial-cluster',
-      `tls=${peer}`,
       '--peer-client-cert-auth',
       '--peer-trusted-ca-file',
       files.ca,
@@ -165,8 +158,6 @@ export async function startTlsEtcd(spec: { netns?: string } = {}): Promise<TlsEt
       files.server.cert,
       '--peer-key-file',
       files.server.key,
-      '--log-level',
-      'error',
     ],
     { logFile, netns: spec.netns },
   );
@@ -183,7 +174,7 @@ export async function startTlsEtcd(spec: { netns?: string } = {}): Promise<TlsEt
       files.client.key,
       ...args,
     ];
-    const [file, ...rest] = spec.netns ? ['ip', 'netns', 'exec', spec.netns, ...argv] : argv;
+    const [file, ...rest] = spec.netns ? netnsExec(spec.netns, argv) : argv;
     return (await run(file as string, rest, { timeoutMs: 10_000 })).stdout;
   };
   const destroy = async (): Promise<void> => {

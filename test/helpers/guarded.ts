@@ -3,7 +3,7 @@
 // underlay (10.123.0.2/24, its peer end in a second namespace), a fixed
 // desired state, a resync timer too slow to help, and either nft monitor,
 // the chain poll, or nft monitor with the poll taking over when flooded.
-import { desiredState, type BackendInput } from '../../src/dataplane/backend.ts';
+import { desiredState, type BackendInput } from '../../src/dataplane/desired.ts';
 import {
   pollChains,
   runMonitors,
@@ -13,8 +13,8 @@ import {
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { captureLog, type CapturedLog } from './log.ts';
-import { NetnsLab, nsForwarding, nsRunner, nsWatch, sweepStaleNetns } from './netns.ts';
-import { waitFor } from './ports.ts';
+import { NetnsLab, nsForwarding, nsRunner, nsWatch, sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 
 export interface GuardedNode {
   readonly runner: Runner;

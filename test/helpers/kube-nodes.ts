@@ -15,7 +15,7 @@ import {
 import { run } from '../../src/exec/runner.ts';
 import { kubectlArgv } from '../../lab/kube-apiserver.ts';
 import { startKubeApiServer, type KubeApiServer } from './kube.ts';
-import { waitFor } from './ports.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 
 const DEPLOY = resolve(import.meta.dirname, '../../deploy');
 const MERGE = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);

@@ -1,5 +1,5 @@
 // A real kube-apiserver for tests (the binary from scripts/kubernetes.sh)
-// against a real etcd (helpers/etcd.ts), on a free port, with a temporary
+// against a real etcd (lab/kit/etcd.ts), on a free port, with a temporary
 // cert dir, static tokens (an admin in system:masters, and a user `twill`
 // with no rights until a test binds it), service-account keys and RBAC.
 // Nothing about Kubernetes is mocked. `stop()` stops both processes and
@@ -19,9 +19,9 @@ import {
   writeCredentials,
 } from '../../lab/kube-apiserver.ts';
 import { run } from '../../src/exec/runner.ts';
-import { startEtcd, type EtcdServer } from './etcd.ts';
-import { freePort } from './ports.ts';
-import { startProcess, stopProcess } from './process.ts';
+import { startEtcd, type EtcdServer } from '../../lab/kit/etcd.ts';
+import { freePort } from '../../lab/kit/ports.ts';
+import { startProcess, stopProcess } from '../../lab/kit/process.ts';
 
 export { KUBERNETES_SCRIPT } from '../../lab/kube-apiserver.ts';
 

@@ -5,13 +5,11 @@ import { describe, expect, it } from 'vitest';
 import {
   batchWord,
   bridgeMac,
-  failedLine,
   hostAddBatch,
   jsonOutputs,
   linkOf,
   podAddBatch,
 } from '../../cni/ip-batch.ts';
-import { batchFailures } from '../../cni/kernel.ts';
 import {
   candidates,
   formatOwner,
@@ -20,7 +18,7 @@ import {
   poolOf,
   poolSize,
 } from '../../cni/ipam/pool.ts';
-import { checkProblems } from '../../cni/observe.ts';
+import { checkProblems } from '../../cni/check-problems.ts';
 import { prevAddresses, renderResult, type Attachment } from '../../cni/result.ts';
 import { formatIpv4, parseCidr, parseIpv4, type Cidr } from '../../src/net/ipv4.ts';
 
@@ -118,16 +116,6 @@ describe('ip batches', () => {
     expect(batchWord('/var/run/netns/cni-1234_a.b@c+d')).toBe('/var/run/netns/cni-1234_a.b@c+d');
   });
 
-  it('reads which lines of an ip -force -batch failed, and why', () => {
-    const failures = batchFailures(
-      'Cannot find device "nope"\nCommand failed -:1\nRTNETLINK answers: Operation not supported\nCommand failed -:3\n',
-    );
-    expect([...failures]).toEqual([
-      [1, 'Cannot find device "nope"'],
-      [3, 'RTNETLINK answers: Operation not supported'],
-    ]);
-  });
-
   it('wires the pod side in one batch', () => {
     const lines = podAddBatch({
       ifname: 'eth0',
@@ -147,9 +135,7 @@ describe('ip batches', () => {
     ]);
   });
 
-  it('reads which line failed and what the show commands printed', () => {
-    expect(failedLine('RTNETLINK answers: File exists\nCommand failed -:4\n')).toBe(4);
-    expect(failedLine('')).toBeUndefined();
+  it('reads what the show commands printed', () => {
     const out = jsonOutputs(
       '[{"ifname":"cni0","address":"aa:bb:cc:dd:ee:ff","mtu":1450,"flags":["UP"]}]\n[]\n',
     );

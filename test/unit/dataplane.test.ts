@@ -3,9 +3,9 @@
 // replacement), rendering (golden batch text and restore payload), and the
 // helpers that read kernel output.
 import { describe, expect, it } from 'vitest';
-import { batchFailures } from '../../src/dataplane/apply.ts';
 import { opLines, renderBatches } from '../../src/dataplane/render.ts';
-import { desiredState } from '../../src/dataplane/backend.ts';
+import { desiredState, type BackendInput } from '../../src/dataplane/desired.ts';
+import { admitPeers } from '../../src/lease/admit.ts';
 import { assumedWithout, diff } from '../../src/dataplane/diff.ts';
 import { chainRules, jumpRules, diffChain, chainSpecs } from '../../src/dataplane/masq.ts';
 import type { DesiredState, ObservedState } from '../../src/dataplane/model.ts';
@@ -128,17 +128,17 @@ describe('backends', () => {
       peerLease(7, { vxlan: true }),
     ];
     for (const order of [peers, [...peers].reverse()]) {
-      const d = desiredState(backendInput({ backend: 'vxlan', peers: order }));
+      const { d, refused } = admitted(backendInput({ backend: 'vxlan', peers: order }));
       expect(d.fdb.map((f) => f.dst).sort()).toEqual(['10.123.0.7']);
-      expect(d.problems.map((p) => [p.key, p.code])).toEqual([
+      expect(refused.map((p) => [p.key, p.code])).toEqual([
         ['10.244.1.0-24', 'vtep-mac'],
         ['10.244.5.0-24', 'vtep-mac'],
         ['10.244.6.0-24', 'vtep-mac'],
       ]);
-      expect(d.problems[0]?.reason).toBe(
+      expect(refused[0]?.reason).toBe(
         'VtepMAC 02:00:00:00:00:01 is claimed by 2 peers (10.244.1.0-24, 10.244.5.0-24) and none claimed it first',
       );
-      expect(d.problems[2]?.reason).toBe("VtepMAC 02:00:00:00:00:03 is this node's own");
+      expect(refused[2]?.reason).toBe("VtepMAC 02:00:00:00:00:03 is this node's own");
     }
   });
 
@@ -160,9 +160,9 @@ describe('backends', () => {
       named(10, 'node-f', { base: eight.base + 128, prefix: 25 }),
     ];
     for (const order of [peers, [...peers].reverse()]) {
-      const d = desiredState(backendInput({ backend: 'vxlan', peers: order }));
+      const { d, refused } = admitted(backendInput({ backend: 'vxlan', peers: order }));
       expect(d.routes.map((r) => r.dst).sort()).toEqual(['10.244.1.0/24', '10.244.8.128/25']);
-      expect(d.problems.map((p) => [p.key, p.code, p.reason])).toEqual([
+      expect(refused.map((p) => [p.key, p.code, p.reason])).toEqual([
         [
           'node-a',
           'subnet-conflict',
@@ -179,8 +179,8 @@ describe('backends', () => {
     }
   });
 
-  it('host-gw: routes via the peer address on the interface; off-link peers become problems', () => {
-    const d = desiredState(
+  it('host-gw: routes via the peer address on the interface; off-link peers are refused', () => {
+    const { d, refused } = admitted(
       backendInput({
         backend: 'host-gw',
         peers: [
@@ -193,10 +193,9 @@ describe('backends', () => {
     expect(d.routes).toEqual([
       { dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false },
     ]);
-    expect(d.problems).toEqual([
+    expect(refused).toEqual([
       {
         key: '10.244.6.0-24',
-        subnet: '10.244.6.0/24',
         code: 'not-on-link',
         reason: expect.stringContaining(
           'PublicIP 198.51.100.6 is not on-link on eth0 (10.123.0.2/24)',
@@ -205,6 +204,31 @@ describe('backends', () => {
     ]);
   });
 });
+
+/**
+ * Admission then the backend, as the daemon runs them: the refused peers with why, in key order,
+ * and the desired state of the admitted ones.
+ */
+function admitted(input: BackendInput): {
+  d: DesiredState;
+  refused: { key: string; code: string; reason: string }[];
+} {
+  const a = admitPeers(input.peers, {
+    config: input.config,
+    self: input.self.subnet,
+    selfPublicIp: input.self.attrs.publicIp,
+    ...(input.self.attrs.backendData ? { selfVtepMac: input.self.attrs.backendData.vtepMac } : {}),
+    underlay: input.choice.iface,
+    // peers of any size, as in Kubernetes mode: the set-level stage is what these tests are about
+    anySubnetSize: true,
+  });
+  const refused = a.refused.map((r) => ({
+    key: r.lease.key,
+    code: r.refusal.reason,
+    reason: r.refusal.detail,
+  }));
+  return { d: desiredState({ ...input, peers: a.admitted }), refused };
+}
 
 describe('diff and render', () => {
   it('plans nothing when the kernel already matches', () => {
@@ -375,19 +399,6 @@ describe('masquerade chains', () => {
 });
 
 describe('kernel output readers', () => {
-  it('maps ip -batch failures back to their lines', () => {
-    const lines = ['route add a', 'route add b', 'neigh replace c'];
-    expect(
-      batchFailures(
-        'RTNETLINK answers: File exists\nCommand failed -:2\nError: nexthop invalid\nCommand failed -:3\n',
-        lines,
-      ),
-    ).toEqual([
-      'route add b: RTNETLINK answers: File exists',
-      'neigh replace c: Error: nexthop invalid',
-    ]);
-  });
-
   it('parses iptables --version', () => {
     expect(parseIptablesVersion('iptables v1.8.9 (nf_tables)\n')).toEqual({
       nftables: true,

@@ -7,7 +7,7 @@ import { doctorExitCode, runChecks } from '../../src/doctor/checks.ts';
 import { got } from '../../src/doctor/facts.ts';
 import { countSavedRules, gather, parseLinkFacts } from '../../src/doctor/gather.ts';
 import { parseInputRule, hitsUdpPort, ruleWords } from '../../src/doctor/input-rules.ts';
-import { renderJson, renderTable, wrap } from '../../src/doctor/report.ts';
+import { renderJson, renderTable, wrap } from '../../src/doctor/print.ts';
 import { CommandError, type Runner } from '../../src/exec/runner.ts';
 import { TwillError } from '../../src/errors.ts';
 import { healthyFacts, resultOf, storeFact } from '../helpers/doctor.ts';

@@ -1,0 +1,53 @@
+// Where twill lives and how to start it: built, as it runs when installed
+// (the lab and the bench), or from source (the tests, which need no build);
+// and the `twill run` command line of a host on the underlay.
+import { readFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const TWILL_MAIN = join(ROOT, 'dist/src/cli/main.js');
+export const TWILL_CNI = join(ROOT, 'dist/twill-cni');
+const SOURCE_MAIN = join(ROOT, 'src/cli/main.ts');
+
+/**
+ * How to start the built `twill` command: this Node, the node flags on its
+ * shebang line (`extraNodeFlags` after them), the built main.
+ */
+export async function twillCommand(extraNodeFlags: readonly string[] = []): Promise<string[]> {
+  const first = (await readFile(TWILL_MAIN, 'utf8')).split('\n')[0] ?? '';
+  const flags = first
+    .replace(/^#!\/usr\/bin\/env (-S )?node ?/, '')
+    .split(' ')
+    .filter(Boolean);
+  return [process.execPath, ...flags, ...extraNodeFlags, TWILL_MAIN];
+}
+
+/** How to start `twill` from its source, with this Node. */
+export function twillSourceCommand(): string[] {
+  return [process.execPath, SOURCE_MAIN];
+}
+
+/** The store flags of a node named `nodeName` that takes its leases from etcd at `endpoints`. */
+export function etcdStoreFlags(endpoints: string, nodeName: string): string[] {
+  return ['--etcd-endpoints', endpoints, '--node-name', nodeName];
+}
+
+/**
+ * `twill run` (started by `command`) on a host of the underlay: its store flags, eth0 as its
+ * interface, its subnet file, then `flags`.
+ */
+export function twillRunArgv(
+  command: readonly string[],
+  o: { store: readonly string[]; subnetFile: string; flags?: readonly string[] },
+): string[] {
+  return [
+    ...command,
+    'run',
+    ...o.store,
+    '--iface',
+    'eth0',
+    '--subnet-file',
+    o.subnetFile,
+    ...(o.flags ?? []),
+  ];
+}

@@ -1,0 +1,67 @@
+// The cluster's network as the lab and the tests build it in namespaces: a
+// router namespace holding the underlay bridge br0 (10.123.0.254/24, every
+// host's default gateway) with forwarding on, and a veth to an "outside"
+// namespace (203.0.113.2, which knows no pod routes: only masquerade lets
+// pods reach it). Each host (etcd at 10.123.0.1, node k at 10.123.0.(10+k))
+// is a namespace whose eth0 is a port of br0. Namespaces are made by the
+// caller (a NetnsLab, with its own prefix); this wires them.
+import { run } from '../../src/exec/runner.ts';
+import { addVeth, nsRun, vethPair } from './netns.ts';
+
+/** the router's address on the underlay: every host's default gateway */
+const UNDERLAY_GATEWAY = '10.123.0.254';
+/** where etcd (and in kube mode the kube-apiserver) listens */
+export const ETCD_IP = '10.123.0.1';
+/** the address every pod must reach outside the cluster */
+export const OUTSIDE_IP = '203.0.113.2';
+const OUTSIDE_GATEWAY = '203.0.113.1';
+
+/** Node k's underlay address (its PublicIP). */
+export function nodeIp(k: number): string {
+  return `10.123.0.${10 + k}`;
+}
+
+const ip = (args: string[]): Promise<unknown> => run('ip', args, { timeoutMs: 20_000 });
+
+/** Wires router namespace `rt` (br0, forwarding) and the outside namespace `out` beyond it. */
+export async function buildRouter(rt: string, out: string): Promise<void> {
+  // a fixed MAC: a bridge otherwise takes its lowest port MAC, which changes as hosts come and go,
+  // and every host's cached ARP entry for the gateway then points nowhere for half a minute
+  await ip(['-n', rt, 'link', 'add', 'br0', 'address', '02:00:7e:00:00:fe', 'type', 'bridge']);
+  await ip(['-n', rt, 'addr', 'add', `${UNDERLAY_GATEWAY}/24`, 'dev', 'br0']);
+  await ip(['-n', rt, 'link', 'set', 'br0', 'up']);
+  await nsRun(rt, ['sysctl', '-qw', 'net.ipv4.ip_forward=1'], { timeoutMs: 20_000 });
+  await vethPair(
+    { ns: rt, dev: 'out0', cidr: `${OUTSIDE_GATEWAY}/24` },
+    { ns: out, dev: 'eth0', cidr: `${OUTSIDE_IP}/24` },
+  );
+  await ip(['-n', out, 'route', 'add', 'default', 'via', OUTSIDE_GATEWAY]);
+}
+
+/** The router's end of host `short`'s link (an interface name: at most 15 characters). */
+function routerPort(short: string): string {
+  return `u-${short}`;
+}
+
+/**
+ * Puts namespace `ns` on the underlay as host `short`: its eth0 a port of the router's br0, at
+ * `address`/24, default route via the router.
+ */
+export async function attachHost(o: {
+  rt: string;
+  ns: string;
+  short: string;
+  address: string;
+}): Promise<void> {
+  const port = routerPort(o.short);
+  await addVeth({ ns: o.rt, dev: port, peerNs: o.ns, peerDev: 'eth0' });
+  await ip(['-n', o.rt, 'link', 'set', port, 'master', 'br0', 'up']);
+  await ip(['-n', o.ns, 'addr', 'add', `${o.address}/24`, 'dev', 'eth0']);
+  await ip(['-n', o.ns, 'link', 'set', 'eth0', 'up']);
+  await ip(['-n', o.ns, 'route', 'add', 'default', 'via', UNDERLAY_GATEWAY]);
+}
+
+/** Removes host `short`'s port from the router (not its namespace); one gone is no error. */
+export async function detachHost(rt: string, short: string): Promise<void> {
+  await ip(['-n', rt, 'link', 'del', routerPort(short)]).catch(() => undefined);
+}

@@ -1,0 +1,192 @@
+// An in-memory Kv with etcd's semantics, for unit tests of the logic above
+// it: one global revision, TTL expiry that deletes the key (and tells
+// watchers), history for watches that start in the past, compaction and a
+// wipe that resets the revision. It must pass the same LeaseStore contract
+// suite as etcd (test/contract). Tests only: it does not ship in dist/.
+import { TwillError } from '../../src/errors.ts';
+import type {
+  Kv,
+  KvChange,
+  KvEntry,
+  KvListing,
+  KvReplace,
+  KvWatchOptions,
+  KvWritten,
+  WatchEnd,
+} from '../../src/lease/kv.ts';
+
+interface Stored {
+  entry: KvEntry;
+  /** expiry timer; none for keys written without a TTL */
+  timer: NodeJS.Timeout | undefined;
+  expiresAt?: number;
+}
+
+interface Watch {
+  readonly prefix: string;
+  readonly opts: KvWatchOptions;
+  readonly end: (e: WatchEnd) => void;
+}
+
+export class MemoryKv implements Kv {
+  readonly description = 'memory';
+  private readonly data = new Map<string, Stored>();
+  private readonly history: { revision: bigint; change: KvChange }[] = [];
+  private readonly watches = new Set<Watch>();
+  private revision = 1n;
+  private compacted = 0n;
+  private down = false;
+
+  // --- test controls -------------------------------------------------------
+
+  /** Makes every call fail as if the store were unreachable (or reachable again). */
+  setDown(down: boolean): void {
+    this.down = down;
+    for (const w of this.watches)
+      w.opts.onConnectivity(!down, down ? 'memory store down' : 'memory store up');
+  }
+
+  /** Drops history up to the current revision; watches behind it end 'compacted'. */
+  compact(): void {
+    this.compacted = this.revision;
+    this.history.length = 0;
+  }
+
+  /** Forgets everything, as a restarted empty etcd would; live watches see 'wiped'. */
+  wipe(): void {
+    for (const s of this.data.values()) clearTimeout(s.timer);
+    this.data.clear();
+    this.history.length = 0;
+    this.revision = 1n;
+    this.compacted = 0n;
+    for (const w of [...this.watches]) w.end({ reason: 'wiped', detail: 'memory store wiped' });
+  }
+
+  /** Writes a key with no TTL, the way an operator's `etcdctl put` would. */
+  putRaw(key: string, value: string): void {
+    this.write(key, value, 0);
+  }
+
+  deleteRaw(key: string): void {
+    this.remove(key);
+  }
+
+  // --- Kv --------------------------------------------------------------------
+
+  /** Every call answers at once, so honouring its signal means refusing one that has aborted. */
+  private check(signal: AbortSignal | undefined): void {
+    signal?.throwIfAborted();
+    if (this.down) throw new TwillError('STORE_UNAVAILABLE', 'memory store is down');
+  }
+
+  async expiresAt(key: string, signal?: AbortSignal): Promise<number | undefined> {
+    this.check(signal);
+    return this.data.get(key)?.expiresAt;
+  }
+
+  async get(key: string, signal?: AbortSignal): Promise<KvEntry | undefined> {
+    this.check(signal);
+    return this.data.get(key)?.entry;
+  }
+
+  async list(prefix: string, signal?: AbortSignal): Promise<KvListing> {
+    this.check(signal);
+    // one synchronous pass is a consistent snapshot; key order, as etcd lists
+    const entries = [...this.data.values()]
+      .map((s) => s.entry)
+      .filter((e) => e.key.startsWith(prefix))
+      .sort((a, b) => Buffer.compare(Buffer.from(a.key, 'utf8'), Buffer.from(b.key, 'utf8')));
+    return { entries, skipped: [], revision: this.revision };
+  }
+
+  async create(
+    key: string,
+    value: string,
+    ttlSeconds: number,
+    signal?: AbortSignal,
+  ): Promise<KvWritten | undefined> {
+    this.check(signal);
+    if (this.data.has(key)) return undefined;
+    return this.write(key, value, ttlSeconds);
+  }
+
+  async replace(o: KvReplace): Promise<KvWritten | undefined> {
+    this.check(o.signal);
+    if (this.data.get(o.key)?.entry.modRevision !== o.expected) return undefined;
+    return this.write(o.key, o.value, o.ttlSeconds);
+  }
+
+  async deleteIf(key: string, expected: string, signal?: AbortSignal): Promise<boolean> {
+    this.check(signal);
+    if (this.data.get(key)?.entry.modRevision !== expected) return false;
+    this.remove(key);
+    return true;
+  }
+
+  async watch(prefix: string, opts: KvWatchOptions): Promise<WatchEnd> {
+    if (opts.signal.aborted) return { reason: 'aborted' };
+    if (opts.fromRevision <= this.compacted) {
+      return { reason: 'compacted', detail: `revision ${opts.fromRevision} has been compacted` };
+    }
+    return new Promise<WatchEnd>((resolve) => {
+      const w: Watch = {
+        prefix,
+        opts,
+        end: (e) => {
+          this.watches.delete(w);
+          resolve(e);
+        },
+      };
+      const past = this.history.filter(
+        (h) => h.revision >= opts.fromRevision && this.matches(w, h.change),
+      );
+      if (past.length > 0) opts.onChanges(past.map((h) => h.change));
+      this.watches.add(w);
+      opts.onConnectivity(!this.down, 'memory watch started');
+      opts.signal.addEventListener('abort', () => w.end({ reason: 'aborted' }), { once: true });
+    });
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.data.values()) clearTimeout(s.timer);
+    for (const w of [...this.watches]) w.end({ reason: 'aborted' });
+  }
+
+  // --- internals -------------------------------------------------------------
+
+  private matches(w: Watch, change: KvChange): boolean {
+    return (change.type === 'put' ? change.entry.key : change.key).startsWith(w.prefix);
+  }
+
+  private publish(change: KvChange): void {
+    this.history.push({ revision: this.revision, change });
+    for (const w of this.watches) if (this.matches(w, change)) w.opts.onChanges([change]);
+  }
+
+  private write(key: string, value: string, ttlSeconds: number): KvWritten {
+    const old = this.data.get(key);
+    if (old) clearTimeout(old.timer);
+    this.revision += 1n;
+    const entry = {
+      key,
+      value,
+      modRevision: String(this.revision),
+      createRevision: old?.entry.createRevision ?? String(this.revision),
+    };
+    const expiresAt = ttlSeconds > 0 ? Date.now() + ttlSeconds * 1000 : Number.MAX_SAFE_INTEGER;
+    const timer =
+      ttlSeconds > 0 ? setTimeout(() => this.remove(key), ttlSeconds * 1000).unref() : undefined;
+    this.data.set(key, { entry, timer, ...(ttlSeconds > 0 ? { expiresAt } : {}) });
+    this.publish({ type: 'put', entry });
+    return { entry, expiresAt };
+  }
+
+  private remove(key: string): void {
+    const old = this.data.get(key);
+    if (!old) return;
+    clearTimeout(old.timer);
+    this.data.delete(key);
+    this.revision += 1n;
+    this.publish({ type: 'delete', key });
+  }
+}
