@@ -7,22 +7,23 @@ import { createHash } from 'node:crypto';
 import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { LineWatcher, Runner } from './exec/runner.ts';
-import { desiredState, masqSpec, vxlanDeviceName } from './dataplane/backend.ts';
+import { Desired, podMtu, vxlanDeviceName } from './dataplane/desired.ts';
 import { pollChains, runMonitors, type FloodGuard, type Touch } from './dataplane/monitor.ts';
-import { detectIptables } from './dataplane/observe.ts';
-import type { DesiredState, MasqSpec } from './dataplane/model.ts';
+import { detectIptables, type IptablesInfo } from './dataplane/observe.ts';
+import type { MasqSpec } from './dataplane/model.ts';
 import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
 import { DaemonProbe, type StartupProgress } from './health/probe.ts';
 import { serveHealth } from './health/server.ts';
 import { LeaseKeeper } from './lease/keeper.ts';
 import { ReadyMark } from './lease/ready.ts';
+import type { PeerContext, Refusal } from './lease/admit.ts';
 import { PeerTracker } from './lease/tracker.ts';
 import type { Lease, LeaseAttrs, LeaseEvent, LeaseStore } from './lease/types.ts';
 import type { Logger } from './log.ts';
 import { discoverInterface, linkMac, type IfaceChoice, type IfaceRequest } from './net/iface.ts';
 import { formatCidr, sameCidr } from './net/ipv4.ts';
 import { readSubnetEnv, writeSubnetEnv, type SubnetEnv } from './subnetenv.ts';
-import { Backoff, childController, sleep } from './util/abort.ts';
+import { Backoff, childController, retry } from './util/abort.ts';
 
 export interface DaemonDeps {
   readonly store: LeaseStore;
@@ -58,7 +59,10 @@ export interface DaemonOptions {
 
 export interface DaemonState {
   readonly lease: Lease;
+  /** the admitted peers */
   readonly peers: readonly Lease[];
+  /** the refused peer records, by key, with why (admit.ts) */
+  readonly refused: ReadonlyMap<string, Refusal>;
   /** the last dataplane pass, once one ran */
   readonly pass: PassReport | undefined;
 }
@@ -84,26 +88,22 @@ async function whileUnavailable<T>(
   fn: () => Promise<T>,
   signal: AbortSignal,
 ): Promise<T> {
-  const backoff = new Backoff(500, 10_000);
   progress.step(what);
-  for (;;) {
-    try {
-      return await fn();
-    } catch (err) {
-      // an identity conflict ends when the other node's lease does: wait, not ready, saying why
-      const conflict = hasCode(err, 'IDENTITY_CONFLICT');
-      if ((!hasCode(err, 'STORE_UNAVAILABLE') && !conflict) || signal.aborted) throw err;
-      const retryInMs = backoff.next();
+  return retry(fn, {
+    signal,
+    backoff: new Backoff(500, 10_000),
+    // an identity conflict ends when the other node's lease does: wait, not ready, saying why
+    retryIf: (err) => hasCode(err, 'STORE_UNAVAILABLE') || hasCode(err, 'IDENTITY_CONFLICT'),
+    onRetry: (err, retryInMs) => {
       progress.retrying(describeError(err));
       deps.logger.warn(
         { err: describeError(err), retryInMs },
-        conflict
+        hasCode(err, 'IDENTITY_CONFLICT')
           ? `${what}: another live node holds our PublicIP's lease; retrying`
           : `${what}: lease store unreachable; retrying`,
       );
-      await sleep(retryInMs, signal);
-    }
-  }
+    },
+  });
 }
 
 async function leaseAttrs(
@@ -146,10 +146,7 @@ function subnetEnvFor(
   lease: Lease,
   ipMasq: boolean,
 ): SubnetEnv {
-  const mtu =
-    config.backend.type === 'vxlan'
-      ? (config.backend.mtu ?? choice.iface.mtu) - 50
-      : choice.iface.mtu;
+  const mtu = podMtu(config.backend, choice.iface.mtu);
   return { network: config.network, subnet: lease.subnet, mtu, ipMasq };
 }
 
@@ -232,6 +229,28 @@ export async function runDaemon(
   await runTogether(signal, loops);
 }
 
+/** What admission checks peers against: our network, our lease, the underlay (admit.ts). */
+function peerContext(
+  store: LeaseStore,
+  lease: Lease,
+  config: NetConfig,
+  choice: IfaceChoice,
+): PeerContext {
+  return {
+    config,
+    self: lease.subnet,
+    selfPublicIp: lease.attrs.publicIp,
+    ...(lease.attrs.backendData ? { selfVtepMac: lease.attrs.backendData.vtepMac } : {}),
+    anySubnetSize: store.anySubnetSize === true,
+    underlay: choice.iface,
+  };
+}
+
+/**
+ * The node, once it holds its lease. The parts are built in the order data flows through them —
+ * lease keeper, peer tracker (store events → admitted peers), desired state, reconciler (passes:
+ * plan and apply) — each given only what it needs; health and the ready mark listen.
+ */
 async function runNode(
   deps: DaemonDeps,
   opts: DaemonOptions & { probe: DaemonProbe },
@@ -245,108 +264,92 @@ async function runNode(
   const brProblem = await deps.bridgeNetfilterProblem();
   if (brProblem !== undefined) logger.warn(brProblem);
 
-  const keeper = new LeaseKeeper({
-    store,
-    lease,
-    renewMarginMs: opts.renewMarginMs,
-    logger,
-    onLease: (l) => probe.leaseChanged(l),
-  });
-  // the callbacks below run only once the loops start, after `reconciler` exists
-  const publish = (): void => {
-    probe.peers(tracker.list(), tracker.skipped());
-    opts.onState?.({ lease: keeper.current(), peers: tracker.list(), pass: reconciler.lastPass() });
-  };
-  const tracker = new PeerTracker({
-    context: {
-      config,
-      self: lease.subnet,
-      selfPublicIp: lease.attrs.publicIp,
-      ...(lease.attrs.backendData ? { selfVtepMac: lease.attrs.backendData.vtepMac } : {}),
-      anySubnetSize: store.anySubnetSize === true,
-    },
+  const { renewMarginMs, ipMasq } = opts;
+  const onLease = (l: Lease): void => probe.leaseChanged(l);
+  const keeper = new LeaseKeeper({ store, lease, renewMarginMs, logger, onLease });
+  const peers = new PeerTracker({
+    context: peerContext(store, lease, config, choice),
     selfKey: lease.key,
     selfAttrs: () => keeper.current().attrs,
-    logger,
     onSelfLost: (why) => keeper.notifyLost(why),
-    onPeersChanged: () => {
-      reconciler.leasesChanged();
-      publish();
-    },
+    logger,
   });
-  const desired = (): DesiredState =>
-    desiredState({
-      config,
-      self: keeper.current(),
-      peers: tracker.list(),
-      choice,
-      ipMasq: opts.ipMasq,
-      randomFully: iptables.randomFully,
-    });
-  // no pass before the first complete peer list, or a restart would sweep every peer
-  const listed = Promise.withResolvers<void>();
-  const onEvent = (ev: LeaseEvent): void => {
-    tracker.handle(ev);
-    probe.storeEvent(ev);
-    if (ev.type === 'snapshot') listed.resolve();
+  const { randomFully } = iptables;
+  const desired = new Desired({ config, keeper, peers, choice, ipMasq, randomFully });
+  const ready = new ReadyMark({ store, keeper, logger }, signal);
+  const publish = (): void => {
+    probe.peers(peers.list(), peers.skipped());
+    const state = { lease: keeper.current(), peers: peers.list(), refused: peers.skipped() };
+    opts.onState?.({ ...state, pass: probe.lastPass() });
   };
   const reconciler = new Reconciler({
     runner,
     logger,
-    desired,
+    desired: () => desired.state(),
     ensureForwarding: deps.ensureForwarding,
     resyncMs: opts.resyncMs,
-    ready: listed.promise,
+    ready: peers.listed,
+    onPassStart: () => probe.passStarted(),
+    onPassError: (err) => probe.passFailed(err),
     onPass: (r) => {
       probe.passDone(r);
       publish();
       if (r.converged && r.failures.length === 0) ready.converged();
     },
-    onPassStart: () => probe.passStarted(),
-    onPassError: (err) => probe.passFailed(err),
   });
-  const ready = new ReadyMark({ store, keeper, logger }, signal);
-  probe.started({
-    keeper,
-    subnetFile: opts.subnetFile,
-    env: subnetEnvFor(config, choice, lease, opts.ipMasq),
-    underlay: choice.iface.name,
+  peers.subscribe((peersChanged) => {
+    if (peersChanged) reconciler.leasesChanged();
+    publish();
   });
+  const env = subnetEnvFor(config, choice, lease, ipMasq);
+  probe.started({ keeper, subnetFile: opts.subnetFile, env, underlay: choice.iface.name });
   publish();
-  const trigger = (source: string, touch?: Touch): void =>
-    touch ? reconciler.touch(source, touch) : reconciler.trigger(source);
-  // the poll needs only the chains' inputs, not the whole desired state (5,000 peers sorted every
-  // second)
-  const masq = (): MasqSpec =>
-    masqSpec({
-      config,
-      self: keeper.current(),
-      ipMasq: opts.ipMasq,
-      randomFully: iptables.randomFully,
-    });
-  const poll = (s: AbortSignal): Promise<void> =>
-    pollChains({ runner, logger, masq, intervalMs: 1_000, onDrift: trigger }, s);
-  const loops: ((s: AbortSignal) => Promise<void>)[] = [
+  const onEvent = (ev: LeaseEvent): void => {
+    peers.handle(ev);
+    probe.storeEvent(ev);
+  };
+  await runTogether(signal, [
     (s) => store.watchLeases({ signal: s, onEvent }),
     (s) => keeper.run(s),
     (s) => reconciler.run(s),
-    (s) =>
-      runMonitors(
-        {
-          watch: deps.watch,
-          logger,
-          ctx: { underlay: choice.iface.name },
-          nft: iptables.nftables,
-          onEvent: trigger,
-          poll,
-          ...(opts.nftFlood ? { flood: opts.nftFlood } : {}),
-        },
-        s,
-      ),
-  ];
-  // iptables-legacy has no event stream for rule changes: poll twill's chains
-  if (!iptables.nftables) loops.push(poll);
-  await runTogether(signal, loops);
+    ...kernelWatchers({ deps, opts, choice, iptables, reconciler, desired }),
+  ]);
+}
+
+/**
+ * The loops that tell the reconciler what changed in the kernel: `ip monitor` and `nft monitor`,
+ * and with iptables-legacy (no event stream for rule changes) a poll of twill's chains.
+ */
+function kernelWatchers(o: {
+  deps: DaemonDeps;
+  opts: DaemonOptions;
+  choice: IfaceChoice;
+  iptables: IptablesInfo;
+  reconciler: Reconciler;
+  desired: Desired;
+}): ((s: AbortSignal) => Promise<void>)[] {
+  const { deps, reconciler } = o;
+  const { runner, logger } = deps;
+  const trigger = (source: string, touch?: Touch): void =>
+    touch ? reconciler.touch(source, touch) : reconciler.trigger(source);
+  // the poll needs only the chains' inputs, not the whole desired state (5,000 peers every second)
+  const masq = (): MasqSpec => o.desired.masq();
+  const poll = (s: AbortSignal): Promise<void> =>
+    pollChains({ runner, logger, masq, intervalMs: 1_000, onDrift: trigger }, s);
+  const monitors = (s: AbortSignal): Promise<void> =>
+    runMonitors(
+      {
+        watch: deps.watch,
+        logger,
+        ctx: { underlay: o.choice.iface.name },
+        nft: o.iptables.nftables,
+        onEvent: trigger,
+        poll,
+        ...(o.opts.nftFlood ? { flood: o.opts.nftFlood } : {}),
+      },
+      s,
+    );
+  return o.iptables.nftables ? [monitors] : [monitors, poll];
 }
 
 /**

@@ -1,6 +1,6 @@
 // The typed errors of twill. Every error carries a stable `code` string so
 // that callers branch on codes, not on messages, and messages name the field
-// and the value that was wrong (DESIGN.md rule 9).
+// and the value that was wrong (docs/design.md, rule 9).
 
 export type ErrorCode =
   | 'CONFIG_INVALID'

@@ -1,26 +1,28 @@
-// The backends, pure: our lease + every peer lease in, the desired kernel
-// state out. host-gw routes each peer subnet via the peer's public IP on the
-// underlay; vxlan gives each peer a permanent neighbour, an FDB entry and an
-// onlink route through twill.<VNI>, wire-compatible with flannel.
+// The desired state: our lease + every admitted peer lease in, what the
+// kernel should hold out (pure). The backends live here: host-gw routes each
+// peer subnet via the peer's public IP on the underlay; vxlan gives each peer
+// a permanent neighbour, an FDB entry and an onlink route through
+// twill.<VNI>, wire-compatible with flannel. `Desired` is the daemon's view:
+// the same functions over the keeper's lease and the tracker's peers now.
 import type { NetConfig, VxlanBackend } from '../config/netconf.ts';
 import type { Lease } from '../lease/types.ts';
-import type { IfaceChoice } from '../net/iface.ts';
-import { withoutConflicts } from '../lease/admit.ts';
-import { containsAddr, formatCidr, formatIpv4, parseCidr, parseIpv4 } from '../net/ipv4.ts';
-import type {
-  DesiredState,
-  FdbSpec,
-  MasqSpec,
-  NeighSpec,
-  PeerProblem,
-  RouteSpec,
-  VxlanDevice,
+import { onLink, type IfaceChoice } from '../net/iface.ts';
+import { formatCidr, formatIpv4 } from '../net/ipv4.ts';
+import {
+  DEVICE_PREFIX,
+  VXLAN_OVERHEAD,
+  type DesiredState,
+  type FdbSpec,
+  type MasqSpec,
+  type NeighSpec,
+  type RouteSpec,
+  type VxlanDevice,
 } from './model.ts';
 
 export interface BackendInput {
   readonly config: NetConfig;
   readonly self: Lease;
-  /** validated peers (PeerTracker) */
+  /** admitted peers (admit.ts, through the PeerTracker) */
   readonly peers: readonly Lease[];
   readonly choice: IfaceChoice;
   readonly ipMasq: boolean;
@@ -30,24 +32,18 @@ export interface BackendInput {
 
 /** The vxlan device name for a VNI (kernel objects carry twill's names). */
 export function vxlanDeviceName(vni: number): string {
-  return `twill.${vni}`;
+  return `${DEVICE_PREFIX}${vni}`;
 }
 
-/** True when `ip` lies in one of the interface's on-link networks. */
-export function onLink(choice: IfaceChoice, ip: string): boolean {
-  const addr = parseIpv4(ip);
-  if (addr === undefined) return false;
-  return choice.iface.networks.some((n) => {
-    const cidr = parseCidr(n, { strict: false });
-    return cidr !== undefined && containsAddr(cidr, addr);
-  });
+/** The pods' MTU: the underlay's (or Backend.MTU), less the vxlan header with vxlan. */
+export function podMtu(backend: NetConfig['backend'], underlayMtu: number): number {
+  return backend.type === 'vxlan' ? (backend.mtu ?? underlayMtu) - VXLAN_OVERHEAD : underlayMtu;
 }
 
 interface PeerEntries {
   routes: RouteSpec[];
   neighs: NeighSpec[];
   fdb: FdbSpec[];
-  problems: PeerProblem[];
 }
 
 function directRoute(peer: Lease, choice: IfaceChoice): RouteSpec {
@@ -59,52 +55,20 @@ function directRoute(peer: Lease, choice: IfaceChoice): RouteSpec {
   };
 }
 
-function notOnLink(peer: Lease, choice: IfaceChoice): PeerProblem {
-  return {
-    key: peer.key,
-    subnet: formatCidr(peer.subnet),
-    code: 'not-on-link',
-    reason: `PublicIP ${peer.attrs.publicIp} is not on-link on ${choice.iface.name} (${choice.iface.networks.join(', ') || 'no IPv4 networks'}); host-gw needs every node on one L2 network`,
-  };
-}
-
 function hostGwEntries(input: BackendInput): PeerEntries {
-  const out: PeerEntries = { routes: [], neighs: [], fdb: [], problems: [] };
-  for (const peer of input.peers) {
-    if (onLink(input.choice, peer.attrs.publicIp)) out.routes.push(directRoute(peer, input.choice));
-    else out.problems.push(notOnLink(peer, input.choice));
-  }
-  return out;
+  return { routes: input.peers.map((p) => directRoute(p, input.choice)), neighs: [], fdb: [] };
 }
 
 function vxlanEntries(input: BackendInput, dev: VxlanDevice, backend: VxlanBackend): PeerEntries {
-  const out: PeerEntries = { routes: [], neighs: [], fdb: [], problems: [] };
-  // duplicate VtepMACs among peers are refused before (admit.ts); our own may have changed since
-  // the tracker checked
+  const out: PeerEntries = { routes: [], neighs: [], fdb: [] };
   for (const peer of input.peers) {
     const mac = peer.attrs.backendData?.vtepMac;
-    if (backend.directRouting && onLink(input.choice, peer.attrs.publicIp)) {
+    if (backend.directRouting && onLink(input.choice.iface, peer.attrs.publicIp)) {
       out.routes.push(directRoute(peer, input.choice));
       continue;
     }
-    if (mac === undefined) {
-      out.problems.push({
-        key: peer.key,
-        subnet: formatCidr(peer.subnet),
-        code: 'vtep-mac',
-        reason: 'vxlan lease without BackendData.VtepMAC',
-      });
-      continue;
-    }
-    if (mac.toLowerCase() === dev.mac.toLowerCase()) {
-      out.problems.push({
-        key: peer.key,
-        subnet: formatCidr(peer.subnet),
-        code: 'vtep-mac',
-        reason: `VtepMAC ${mac} is this node's own`,
-      });
-      continue;
-    }
+    // admission refused vxlan peers without a VtepMAC (admit.ts)
+    if (mac === undefined) continue;
     const gw = formatIpv4(peer.subnet.base);
     out.neighs.push({ dev: dev.name, ip: gw, mac });
     out.fdb.push({ dev: dev.name, mac, dst: peer.attrs.publicIp });
@@ -122,7 +86,7 @@ function vxlanDevice(input: BackendInput, backend: VxlanBackend): VxlanDevice {
     port: backend.port,
     learning: backend.learning,
     gbp: backend.gbp,
-    mtu: (backend.mtu ?? input.choice.iface.mtu) - 50,
+    mtu: podMtu(backend, input.choice.iface.mtu),
     mac: input.self.attrs.backendData?.vtepMac ?? '',
     address: `${formatIpv4(input.self.subnet.base)}/32`,
   };
@@ -144,29 +108,38 @@ export function masqSpec(o: {
 }
 
 /**
- * The whole desired state for one pass, from peers that each passed admission (the tracker's
- * `checkPeer`).
+ * The whole desired state for one pass, from peers that passed admission (admit.ts, applied by
+ * the peer tracker): every peer given becomes kernel entries.
  */
 export function desiredState(input: BackendInput): DesiredState {
-  // peers whose subnets or VtepMACs conflict: refused on every node alike (admit.ts)
-  const distinct = withoutConflicts(input.peers, input.config);
-  const problems: PeerProblem[] = distinct.refused.map((r) => ({
-    key: r.lease.key,
-    subnet: formatCidr(r.lease.subnet),
-    code: r.refusal.reason,
-    reason: r.refusal.detail,
-  }));
-  const sorted = { ...input, peers: distinct.admitted };
   const backend = input.config.backend;
-  const vxlan = backend.type === 'vxlan' ? vxlanDevice(sorted, backend) : null;
+  const vxlan = backend.type === 'vxlan' ? vxlanDevice(input, backend) : null;
   const entries =
-    vxlan && backend.type === 'vxlan'
-      ? vxlanEntries(sorted, vxlan, backend)
-      : hostGwEntries(sorted);
-  return {
-    vxlan,
-    ...entries,
-    problems: [...problems, ...entries.problems],
-    masq: masqSpec(input),
-  };
+    vxlan && backend.type === 'vxlan' ? vxlanEntries(input, vxlan, backend) : hostGwEntries(input);
+  return { vxlan, ...entries, masq: masqSpec(input) };
+}
+
+/** The daemon's desired state, computed afresh from our current lease and the admitted peers. */
+export interface DesiredInputs extends Omit<BackendInput, 'self' | 'peers'> {
+  /** our lease now (the LeaseKeeper) */
+  readonly keeper: { current(): Lease };
+  /** the admitted peers now (the PeerTracker) */
+  readonly peers: { list(): readonly Lease[] };
+}
+
+export class Desired {
+  private readonly o: DesiredInputs;
+
+  constructor(o: DesiredInputs) {
+    this.o = o;
+  }
+
+  state(): DesiredState {
+    return desiredState({ ...this.o, self: this.o.keeper.current(), peers: this.o.peers.list() });
+  }
+
+  /** Only the chains' inputs: the chain poll runs every second, and needs no peer. */
+  masq(): MasqSpec {
+    return masqSpec({ ...this.o, self: this.o.keeper.current() });
+  }
 }

@@ -1,11 +1,16 @@
 // The dataplane's data model: what the kernel should hold (desired), what it
 // holds (observed), and the ordered changes between them (plan). Plain data,
 // so backends, diff and rendering stay pure and testable without root.
-import type { RefusalReason } from '../lease/admit.ts';
 import type { Cidr } from '../net/ipv4.ts';
 
 /** Routes twill installs carry this protocol number; GC removes only these. */
 export const ROUTE_PROTOCOL = 151;
+
+/** twill's vxlan devices are named `twill.<VNI>`; only devices with this prefix are twill's. */
+export const DEVICE_PREFIX = 'twill.';
+
+/** Bytes vxlan adds to a packet over IPv4 (outer IP 20, UDP 8, vxlan 8, inner Ethernet 14). */
+export const VXLAN_OVERHEAD = 50;
 
 export interface VxlanDevice {
   readonly name: string;
@@ -51,16 +56,6 @@ export interface MasqSpec {
   readonly randomFully: boolean;
 }
 
-/** A peer the backend could not program, and why (e.g. host-gw peer not on-link). */
-export interface PeerProblem {
-  readonly key: string;
-  readonly subnet: string;
-  /** the refusal's short name (the `reason` label of twill_refused_peers) */
-  readonly code: RefusalReason;
-  /** what is wrong, for people */
-  readonly reason: string;
-}
-
 export interface DesiredState {
   /** the vxlan device, or null for host-gw (any twill.* device is then removed) */
   readonly vxlan: VxlanDevice | null;
@@ -68,7 +63,6 @@ export interface DesiredState {
   readonly neighs: readonly NeighSpec[];
   readonly fdb: readonly FdbSpec[];
   readonly masq: MasqSpec;
-  readonly problems: readonly PeerProblem[];
 }
 
 export interface ObservedLink {

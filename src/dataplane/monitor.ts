@@ -13,7 +13,7 @@
 import { describeError } from '../errors.ts';
 import type { LineWatcher, Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
-import { Backoff, childController, sleep } from '../util/abort.ts';
+import { Backoff, childController, pause, quietOnAbort, retry } from '../util/abort.ts';
 import { chainSpecs, diffChain, type ChainSpec } from './masq.ts';
 import { ROUTE_PROTOCOL, type MasqSpec, type RouteSpec } from './model.ts';
 import { observeChain } from './observe.ts';
@@ -192,16 +192,15 @@ async function keepWatching(
   signal: AbortSignal,
 ): Promise<void> {
   const backoff = new Backoff(200, 10_000);
-  while (!signal.aborted) {
+  const onLine = (line: string): void =>
+    void (spec.matters(line) && o.onEvent(spec.name, spec.touch(line)));
+  // `ip monitor` keeps running when the kernel drops events (ENOBUFS) and says so on stderr:
+  // events may be lost, look at everything
+  const onStderr = (text: string): void => o.onEvent(`${spec.name}: ${text.trim().slice(0, 100)}`);
+  const watchOnce = async (): Promise<void> => {
     o.onEvent(`${spec.name} (re)started`);
     const started = Date.now();
     try {
-      const onLine = (line: string): void =>
-        void (spec.matters(line) && o.onEvent(spec.name, spec.touch(line)));
-      // `ip monitor` keeps running when the kernel drops events (ENOBUFS) and says so on stderr:
-      // events may be lost, look at everything
-      const onStderr = (text: string): void =>
-        o.onEvent(`${spec.name}: ${text.trim().slice(0, 100)}`);
       await o.watch(spec.file, spec.args, {
         signal,
         needles: spec.needles,
@@ -210,14 +209,22 @@ async function keepWatching(
         ...(spec.onBytes ? { onBytes: spec.onBytes } : {}),
       });
     } catch (err) {
-      if (signal.aborted) return;
       // it ran fine for a while: a fresh failure
       if (Date.now() - started > 60_000) backoff.reset();
-      const retryInMs = backoff.next();
-      o.logger.warn({ err: describeError(err), retryInMs }, `${spec.name} stopped; restarting`);
-      await sleep(retryInMs, signal);
+      throw err;
     }
-  }
+  };
+  await quietOnAbort(signal, async () => {
+    // a failed monitor is restarted after a backoff; one that ended without failing, at once
+    while (!signal.aborted)
+      await retry(watchOnce, {
+        signal,
+        backoff,
+        retryIf: () => true,
+        onRetry: (err, retryInMs) =>
+          o.logger.warn({ err: describeError(err), retryInMs }, `${spec.name} stopped; restarting`),
+      });
+  });
 }
 
 /** Runs the monitors until `signal` aborts. */
@@ -297,19 +304,21 @@ async function chainDrifted(
 
 /** Where no `nft monitor` can see rule changes: checks twill's chains every `intervalMs`. */
 export async function pollChains(o: ChainPollOptions, signal: AbortSignal): Promise<void> {
-  while (!signal.aborted) {
-    await sleep(o.intervalMs, signal);
-    if (signal.aborted) return;
-    try {
-      const specs = chainSpecs(o.masq());
-      const [nat, filter] = await Promise.all([
-        chainDrifted(o.runner, specs.postrouting, signal),
-        chainDrifted(o.runner, specs.forward, signal),
-      ]);
-      const tables = [...(nat ? ['nat' as const] : []), ...(filter ? ['filter' as const] : [])];
-      if (tables.length > 0) o.onDrift('iptables poll', { kind: 'chains', tables });
-    } catch (err) {
-      if (!signal.aborted) o.logger.debug({ err: describeError(err) }, 'iptables poll failed');
+  await quietOnAbort(signal, async () => {
+    for (;;) {
+      await pause(o.intervalMs, signal);
+      try {
+        const specs = chainSpecs(o.masq());
+        const [nat, filter] = await Promise.all([
+          chainDrifted(o.runner, specs.postrouting, signal),
+          chainDrifted(o.runner, specs.forward, signal),
+        ]);
+        const tables = [...(nat ? ['nat' as const] : []), ...(filter ? ['filter' as const] : [])];
+        if (tables.length > 0) o.onDrift('iptables poll', { kind: 'chains', tables });
+      } catch (err) {
+        // a poll the stop cut short is no failure: the next pause ends the loop
+        if (!signal.aborted) o.logger.debug({ err: describeError(err) }, 'iptables poll failed');
+      }
     }
-  }
+  });
 }

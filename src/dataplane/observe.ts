@@ -5,6 +5,7 @@
 import { CommandError, runJson, type Runner } from '../exec/runner.ts';
 import { chainRules, FWD_CHAIN, jumpRules, MASQ_CHAIN } from './masq.ts';
 import {
+  DEVICE_PREFIX,
   ROUTE_PROTOCOL,
   type ObservedChain,
   type ObservedFdb,
@@ -22,7 +23,7 @@ const num = (v: unknown): number | undefined => (typeof v === 'number' ? v : und
 /** `ip -d -json addr show type vxlan` → twill's devices (named twill.*). */
 export function parseLinks(json: unknown): ObservedLink[] {
   return arr(json)
-    .filter((l) => str(l.ifname)?.startsWith('twill.'))
+    .filter((l) => str(l.ifname)?.startsWith(DEVICE_PREFIX))
     .map((l) => {
       const info =
         (l.linkinfo as { info_data?: Record<string, unknown> } | undefined)?.info_data ?? {};

@@ -30,7 +30,7 @@
 import { describeError } from '../errors.ts';
 import type { Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
-import { Backoff, sleep } from '../util/abort.ts';
+import { abortable, Backoff, pause, quietOnAbort } from '../util/abort.ts';
 import { applyOps } from './apply.ts';
 import { assumedFrom, assumedWithout, diff } from './diff.ts';
 import {
@@ -44,7 +44,7 @@ import {
   type Pending,
 } from './judge.ts';
 import { chainSpecs, diffChain } from './masq.ts';
-import { opLabel, type DesiredState, type Op, type PeerProblem } from './model.ts';
+import { opLabel, type DesiredState, type Op } from './model.ts';
 import type { Touch } from './monitor.ts';
 import { observe, observeChain } from './observe.ts';
 import { opLines } from './render.ts';
@@ -69,7 +69,6 @@ export interface PassReport {
   readonly converged: boolean;
   /** ops were needed although the desired state had not changed since the last converged pass */
   readonly drift: boolean;
-  readonly problems: readonly PeerProblem[];
   /**
    * stages: what asked for the pass first, how long it waited to start, observing, applying,
    * processes run
@@ -133,7 +132,6 @@ export class Reconciler {
   /** ends an idle wait: any trigger while idle, only a lease change while backing off */
   private wakeAny: (() => void) | undefined;
   private wakeOnLeases: (() => void) | undefined;
-  private readonly problems = new Map<string, string>();
   private last: PassReport | undefined;
   private spawns = 0;
   private readonly runner: Runner;
@@ -220,7 +218,6 @@ export class Reconciler {
     const { failures } =
       ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     if (ops.length === 0) this.convergedGeneration = generation;
-    this.noteProblems(want.problems);
     return this.finish(
       {
         kind: o.chains ? 'full' : 'entries',
@@ -228,7 +225,6 @@ export class Reconciler {
         failures,
         converged: ops.length === 0,
         drift,
-        problems: want.problems,
       },
       { started, observed, first: o.first },
     );
@@ -266,9 +262,8 @@ export class Reconciler {
       return undefined;
     }
     this.convergedGeneration = generation;
-    this.noteProblems(want.problems);
     return this.finish(
-      { kind: 'delta', ops, failures, converged: true, drift: false, problems: want.problems },
+      { kind: 'delta', ops, failures, converged: true, drift: false },
       { started, observed: started, first },
     );
   }
@@ -306,7 +301,6 @@ export class Reconciler {
         failures,
         converged,
         drift: ops.length > 0 && converged,
-        problems: k.want.problems,
       },
       { started, observed: started, first },
     );
@@ -338,7 +332,6 @@ export class Reconciler {
         failures,
         converged,
         drift: ops.length > 0 && this.convergedGeneration === this.generation,
-        problems: want.problems,
       },
       { started, observed, first },
     );
@@ -405,13 +398,13 @@ export class Reconciler {
     return report;
   }
 
-  /** Runs passes until `signal` aborts. */
-  async run(signal: AbortSignal): Promise<void> {
-    if (this.o.ready && !signal.aborted)
-      await Promise.race([
-        this.o.ready,
-        new Promise((r) => signal.addEventListener('abort', r, { once: true })),
-      ]);
+  /** Runs passes until `signal` aborts (and then ends quietly). */
+  run(signal: AbortSignal): Promise<void> {
+    return quietOnAbort(signal, () => this.loop(signal));
+  }
+
+  private async loop(signal: AbortSignal): Promise<void> {
+    if (this.o.ready) await abortable(this.o.ready, signal);
     const backoff = new Backoff(200, 5_000);
     let unsettled = 0;
     let chainsUnsettled = 0;
@@ -425,8 +418,7 @@ export class Reconciler {
         });
         if (!woke) this.mark('resync', everything, true);
       }
-      await sleep(this.o.settleMs ?? 10, signal);
-      if (signal.aborted) return;
+      await pause(this.o.settleMs ?? 10, signal);
       const p = this.pending;
       this.pending = nothing();
       const first = p.first ?? { source: 'resync', at: performance.now() };
@@ -461,7 +453,7 @@ export class Reconciler {
             this.mark('verification', (q) => p.tables.forEach((x) => q.tables.add(x)), true);
         }
       } catch (err) {
-        if (signal.aborted) return;
+        if (signal.aborted) throw err;
         delay = backoff.next();
         this.mark('retry', everything, true);
         this.o.onPassError?.(err);
@@ -527,21 +519,5 @@ export class Reconciler {
     else this.o.logger.info(fields, 'dataplane updated');
     if (this.o.logger.isLevelEnabled('debug'))
       this.o.logger.debug({ lines: r.ops.flatMap(opLines) }, 'dataplane ops');
-  }
-
-  /** Logs each peer problem once, and when it clears. */
-  private noteProblems(problems: readonly PeerProblem[]): void {
-    const now = new Map(problems.map((p) => [p.key, p.reason]));
-    for (const p of problems) {
-      if (this.problems.get(p.key) !== p.reason)
-        this.o.logger.warn(
-          { key: p.key, subnet: p.subnet, reason: p.reason },
-          'cannot program peer',
-        );
-    }
-    for (const key of this.problems.keys())
-      if (!now.has(key)) this.o.logger.info({ key }, 'peer problem cleared');
-    this.problems.clear();
-    for (const [k, v] of now) this.problems.set(k, v);
   }
 }

@@ -2,6 +2,7 @@
 // subnet.env, the vxlan device (underlay − 50, or Backend.MTU − 50), cni0
 // and the pods' host veths on it must agree, or large packets are dropped
 // (a pod MTU above the path) or fragmented.
+import { VXLAN_OVERHEAD } from '../dataplane/model.ts';
 import type { CheckResult, DoctorFacts, LinkFact } from './facts.ts';
 import { overlayView } from './overlay.ts';
 
@@ -10,8 +11,6 @@ interface Problem {
   readonly text: string;
   readonly fix: string;
 }
-
-const VXLAN_OVERHEAD = 50;
 
 function deviceProblems(
   f: DoctorFacts,

@@ -8,7 +8,7 @@ import { describeError, hasCode, TwillError } from '../errors.ts';
 import { runJson, type Runner } from '../exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../dataplane/model.ts';
 import { observeChain, parseIptablesVersion, parseRoutes } from '../dataplane/observe.ts';
-import { listLeases } from '../lease/list.ts';
+import { listLeases } from '../lease/snapshot.ts';
 import type { LeaseStore } from '../lease/types.ts';
 import { discoverInterface, parseIpAddr, type IfaceRequest } from '../net/iface.ts';
 import { readSubnetEnv } from '../subnetenv.ts';

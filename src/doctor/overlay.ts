@@ -3,7 +3,8 @@
 // an existing twill.<VNI> device, else flannel's defaults. Several checks
 // need it (rp_filter, MTU, the vxlan port), so it is worked out once here.
 import { DEFAULT_VNI, DEFAULT_VXLAN_PORT } from '../config/netconf.ts';
-import { vxlanDeviceName } from '../dataplane/backend.ts';
+import { vxlanDeviceName } from '../dataplane/desired.ts';
+import { DEVICE_PREFIX } from '../dataplane/model.ts';
 import type { DoctorFacts, LinkFact } from './facts.ts';
 
 export interface OverlayView {
@@ -20,7 +21,7 @@ export interface OverlayView {
 
 /** twill's own vxlan devices (twill.*). */
 export function twillDevices(links: readonly LinkFact[]): LinkFact[] {
-  return links.filter((l) => l.name.startsWith('twill.') && l.kind === 'vxlan');
+  return links.filter((l) => l.name.startsWith(DEVICE_PREFIX) && l.kind === 'vxlan');
 }
 
 export function overlayView(f: DoctorFacts): OverlayView {

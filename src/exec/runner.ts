@@ -1,4 +1,4 @@
-// The one place that spawns processes (DESIGN.md rule 3): arguments are
+// The one place that spawns processes (docs/design.md, rule 3): arguments are
 // arrays, every call has a timeout and an AbortSignal, and a failure is a
 // COMMAND_FAILED error carrying the command, exit code and stderr. Plain
 // node:child_process: a spawn through execa cost the daemon 2.5 times the

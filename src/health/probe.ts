@@ -42,11 +42,6 @@ export class DaemonProbe implements StartupProgress {
   private last: PassReport | undefined;
   private passError: { at: number; error: string } | undefined;
   private passSince: number | undefined;
-  /**
-   * why the tracker refused each refused peer record, and why the last pass could not program peers
-   */
-  private storeRefused: RefusalReason[] = [];
-  private backendRefused: RefusalReason[] = [];
 
   constructor(o: { version: string; resyncMs: number }) {
     this.metrics = new TwillMetrics({ version: o.version });
@@ -105,8 +100,6 @@ export class DaemonProbe implements StartupProgress {
     m.passDuration.observe(r.durationMs / 1000);
     for (const op of r.ops) m.ops.inc({ kind: opLabel(op), action: op.action });
     if (r.drift) for (const op of r.ops) m.drift.inc({ kind: driftKind(op) });
-    this.backendRefused = r.problems.map((p) => p.code);
-    this.countRefused();
   }
 
   /** A pass threw: the loop goes on (it retries), but the kernel is in an unknown state. */
@@ -141,18 +134,10 @@ export class DaemonProbe implements StartupProgress {
     ]);
     for (const p of list) by.set(p.attrs.backendType, (by.get(p.attrs.backendType) ?? 0) + 1);
     for (const [backend, n] of by) this.metrics.peers.set({ backend }, n);
-    this.storeRefused = [...refused.values()].map((r) => r.reason);
-    this.countRefused();
-  }
-
-  /**
-   * One gauge for every refused peer, by reason: those the tracker refused and those the pass could
-   * not program.
-   */
-  private countRefused(): void {
-    const by = new Map<RefusalReason, number>(REFUSAL_REASONS.map((r) => [r, 0]));
-    for (const r of [...this.storeRefused, ...this.backendRefused]) by.set(r, (by.get(r) ?? 0) + 1);
-    for (const [reason, n] of by) this.metrics.refusedPeers.set({ reason }, n);
+    // one gauge for every refused peer, by reason (admit.ts)
+    const refusals = new Map<RefusalReason, number>(REFUSAL_REASONS.map((r) => [r, 0]));
+    for (const r of refused.values()) refusals.set(r.reason, (refusals.get(r.reason) ?? 0) + 1);
+    for (const [reason, n] of refusals) this.metrics.refusedPeers.set({ reason }, n);
   }
 
   lastPass(): PassReport | undefined {

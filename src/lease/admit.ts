@@ -1,11 +1,11 @@
 // Peer admission, pure: which peer leases may become kernel entries, and why
-// the others are refused (DESIGN.md rule 6: trust nothing from the store).
+// the others are refused (docs/design.md, rule 6: trust nothing from the store).
 // Two stages:
 //   - `checkPeer`, one lease against our network config and our own lease:
 //     its subnet (size, inside the Network and, in etcd mode, inside
 //     SubnetMin..SubnetMax, not over our own), its PublicIP (a unicast host,
-//     not ours, not inside the pod Network), its backend type, VNI and
-//     VtepMAC (not ours);
+//     not ours, not inside the pod Network, on-link for host-gw), its
+//     backend type, VNI and VtepMAC (present, not ours);
 //   - `admitPeers`, the peer set as a whole: subnets that overlap another
 //     peer's (a wider one is refused, never the narrower ones it covers) and
 //     a subnet or VtepMAC claimed by more than one peer (the first claim, by
@@ -25,6 +25,7 @@ import {
   parseIpv4,
   type Cidr,
 } from '../net/ipv4.ts';
+import { onLink, type IfaceInfo } from '../net/iface.ts';
 import type { Lease } from './types.ts';
 
 export const REFUSAL_REASONS = [
@@ -61,6 +62,11 @@ export interface PeerContext {
    * SubnetLen
    */
   readonly anySubnetSize?: boolean;
+  /**
+   * the underlay interface: with host-gw a peer must be on one of its networks (a route via an
+   * address that is not on-link is refused by the kernel, and would be wrong if it were not)
+   */
+  readonly underlay?: Pick<IfaceInfo, 'name' | 'networks'>;
 }
 
 /** A value from the store, cut to a length a log line can carry. */
@@ -122,13 +128,18 @@ export function checkPeer(lease: Lease, ctx: PeerContext): Refusal | undefined {
         `BackendData.VNI ${truncated(String(vni))} differs from ours (${config.backend.vni})`,
       );
     const mac = lease.attrs.backendData?.vtepMac;
-    if (
-      mac !== undefined &&
-      ctx.selfVtepMac !== undefined &&
-      mac.toLowerCase() === ctx.selfVtepMac.toLowerCase()
-    ) {
+    if (mac === undefined) return refuse('vtep-mac', 'vxlan lease without BackendData.VtepMAC');
+    if (ctx.selfVtepMac !== undefined && mac.toLowerCase() === ctx.selfVtepMac.toLowerCase()) {
       return refuse('vtep-mac', `VtepMAC ${mac} is this node's own`);
     }
+  }
+  const u = ctx.underlay;
+  if (config.backend.type === 'host-gw' && u && !onLink(u, lease.attrs.publicIp)) {
+    const networks = u.networks.join(', ') || 'no IPv4 networks';
+    return refuse(
+      'not-on-link',
+      `PublicIP ${lease.attrs.publicIp} is not on-link on ${u.name} (${networks}); host-gw needs every node on one L2 network`,
+    );
   }
   return undefined;
 }

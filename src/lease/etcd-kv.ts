@@ -6,15 +6,16 @@
 // hands both back to the caller to re-list.
 import { readFile } from 'node:fs/promises';
 import { Etcd3, type IKeyValue, type IOptions, type IResponseHeader, type Watcher } from 'etcd3';
-import { ExponentialBackoff, handleWhen, noop, retry, type IBackoff } from 'cockatiel';
 import { GRPCUnavailableError } from 'etcd3';
 import { TwillError, describeError } from '../errors.ts';
 import { redactUrlCredentials } from '../log.ts';
+import { abortable, backoffDelay, retry } from '../util/abort.ts';
 import type {
   Kv,
   KvChange,
   KvEntry,
   KvListing,
+  KvReplace,
   KvSkipped,
   KvWatchOptions,
   KvWritten,
@@ -150,15 +151,38 @@ async function readTlsFile(flag: string, path: string): Promise<Buffer> {
   }
 }
 
+/** Retries that need no wait: a list started over, a call sent to the next endpoint. */
+const AT_ONCE = { next: (): number => 0 };
+const NEVER_ABORTED = new AbortController().signal;
+
+/** etcd3's fault-handling hooks, typed from its options (they are cockatiel's interfaces). */
+type EtcdFaults = Required<NonNullable<IOptions['faultHandling']>>;
+
 /**
- * etcd3 declares watchBackoff as an IBackoff but calls it as cockatiel's
- * backoff factory (its own default is `new ExponentialBackoff()`).
+ * A policy for etcd3, which only ever calls its `execute`: the call is tried up to `attempts`
+ * times, at once, while it fails in a way `retryIf` accepts. Its events never fire.
  */
-function watchBackoff(): IBackoff<unknown> {
-  return new ExponentialBackoff({
-    initialDelay: 200,
-    maxDelay: 2_000,
-  }) as unknown as IBackoff<unknown>;
+function policy(attempts: number, retryIf: (err: unknown) => boolean): EtcdFaults['global'] {
+  return {
+    _altReturn: undefined as never, // a type-only member of cockatiel's IPolicy
+    onSuccess: () => ({ dispose: () => undefined }),
+    onFailure: () => ({ dispose: () => undefined }),
+    execute: (fn, signal = NEVER_ABORTED) =>
+      retry(async () => fn({ signal }), { signal, attempts, retryIf, backoff: AT_ONCE }),
+  };
+}
+
+/**
+ * etcd3 declares watchBackoff as an IBackoff but calls it as cockatiel's backoff factory: `next()`
+ * gives the first reconnect's delay, each delay's `next()` the one after, and it starts from the
+ * factory again once the stream answers. These are Backoff's delays, 200 ms doubling to 2 s.
+ */
+function watchBackoff(): EtcdFaults['watchBackoff'] {
+  const delay = (attempt: number): EtcdFaults['watchBackoff'] => ({
+    duration: backoffDelay(200, 2_000, attempt),
+    next: () => delay(attempt + 1),
+  });
+  return { duration: 0, next: () => delay(0) };
 }
 
 async function buildClientOptions(opts: EtcdOptions): Promise<IOptions> {
@@ -186,14 +210,8 @@ async function buildClientOptions(opts: EtcdOptions): Promise<IOptions> {
     // endpoint per call: an unreachable member (UNAVAILABLE only) is retried on
     // the next one at once, so losing one member of three costs no call.
     faultHandling: {
-      host: () => noop,
-      global:
-        opts.endpoints.length > 1
-          ? retry(
-              handleWhen((e) => e instanceof GRPCUnavailableError),
-              { maxAttempts: opts.endpoints.length - 1 },
-            )
-          : noop,
+      host: () => policy(1, () => false),
+      global: policy(opts.endpoints.length, (e) => e instanceof GRPCUnavailableError),
       watchBackoff: watchBackoff(),
     },
     grpcOptions: {
@@ -223,27 +241,37 @@ export class EtcdKv implements Kv {
     return new EtcdKv(new Etcd3(await buildClientOptions(opts)), opts);
   }
 
-  async get(key: string): Promise<KvEntry | undefined> {
+  /**
+   * One Kv call: refused after the abort and given up as soon as `signal` aborts (the etcd3 client
+   * takes no signal: the request runs on and its answer is dropped), both with the signal's reason;
+   * any other failure is STORE_UNAVAILABLE naming `what`.
+   */
+  private async call<T>(what: string, signal: AbortSignal, work: () => Promise<T>): Promise<T> {
+    signal.throwIfAborted();
     try {
-      const res = await this.client.kv.range({ key: enc(key) });
-      const kv = res.kvs[0];
-      return kv ? toEntry(kv) : undefined;
+      return await abortable(work(), signal);
     } catch (err) {
-      throw unavailable(`get ${key}`, err);
+      signal.throwIfAborted();
+      throw unavailable(what, err);
     }
   }
 
-  async expiresAt(key: string): Promise<number | undefined> {
-    try {
+  async get(key: string, signal: AbortSignal): Promise<KvEntry | undefined> {
+    return this.call(`get ${key}`, signal, async () => {
+      const kv = (await this.client.kv.range({ key: enc(key) })).kvs[0];
+      return kv ? toEntry(kv) : undefined;
+    });
+  }
+
+  async expiresAt(key: string, signal: AbortSignal): Promise<number | undefined> {
+    return this.call(`expiry of ${key}`, signal, async () => {
       const kv = (await this.client.kv.range({ key: enc(key) })).kvs[0];
       if (!kv || !kv.lease || kv.lease === '0') return undefined;
       const ttl = Number(
         (await this.client.leaseClient.leaseTimeToLive({ ID: kv.lease, keys: false })).TTL,
       );
       return ttl >= 0 ? Date.now() + ttl * 1000 : undefined;
-    } catch (err) {
-      throw unavailable(`expiry of ${key}`, err);
-    }
+    });
   }
 
   /**
@@ -252,19 +280,18 @@ export class EtcdKv implements Kv {
    * large the prefix. If that revision is compacted away mid-list, the list
    * starts over at a fresh revision.
    */
-  async list(prefix: string, signal?: AbortSignal): Promise<KvListing> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await this.listOnce(prefix, signal);
-      } catch (err) {
-        if (err instanceof ListRestart && attempt < LIST_ATTEMPTS) continue;
-        if (signal?.aborted) throw err;
-        throw unavailable(`list ${prefix}`, err instanceof ListRestart ? err.message : err);
-      }
-    }
+  async list(prefix: string, signal: AbortSignal): Promise<KvListing> {
+    return this.call(`list ${prefix}`, signal, () =>
+      retry(() => this.listOnce(prefix, signal), {
+        signal,
+        attempts: LIST_ATTEMPTS,
+        retryIf: (err) => err instanceof ListRestart,
+        backoff: AT_ONCE,
+      }),
+    );
   }
 
-  private async listOnce(prefix: string, signal: AbortSignal | undefined): Promise<KvListing> {
+  private async listOnce(prefix: string, signal: AbortSignal): Promise<KvListing> {
     const end = prefixEnd(prefix);
     const entries: KvEntry[] = [];
     const skipped: KvSkipped[] = [];
@@ -272,7 +299,7 @@ export class EtcdKv implements Kv {
     let revision: string | undefined;
     let limit = this.pageSize;
     for (;;) {
-      signal?.throwIfAborted();
+      signal.throwIfAborted();
       let res;
       try {
         res = await this.client.kv.range({
@@ -343,10 +370,13 @@ export class EtcdKv implements Kv {
     ttl: number;
     modRevision: string | undefined;
     what: string;
+    signal: AbortSignal;
   }): Promise<KvWritten | undefined> {
-    let granted: { id: string; expiresAt: number } | undefined;
-    try {
-      granted = await this.grant(o.ttl);
+    // A failure revokes nothing: the transaction may have committed with its reply lost, and
+    // revoking the new lease could delete the key we just wrote. Let it expire instead; the
+    // caller's retry finds the key by our PublicIP and adopts it.
+    return this.call(`${o.what} ${o.key}`, o.signal, async () => {
+      const granted = await this.grant(o.ttl);
       const compare =
         o.modRevision === undefined
           ? { target: 'Create' as const, create_revision: 0 }
@@ -370,37 +400,38 @@ export class EtcdKv implements Kv {
         entry: { key: o.key, value: o.value, modRevision: res.header.revision },
         expiresAt: granted.expiresAt,
       };
-    } catch (err) {
-      // The transaction may have committed with its reply lost: revoking the
-      // new lease could delete the key we just wrote. Let it expire instead;
-      // the caller's retry finds the key by our PublicIP and adopts it.
-      throw unavailable(`${o.what} ${o.key}`, err);
-    }
+    });
   }
 
-  async create(key: string, value: string, ttlSeconds: number): Promise<KvWritten | undefined> {
-    return this.guardedPut({ key, value, ttl: ttlSeconds, modRevision: undefined, what: 'create' });
-  }
-
-  async replace(
+  async create(
     key: string,
     value: string,
-    expected: string,
     ttlSeconds: number,
+    signal: AbortSignal,
   ): Promise<KvWritten | undefined> {
-    return this.guardedPut({ key, value, ttl: ttlSeconds, modRevision: expected, what: 'replace' });
+    const what = 'create';
+    return this.guardedPut({ key, value, ttl: ttlSeconds, modRevision: undefined, what, signal });
   }
 
-  async deleteIf(key: string, expected: string): Promise<boolean> {
-    try {
+  async replace(o: KvReplace): Promise<KvWritten | undefined> {
+    return this.guardedPut({
+      key: o.key,
+      value: o.value,
+      ttl: o.ttlSeconds,
+      modRevision: o.expected,
+      what: 'replace',
+      signal: o.signal,
+    });
+  }
+
+  async deleteIf(key: string, expected: string, signal: AbortSignal): Promise<boolean> {
+    return this.call(`delete ${key}`, signal, async () => {
       const res = await this.client.kv.txn({
         compare: [{ key: enc(key), result: 'Equal', target: 'Mod', mod_revision: expected }],
         success: [{ request_delete_range: { key: enc(key) } }],
       });
       return res.succeeded;
-    } catch (err) {
-      throw unavailable(`delete ${key}`, err);
-    }
+    });
   }
 
   async watch(prefix: string, opts: KvWatchOptions): Promise<WatchEnd> {

@@ -4,7 +4,7 @@
 // another node now holds ends the loop with LEASE_TAKEN, which is fatal.
 import { TwillError, describeError, hasCode } from '../errors.ts';
 import type { Logger } from '../log.ts';
-import { Backoff, sleep, childController } from '../util/abort.ts';
+import { Backoff, childController, pause, quietOnAbort } from '../util/abort.ts';
 import type { Lease, LeaseStore } from './types.ts';
 
 export interface KeeperOptions {
@@ -100,43 +100,45 @@ export class LeaseKeeper {
     }
     const wait = this.flapWaitMs;
     this.flapWaitMs = 0;
-    await sleep(wait, signal);
+    await pause(wait, signal);
   }
 
+  /** Keeps the lease until `signal` aborts (then it returns quietly) or LEASE_TAKEN. */
   async run(signal: AbortSignal): Promise<void> {
     const backoff = new Backoff(200, 5_000);
     let retryIn: number | undefined;
-    while (!signal.aborted) {
-      if (this.lostReason === undefined) {
-        this.wake = childController(signal);
-        await sleep(
-          retryIn ?? renewDelay(this.lease, this.opts.renewMarginMs, Date.now()),
-          this.wake.signal,
-        );
-        this.wake.abort(); // detaches it from `signal`
-        if (signal.aborted) return;
-      }
-      try {
-        if (this.lostReason !== undefined) await this.flapPause(signal);
-        if (signal.aborted) return;
-        await this.step(signal);
-        backoff.reset();
-        retryIn = undefined;
-      } catch (err) {
-        if (signal.aborted) return;
-        if (hasCode(err, 'LEASE_TAKEN')) throw err;
-        if (hasCode(err, 'LEASE_LOST')) {
-          this.notifyLost(err.message);
-          continue;
+    // Not retry(): a failed renewal waits where a loss can cut the wait short, a failed reclaim
+    // waits it out, and a loss found by either is reclaimed without waiting.
+    await quietOnAbort(signal, async () => {
+      while (!signal.aborted) {
+        if (this.lostReason === undefined) {
+          this.wake = childController(signal);
+          await pause(
+            retryIn ?? renewDelay(this.lease, this.opts.renewMarginMs, Date.now()),
+            this.wake.signal,
+          ).catch(() => signal.throwIfAborted()); // woken by a loss: reclaim now
+          this.wake.abort(); // detaches it from `signal`
         }
-        retryIn = backoff.next();
-        this.opts.logger.warn(
-          { err: describeError(err), retryInMs: retryIn },
-          this.lostReason ? 'reclaim failed; retrying' : 'renewal failed; retrying',
-        );
-        if (this.lostReason !== undefined) await sleep(retryIn, signal);
+        try {
+          if (this.lostReason !== undefined) await this.flapPause(signal);
+          await this.step(signal);
+          backoff.reset();
+          retryIn = undefined;
+        } catch (err) {
+          if (signal.aborted || hasCode(err, 'LEASE_TAKEN')) throw err;
+          if (hasCode(err, 'LEASE_LOST')) {
+            this.notifyLost(err.message);
+            continue;
+          }
+          retryIn = backoff.next();
+          this.opts.logger.warn(
+            { err: describeError(err), retryInMs: retryIn },
+            this.lostReason ? 'reclaim failed; retrying' : 'renewal failed; retrying',
+          );
+          if (this.lostReason !== undefined) await pause(retryIn, signal);
+        }
       }
-    }
+    });
   }
 
   private async step(signal: AbortSignal): Promise<void> {

@@ -10,8 +10,8 @@ import { readFile } from 'node:fs/promises';
 import { parseNetConfig, type NetConfig } from '../config/netconf.ts';
 import { TwillError } from '../errors.ts';
 import { formatCidr, sameCidr, type Cidr } from '../net/ipv4.ts';
-import { sleep, type Backoff } from '../util/abort.ts';
-import { listAndWatch } from './list-watch.ts';
+import { pause, type Backoff } from '../util/abort.ts';
+import { relistLoop } from './relist-loop.ts';
 import type { KubeApi, NodeWatchEnd } from './kube-api.ts';
 import {
   DEFAULT_ANNOTATION_PREFIX,
@@ -204,7 +204,7 @@ export class KubeLeaseStore implements LeaseStore {
     const { onEvent } = opts;
     // managed nodes reported so far: a Node that stops being managed is a delete
     let known = new Set<string>();
-    await listAndWatch<string>({
+    await relistLoop<string>({
       ...opts,
       relistMs: this.relistMs,
       list: async (signal) => {
@@ -244,23 +244,29 @@ export class KubeLeaseStore implements LeaseStore {
     known: Set<string>;
   }): Promise<NodeWatchEnd> {
     let rv = o.cursor;
-    for (;;) {
+    try {
+      for (;;) {
+        const started = Date.now();
+        // a watch asked for after the abort ends 'aborted' at once
+        const end = await this.api.watchNodes({
+          resourceVersion: rv,
+          timeoutSeconds: this.watchTimeout,
+          signal: o.signal,
+          onEvent: (ev) => {
+            o.progress();
+            if (ev.type === 'bookmark') rv = ev.resourceVersion || rv;
+            else rv = ev.node.resourceVersion || rv;
+            if (ev.type !== 'bookmark') this.nodeChanged(ev.type, ev.node, o);
+          },
+        });
+        if (end.reason !== 'closed') return end;
+        // a server (or proxy) that ends every watch at once must not make this a busy loop
+        if (Date.now() - started < 1_000) await pause(o.backoff.next(), o.signal);
+      }
+    } catch (err) {
+      // the round's signal (the periodic re-list, or the stop) cut the pause short
       if (o.signal.aborted) return { reason: 'aborted' };
-      const started = Date.now();
-      const end = await this.api.watchNodes({
-        resourceVersion: rv,
-        timeoutSeconds: this.watchTimeout,
-        signal: o.signal,
-        onEvent: (ev) => {
-          o.progress();
-          if (ev.type === 'bookmark') rv = ev.resourceVersion || rv;
-          else rv = ev.node.resourceVersion || rv;
-          if (ev.type !== 'bookmark') this.nodeChanged(ev.type, ev.node, o);
-        },
-      });
-      if (end.reason !== 'closed') return end;
-      // a server (or proxy) that ends every watch at once must not make this a busy loop
-      if (Date.now() - started < 1_000) await sleep(o.backoff.next(), o.signal);
+      throw err;
     }
   }
 

@@ -6,12 +6,12 @@
 import { parseNetConfig, type NetConfig } from '../config/netconf.ts';
 import { TwillError, describeError } from '../errors.ts';
 import { formatCidr, overlaps, sameCidr, type Cidr } from '../net/ipv4.ts';
-import { sleep } from '../util/abort.ts';
+import { pause } from '../util/abort.ts';
 import { fitsConfig, pickFreeSubnet } from './allocate.ts';
 import { decodeLeaseValue, encodeLeaseValue, parseSubnetKey, subnetKey } from './codec.ts';
 import { truncated } from './admit.ts';
 import type { Kv, KvEntry, KvListing } from './kv.ts';
-import { listAndWatch } from './list-watch.ts';
+import { relistLoop } from './relist-loop.ts';
 import type {
   AcquireRequest,
   Lease,
@@ -151,10 +151,10 @@ export class KvLeaseStore implements LeaseStore {
   }
 
   async acquireLease(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
-    for (let attempt = 0; attempt < MAX_ACQUIRE_ATTEMPTS && !signal.aborted; attempt++) {
+    for (let attempt = 0; attempt < MAX_ACQUIRE_ATTEMPTS; attempt++) {
       const lease = await this.tryAcquire(req, signal);
       if (lease) return lease;
-      await sleep(Math.round(this.random() * 50), signal);
+      await pause(Math.round(this.random() * 50), signal);
     }
     throw new TwillError(
       'LEASE_TAKEN',
@@ -187,13 +187,13 @@ export class KvLeaseStore implements LeaseStore {
         await this.kv.deleteIf(entry.key, entry.modRevision, signal);
         continue;
       }
-      const written = await this.kv.replace(
-        entry.key,
-        encodeLeaseValue(attrs),
-        entry.modRevision,
-        this.ttl,
+      const written = await this.kv.replace({
+        key: entry.key,
+        value: encodeLeaseValue(attrs),
+        expected: entry.modRevision,
+        ttlSeconds: this.ttl,
         signal,
-      );
+      });
       return written ? this.toLease(record.lease.subnet, attrs, written) : undefined;
     }
     // Only keys naming a subnet this config could hand out block it: a hostile
@@ -229,13 +229,13 @@ export class KvLeaseStore implements LeaseStore {
 
   async renewLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
     const key = this.fullKey(lease.key);
-    const written = await this.kv.replace(
+    const written = await this.kv.replace({
       key,
-      encodeLeaseValue(lease.attrs),
-      lease.version,
-      this.ttl,
+      value: encodeLeaseValue(lease.attrs),
+      expected: lease.version,
+      ttlSeconds: this.ttl,
       signal,
-    );
+    });
     if (written) return this.toLease(lease.subnet, lease.attrs, written);
     const current = await this.kv.get(key, signal);
     if (!current)
@@ -279,13 +279,13 @@ export class KvLeaseStore implements LeaseStore {
         `subnet ${formatCidr(lease.subnet)} is now held by ${holder}; twill will not take it over`,
       );
     }
-    const written = await this.kv.replace(
-      current.key,
-      encodeLeaseValue(lease.attrs),
-      current.modRevision,
-      this.ttl,
+    const written = await this.kv.replace({
+      key: current.key,
+      value: encodeLeaseValue(lease.attrs),
+      expected: current.modRevision,
+      ttlSeconds: this.ttl,
       signal,
-    );
+    });
     if (written) return this.toLease(lease.subnet, lease.attrs, written);
     throw new TwillError('LEASE_LOST', `lease ${current.key} changed while renewing it`);
   }
@@ -295,7 +295,7 @@ export class KvLeaseStore implements LeaseStore {
     onEvent: (ev: LeaseEvent) => void;
   }): Promise<void> {
     const { onEvent } = opts;
-    await listAndWatch<bigint>({
+    await relistLoop<bigint>({
       ...opts,
       relistMs: this.relistMs,
       list: async (signal) => {

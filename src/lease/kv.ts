@@ -1,7 +1,8 @@
 // The etcd-shaped primitives the lease store is built on: a revisioned
 // key-value store with TTL-bound conditional writes and a resumable watch.
-// Two implementations: etcd (etcd-kv.ts) and memory (memory-kv.ts); both
-// pass the same LeaseStore contract suite through kv-store.ts.
+// Two implementations: etcd (etcd-kv.ts) and, for tests, memory (test/helpers/memory-kv.ts);
+// both pass the same LeaseStore contract suite through kv-store.ts. Every call honours its
+// AbortSignal: once it aborts, the call rejects with the signal's reason (a watch ends 'aborted').
 
 export interface KvEntry {
   readonly key: string;
@@ -63,6 +64,15 @@ export interface KvWatchOptions {
   readonly onConnectivity: (connected: boolean, detail: string) => void;
 }
 
+export interface KvReplace {
+  readonly key: string;
+  readonly value: string;
+  /** the modRevision `key` must still have */
+  readonly expected: string;
+  readonly ttlSeconds: number;
+  readonly signal: AbortSignal;
+}
+
 export interface Kv {
   readonly description: string;
   get(key: string, signal: AbortSignal): Promise<KvEntry | undefined>;
@@ -75,13 +85,7 @@ export interface Kv {
     signal: AbortSignal,
   ): Promise<KvWritten | undefined>;
   /** Rewrites `key` with a fresh TTL only if its modRevision is `expected`; undefined otherwise. */
-  replace(
-    key: string,
-    value: string,
-    expected: string,
-    ttlSeconds: number,
-    signal: AbortSignal,
-  ): Promise<KvWritten | undefined>;
+  replace(o: KvReplace): Promise<KvWritten | undefined>;
   /** When `key`'s TTL runs out (epoch ms); undefined when it is absent or has no TTL. */
   expiresAt(key: string, signal: AbortSignal): Promise<number | undefined>;
   /** Deletes `key` only if its modRevision is `expected`. */

@@ -5,7 +5,7 @@
 // (1 s doubling to 10 s; passes are rare on a quiet node).
 import { describeError } from '../errors.ts';
 import type { Logger } from '../log.ts';
-import { Backoff } from '../util/abort.ts';
+import { Backoff, pause } from '../util/abort.ts';
 import type { LeaseKeeper } from './keeper.ts';
 import type { LeaseStore } from './types.ts';
 
@@ -50,12 +50,11 @@ export class ReadyMark {
             { err: describeError(err), retryInMs },
             'could not mark the node network available; retrying',
           );
-          const stop = (): void => clearTimeout(timer);
-          const timer = setTimeout(() => {
-            this.signal.removeEventListener('abort', stop);
-            this.converged();
-          }, retryInMs);
-          this.signal.addEventListener('abort', stop, { once: true });
+          // the next pass may come first (busy is false during the wait): converged() is idempotent
+          pause(retryInMs, this.signal).then(
+            () => this.converged(),
+            () => undefined, // stopped
+          );
         },
       )
       .finally(() => (this.busy = false));

@@ -13,7 +13,7 @@
 import type { Logger } from '../log.ts';
 import { formatCidr } from '../net/ipv4.ts';
 import { describeLease, encodeLeaseValue } from './codec.ts';
-import { checkPeer, truncated, type PeerContext, type Refusal } from './admit.ts';
+import { checkPeer, truncated, withoutConflicts, type PeerContext, type Refusal } from './admit.ts';
 import type { Lease, LeaseAttrs, LeaseEvent, LeaseRecord } from './types.ts';
 
 export interface TrackerOptions {
@@ -25,8 +25,6 @@ export interface TrackerOptions {
   readonly logger: Logger;
   /** our record vanished or is no longer ours */
   readonly onSelfLost: (why: string) => void;
-  /** the peer set changed (called after each event that changed it) */
-  readonly onPeersChanged?: (peers: readonly Lease[]) => void;
   /** how long a peer missing from a re-list is kept (default 10 s; 0: drop at once) */
   readonly lingerMs?: number;
   /** how long a peer deleted by an event is kept (default 500 ms; 0: drop at once) */
@@ -45,40 +43,94 @@ export class PeerTracker {
   private lingerTimer: NodeJS.Timeout | undefined;
   /** while applying a large snapshot, per-peer lines go to debug and one summary to info */
   private quiet = false;
+  /** records refused on their own (checkPeer), by key */
   private readonly invalid = new Map<string, Refusal>();
+  /** the set-level stage (conflicts between peers), redone after each change of the set */
+  private admission: { admitted: Lease[]; refused: Map<string, Refusal> } | undefined;
   private connected: boolean | undefined;
+  private lastConflicts = new Map<string, Refusal>();
+  private readonly listeners: ((peersChanged: boolean) => void)[] = [];
+  /** a record was refused, or a refusal ended, without the admitted set changing */
+  private refusalsChanged = false;
+  private readonly firstListing = Promise.withResolvers<void>();
   private readonly opts: TrackerOptions;
 
   constructor(opts: TrackerOptions) {
     this.opts = opts;
   }
 
-  list(): Lease[] {
-    return [...this.peers.values(), ...[...this.lingering.values()].map((l) => l.lease)];
+  /**
+   * Resolves at the store's first complete listing: no pass may run before it, or a restart would
+   * sweep every peer's entries.
+   */
+  get listed(): Promise<void> {
+    return this.firstListing.promise;
   }
 
-  /** Records refused, by key, with why (admit.ts). */
+  /**
+   * Calls `listener` after each event that changed the admitted peer set (`peersChanged`) or only
+   * the refused records (health and status show those too).
+   */
+  subscribe(listener: (peersChanged: boolean) => void): void {
+    this.listeners.push(listener);
+  }
+
+  /** The admitted peers: every record that passed both stages of admission (admit.ts). */
+  list(): Lease[] {
+    return this.admitted().admitted;
+  }
+
+  /** Records refused, by key, with why: on their own, or for a conflict with other peers. */
   skipped(): ReadonlyMap<string, Refusal> {
-    return this.invalid;
+    const conflicts = this.admitted().refused;
+    return conflicts.size === 0 ? this.invalid : new Map([...this.invalid, ...conflicts]);
+  }
+
+  /**
+   * The set-level stage over the peers that passed `checkPeer`, redone once per change of the set
+   * (not per event of a snapshot); a refusal is logged when it starts or changes, like a record's.
+   */
+  private admitted(): { admitted: Lease[]; refused: Map<string, Refusal> } {
+    if (this.admission) return this.admission;
+    const all = [...this.peers.values(), ...[...this.lingering.values()].map((l) => l.lease)];
+    const set = withoutConflicts(all, this.opts.context.config);
+    const refused = new Map(set.refused.map((r) => [r.lease.key, r.refusal]));
+    const before = this.lastConflicts;
+    for (const [key, r] of refused) {
+      const was = before.get(key);
+      if (was?.reason !== r.reason || was.detail !== r.detail)
+        this.opts.logger.warn(
+          { key: truncated(key), reason: r.reason, detail: r.detail },
+          'skipping invalid peer lease',
+        );
+    }
+    for (const key of before.keys())
+      if (!refused.has(key) && all.some((p) => p.key === key))
+        this.opts.logger.info({ key: truncated(key) }, 'peer no longer conflicts; admitted');
+    this.lastConflicts = refused;
+    this.admission = { admitted: set.admitted, refused };
+    return this.admission;
   }
 
   handle(ev: LeaseEvent): void {
     switch (ev.type) {
       case 'snapshot':
         this.snapshot(ev.records, ev.reason);
+        this.firstListing.resolve();
         break;
       case 'put':
         if (this.put(ev.record)) this.changed();
         break;
       case 'delete':
         if (ev.key === this.opts.selfKey) this.opts.onSelfLost(`our lease ${ev.key} was deleted`);
-        this.invalid.delete(ev.key);
+        this.forgetRefusal(ev.key);
         this.deleted(ev.key, ev.gone === true);
         break;
       case 'connectivity':
         this.connectivity(ev.connected, ev.detail);
         break;
     }
+    if (this.refusalsChanged) this.notify(false);
   }
 
   private snapshot(records: readonly LeaseRecord[], reason: string): void {
@@ -93,7 +145,7 @@ export class PeerTracker {
       if (linger > 0) this.linger(key, lease, linger);
       else changed = this.leave(key) || changed;
     }
-    for (const key of [...this.invalid.keys()]) if (!keys.has(key)) this.invalid.delete(key);
+    for (const key of [...this.invalid.keys()]) if (!keys.has(key)) this.forgetRefusal(key);
     for (const r of records) changed = this.put(r) || changed;
     const summarize = this.quiet;
     this.quiet = false;
@@ -131,11 +183,12 @@ export class PeerTracker {
           'skipping invalid peer lease',
         );
         this.invalid.set(r.key, problem);
+        this.refusalsChanged = true;
       }
       return this.leave(r.key) || this.lingering.delete(r.key);
     }
     if (!r.ok) return false;
-    this.invalid.delete(r.key);
+    this.forgetRefusal(r.key);
     const before = this.peers.get(r.key) ?? this.lingering.get(r.key)?.lease;
     this.lingering.delete(r.key);
     this.peers.set(r.key, r.lease);
@@ -239,8 +292,18 @@ export class PeerTracker {
     if (changed) this.changed();
   }
 
+  private forgetRefusal(key: string): void {
+    if (this.invalid.delete(key)) this.refusalsChanged = true;
+  }
+
   private changed(): void {
-    this.opts.onPeersChanged?.(this.list());
+    this.admission = undefined;
+    this.notify(true);
+  }
+
+  private notify(peersChanged: boolean): void {
+    this.refusalsChanged = false;
+    for (const listener of this.listeners) listener(peersChanged);
   }
 
   private connectivity(connected: boolean, detail: string): void {

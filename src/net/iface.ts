@@ -3,7 +3,7 @@
 // is pure over `ip -json` output; `discoverInterface` does the two reads.
 import { TwillError } from '../errors.ts';
 import { runJson, type Runner } from '../exec/runner.ts';
-import { isIpv4 } from './ipv4.ts';
+import { containsAddr, isIpv4, parseCidr, parseIpv4 } from './ipv4.ts';
 
 export interface IfaceInfo {
   readonly name: string;
@@ -13,6 +13,16 @@ export interface IfaceInfo {
   readonly addrs: readonly string[];
   /** the same addresses with their prefix length ("10.0.0.2/24"): the on-link networks */
   readonly networks: readonly string[];
+}
+
+/** True when `ip` lies in one of the interface's on-link networks. */
+export function onLink(iface: Pick<IfaceInfo, 'networks'>, ip: string): boolean {
+  const addr = parseIpv4(ip);
+  if (addr === undefined) return false;
+  return iface.networks.some((n) => {
+    const cidr = parseCidr(n, { strict: false });
+    return cidr !== undefined && containsAddr(cidr, addr);
+  });
 }
 
 export interface IfaceChoice {

@@ -3,10 +3,10 @@
 // twill's objects, and whether a `twill run` is running in this network
 // namespace (and what its /readyz says, when its health port is known).
 import { readdir, readFile, readlink } from 'node:fs/promises';
-import { vxlanDeviceName } from '../dataplane/backend.ts';
+import { vxlanDeviceName } from '../dataplane/desired.ts';
 import { detectIptables, observe } from '../dataplane/observe.ts';
 import type { Runner } from '../exec/runner.ts';
-import { listLeases } from '../lease/list.ts';
+import { listLeases } from '../lease/snapshot.ts';
 import type { LeaseStore } from '../lease/types.ts';
 import { discoverInterface, type IfaceRequest } from '../net/iface.ts';
 import { sameCidr } from '../net/ipv4.ts';

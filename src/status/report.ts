@@ -4,10 +4,10 @@
 // kernel has each peer's entries, the diff between desired and actual
 // kernel state, and the masquerade chain state.
 import type { NetConfig } from '../config/netconf.ts';
-import { desiredState } from '../dataplane/backend.ts';
+import { desiredState } from '../dataplane/desired.ts';
 import { diff } from '../dataplane/diff.ts';
 import { chainSpecs, diffChain, type ChainSpec } from '../dataplane/masq.ts';
-import type { DesiredState, ObservedChain, ObservedState, Op } from '../dataplane/model.ts';
+import type { ObservedChain, ObservedState, Op } from '../dataplane/model.ts';
 import { opLines } from '../dataplane/render.ts';
 import { admitPeers, truncated } from '../lease/admit.ts';
 import type { Lease, LeaseRecord } from '../lease/types.ts';
@@ -125,9 +125,7 @@ function forPeer(op: Op, lease: Lease): boolean {
 }
 
 /** What the kernel lacks for one peer, from the ops a pass would apply. */
-function peerKernel(lease: Lease, want: DesiredState, ops: readonly Op[]): string {
-  const problem = want.problems.find((p) => p.key === lease.key);
-  if (problem) return `refused (${problem.code}): ${problem.reason}`;
+function peerKernel(lease: Lease, ops: readonly Op[]): string {
   const mine = ops.filter((o) => forPeer(o, lease));
   if (mine.length === 0) return 'ok';
   return mine.map((o) => `${o.action === 'add' ? 'missing' : 'different'} ${o.kind}`).join(', ');
@@ -160,6 +158,7 @@ export function buildStatus(i: StatusInput): StatusReport {
     ...(self ? { selfPublicIp: self.attrs.publicIp } : {}),
     ...(self?.attrs.backendData ? { selfVtepMac: self.attrs.backendData.vtepMac } : {}),
     anySubnetSize: i.anySubnetSize === true,
+    underlay: i.choice.iface,
   };
   const peers = i.records.filter((r) => r.key !== self?.key);
   // the daemon's admission, over the whole set: a peer refused for a conflict shows as refused here
@@ -195,7 +194,7 @@ export function buildStatus(i: StatusInput): StatusReport {
       bad !== undefined
         ? `refused (${bad.reason}): ${bad.detail}`
         : want
-          ? peerKernel(r.lease, want, ops)
+          ? peerKernel(r.lease, ops)
           : 'unknown (no lease of ours)';
     return {
       key: r.key,

@@ -9,8 +9,9 @@ import { mkdir, symlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../src/exec/runner.ts';
-import { CniNode, netnsPath } from '../helpers/cni.ts';
-import { sweepStaleNetns } from '../helpers/netns.ts';
+import { CniNode } from '../helpers/cni.ts';
+import { netnsPath } from '../../lab/kit/cni.ts';
+import { sweepStaleNetns } from '../../lab/kit/netns.ts';
 
 const node = new CniNode();
 let pod = '';

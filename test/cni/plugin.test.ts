@@ -8,8 +8,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../src/exec/runner.ts';
 import { CniNode } from '../helpers/cni.ts';
-import { sweepStaleNetns } from '../helpers/netns.ts';
-import { waitFor } from '../helpers/ports.ts';
+import { sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 
 const node = new CniNode();
 

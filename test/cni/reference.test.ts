@@ -6,8 +6,9 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../src/exec/runner.ts';
-import { CniNode, REFERENCE_DIR, callCni } from '../helpers/cni.ts';
-import { sweepStaleNetns } from '../helpers/netns.ts';
+import { CniNode } from '../helpers/cni.ts';
+import { REFERENCE_DIR, callCni } from '../../lab/kit/cni.ts';
+import { sweepStaleNetns } from '../../lab/kit/netns.ts';
 
 const twill = new CniNode();
 const ref = new CniNode();

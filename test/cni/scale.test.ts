@@ -7,7 +7,7 @@ import { readdir, utimes } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CniNode } from '../helpers/cni.ts';
-import { sweepStaleNetns } from '../helpers/netns.ts';
+import { sweepStaleNetns } from '../../lab/kit/netns.ts';
 
 const node = new CniNode();
 const small = new CniNode({ subnet: '10.244.7.0/29' });

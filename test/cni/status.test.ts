@@ -6,8 +6,10 @@ import { chmod, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../src/exec/runner.ts';
-import { callCni, CniNode, subnetEnvText, TWILL_CNI } from '../helpers/cni.ts';
-import { sweepStaleNetns } from '../helpers/netns.ts';
+import { callCni, subnetEnvText } from '../../lab/kit/cni.ts';
+import { CniNode } from '../helpers/cni.ts';
+import { TWILL_CNI } from '../../lab/kit/twill-command.ts';
+import { sweepStaleNetns } from '../../lab/kit/netns.ts';
 
 const node = new CniNode({ subnet: '10.244.14.0/24' });
 

@@ -12,8 +12,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LOCK_NAME, processStart } from '../../cni/ipam/lock.ts';
 import { run } from '../../src/exec/runner.ts';
 import { CniNode } from '../helpers/cni.ts';
-import { sweepStaleNetns } from '../helpers/netns.ts';
-import { exited } from '../helpers/process.ts';
+import { sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { exited } from '../../lab/kit/process.ts';
 
 const race = new CniNode({ subnet: '10.244.11.0/26' });
 const locks = new CniNode({ subnet: '10.244.12.0/28' });

@@ -3,7 +3,7 @@
 // before 1.1.0 (code 1), and the rest succeeding.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CniNode } from '../helpers/cni.ts';
-import { sweepStaleNetns } from '../helpers/netns.ts';
+import { sweepStaleNetns } from '../../lab/kit/netns.ts';
 
 const VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] as const;
 const node = new CniNode();

@@ -9,7 +9,7 @@ import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import type { Kv, KvListing } from '../../src/lease/kv.ts';
 import type { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import type { LeaseAttrs, LeaseEvent } from '../../src/lease/types.ts';
-import { waitFor } from '../helpers/ports.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 import { vxlanAttrs } from './lease-store.ts';
 
 export const BIG_NETCONF =

@@ -10,7 +10,7 @@ import { parseNetConfig, type NetConfig } from '../../src/config/netconf.ts';
 import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import type { LeaseAttrs, LeaseEvent, LeaseStore } from '../../src/lease/types.ts';
 import { containsCidr, formatCidr, parseCidr } from '../../src/net/ipv4.ts';
-import { waitFor } from '../helpers/ports.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 
 export interface TestNetwork {
   /** what a CONFIG_MISSING error must name (an etcd key, a file path) */

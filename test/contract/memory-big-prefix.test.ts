@@ -2,7 +2,7 @@
 import { afterAll } from 'vitest';
 import type { Kv } from '../../src/lease/kv.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import { MemoryKv } from '../../src/lease/memory-kv.ts';
+import { MemoryKv } from '../helpers/memory-kv.ts';
 import { bigPrefixContract } from './big-prefix.ts';
 
 const kv = new MemoryKv();
@@ -11,12 +11,12 @@ afterAll(() => kv.close());
 /** Stores share one MemoryKv; closing a store must not close it. */
 const shared: Kv = {
   description: kv.description,
-  list: (p) => kv.list(p),
-  get: (k) => kv.get(k),
-  create: (k, v, t) => kv.create(k, v, t),
-  replace: (k, v, e, t) => kv.replace(k, v, e, t),
-  deleteIf: (k, e) => kv.deleteIf(k, e),
-  expiresAt: (k) => kv.expiresAt(k),
+  list: (p, s) => kv.list(p, s),
+  get: (k, s) => kv.get(k, s),
+  create: (k, v, t, s) => kv.create(k, v, t, s),
+  replace: (o) => kv.replace(o),
+  deleteIf: (k, e, s) => kv.deleteIf(k, e, s),
+  expiresAt: (k, s) => kv.expiresAt(k, s),
   watch: (p, o) => kv.watch(p, o),
   close: async () => undefined,
 };

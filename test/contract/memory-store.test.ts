@@ -4,9 +4,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import type { Kv } from '../../src/lease/kv.ts';
-import { MemoryKv } from '../../src/lease/memory-kv.ts';
+import { MemoryKv } from '../helpers/memory-kv.ts';
 import type { LeaseEvent } from '../../src/lease/types.ts';
-import { waitFor } from '../helpers/ports.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 import { kvHarness, leaseStoreContract, vxlanAttrs } from './lease-store.ts';
 
 const kv = new MemoryKv();
@@ -25,12 +25,12 @@ leaseStoreContract('memory', () =>
 function shared(inner: MemoryKv): Kv {
   return {
     description: inner.description,
-    get: (key) => inner.get(key),
-    list: (prefix) => inner.list(prefix),
-    create: (key, value, ttl) => inner.create(key, value, ttl),
-    replace: (key, value, expected, ttl) => inner.replace(key, value, expected, ttl),
-    deleteIf: (key, expected) => inner.deleteIf(key, expected),
-    expiresAt: (key) => inner.expiresAt(key),
+    get: (key, signal) => inner.get(key, signal),
+    list: (prefix, signal) => inner.list(prefix, signal),
+    create: (key, value, ttl, signal) => inner.create(key, value, ttl, signal),
+    replace: (o) => inner.replace(o),
+    deleteIf: (key, expected, signal) => inner.deleteIf(key, expected, signal),
+    expiresAt: (key, signal) => inner.expiresAt(key, signal),
     watch: (prefix, opts) => inner.watch(prefix, opts),
     close: async () => undefined,
   };

@@ -15,11 +15,11 @@ import { Etcd3 } from 'etcd3';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { EtcdKv } from '../../src/lease/etcd-kv.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import { sleep } from '../../src/util/abort.ts';
+import { pause } from '../../src/util/abort.ts';
 import { startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 import { startTestDaemon, type TestNode } from '../helpers/daemon.ts';
-import { nsRunner, sweepStaleNetns } from '../helpers/netns.ts';
-import { slowBound, waitFor } from '../helpers/ports.ts';
+import { nsRunner, sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 
 const NETCONF = '{"Network":"10.41.0.0/16","Backend":{"Type":"vxlan"}}';
 /**
@@ -147,7 +147,7 @@ for (const victim of ['leader', 'follower'] as const) {
               if (!held.includes(`${prefix}/subnets/${k}`))
                 lapses.push(`+${Date.now() - killedAt} ms ${k} is not in etcd`);
           }
-          await sleep(200, AbortSignal.timeout(1_000));
+          await pause(200);
         }
         const after = nodes.map((n, i) => n.log.lines.slice(logMark[i]));
         const context = nodes.map((n, i) => `node-${i + 1}: ${warnings(n)}`).join('\n');

@@ -9,9 +9,9 @@ import { Etcd3 } from 'etcd3';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { EtcdKv } from '../../src/lease/etcd-kv.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
+import { startEtcd, type EtcdServer } from '../../lab/kit/etcd.ts';
 import { startTestDaemon, type TestNode } from '../helpers/daemon.ts';
-import { slowBound, waitFor } from '../helpers/ports.ts';
+import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 
 const NETCONF = '{"Network":"10.40.0.0/16","Backend":{"Type":"vxlan"}}';
 let etcd: EtcdServer;

@@ -19,8 +19,8 @@ import {
   VALID_KEYS,
 } from '../contract/big-prefix.ts';
 import { startTestDaemon } from '../helpers/daemon.ts';
-import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
-import { waitFor } from '../helpers/ports.ts';
+import { startEtcd, type EtcdServer } from '../../lab/kit/etcd.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 
 const PREFIX = '/big-etcd';
 const GRPC_DEFAULT = 4 * 1024 * 1024;

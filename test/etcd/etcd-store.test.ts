@@ -9,8 +9,8 @@ import { EtcdKv } from '../../src/lease/etcd-kv.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import type { LeaseEvent, LeaseStore } from '../../src/lease/types.ts';
 import { kvHarness, leaseStoreContract, vxlanAttrs } from '../contract/lease-store.ts';
-import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
-import { waitFor } from '../helpers/ports.ts';
+import { startEtcd, type EtcdServer } from '../../lab/kit/etcd.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 import { startProxy } from '../helpers/proxy.ts';
 
 let etcd: EtcdServer;

@@ -8,10 +8,10 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
-import { NetnsLab, sweepStaleNetns } from '../helpers/netns.ts';
-import { slowBound, waitFor } from '../helpers/ports.ts';
-import { exited, stopProcess } from '../helpers/process.ts';
+import { startEtcd, type EtcdServer } from '../../lab/kit/etcd.ts';
+import { NetnsLab, sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { slowBound, waitFor } from '../../lab/kit/wait.ts';
+import { exited, stopProcess } from '../../lab/kit/process.ts';
 
 const MAIN = resolve(import.meta.dirname, '../../src/cli/main.ts');
 const PASSWORD = 'Tw1ll-s3cret-pw';

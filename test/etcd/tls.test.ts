@@ -9,9 +9,9 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { startTlsEtcd, type TlsEtcdServer } from '../helpers/etcd-tls.ts';
-import { NetnsLab, sweepStaleNetns } from '../helpers/netns.ts';
-import { slowBound, waitFor } from '../helpers/ports.ts';
-import { exited, stopProcess } from '../helpers/process.ts';
+import { NetnsLab, sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { slowBound, waitFor } from '../../lab/kit/wait.ts';
+import { exited, stopProcess } from '../../lab/kit/process.ts';
 
 const MAIN = resolve(import.meta.dirname, '../../src/cli/main.ts');
 const PORT = 9820;

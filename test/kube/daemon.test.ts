@@ -7,14 +7,15 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Refusal } from '../../src/lease/admit.ts';
 import { ClientKubeApi } from '../../src/lease/kube-api.ts';
 import { KubeLeaseStore } from '../../src/lease/kube-store.ts';
 import { kernelView } from '../helpers/dataplane.ts';
 import { startTestDaemon, type TestNode } from '../helpers/daemon.ts';
 import type { KubeApiServer } from '../helpers/kube.ts';
 import { startKubeTestCluster, type KubeAdmin } from '../helpers/kube-nodes.ts';
-import { nsRunner } from '../helpers/netns.ts';
-import { slowBound, waitFor } from '../helpers/ports.ts';
+import { nsRunner } from '../../lab/kit/netns.ts';
+import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 
 const P = 'flannel.alpha.coreos.com';
 let kube: KubeApiServer;
@@ -140,7 +141,9 @@ describe('daemon in Kubernetes mode', () => {
       annotations: hostile('192.0.2.11', '7e:6e:00:00:00:67'),
     });
     const refusedOnA = (): { key: string; code: string }[] =>
-      (a.state()?.pass?.problems ?? []).map((p) => ({ key: p.key, code: p.code }));
+      [...(a.state()?.refused ?? new Map<string, Refusal>())]
+        .map(([key, r]) => ({ key, code: r.reason }))
+        .sort((x, y) => x.key.localeCompare(y.key));
     const loggedOnA = (): string[] =>
       a.log.lines
         .filter((l) => l.msg === 'skipping invalid peer lease')
@@ -150,7 +153,10 @@ describe('daemon in Kubernetes mode', () => {
         refusedOnA().some((p) => p.key === 'wide') && loggedOnA().includes('mimic public-ip'),
       { timeoutMs: slowBound(5_000), what: 'both hostile Nodes refused on kn11' },
     );
-    expect(refusedOnA()).toEqual([{ key: 'wide', code: 'subnet-conflict' }]);
+    expect(refusedOnA()).toEqual([
+      { key: 'mimic', code: 'public-ip' },
+      { key: 'wide', code: 'subnet-conflict' },
+    ]);
     for (const node of [a, b, c]) {
       expect(await ownRoutes(node), node.ns).not.toContain('10.244.12.0/23');
       expect((await view(node)).fdb.some((f) => f.includes('192.0.2.66'))).toBe(false);
@@ -164,6 +170,7 @@ describe('daemon in Kubernetes mode', () => {
     // logged once, not once per pass
     await new Promise((r) => setTimeout(r, 1_000));
     expect(loggedOnA().filter((l) => l === 'mimic public-ip')).toHaveLength(1);
+    expect(loggedOnA().filter((l) => l === 'wide subnet-conflict')).toHaveLength(1);
     await admin.deleteNode('wide');
     await admin.deleteNode('mimic');
   }, 60_000);

@@ -17,7 +17,7 @@ import { formatCidr } from '../../src/net/ipv4.ts';
 import { vxlanAttrs } from '../contract/lease-store.ts';
 import type { KubeApiServer } from '../helpers/kube.ts';
 import { startKubeTestCluster, type KubeAdmin } from '../helpers/kube-nodes.ts';
-import { slowBound, waitFor } from '../helpers/ports.ts';
+import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 import { startProxy } from '../helpers/proxy.ts';
 
 const P = 'flannel.alpha.coreos.com';

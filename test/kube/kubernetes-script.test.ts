@@ -6,7 +6,7 @@ import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runToExit, type Finished } from '../helpers/process.ts';
+import { runToExit, type Finished } from '../../lab/kit/process.ts';
 import { KUBERNETES_SCRIPT } from '../helpers/kube.ts';
 
 let dir: string;

@@ -19,7 +19,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startKubeApiServer, type KubeApiServer } from '../helpers/kube.ts';
 import { kubectl } from '../helpers/kube-nodes.ts';
-import { waitFor } from '../helpers/ports.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 
 const DEPLOY = resolve(import.meta.dirname, '../../deploy');
 const NODE = 'node-a';

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { applyOps } from '../../src/dataplane/apply.ts';
 import type { Op } from '../../src/dataplane/model.ts';
-import { NetnsLab, nsRunner } from '../helpers/netns.ts';
+import { NetnsLab, nsRunner } from '../../lab/kit/netns.ts';
 
 const lab = new NetnsLab();
 let ns: string;

@@ -7,10 +7,10 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
-import { NetnsLab, sweepStaleNetns } from '../helpers/netns.ts';
-import { exited } from '../helpers/process.ts';
-import { slowBound, waitFor } from '../helpers/ports.ts';
+import { startEtcd, type EtcdServer } from '../../lab/kit/etcd.ts';
+import { NetnsLab, sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { exited } from '../../lab/kit/process.ts';
+import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 
 const MAIN = resolve(import.meta.dirname, '../../src/cli/main.ts');
 const lab = new NetnsLab();

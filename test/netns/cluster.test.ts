@@ -5,8 +5,8 @@
 // and a node whose lease is deleted disappears from every peer within 1 s.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster, type ClusterNode } from '../helpers/cluster.ts';
-import { sweepStaleNetns } from '../helpers/netns.ts';
-import { slowBound, waitFor } from '../helpers/ports.ts';
+import { sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 
 const ECHO_PORT = 7070;
 

@@ -5,18 +5,19 @@
 // touched; every pass spawns the same few processes whatever the peer count;
 // an ip_forward that cannot be set (a read-only sysctl directory) costs the
 // pass nothing else and stands in every report until it can be set.
+import { admitPeers } from '../../src/lease/admit.ts';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
-import { desiredState, type BackendInput } from '../../src/dataplane/backend.ts';
+import { desiredState, type BackendInput } from '../../src/dataplane/desired.ts';
 import { masqRules, forwardRules } from '../../src/dataplane/masq.ts';
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
 import { ensureIpForward } from '../../src/dataplane/sysctl.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease, SELF_MAC } from '../helpers/dataplane.ts';
 import { captureLog } from '../helpers/log.ts';
-import { NetnsLab, nsForwarding, nsRunner, sweepStaleNetns } from '../helpers/netns.ts';
-import { slowBound, waitFor } from '../helpers/ports.ts';
+import { NetnsLab, nsForwarding, nsRunner, sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 import { fakeProcSysNet } from '../helpers/sysctl.ts';
 
 const lab = new NetnsLab();
@@ -148,12 +149,22 @@ describe('dataplane programmer on a real kernel', () => {
       peerLease(5, { vxlan: false }),
       peerLease(6, { vxlan: false, ipBase: '198.51.100' }),
     ];
-    const r = reconciler(() => backendInput({ backend: 'host-gw', peers }));
+    // admission (as the daemon's tracker runs it) refuses the peer that is not on-link
+    const input = backendInput({ backend: 'host-gw', peers });
+    const admission = admitPeers(peers, {
+      config: input.config,
+      self: input.self.subnet,
+      underlay: input.choice.iface,
+    });
+    expect(admission.refused).toMatchObject([
+      {
+        lease: { key: '10.244.6.0-24' },
+        refusal: { reason: 'not-on-link', detail: expect.stringContaining('not on-link') },
+      },
+    ]);
+    const r = reconciler(() => ({ ...input, peers: admission.admitted }));
     const report = await r.pass(AbortSignal.timeout(20_000));
     expect(report.failures).toEqual([]);
-    expect(report.problems).toMatchObject([
-      { key: '10.244.6.0-24', reason: expect.stringContaining('not on-link') },
-    ]);
     const view = await kernelView(runner);
     expect(view.routes).toEqual([
       '10.244.1.0/24 via 10.123.0.1 dev eth0 proto 151',

@@ -14,10 +14,10 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../src/exec/runner.ts';
-import { startEtcd, type EtcdServer } from '../helpers/etcd.ts';
-import { NetnsLab, sweepStaleNetns } from '../helpers/netns.ts';
-import { exited, runToExit, stopProcess } from '../helpers/process.ts';
-import { waitFor } from '../helpers/ports.ts';
+import { startEtcd, type EtcdServer } from '../../lab/kit/etcd.ts';
+import { NetnsLab, sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { exited, runToExit, stopProcess } from '../../lab/kit/process.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 
 const MAIN = resolve(import.meta.dirname, '../../src/cli/main.ts');
 const ENDPOINT = 'http://10.123.0.1:2379';

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease } from '../helpers/dataplane.ts';
 import { startGuardedNode, type GuardedNode } from '../helpers/guarded.ts';
-import { slowBound, waitFor } from '../helpers/ports.ts';
+import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 
 let node: GuardedNode;
 let runner: Runner;

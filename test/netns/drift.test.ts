@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease, type KernelView } from '../helpers/dataplane.ts';
 import { startGuardedNode, type GuardedNode } from '../helpers/guarded.ts';
-import { waitFor } from '../helpers/ports.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 
 let node: GuardedNode;
 let runner: Runner;

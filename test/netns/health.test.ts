@@ -6,9 +6,9 @@
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster, httpGetIn, ETCD_ENDPOINT, type ClusterNode } from '../helpers/cluster.ts';
-import { sweepStaleNetns } from '../helpers/netns.ts';
-import { waitFor } from '../helpers/ports.ts';
-import { runToExit } from '../helpers/process.ts';
+import { sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
+import { runToExit } from '../../lab/kit/process.ts';
 
 const PORT = 9810;
 const MAIN = resolve(import.meta.dirname, '../../src/cli/main.ts');

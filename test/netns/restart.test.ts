@@ -7,13 +7,13 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import { MemoryKv } from '../../src/lease/memory-kv.ts';
+import { MemoryKv } from '../helpers/memory-kv.ts';
 import type { LeaseStore } from '../../src/lease/types.ts';
-import { sleep } from '../../src/util/abort.ts';
+import { pause } from '../../src/util/abort.ts';
 import { vxlanAttrs } from '../contract/lease-store.ts';
 import { startTestDaemon } from '../helpers/daemon.ts';
-import { NetnsLab, nsRunner, sweepStaleNetns } from '../helpers/netns.ts';
-import { waitFor } from '../helpers/ports.ts';
+import { NetnsLab, nsRunner, sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 
 const lab = new NetnsLab();
 let dir: string;
@@ -33,7 +33,7 @@ function slowListing(store: LeaseStore, delayMs: number): LeaseStore {
   return Object.create(store, {
     watchLeases: {
       value: async (o: Parameters<LeaseStore['watchLeases']>[0]) => (
-        await sleep(delayMs, o.signal),
+        await pause(delayMs, o.signal).catch(() => undefined),
         store.watchLeases(o)
       ),
     },
@@ -76,13 +76,13 @@ describe('restart with a slow first listing', () => {
     });
     for (let i = 0; i < 10; i++) {
       expect(await route(), 'the peer route during the slow listing').toContain('proto 151');
-      await sleep(100, AbortSignal.timeout(1_000));
+      await pause(100);
     }
     await waitFor(() => second.state()?.pass !== undefined, {
       timeoutMs: 10_000,
       what: 'a pass after the listing',
     });
-    await sleep(300, AbortSignal.timeout(1_000));
+    await pause(300);
     expect(
       second.log.lines.filter((l) => /^(dataplane updated|repaired dataplane drift)$/.test(l.msg)),
     ).toEqual([]);

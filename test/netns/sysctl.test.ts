@@ -11,8 +11,8 @@
 import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster, httpGetIn, type ClusterNode } from '../helpers/cluster.ts';
-import { sweepStaleNetns } from '../helpers/netns.ts';
-import { slowBound, waitFor } from '../helpers/ports.ts';
+import { sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 import { boundProcSysNet, type MountedDir } from '../helpers/sysctl.ts';
 
 const PORT = 9810;

@@ -1,4 +1,4 @@
-// Unit tests of peer admission (DESIGN.md rule 6): one lease at a time
+// Unit tests of peer admission (docs/design.md, rule 6): one lease at a time
 // (`checkPeer`: a bad peer gets a reason code and a detail that names the bad
 // value, a good one gets undefined), and the set as a whole (`admitPeers`:
 // conflicting subnets and VtepMACs, whatever the order leases come in).

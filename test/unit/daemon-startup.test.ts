@@ -17,7 +17,8 @@ import type { Runner } from '../../src/exec/runner.ts';
 import { STARTUP_STALL_MS } from '../../src/health/health.ts';
 import type { Lease, LeaseStore } from '../../src/lease/types.ts';
 import { captureLog } from '../helpers/log.ts';
-import { freePort, waitFor } from '../helpers/ports.ts';
+import { freePort } from '../../lab/kit/ports.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 
 const NO_POD_CIDR =
   'node n1 has no IPv4 spec.podCIDR yet: the controller-manager must allocate node CIDRs (kube-controller-manager --allocate-node-cidrs=true --cluster-cidr=10.244.0.0/16), or set spec.podCIDR when creating the Node; twill waits for it';

@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { HEALTH_LIMITS, serveHealth } from '../../src/health/server.ts';
 import type { DaemonProbe } from '../../src/health/probe.ts';
 import { captureLog } from '../helpers/log.ts';
-import { freePort } from '../helpers/ports.ts';
+import { freePort } from '../../lab/kit/ports.ts';
 
 let ctl = new AbortController();
 const sockets: Socket[] = [];

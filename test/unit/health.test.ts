@@ -22,7 +22,6 @@ const pass = (o: Partial<PassReport> = {}): PassReport => ({
   failures: [],
   converged: true,
   drift: false,
-  problems: [],
   stages: { trigger: 'test', waitedMs: 0, observeMs: 1, applyMs: 0, spawns: 6 },
   ...o,
 });

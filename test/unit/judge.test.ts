@@ -2,7 +2,7 @@
 // the next pass (nothing for twill's own changes coming back, the touched
 // entry for a drift, an observed pass for anything else).
 import { describe, expect, it } from 'vitest';
-import { desiredState } from '../../src/dataplane/backend.ts';
+import { desiredState } from '../../src/dataplane/desired.ts';
 import { indexDesired, judge } from '../../src/dataplane/judge.ts';
 import { ipTouch, nftTouch } from '../../src/dataplane/monitor.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';

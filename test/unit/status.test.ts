@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { chainSpecs } from '../../src/dataplane/masq.ts';
 import { buildStatus, chainDiff, type StatusInput } from '../../src/status/report.ts';
 import type { ObservedState } from '../../src/dataplane/model.ts';
-import { desiredState } from '../../src/dataplane/backend.ts';
+import { desiredState } from '../../src/dataplane/desired.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';
 
 const PEERS = [peerLease(1, { vxlan: true }), peerLease(4, { vxlan: true })];

@@ -32,10 +32,10 @@ function tracker(
         : { publicIp: '', publicIpv6: null, backendType: 'host-gw', backendData: null },
     logger: captureLog().logger,
     onSelfLost: (why) => lost.push(why),
-    onPeersChanged: () => changes++,
     lingerMs,
     deleteLingerMs,
   });
+  t.subscribe(() => changes++);
   return { t, changes: () => changes, lost };
 }
 const keys = (t: PeerTracker): string[] =>

@@ -4,7 +4,7 @@
 // the periodic re-list is due, and list again. The stores supply only how
 // to list and how to watch from a listing.
 import { hasCode } from '../errors.ts';
-import { Backoff, childController, sleep } from '../util/abort.ts';
+import { Backoff, childController, pause, quietOnAbort, retry } from '../util/abort.ts';
 import type { LeaseEvent, LeaseRecord } from './types.ts';
 
 export interface Listing<C> {
@@ -25,7 +25,7 @@ export type WatchOutcome =
   | { readonly reason: 'aborted' }
   | { readonly reason: 'relist' | 'failed'; readonly kind: string; readonly detail: string };
 
-export interface ListWatchOptions<C> {
+export interface RelistLoopOptions<C> {
   readonly signal: AbortSignal;
   readonly onEvent: (ev: LeaseEvent) => void;
   /** re-list about this often (±20 %, so nodes started together do not re-list together) */
@@ -43,44 +43,44 @@ export interface ListWatchOptions<C> {
   }): Promise<WatchOutcome>;
 }
 
-export async function listAndWatch<C>(o: ListWatchOptions<C>): Promise<void> {
+/** Lists and watches until `signal` aborts (then it returns quietly). */
+export async function relistLoop<C>(o: RelistLoopOptions<C>): Promise<void> {
   const { signal, onEvent } = o;
   const backoff = new Backoff(200, 5_000);
   let reason = 'initial list';
-  while (!signal.aborted) {
-    let listing: Listing<C>;
-    try {
-      listing = await o.list(signal);
-    } catch (err) {
-      if (signal.aborted) return;
-      if (!hasCode(err, 'STORE_UNAVAILABLE')) throw err;
-      onEvent({ type: 'connectivity', connected: false, detail: err.message });
-      await sleep(backoff.next(), signal);
-      continue;
-    }
-    onEvent({ type: 'connectivity', connected: true, detail: listing.detail });
-    onEvent({ type: 'snapshot', records: listing.records, reason });
-    const round = childController(signal);
-    const timer = setTimeout(
-      () => round.abort(),
-      Math.round(o.relistMs * (0.8 + Math.random() * 0.4)),
-    );
-    const end = await o
-      .watch({
-        cursor: listing.cursor,
-        signal: round.signal,
-        progress: () => backoff.reset(),
+  await quietOnAbort(signal, async () => {
+    while (!signal.aborted) {
+      const listing = await retry(() => o.list(signal), {
+        signal,
         backoff,
-      })
-      .finally(() => {
-        clearTimeout(timer);
-        round.abort();
+        retryIf: (err) => hasCode(err, 'STORE_UNAVAILABLE'),
+        onRetry: (err) =>
+          onEvent({ type: 'connectivity', connected: false, detail: (err as Error).message }),
       });
-    reason = end.reason === 'aborted' ? 'periodic re-list' : `${end.kind}: ${end.detail}`;
-    // only an unreachable store waits; compaction, a wipe, a reconnect or a 410 re-list at once
-    if (end.reason === 'failed') {
-      onEvent({ type: 'connectivity', connected: false, detail: end.detail });
-      await sleep(backoff.next(), signal);
+      onEvent({ type: 'connectivity', connected: true, detail: listing.detail });
+      onEvent({ type: 'snapshot', records: listing.records, reason });
+      const round = childController(signal);
+      const timer = setTimeout(
+        () => round.abort(),
+        Math.round(o.relistMs * (0.8 + Math.random() * 0.4)),
+      );
+      const end = await o
+        .watch({
+          cursor: listing.cursor,
+          signal: round.signal,
+          progress: () => backoff.reset(),
+          backoff,
+        })
+        .finally(() => {
+          clearTimeout(timer);
+          round.abort();
+        });
+      reason = end.reason === 'aborted' ? 'periodic re-list' : `${end.kind}: ${end.detail}`;
+      // only an unreachable store waits; compaction, a wipe, a reconnect or a 410 re-list at once
+      if (end.reason === 'failed') {
+        onEvent({ type: 'connectivity', connected: false, detail: end.detail });
+        await pause(backoff.next(), signal);
+      }
     }
-  }
+  });
 }
