@@ -7,7 +7,7 @@ import { access, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { run } from '../src/exec/runner.ts';
-import { callCni, REFERENCE_DIR, subnetEnvText } from '../lab/kit/cni.ts';
+import { callCni, REFERENCE_DIR, subnetEnvText } from '../lab/kit/call-cni.ts';
 import { TWILL_CNI } from '../lab/kit/twill-command.ts';
 import { NetnsLab, sweepStaleNetns } from '../lab/kit/netns.ts';
 import { percentile, type BenchRow, type BenchSuite } from './table.ts';

@@ -26,7 +26,7 @@ import {
   untilLabApiServerReady,
   type KubeLab,
 } from './netns-kube.ts';
-import { callCni } from './kit/cni.ts';
+import { callCni } from './kit/call-cni.ts';
 import { agreedLeader, etcdArgv, etcdHealthy } from './kit/etcd.ts';
 import { deleteNetns, killNamespaceProcesses, listNetns, NetnsLab } from './kit/netns.ts';
 import { alive, spawnDetached, stopPid } from './kit/process.ts';

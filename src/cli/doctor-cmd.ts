@@ -11,7 +11,7 @@ import { gather, readLeaseStore } from '../doctor/gather.ts';
 import { renderJson, renderTable } from '../doctor/print.ts';
 import { run } from '../exec/runner.ts';
 import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
-import { nodeNameOf, openStore } from './store.ts';
+import { nodeNameOf, openStore } from './open-store.ts';
 
 /** How long the store may take to answer (each etcd call, and the whole read). */
 const STORE_TIMEOUT_MS = 3_000;

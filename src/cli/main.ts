@@ -10,11 +10,11 @@ import { describeError, TwillError } from '../errors.ts';
 import { ensureIpForward, bridgeNetfilterProblem } from '../dataplane/sysctl.ts';
 import { run, watchLines } from '../exec/runner.ts';
 import { createLogger } from '../log.ts';
-import { gatherStatus } from '../status/gather.ts';
-import { renderStatus } from '../status/render.ts';
+import { gatherStatus } from '../status/inputs.ts';
+import { renderStatus } from '../status/text.ts';
 import { buildStatus } from '../status/report.ts';
 import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
-import { nodeNameOf, openStore } from './store.ts';
+import { nodeNameOf, openStore } from './open-store.ts';
 import { addDoctorCommand } from './doctor-cmd.ts';
 
 /** Exit codes: 0 clean stop, 1 runtime failure, 2 bad flags or config. */

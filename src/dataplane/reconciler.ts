@@ -252,18 +252,10 @@ export class Reconciler {
     if (ops.some((op) => op.kind === 'route' && op.action === 'change')) return undefined;
     const started = this.begin();
     this.known = indexDesired(want, generation);
-    const { failures } =
-      ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
-    if (failures.length > 0) {
-      this.o.logger.debug(
-        { failures: failures.slice(0, 5) },
-        'lease change did not apply; an entries pass decides',
-      );
-      return undefined;
-    }
+    if (!(await this.appliedAll(ops, signal, 'lease change'))) return undefined;
     this.convergedGeneration = generation;
     return this.finish(
-      { kind: 'delta', ops, failures, converged: true, drift: false },
+      { kind: 'delta', ops, failures: [], converged: true, drift: false },
       { started, observed: started, first },
     );
   }
@@ -284,21 +276,13 @@ export class Reconciler {
       k.want,
       assumedWithout(k.want, { routes: p.routes, neighs: p.neighs, fdbDsts: p.fdbDsts }),
     );
-    const { failures } =
-      ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
-    if (failures.length > 0) {
-      this.o.logger.debug(
-        { failures: failures.slice(0, 5) },
-        'repair did not apply; an entries pass decides',
-      );
-      return undefined;
-    }
+    if (!(await this.appliedAll(ops, signal, 'repair'))) return undefined;
     const converged = this.convergedGeneration === k.generation;
     return this.finish(
       {
         kind: 'repair',
         ops,
-        failures,
+        failures: [],
         converged,
         drift: ops.length > 0 && converged,
       },
@@ -396,6 +380,25 @@ export class Reconciler {
     this.last = report;
     this.o.onPass?.(report);
     return report;
+  }
+
+  /**
+   * Applies the ops of a pass that did not read the kernel; false when any failed (logged at
+   * debug): then an entries pass, which does read it, decides.
+   */
+  private async appliedAll(
+    ops: readonly Op[],
+    signal: AbortSignal,
+    what: string,
+  ): Promise<boolean> {
+    if (ops.length === 0) return true;
+    const { failures } = await applyOps(this.runner, ops, signal);
+    if (failures.length === 0) return true;
+    this.o.logger.debug(
+      { failures: failures.slice(0, 5) },
+      `${what} did not apply; an entries pass decides`,
+    );
+    return false;
   }
 
   /** Runs passes until `signal` aborts (and then ends quietly). */

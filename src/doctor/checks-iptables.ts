@@ -1,7 +1,7 @@
 // Doctor checks over iptables (pure): rules left in the iptables backend
 // the `iptables` command does not drive (legacy vs nf_tables), and an INPUT
 // rule or policy that drops vxlan's UDP port.
-import type { CheckResult, DoctorFacts } from './facts.ts';
+import { verdicts, type CheckResult, type DoctorFacts } from './facts.ts';
 import {
   hitsUdpPort,
   inputPolicy,
@@ -13,37 +13,23 @@ import {
 import { overlayView } from './overlay.ts';
 
 export function checkIptablesBackend(f: DoctorFacts): CheckResult {
-  const check = 'iptables-backend';
+  const v = verdicts('iptables-backend');
   if (!f.iptables.ok)
-    return {
-      check,
-      verdict: 'warn',
-      detail: `could not run iptables --version: ${f.iptables.error}`,
-      fix: 'install iptables',
-    };
+    return v.warn(`could not run iptables --version: ${f.iptables.error}`, 'install iptables');
   const { backend, otherRules } = f.iptables.value;
   const other = backend === 'nf_tables' ? 'legacy' : 'nf_tables';
   const save = backend === 'nf_tables' ? 'iptables-legacy-save' : 'iptables-nft-save';
   if (!otherRules.ok)
-    return {
-      check,
-      verdict: 'warn',
-      detail: `iptables drives ${backend}; skipped the ${other} backend: ${otherRules.error}`,
-      fix: `install ${save} (Debian: iptables) so doctor can look`,
-    };
+    return v.warn(
+      `iptables drives ${backend}; skipped the ${other} backend: ${otherRules.error}`,
+      `install ${save} (Debian: iptables) so doctor can look`,
+    );
   if (otherRules.value === 0)
-    return {
-      check,
-      verdict: 'ok',
-      detail: `iptables drives ${backend}; the ${other} backend holds no rules`,
-      fix: '',
-    };
-  return {
-    check,
-    verdict: 'fail',
-    detail: `iptables drives ${backend}, but the ${other} backend holds ${otherRules.value} rules (${save}): a program on this node (kube-proxy, docker, an old flannel) uses the other backend, and both rule sets apply to every packet`,
-    fix: `run every program with one backend (update-alternatives --set iptables /usr/sbin/iptables-${backend === 'nf_tables' ? 'nft' : 'legacy'}, and the same inside their images), then flush the stale ${other} rules (${save} shows them)`,
-  };
+    return v.ok(`iptables drives ${backend}; the ${other} backend holds no rules`);
+  return v.fail(
+    `iptables drives ${backend}, but the ${other} backend holds ${otherRules.value} rules (${save}): a program on this node (kube-proxy, docker, an old flannel) uses the other backend, and both rule sets apply to every packet`,
+    `run every program with one backend (update-alternatives --set iptables /usr/sbin/iptables-${backend === 'nf_tables' ? 'nft' : 'legacy'}, and the same inside their images), then flush the stale ${other} rules (${save} shows them)`,
+  );
 }
 
 type Walk = { verdict: 'ok' | 'warn' | 'fail'; detail: string };
@@ -104,27 +90,19 @@ function walkInput(rules: readonly InputRule[], policy: string | undefined, port
 }
 
 export function checkVxlanPort(f: DoctorFacts): CheckResult {
-  const check = 'vxlan-port';
+  const v = verdicts('vxlan-port');
   const view = overlayView(f);
-  if (view.backend === 'host-gw')
-    return { check, verdict: 'ok', detail: 'host-gw backend: no vxlan port to keep open', fix: '' };
+  if (view.backend === 'host-gw') return v.ok('host-gw backend: no vxlan port to keep open');
   if (!f.inputChain.ok)
-    return {
-      check,
-      verdict: 'warn',
-      detail: `could not list INPUT: ${f.inputChain.error}`,
-      fix: 'run twill doctor as root with iptables installed',
-    };
+    return v.warn(
+      `could not list INPUT: ${f.inputChain.error}`,
+      'run twill doctor as root with iptables installed',
+    );
   const port = view.port;
   const walk = walkInput(inputRules(f.inputChain.value), inputPolicy(f.inputChain.value), port);
   const fix =
     walk.verdict === 'ok'
       ? ''
       : `iptables -I INPUT -p udp --dport ${port} -s <underlay network> -j ACCEPT (or remove the rule), on every node`;
-  return {
-    check,
-    verdict: walk.verdict,
-    detail: `UDP port ${port} (from ${view.source}): ${walk.detail}`,
-    fix,
-  };
+  return v[walk.verdict](`UDP port ${port} (from ${view.source}): ${walk.detail}`, fix);
 }

@@ -3,7 +3,7 @@
 // and the pods' host veths on it must agree, or large packets are dropped
 // (a pod MTU above the path) or fragmented.
 import { VXLAN_OVERHEAD } from '../dataplane/model.ts';
-import type { CheckResult, DoctorFacts, LinkFact } from './facts.ts';
+import { verdicts, type CheckResult, type DoctorFacts, type LinkFact } from './facts.ts';
 import { overlayView } from './overlay.ts';
 
 interface Problem {
@@ -74,21 +74,13 @@ function podSideProblems(f: DoctorFacts, podMtu: number, links: readonly LinkFac
 }
 
 export function checkMtu(f: DoctorFacts): CheckResult {
-  const check = 'mtu';
+  const v = verdicts('mtu');
   if (!f.underlay.ok)
-    return {
-      check,
-      verdict: 'warn',
-      detail: `skipped: no underlay interface (${f.underlay.error})`,
-      fix: 'pass the --iface twill run uses',
-    };
-  if (!f.links.ok)
-    return {
-      check,
-      verdict: 'warn',
-      detail: `skipped: could not list links (${f.links.error})`,
-      fix: '',
-    };
+    return v.warn(
+      `skipped: no underlay interface (${f.underlay.error})`,
+      'pass the --iface twill run uses',
+    );
+  if (!f.links.ok) return v.warn(`skipped: could not list links (${f.links.error})`);
   const u = f.underlay.value.mtu;
   const links = f.links.value;
   const problems = deviceProblems(f, u, links);
@@ -105,24 +97,16 @@ export function checkMtu(f: DoctorFacts): CheckResult {
   if (podMtu !== undefined) problems.push(...podSideProblems(f, podMtu, links));
   const worst = problems.find((p) => p.verdict === 'fail') ?? problems[0];
   if (!worst && podMtu === undefined)
-    return {
-      check,
-      verdict: 'ok',
-      detail: `${f.underlay.value.name} MTU ${u}; nothing to compare it with (no subnet.env, backend unknown)`,
-      fix: '',
-    };
+    return v.ok(
+      `${f.underlay.value.name} MTU ${u}; nothing to compare it with (no subnet.env, backend unknown)`,
+    );
   if (!worst) {
     const parts = [
       `${f.underlay.value.name} ${u}`,
       env ? `FLANNEL_MTU ${env.mtu}` : 'no subnet.env',
       `${f.bridge} and pods ${podMtu}`,
     ];
-    return { check, verdict: 'ok', detail: `consistent: ${parts.join(', ')}`, fix: '' };
+    return v.ok(`consistent: ${parts.join(', ')}`);
   }
-  return {
-    check,
-    verdict: worst.verdict,
-    detail: problems.map((p) => p.text).join('; '),
-    fix: worst.fix,
-  };
+  return v[worst.verdict](problems.map((p) => p.text).join('; '), worst.fix);
 }

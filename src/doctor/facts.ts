@@ -19,6 +19,16 @@ export interface CheckResult {
   readonly fix: string;
 }
 
+/** One check's verdicts, so each reads as one call: `v.warn(detail, fix)`. */
+export function verdicts(
+  check: string,
+): Record<Verdict, (detail: string, fix?: string) => CheckResult> {
+  const of =
+    (verdict: Verdict) =>
+    (detail: string, fix = ''): CheckResult => ({ check, verdict, detail, fix });
+  return { ok: of('ok'), warn: of('warn'), fail: of('fail') };
+}
+
 export type Read<T> =
   { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: string };
 

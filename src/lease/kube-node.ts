@@ -8,7 +8,7 @@ import type { NetConfig } from '../config/netconf.ts';
 import { TwillError } from '../errors.ts';
 import { containsCidr, formatCidr, isIpv4, parseCidr, type Cidr } from '../net/ipv4.ts';
 import { decodeLeaseObject } from './codec.ts';
-import type { LeaseAttrs, LeaseRecord } from './types.ts';
+import { peerRecord, type LeaseAttrs, type LeaseRecord } from './types.ts';
 
 export const DEFAULT_ANNOTATION_PREFIX = 'flannel.alpha.coreos.com';
 
@@ -158,18 +158,8 @@ export function nodeRecord(node: NodeView, names: Annotations): LeaseRecord {
   }
   try {
     const attrs = nodeAttrs(node, names);
-    return {
-      key,
-      ok: true,
-      lease: {
-        key,
-        subnet,
-        attrs,
-        expiresAt: 0,
-        version: node.resourceVersion,
-        ...(node.createdAt === undefined ? {} : { claimedAt: node.createdAt }),
-      },
-    };
+    const version = node.resourceVersion;
+    return peerRecord({ key, subnet, attrs, version, claimedAt: node.createdAt });
   } catch (err) {
     return { key, ok: false, reason: `node ${key}: ${(err as Error).message}` };
   }

@@ -12,13 +12,14 @@ import { decodeLeaseValue, encodeLeaseValue, parseSubnetKey, subnetKey } from '.
 import { truncated } from './admit.ts';
 import type { Kv, KvEntry, KvListing } from './kv.ts';
 import { relistLoop } from './relist-loop.ts';
-import type {
-  AcquireRequest,
-  Lease,
-  LeaseAttrs,
-  LeaseEvent,
-  LeaseRecord,
-  LeaseStore,
+import {
+  peerRecord,
+  type AcquireRequest,
+  type Lease,
+  type LeaseAttrs,
+  type LeaseEvent,
+  type LeaseRecord,
+  type LeaseStore,
 } from './types.ts';
 
 export const DEFAULT_ETCD_PREFIX = '/coreos.com/network';
@@ -103,18 +104,7 @@ export class KvLeaseStore implements LeaseStore {
       const attrs = decodeLeaseValue(entry.value);
       const claimedAt =
         entry.createRevision === undefined ? undefined : Number(entry.createRevision);
-      return {
-        key,
-        ok: true,
-        lease: {
-          key,
-          subnet,
-          attrs,
-          expiresAt: 0,
-          version: entry.modRevision,
-          ...(claimedAt !== undefined && Number.isFinite(claimedAt) ? { claimedAt } : {}),
-        },
-      };
+      return peerRecord({ key, subnet, attrs, version: entry.modRevision, claimedAt });
     } catch (err) {
       // the reason quotes stored text: never a hostile value whole
       return { key, ok: false, reason: truncated(describeError(err), 200) };

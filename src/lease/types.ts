@@ -46,6 +46,22 @@ export type LeaseRecord =
   | { readonly key: string; readonly ok: true; readonly lease: Lease }
   | { readonly key: string; readonly ok: false; readonly reason: string };
 
+/**
+ * A peer's record as the store read it (no expiry known: only our own lease's is tracked);
+ * `claimedAt` is kept only when it is a number.
+ */
+export function peerRecord(o: {
+  key: string;
+  subnet: Cidr;
+  attrs: LeaseAttrs;
+  version: string;
+  claimedAt: number | undefined;
+}): LeaseRecord {
+  const { key, subnet, attrs, version, claimedAt } = o;
+  const claimed = claimedAt !== undefined && Number.isFinite(claimedAt) ? { claimedAt } : {};
+  return { key, ok: true, lease: { key, subnet, attrs, expiresAt: 0, version, ...claimed } };
+}
+
 export type LeaseEvent =
   /** the complete set of records (after a list or re-list) */
   | { readonly type: 'snapshot'; readonly records: readonly LeaseRecord[]; readonly reason: string }

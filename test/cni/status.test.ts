@@ -6,7 +6,7 @@ import { chmod, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../src/exec/runner.ts';
-import { callCni, subnetEnvText } from '../../lab/kit/cni.ts';
+import { callCni, subnetEnvText } from '../../lab/kit/call-cni.ts';
 import { CniNode } from '../helpers/cni.ts';
 import { TWILL_CNI } from '../../lab/kit/twill-command.ts';
 import { sweepStaleNetns } from '../../lab/kit/netns.ts';

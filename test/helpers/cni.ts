@@ -1,9 +1,9 @@
-// The CNI tests' node (CniNode); its calls go through lab/kit/cni.ts, which
+// The CNI tests' node (CniNode); its calls go through lab/kit/call-cni.ts, which
 // drives the plugin exactly as a runtime does.
 import { access, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { callCni, subnetEnvText, type CniAnswer, type CniCall } from '../../lab/kit/cni.ts';
+import { callCni, subnetEnvText, type CniAnswer, type CniCall } from '../../lab/kit/call-cni.ts';
 import { NetnsLab } from '../../lab/kit/netns.ts';
 import { TWILL_CNI } from '../../lab/kit/twill-command.ts';
 import { run } from '../../src/exec/runner.ts';

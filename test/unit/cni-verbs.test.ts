@@ -14,7 +14,7 @@ import { cmdAdd } from '../../cni/verbs/add.ts';
 import { cmdGc } from '../../cni/verbs/gc.ts';
 import type { PluginDeps } from '../../cni/verbs/common.ts';
 import { CommandError, type RunOptions } from '../../src/exec/runner.ts';
-import { subnetEnvText } from '../../lab/kit/cni.ts';
+import { subnetEnvText } from '../../lab/kit/call-cni.ts';
 
 interface Call {
   readonly file: string;
