@@ -5,8 +5,8 @@
 // node's `ip monitor route` (a long-running monitor in the node namespace,
 // lines timestamped as they arrive). Then the same leases are deleted, one
 // every 100 ms, each timed until its route's "Deleted" line: that includes
-// the 500 ms a peer deleted by an event is kept (README, "Leases and the
-// dataplane").
+// the 500 ms a peer deleted by an event is kept (docs/operations.md,
+// "Dataplane").
 import { sweepStaleNetns } from '../lab/kit/netns.ts';
 import {
   ETCD_PREFIX,

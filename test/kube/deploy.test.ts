@@ -2,7 +2,7 @@
 // accepts every object and creates none (once the namespace exists: a dry
 // run does not create it, so its namespaced objects are refused before); `kubectl apply -k`
 // installs them;
-// the stored objects say what the README promises (capabilities instead of
+// the stored objects say what docs/operations.md (Deploying) promises (capabilities instead of
 // privileged, probes, tolerations, volumes); and the ConfigMap's files pass
 // twill's own parsers (net-conf.json, and the conflist's twill plugin).
 import { readFile } from 'node:fs/promises';
@@ -86,7 +86,7 @@ describe('deploy/', () => {
     ).not.toContain('twill');
   });
 
-  it('kubectl apply -k deploy/ installs it, and the DaemonSet is what the README says', async () => {
+  it('kubectl apply -k deploy/ installs it, and the DaemonSet is what docs/operations.md says', async () => {
     await kubectl(['apply', '-k', DEPLOY]);
     const ds = await kc
       .makeApiClient(AppsV1Api)
