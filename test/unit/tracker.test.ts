@@ -13,6 +13,12 @@ const record = (n: number): LeaseRecord => {
   return { key: lease.key, ok: true, lease };
 };
 const SELF = record(3);
+const NO_ATTRS = {
+  publicIp: '',
+  publicIpv6: null,
+  backendType: 'host-gw',
+  backendData: null,
+} as const;
 
 function tracker(
   lingerMs: number,
@@ -131,6 +137,61 @@ describe('PeerTracker', () => {
     });
     expect(lost[1]).toContain('now names PublicIP 192.0.2.99');
     expect(keys(t)).toEqual(['10.244.1.0-24']);
+  });
+
+  it('tells its listeners of a refusal and of its end, also when the admitted set stays the same', () => {
+    const { t } = tracker(0);
+    const told: boolean[] = [];
+    t.subscribe((peersChanged) => told.push(peersChanged));
+    t.handle({ type: 'snapshot', records: [SELF, record(1)], reason: 'initial list' });
+    expect(told).toEqual([true]);
+    // a record that is not JSON: refused, the admitted set unchanged, the refusal still published
+    t.handle({ type: 'put', record: { key: '10.244.9.0-24', ok: false, reason: 'not JSON' } });
+    expect(told).toEqual([true, false]);
+    expect([...t.skipped().keys()]).toEqual(['10.244.9.0-24']);
+    // the same refusal again: nothing new to tell
+    t.handle({ type: 'put', record: { key: '10.244.9.0-24', ok: false, reason: 'not JSON' } });
+    expect(told).toEqual([true, false]);
+    t.handle({ type: 'delete', key: '10.244.9.0-24' });
+    expect(told).toEqual([true, false, false]);
+    expect(t.skipped().size).toBe(0);
+    expect(keys(t)).toEqual(['10.244.1.0-24']);
+  });
+
+  it('refuses a peer whose subnet covers others (Kubernetes podCIDRs), logs it once, admits the rest', () => {
+    const log = captureLog();
+    const t = new PeerTracker({
+      context: {
+        config: parseNetConfig('{"Network":"10.244.0.0/16"}'),
+        self: SELF.ok ? SELF.lease.subnet : undefined,
+        anySubnetSize: true,
+      },
+      selfKey: SELF.key,
+      selfAttrs: () => (SELF.ok ? SELF.lease.attrs : NO_ATTRS),
+      logger: log.logger,
+      onSelfLost: () => undefined,
+      lingerMs: 0,
+      deleteLingerMs: 0,
+    });
+    const four = record(4);
+    // 10.244.4.0/23 covers the /24s of peers 4 and 5
+    const wide: LeaseRecord = four.ok
+      ? {
+          key: 'wide',
+          ok: true,
+          lease: { ...four.lease, key: 'wide', subnet: { ...four.lease.subnet, prefix: 23 } },
+        }
+      : four;
+    t.handle({
+      type: 'snapshot',
+      records: [SELF, record(1), record(5), wide],
+      reason: 'initial list',
+    });
+    t.handle({ type: 'put', record: record(1) });
+    expect(keys(t)).toEqual(['10.244.1.0-24', '10.244.5.0-24']);
+    expect(t.skipped().get('wide')?.reason).toBe('subnet-conflict');
+    const refusals = log.lines.filter((l) => l.msg === 'skipping invalid peer lease');
+    expect(refusals.map((l) => l.key)).toEqual(['wide']);
   });
 
   it('drops a peer whose delete says it is gone for good at once, despite the delete grace', () => {
