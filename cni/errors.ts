@@ -44,6 +44,8 @@ const BY_TWILL_CODE: Partial<Record<string, CniCode>> = {
   CONFIG_INVALID: CNI_CODES.invalidConfig,
   COMMAND_FAILED: CNI_CODES.command,
   SUBNET_ENV_INVALID: CNI_CODES.subnetEnv,
+  // a sysctl file that cannot be read or written (ip_forward)
+  SYSCTL_FAILED: CNI_CODES.io,
 };
 
 /** Any thrown value as a CniError (unknown errors get code 100). */

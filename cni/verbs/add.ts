@@ -170,7 +170,10 @@ async function wire(
     defaultRoute: conf.isDefaultGateway,
   };
   const [podLink] = await podBatch(deps, env.netns, podAddBatch(pod));
-  if (conf.isGateway) await ensureIpForward(PROC_SYS_NET);
+  if (conf.isGateway)
+    await ensureIpForward(PROC_SYS_NET, {
+      readOnlyHint: 'read-only: the runtime must run CNI plugins with a writable /proc/sys',
+    });
   const gw = formatIpv4(gateway);
   const routes = [
     { dst: formatCidr(o.subnet.network), gw },

@@ -196,7 +196,7 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     arg: 'name',
     help: "this node's name",
     doc: "this node's name (logs, derived VtepMAC; in Kubernetes mode the Node twill reads and annotates)",
-    // nodeNameOf in store.ts applies it
+    // nodeNameOf in open-store.ts applies it
     defaultText: '$NODE_NAME, then the host name',
   },
   {

@@ -19,7 +19,10 @@ export const PROC_SYS_NET = '/proc/sys/net';
  * that fails throws SYSCTL_FAILED naming the file and, for a read-only
  * one, what to mount.
  */
-export async function ensureIpForward(dir: string): Promise<boolean> {
+export async function ensureIpForward(
+  dir: string,
+  o: { readOnlyHint?: string } = {},
+): Promise<boolean> {
   // Node's fs messages already name the errno and the path ("EROFS: read-only file system, open
   // '…'")
   const path = join(dir, 'ipv4/ip_forward');
@@ -39,7 +42,7 @@ export async function ensureIpForward(dir: string): Promise<boolean> {
   } catch (err) {
     const hint =
       errnoOf(err) === 'EROFS'
-        ? ` (read-only: in a container that is not privileged, mount the host's /proc/sys/net and pass its path as --proc-sys-net)`
+        ? ` (${o.readOnlyHint ?? "read-only: in a container that is not privileged, mount the host's /proc/sys/net and pass its path as --proc-sys-net"})`
         : '';
     throw new TwillError(
       'SYSCTL_FAILED',

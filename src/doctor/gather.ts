@@ -231,9 +231,17 @@ export async function readLeaseStore(
   timeoutMs: number,
 ): Promise<StoreFact> {
   const ctl = childController(signal);
-  const timer = setTimeout(() => ctl.abort(), timeoutMs);
+  // a second beyond the store's own call deadline, so an unreachable store's own error (a
+  // deadline, a TLS failure) is what the doctor reports, not this timer
+  const timer = setTimeout(() => ctl.abort(), timeoutMs + 1_000);
   try {
-    const config = await store.getNetworkConfig(ctl.signal);
+    const config = await store.getNetworkConfig(ctl.signal).catch((err: unknown) => {
+      if (hasCode(err, 'STORE_UNAVAILABLE') || signal.aborted) throw err;
+      throw new TwillError(
+        'STORE_UNAVAILABLE',
+        `no network config within ${timeoutMs} ms: ${describeError(err)}`,
+      );
+    });
     const leases = await listLeases(store, ctl.signal).catch((err: unknown) => {
       throw new TwillError(
         'STORE_UNAVAILABLE',

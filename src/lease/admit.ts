@@ -128,8 +128,16 @@ export function checkPeer(lease: Lease, ctx: PeerContext): Refusal | undefined {
         `BackendData.VNI ${truncated(String(vni))} differs from ours (${config.backend.vni})`,
       );
     const mac = lease.attrs.backendData?.vtepMac;
-    if (mac === undefined) return refuse('vtep-mac', 'vxlan lease without BackendData.VtepMAC');
-    if (ctx.selfVtepMac !== undefined && mac.toLowerCase() === ctx.selfVtepMac.toLowerCase()) {
+    // without a VtepMAC a peer needs no FDB entry only when DirectRouting reaches it directly
+    const direct =
+      config.backend.directRouting && ctx.underlay && onLink(ctx.underlay, lease.attrs.publicIp);
+    if (mac === undefined && !direct)
+      return refuse('vtep-mac', 'vxlan lease without BackendData.VtepMAC');
+    if (
+      mac !== undefined &&
+      ctx.selfVtepMac !== undefined &&
+      mac.toLowerCase() === ctx.selfVtepMac.toLowerCase()
+    ) {
       return refuse('vtep-mac', `VtepMAC ${mac} is this node's own`);
     }
   }

@@ -11,7 +11,7 @@
 // gone is dropped well within a second, and one whose store says so (a
 // deleted Node object) at once.
 import type { Logger } from '../log.ts';
-import { formatCidr } from '../net/ipv4.ts';
+import { formatCidr, sameCidr } from '../net/ipv4.ts';
 import { describeLease, encodeLeaseValue } from './codec.ts';
 import { checkPeer, truncated, withoutConflicts, type PeerContext, type Refusal } from './admit.ts';
 import type { Lease, LeaseAttrs, LeaseEvent, LeaseRecord } from './types.ts';
@@ -199,7 +199,13 @@ export class PeerTracker {
       );
       return true;
     }
-    if (encodeLeaseValue(before.attrs) === encodeLeaseValue(r.lease.attrs)) return false;
+    // the same attributes on another subnet (a Node re-created with a new podCIDR) or claimed
+    // anew (a deleted key re-created) is a change too: admission and the entries depend on both
+    const same =
+      encodeLeaseValue(before.attrs) === encodeLeaseValue(r.lease.attrs) &&
+      sameCidr(before.subnet, r.lease.subnet) &&
+      before.claimedAt === r.lease.claimedAt;
+    if (same) return false;
     this.peerLog(
       { key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) },
       'peer changed',

@@ -92,7 +92,7 @@ export function chainDiff(want: ChainSpec, seen: ObservedChain): ChainDiff {
   const dropped = ops.filter((o) => o.kind === 'jump' && o.action === 'delete').length;
   if (dropped > 0)
     out.extra.push(
-      `${want.table}: ${seen.jumps.length} jumps from ${want.parent} to ${want.chain}`,
+      `${want.table}: ${seen.jumps.length} jump(s) from ${want.parent} to ${want.chain}, want one of ours`,
     );
   return out;
 }

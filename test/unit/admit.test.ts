@@ -127,6 +127,36 @@ describe('checkPeer', () => {
     for (const part of parts) expect(reason).toContain(part);
   });
 
+  it('refuses a vxlan peer without a VtepMAC, unless DirectRouting reaches it on-link', () => {
+    const noMac = lease('10.244.4.0-24', { backendData: { vni: 1 } as LeaseAttrs['backendData'] });
+    const underlay = { name: 'eth0', networks: ['192.168.56.2/24'] };
+    const direct = parseNetConfig(
+      '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":1,"DirectRouting":true}}',
+    );
+    expect(checkPeer(noMac, { config: VXLAN_CFG, self: SELF, underlay })?.reason).toBe('vtep-mac');
+    expect(checkPeer(noMac, { config: direct, self: SELF, underlay })).toBeUndefined();
+    const far = lease('10.244.5.0-24', {
+      publicIp: '198.51.100.5',
+      backendData: { vni: 1 } as LeaseAttrs['backendData'],
+    });
+    expect(checkPeer(far, { config: direct, self: SELF, underlay })?.reason).toBe('vtep-mac');
+  });
+
+  it('refuses a host-gw peer whose PublicIP is not on-link on the underlay', () => {
+    const underlay = { name: 'eth0', networks: ['192.168.56.2/24'] };
+    const hg = { backendType: 'host-gw', backendData: null } as const;
+    expect(
+      checkPeer(lease('10.244.4.0-24', hg), { config: HOST_GW_CFG, self: SELF, underlay }),
+    ).toBeUndefined();
+    const far = lease('10.244.5.0-24', { ...hg, publicIp: '198.51.100.5' });
+    expect(checkPeer(far, { config: HOST_GW_CFG, self: SELF, underlay })).toEqual({
+      reason: 'not-on-link',
+      detail: expect.stringContaining(
+        'PublicIP 198.51.100.5 is not on-link on eth0 (192.168.56.2/24)',
+      ),
+    });
+  });
+
   it('refuses a vxlan peer in a host-gw network', () => {
     const reason = problem(lease('10.244.4.0-24'), { config: HOST_GW_CFG, self: SELF });
     expect(reason).toBe('BackendType vxlan differs from ours (host-gw)');

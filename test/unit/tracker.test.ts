@@ -194,6 +194,23 @@ describe('PeerTracker', () => {
     expect(refusals.map((l) => l.key)).toEqual(['wide']);
   });
 
+  it('takes a peer whose subnet or first claim changed with the same attributes (a Node re-created)', () => {
+    const { t } = tracker(0);
+    const told: boolean[] = [];
+    t.subscribe((peersChanged) => told.push(peersChanged));
+    const [one, seven] = [record(1), record(7)];
+    if (!one.ok || !seven.ok) throw new Error('test setup');
+    t.handle({ type: 'snapshot', records: [SELF, one], reason: 'initial list' });
+    // the same key and attributes on another subnet
+    const moved = { ...one, lease: { ...one.lease, subnet: seven.lease.subnet } };
+    t.handle({ type: 'snapshot', records: [SELF, moved], reason: 'reconnected' });
+    expect(t.list().map((l) => l.subnet)).toEqual([seven.lease.subnet]);
+    // the same lease, claimed anew (a deleted key re-created)
+    t.handle({ type: 'put', record: { ...moved, lease: { ...moved.lease, claimedAt: 99 } } });
+    expect(told).toEqual([true, true, true]);
+    expect(t.list()[0]?.claimedAt).toBe(99);
+  });
+
   it('drops a peer whose delete says it is gone for good at once, despite the delete grace', () => {
     const { t, changes } = tracker(10_000, 10_000);
     t.handle({ type: 'snapshot', records: [SELF, record(1), record(2)], reason: 'initial list' });
