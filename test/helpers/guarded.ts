@@ -24,7 +24,8 @@ export interface GuardedNode {
   /**
    * the kinds (full, repair, chains) and process counts of the passes that repaired drift, in order
    */
-  repairPasses(): { kind: string; spawns: number }[];
+  /** the passes that repaired drift, in order: their kind, processes, first trigger, ops */
+  repairPasses(): { kind: string; spawns: number; trigger: string; ops: unknown }[];
   stop(): Promise<void>;
 }
 
@@ -94,7 +95,12 @@ export async function startGuardedNode(o: {
     repairPasses: () =>
       log.lines
         .filter((l) => l.msg === 'repaired dataplane drift')
-        .map((l) => ({ kind: String(l.kind), spawns: Number(l.spawns) })),
+        .map((l) => ({
+          kind: String(l.kind),
+          spawns: Number(l.spawns),
+          trigger: String(l.trigger),
+          ops: l.ops,
+        })),
     stop: async () => {
       ctl.abort();
       await loops;

@@ -164,7 +164,9 @@ describe('drift repair with kernel monitors', () => {
         { timeoutMs: 10_000, what: `repair of ${what}` },
       );
       const first = node.repairPasses()[before];
-      expect(first?.kind, what).toBe(kind);
+      expect(first?.kind, `${what}: ${JSON.stringify(node.repairPasses().slice(before))}`).toBe(
+        kind,
+      );
       // a repair re-applies what it touched: one ip or bridge batch, nothing read back
       if (kind === 'repair') expect(first?.spawns, what).toBe(1);
     });
