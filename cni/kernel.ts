@@ -7,7 +7,7 @@
 // the gateway bridge.
 import { readFile } from 'node:fs/promises';
 import { failedLines } from '../src/exec/batch-errors.ts';
-import { CommandError, type Runner } from '../src/exec/runner.ts';
+import { CommandError, isNoDevice, type Runner } from '../src/exec/runner.ts';
 import { batchWord, jsonOutputs } from './ip-batch.ts';
 
 export interface KernelDeps {
@@ -132,10 +132,6 @@ export async function probeBridge(k: KernelDeps, name: string): Promise<void> {
     signal: k.signal,
     timeoutMs: TIMEOUT_MS,
   });
-}
-
-export function isNoDevice(err: unknown): boolean {
-  return err instanceof CommandError && /Cannot find device|does not exist/.test(err.stderr);
 }
 
 /** Deletes a host link (its veth peer goes with it); false when it was already gone. */

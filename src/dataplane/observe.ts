@@ -2,7 +2,7 @@
 // number of processes run in parallel (ip -json link/addr, route, neigh,
 // bridge -json fdb, iptables -S of two built-in and two twill chains),
 // whatever the number of peers. Parsing is pure; `observe` does the reads.
-import { CommandError, runJson, type Runner } from '../exec/runner.ts';
+import { CommandError, isNoDevice, runJson, type Runner } from '../exec/runner.ts';
 import { chainRules, FWD_CHAIN, jumpRules, MASQ_CHAIN } from './masq.ts';
 import {
   DEVICE_PREFIX,
@@ -120,7 +120,15 @@ export async function observe(
     await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show', 'type', 'vxlan'], opts),
   );
   const present = dev !== undefined && links.some((l) => l.name === dev);
-  const [routes, neighs, fdb, postrouting, forward] = await Promise.all([
+  let vanished = false;
+  // the device may go between the reads (deleted by hand): then it is absent, not a failed pass
+  const ofDevice = <T>(read: Promise<T[]>): Promise<T[]> =>
+    read.catch((err: unknown) => {
+      if (!isNoDevice(err)) throw err;
+      vanished = true;
+      return [];
+    });
+  const [routes, neighsRead, fdbRead, postrouting, forward] = await Promise.all([
     runJson(
       runner,
       'ip',
@@ -128,13 +136,17 @@ export async function observe(
       opts,
     ).then(parseRoutes),
     present
-      ? runJson(runner, 'ip', ['-json', 'neigh', 'show', 'dev', dev], opts).then((j) =>
-          parseNeighs(j, dev),
+      ? ofDevice(
+          runJson(runner, 'ip', ['-json', 'neigh', 'show', 'dev', dev], opts).then((j) =>
+            parseNeighs(j, dev),
+          ),
         )
       : [],
     present
-      ? runJson(runner, 'bridge', ['-json', 'fdb', 'show', 'dev', dev], opts).then((j) =>
-          parseFdb(j, dev),
+      ? ofDevice(
+          runJson(runner, 'bridge', ['-json', 'fdb', 'show', 'dev', dev], opts).then((j) =>
+            parseFdb(j, dev),
+          ),
         )
       : [],
     o.chains
@@ -144,7 +156,16 @@ export async function observe(
       ? observeChain(runner, { table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN }, signal)
       : undefined,
   ]);
-  return { links, routes, neighs, fdb, postrouting, forward };
+  if (vanished)
+    return {
+      links: links.filter((l) => l.name !== dev),
+      routes,
+      neighs: [],
+      fdb: [],
+      postrouting,
+      forward,
+    };
+  return { links, routes, neighs: neighsRead, fdb: fdbRead, postrouting, forward };
 }
 
 export interface IptablesInfo {

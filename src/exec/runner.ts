@@ -41,6 +41,11 @@ export class CommandError extends TwillError {
   }
 }
 
+/** A command that failed because the device it names does not exist (or no longer does). */
+export function isNoDevice(err: unknown): boolean {
+  return err instanceof CommandError && /Cannot find device|does not exist/.test(err.stderr);
+}
+
 export type Runner = (
   file: string,
   args: readonly string[],

@@ -10,7 +10,8 @@ import { assumedWithout, diff } from '../../src/dataplane/diff.ts';
 import { chainRules, jumpRules, diffChain, chainSpecs } from '../../src/dataplane/masq.ts';
 import type { DesiredState, ObservedState } from '../../src/dataplane/model.ts';
 import { ipEventMatters, ipTouch, nftEventMatters, nftTouch } from '../../src/dataplane/monitor.ts';
-import { parseIptablesVersion, parseLinks } from '../../src/dataplane/observe.ts';
+import { observe, parseIptablesVersion, parseLinks } from '../../src/dataplane/observe.ts';
+import { CommandError, type Runner } from '../../src/exec/runner.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';
 
 const EMPTY: ObservedState = {
@@ -399,6 +400,36 @@ describe('masquerade chains', () => {
 });
 
 describe('kernel output readers', () => {
+  it('observes a vxlan device deleted between its reads as absent, not as a failed pass', async () => {
+    const link = [{ ifname: 'twill.1', linkinfo: { info_kind: 'vxlan', info_data: { id: 1 } } }];
+    const runner: Runner = async (file, args) => {
+      if (file === 'ip' && args.includes('addr'))
+        return { stdout: JSON.stringify(link), stderr: '' };
+      if (args.includes('twill.1'))
+        throw new CommandError({
+          command: [file, ...args],
+          exitCode: 1,
+          stderr: 'Cannot find device "twill.1"\n',
+          reason: 'exit code 1',
+        });
+      return { stdout: '[]', stderr: '' };
+    };
+    const seen = await observe(runner, 'twill.1', AbortSignal.timeout(1_000), { chains: false });
+    expect(seen.links).toEqual([]);
+    expect([seen.neighs, seen.fdb]).toEqual([[], []]);
+    // the device's own entries then come back with a new device
+    expect(diff(vxlan, seen).some((o) => o.kind === 'link' && o.action === 'add')).toBe(true);
+    // any other failure still fails the pass
+    const broken: Runner = async (file, args) => {
+      if (file === 'ip' && args.includes('addr'))
+        return { stdout: JSON.stringify(link), stderr: '' };
+      throw new Error('ip: out of memory');
+    };
+    await expect(observe(broken, 'twill.1', AbortSignal.timeout(1_000))).rejects.toThrow(
+      'out of memory',
+    );
+  });
+
   it('parses iptables --version', () => {
     expect(parseIptablesVersion('iptables v1.8.9 (nf_tables)\n')).toEqual({
       nftables: true,
