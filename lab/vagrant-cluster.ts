@@ -1,14 +1,20 @@
-// The Vagrant implementation of the lab's Cluster (cluster.ts): the VMs of
-// the repository's Vagrantfile (etcd, outside, node1…nodeN). Every command
+// The Vagrant implementation of the lab's Cluster (cluster.ts): the machines
+// of the repository's Vagrantfile (etcd, outside, node1…nodeN). Every command
 // goes out as `env VAGRANT_CWD=<dir> vagrant ssh <vm> -c '<command>' -- -T`
 // through an injected executor (production: the project's runner), as root
-// through `sudo -n`, each argument shell-quoted for the remote shell. The
-// node side of pods and membership is lab/vagrant/twill-lab on every node:
-// a node is in the lab while its twill.service is enabled. VMs cannot be
-// made on the fly, so addNodes only takes machines the Vagrantfile defines
-// that are not in the lab (e.g. after removeNode). Its twill uses etcd:
-// kube mode (the Kubernetes API as the lease store) is netns-only for now.
-import { resolve } from 'node:path';
+// through `sudo -n`, each argument shell-quoted for the remote shell. With
+// the `ssh` transport (what `npm run lab` uses) the same command goes out
+// over plain ssh with the config `vagrant ssh-config` prints, through one
+// shared connection per machine: a `vagrant ssh` costs a Ruby start-up (a
+// second or more of CPU), which the drills' polling and the matrix's dozens
+// of pings a round cannot afford on a small machine. The node side of pods
+// and membership is lab/vagrant/twill-lab on every node: a node is in the
+// lab while its twill.service is enabled. Machines cannot be made on the fly,
+// so addNodes only takes machines the Vagrantfile defines that are not in the
+// lab (e.g. after removeNode, or spares). Its twill uses etcd: kube mode (the
+// Kubernetes API as the lease store) is netns-only for now.
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
 import { TwillError } from '../src/errors.ts';
 import { run, watchLines, type LineWatcher, type RunOptions } from '../src/exec/runner.ts';
 import type { Cluster, LabNode, LabPod, ShOptions, Target } from './cluster.ts';
@@ -36,8 +42,17 @@ export const VAGRANT_LAB = {
 export interface VagrantClusterOptions {
   /** the directory holding the Vagrantfile (passed as VAGRANT_CWD); default the repository root */
   readonly dir?: string;
-  /** how many node VMs the Vagrantfile defines (its TWILL_LAB_NODES); default 3 */
+  /** node machines the Vagrantfile defines (TWILL_LAB_NODES + TWILL_LAB_SPARES); default 3 */
   readonly nodes?: number;
+  /**
+   * `vagrant-ssh` (default): one `vagrant ssh` per command; `ssh`: plain ssh with `vagrant
+   * ssh-config`'s settings, connections shared, its files in `sshDir`
+   */
+  readonly transport?: 'vagrant-ssh' | 'ssh';
+  /** the `ssh` transport's config and sockets; default <dir>/.vagrant/twill-lab-ssh */
+  readonly sshDir?: string;
+  /** the provider the machines run on, for the description (virtualbox, libvirt, lxc) */
+  readonly provider?: string;
   readonly exec?: VagrantExec;
   /**
    * streams a long-lived local program's lines; production passes `watchLines`, tests a recorder
@@ -49,7 +64,27 @@ export interface VagrantClusterOptions {
  * What `vagrant ssh` itself costs per call (Ruby start-up, ssh handshake), added to every timeout.
  */
 export const VAGRANT_OVERHEAD_MS = 15_000;
+/** What a plain ssh command costs at most on top (a new shared connection's handshake). */
+export const SSH_OVERHEAD_MS = 10_000;
 const SH_TIMEOUT_MS = 20_000;
+
+/** A connection of its own. */
+const SSH_OWN = ['-o', 'ControlMaster=no', '-o', 'ControlPath=none', '-o', 'LogLevel=ERROR'];
+
+/**
+ * One ssh connection per machine shared by every command (the first one opens it; it lingers a
+ * minute after the last), its socket in `dir`.
+ */
+const SSH_SHARED = (dir: string): string[] => [
+  '-o',
+  'ControlMaster=auto',
+  '-o',
+  `ControlPath=${dir}/%C`,
+  '-o',
+  'ControlPersist=60',
+  '-o',
+  'LogLevel=ERROR',
+];
 const JOIN_TIMEOUT_MS = 180_000;
 const REPO_ROOT = resolve(import.meta.dirname, '..');
 
@@ -104,6 +139,9 @@ export class VagrantCluster implements Cluster {
   private readonly watcher: LineWatcher;
   private readonly machines: readonly LabNode[];
   private readonly podNode = new Map<string, string>();
+  private readonly transport: 'vagrant-ssh' | 'ssh';
+  private readonly sshDir: string;
+  private sshConfig: Promise<string> | undefined;
 
   constructor(opts: VagrantClusterOptions = {}) {
     const count = opts.nodes ?? 3;
@@ -114,13 +152,16 @@ export class VagrantCluster implements Cluster {
       );
     }
     this.dir = opts.dir ?? REPO_ROOT;
+    this.transport = opts.transport ?? 'vagrant-ssh';
+    this.sshDir = opts.sshDir ?? join(this.dir, '.vagrant', 'twill-lab-ssh');
     this.exec = opts.exec ?? run;
     this.watcher = opts.watcher ?? watchLines;
     this.machines = Array.from({ length: count }, (_, i) => ({
       name: `node${i + 1}`,
       ip: `${VAGRANT_LAB.underlay}.${11 + i}`,
     }));
-    this.description = `vagrant lab (${count} node VMs, ${this.dir}/Vagrantfile)`;
+    const on = opts.provider === undefined ? '' : ` on ${opts.provider}`;
+    this.description = `vagrant lab${on} (${count} node machines, ${this.dir}/Vagrantfile)`;
   }
 
   /** Nodes in the lab: machines of the Vagrantfile whose twill.service is enabled. */
@@ -173,7 +214,32 @@ export class VagrantCluster implements Cluster {
       typeof target === 'object' && 'pod' in target
         ? ['ip', 'netns', 'exec', `${VAGRANT_LAB.podNetnsPrefix}${target.pod}`]
         : [];
-    await this.watcher('env', this.sshArgs(await this.vmOf(target), [[...inPod, ...argv]]), opts);
+    const [file, ...args] = await this.commandLine(await this.vmOf(target), [[...inPod, ...argv]], {
+      shared: false,
+    });
+    await this.watcher(file ?? 'env', args, opts);
+  }
+
+  /**
+   * Restarts a node machine as a power cycle does (`vagrant halt`, then `vagrant up` without
+   * provisioning): what ran on it and its pods' namespaces are gone; twill.service starts again
+   * and twill-lab-pods.service wires the recorded pods again. The ms each step took.
+   */
+  async restartMachine(node: string): Promise<{ haltMs: number; upMs: number }> {
+    const vm = this.machine(node).name;
+    const t0 = performance.now();
+    await this.vagrant(['halt', vm], 300_000);
+    const t1 = performance.now();
+    await this.vagrant(['up', vm, '--no-provision'], 600_000);
+    return { haltMs: t1 - t0, upMs: performance.now() - t1 };
+  }
+
+  /** Runs `vagrant ARGS…` next to the Vagrantfile; its stdout. */
+  async vagrant(args: readonly string[], timeoutMs: number): Promise<string> {
+    const { stdout } = await this.exec('env', [`VAGRANT_CWD=${this.dir}`, 'vagrant', ...args], {
+      timeoutMs,
+    });
+    return stdout;
   }
 
   async startTwill(node: string): Promise<void> {
@@ -284,9 +350,39 @@ export class VagrantCluster implements Cluster {
     return node;
   }
 
-  /** `env` arguments that run commands as root on a VM, one after the other. */
-  private sshArgs(vm: string, commands: readonly (readonly string[])[]): string[] {
-    return [`VAGRANT_CWD=${this.dir}`, 'vagrant', 'ssh', vm, '-c', sudoChain(commands), '--', '-T'];
+  /**
+   * The local command line that runs commands as root on a machine, one after the other. A
+   * long-lived one (`shared: false`, what `watch` runs) gets its own ssh connection: through a
+   * shared one, stopping the local ssh would leave the remote program, and the output pipe the
+   * shared connection holds for it, open until that program next writes.
+   */
+  private async commandLine(
+    vm: string,
+    commands: readonly (readonly string[])[],
+    o: { shared: boolean } = { shared: true },
+  ): Promise<string[]> {
+    const remote = sudoChain(commands);
+    if (this.transport === 'vagrant-ssh')
+      return ['env', `VAGRANT_CWD=${this.dir}`, 'vagrant', 'ssh', vm, '-c', remote, '--', '-T'];
+    const connection = o.shared ? SSH_SHARED(this.sshDir) : SSH_OWN;
+    return ['ssh', '-F', await this.sshConfigFile(), ...connection, '-T', vm, remote];
+  }
+
+  /**
+   * `vagrant ssh-config` of every machine, written once per cluster object (the addresses and keys
+   * are fixed once the machines exist).
+   */
+  private sshConfigFile(): Promise<string> {
+    this.sshConfig ??= (async () => {
+      const text = await this.vagrant(['ssh-config'], 120_000);
+      await mkdir(this.sshDir, { recursive: true, mode: 0o700 });
+      const file = join(this.sshDir, 'config');
+      await writeFile(file, text, { mode: 0o600 });
+      return file;
+    })();
+    // a failure (machines not up yet) is not kept: the next command asks again
+    this.sshConfig.catch(() => (this.sshConfig = undefined));
+    return this.sshConfig;
   }
 
   /** Runs commands as root on a VM, one after the other (`&&`), and resolves with their stdout. */
@@ -295,9 +391,10 @@ export class VagrantCluster implements Cluster {
     commands: readonly (readonly string[])[],
     opts: ShOptions = {},
   ): Promise<string> {
-    const args = this.sshArgs(vm, commands);
-    const timeoutMs = (opts.timeoutMs ?? SH_TIMEOUT_MS) + VAGRANT_OVERHEAD_MS;
-    const { stdout } = await this.exec('env', args, { timeoutMs, input: opts.input ?? '' });
+    const [file = 'env', ...args] = await this.commandLine(vm, commands);
+    const overhead = this.transport === 'ssh' ? SSH_OVERHEAD_MS : VAGRANT_OVERHEAD_MS;
+    const timeoutMs = (opts.timeoutMs ?? SH_TIMEOUT_MS) + overhead;
+    const { stdout } = await this.exec(file, args, { timeoutMs, input: opts.input ?? '' });
     return stdout;
   }
 }

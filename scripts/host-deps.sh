@@ -18,6 +18,10 @@ check iperf3 iperf3
 check nsenter util-linux
 check ping iputils-ping
 check vagrant vagrant
+# the Vagrant lab where no hypervisor is usable: system containers (lxc) through vagrant-lxc, on a
+# box built with debootstrap (scripts/vagrant-box.sh)
+check lxc-start lxc
+dpkg-query -W -f='${Status}' vagrant-lxc 2>/dev/null | grep -q ' installed$' || need="$need vagrant-lxc"
 check shellcheck shellcheck
 [ -x /usr/lib/cni/bridge ] || need="$need containernetworking-plugins"
 # the kubelet lab's images (lab/images.ts) and the containerd that runs them

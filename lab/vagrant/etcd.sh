@@ -16,8 +16,12 @@ case $backend in
   *) echo "etcd.sh: backend must be vxlan or host-gw, not '$backend'" >&2; exit 1 ;;
 esac
 
-export DEBIAN_FRONTEND=noninteractive
-apt-get install -y -qq --no-install-recommends etcd-server etcd-client >/dev/null
+# (the lxc box has them already: its machines fetch nothing)
+if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends etcd-server etcd-client >/dev/null
+fi
 
 # A data directory of our own, so the member name and cluster below never
 # meet the one the package's first start created.

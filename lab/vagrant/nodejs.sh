@@ -1,13 +1,33 @@
 #!/bin/bash
-# Provisioning, the node VMs: Node.js <major> (default 24) from the official
-# tarball of nodejs.org (the newest release of that major line), checked
-# against the release's SHASUMS256.txt, unpacked in /opt/nodejs with node,
-# npm and npx linked into /usr/local/bin. Skipped when that major is there.
+# Provisioning, the node machines: Node.js <major> (default 24) from the
+# official tarball of nodejs.org (the newest release of that major line),
+# checked against the release's SHASUMS256.txt, unpacked in /opt/nodejs with
+# node, npm and npx linked into /usr/local/bin. Skipped when that major is
+# there. Given a node binary (lxc: the host's, through the synced folder),
+# that binary is copied instead and nothing is downloaded: the lxc machines
+# reach nothing beyond the lab (and run what the host built, so need no npm).
 #
-# usage: nodejs.sh [major]
+# usage: nodejs.sh [major] [node binary]
 set -eu
 
 major=${1:-24}
+binary=${2:-}
+if [ -n "$binary" ]; then
+  version=$("$binary" --version)
+  case $version in
+    "v$major."*) ;;
+    *) echo "nodejs.sh: $binary is Node $version, not $major" >&2; exit 1 ;;
+  esac
+  if [ -x /opt/nodejs/bin/node ] && cmp -s "$binary" /opt/nodejs/bin/node; then
+    echo "nodejs: $version already installed"
+    exit 0
+  fi
+  rm -rf /opt/nodejs
+  install -D -m 0755 "$binary" /opt/nodejs/bin/node
+  ln -sf /opt/nodejs/bin/node /usr/local/bin/node
+  echo "nodejs: $version from $binary in /opt/nodejs"
+  exit 0
+fi
 if [ -x /usr/local/bin/node ] && /usr/local/bin/node --version | grep -q "^v$major\."; then
   echo "nodejs: $(/usr/local/bin/node --version) already installed"
   exit 0

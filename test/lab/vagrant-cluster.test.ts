@@ -1,7 +1,11 @@
 // VagrantCluster against a recording executor: the exact local argv (always
-// `env VAGRANT_CWD=… vagrant ssh <vm> -c <command> -- -T`, never a local
+// `env VAGRANT_CWD=… vagrant ssh <vm> -c <command> -- -T`, or with the ssh
+// transport `ssh -F <vagrant ssh-config> … <vm> <command>`, never a local
 // shell string) and remote command sent for each Cluster operation, answers
 // parsed from canned VM output, and clear refusals where VMs cannot follow.
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { run, type RunOptions } from '../../src/exec/runner.ts';
 import { labNodeCount, parsePodList, VagrantCluster } from '../../lab/vagrant-cluster.ts';
@@ -249,5 +253,82 @@ describe('VagrantCluster twill CPU', () => {
       'node1: sudo -n -- cat -- /proc/4242/stat',
       'node2: sudo -n -- systemctl show --property MainPID --value twill',
     ]);
+  });
+});
+
+describe('VagrantCluster over plain ssh', () => {
+  it('asks `vagrant ssh-config` once, writes it to its directory, then sends each command over ssh with one shared connection per machine', async () => {
+    const sshDir = join(await mkdtemp(join(tmpdir(), 'twill-vc-')), 'ssh');
+    try {
+      const calls: { file: string; args: readonly string[] }[] = [];
+      const exec = async (file: string, args: readonly string[]): Promise<{ stdout: string }> => {
+        calls.push({ file, args });
+        if (args.includes('ssh-config'))
+          return { stdout: 'Host node1\n  HostName 192.168.56.11\n' };
+        return { stdout: 'ok\n' };
+      };
+      const cluster = new VagrantCluster({ dir: DIR, nodes: 3, exec, transport: 'ssh', sshDir });
+      await cluster.sh({ node: 'node1' }, ['ip', 'route']);
+      await cluster.sh('etcd', ['true']);
+      expect(calls.map((c) => [c.file, ...c.args])).toEqual([
+        ['env', `VAGRANT_CWD=${DIR}`, 'vagrant', 'ssh-config'],
+        [
+          'ssh',
+          '-F',
+          join(sshDir, 'config'),
+          '-o',
+          'ControlMaster=auto',
+          '-o',
+          `ControlPath=${sshDir}/%C`,
+          '-o',
+          'ControlPersist=60',
+          '-o',
+          'LogLevel=ERROR',
+          '-T',
+          'node1',
+          'sudo -n -- ip route',
+        ],
+        expect.arrayContaining(['ssh', 'etcd', 'sudo -n -- true']),
+      ]);
+      expect(await readFile(join(sshDir, 'config'), 'utf8')).toContain('HostName 192.168.56.11');
+    } finally {
+      await rm(join(sshDir, '..'), { recursive: true, force: true });
+    }
+  });
+
+  it('asks `vagrant ssh-config` again after it failed (the machines were not up yet)', async () => {
+    let fail = true;
+    const exec = async (_file: string, args: readonly string[]): Promise<{ stdout: string }> => {
+      if (args.includes('ssh-config') && fail) {
+        fail = false;
+        throw new Error('The machine is not running');
+      }
+      return { stdout: '' };
+    };
+    const sshDir = await mkdtemp(join(tmpdir(), 'twill-vc-'));
+    try {
+      const cluster = new VagrantCluster({ dir: DIR, nodes: 1, exec, transport: 'ssh', sshDir });
+      await expect(cluster.sh({ node: 'node1' }, ['true'])).rejects.toThrow(/not running/);
+      await expect(cluster.sh({ node: 'node1' }, ['true'])).resolves.toBe('');
+    } finally {
+      await rm(sshDir, { recursive: true, force: true });
+    }
+  });
+
+  it('restarts a node machine with vagrant halt, then vagrant up without provisioning', async () => {
+    const { cluster, calls } = fakeLab();
+    const t = await cluster.restartMachine('node2');
+    expect(calls.map((c) => c.args)).toEqual([
+      [`VAGRANT_CWD=${DIR}`, 'vagrant', 'halt', 'node2'],
+      [`VAGRANT_CWD=${DIR}`, 'vagrant', 'up', 'node2', '--no-provision'],
+    ]);
+    expect(t.haltMs).toBeGreaterThanOrEqual(0);
+    await expect(cluster.restartMachine('etcd')).rejects.toThrow(/no node VM "etcd"/);
+  });
+
+  it('names its provider in its description', () => {
+    expect(new VagrantCluster({ dir: DIR, nodes: 2, provider: 'lxc' }).description).toBe(
+      `vagrant lab on lxc (2 node machines, ${DIR}/Vagrantfile)`,
+    );
   });
 });

@@ -1,6 +1,6 @@
 // The Vagrant lab without VMs: `vagrant validate` on the Vagrantfile (with
-// provider config ignored, and again with the VirtualBox provider config
-// checked for real against a stub VBoxManage, since no provider runs here),
+// provider config ignored, again with the VirtualBox provider config
+// checked for real against a stub VBoxManage, and with vagrant-lxc's),
 // the machines it defines, and `bash -n` plus shellcheck on every
 // provisioning script. Vagrant runs with its home and machine state in a
 // temporary directory, so the repository and ~/.vagrant.d stay untouched.
@@ -10,6 +10,7 @@ import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CommandError, run } from '../../src/exec/runner.ts';
 import { VAGRANT_LAB } from '../../lab/vagrant-cluster.ts';
+import { LXC_LAB } from '../../lab/vagrant-lab.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const SCRIPTS = join(ROOT, 'lab', 'vagrant');
@@ -86,6 +87,21 @@ describe('Vagrantfile', () => {
     );
   });
 
+  it('passes `vagrant validate` with the lxc provider config checked (vagrant-lxc, from scripts/host-deps.sh)', async () => {
+    expect(await vagrant(ROOT, ['validate'], { env: ['VAGRANT_DEFAULT_PROVIDER=lxc'] })).toContain(
+      'Vagrantfile validated successfully.',
+    );
+  });
+
+  it('fails lxc validation for a misspelled vagrant-lxc setting', async () => {
+    const dir = await brokenCopy('broken-lxc', (t) =>
+      t.replace('lxc.ssh_ip_addr = ip', 'lxc.ssh_ip_adr = ip'),
+    );
+    expect(
+      await failure(vagrant(dir, ['validate'], { env: ['VAGRANT_DEFAULT_PROVIDER=lxc'] })),
+    ).toContain('ssh_ip_adr');
+  });
+
   it('fails validation for a misspelled VirtualBox setting and a missing provisioning script', async () => {
     const dir = await brokenCopy('broken', (t) =>
       t
@@ -117,6 +133,37 @@ describe('Vagrantfile', () => {
     ]);
   });
 
+  it('adds TWILL_LAB_SPARES spare nodes after the nodes, and reads the settings `up --vagrant` wrote', async () => {
+    const machines = async (env: string[]): Promise<string[]> => {
+      const out = await vagrant(ROOT, ['status', '--machine-readable'], { vbox: true, env });
+      return out
+        .split('\n')
+        .filter((l) => l.split(',')[2] === 'state')
+        .map((l) => l.split(',')[1] ?? '');
+    };
+    expect(await machines(['TWILL_LAB_NODES=2', 'TWILL_LAB_SPARES=2'])).toEqual([
+      'etcd',
+      'outside',
+      'node1',
+      'node2',
+      'node3',
+      'node4',
+    ]);
+    const dot = join(tmp, 'dot-settings');
+    await mkdir(dot, { recursive: true });
+    await writeFile(
+      join(dot, 'twill-lab.json'),
+      JSON.stringify({ provider: 'lxc', nodes: 1, pods: 2, spares: 1, backend: 'vxlan' }),
+    );
+    expect(await machines([`VAGRANT_DOTFILE_PATH=${dot}`])).toEqual([
+      'etcd',
+      'outside',
+      'node1',
+      'node2',
+    ]);
+    expect(await machines([`VAGRANT_DOTFILE_PATH=${dot}`, 'TWILL_LAB_NODES=3'])).toHaveLength(6);
+  });
+
   it('refuses a bad node count or backend', async () => {
     expect(
       await failure(vagrant(ROOT, ['validate', '-p'], { env: ['TWILL_LAB_NODES=0'] })),
@@ -132,6 +179,12 @@ describe('Vagrantfile', () => {
     expect(vagrantfile).toContain('ETCD_IP = "#{UNDERLAY}.10"');
     expect(vagrantfile).toContain('ip = "#{UNDERLAY}.#{10 + i}"');
     expect(vagrantfile).toContain(`OUTSIDE_ADDR = "${VAGRANT_LAB.outsideIp}/24"`);
+    expect(vagrantfile).toContain(`LXC_BRIDGE = "${LXC_LAB.bridge}"`);
+    expect(vagrantfile).toContain(`override.vm.box = "${LXC_LAB.box}"`);
+    expect(vagrantfile).toContain(`lxc.container_name = "${LXC_LAB.containerPrefix}#{name}"`);
+    expect(await readFile(join(ROOT, 'scripts', 'vagrant-box.sh'), 'utf8')).toContain(
+      `BOX=${LXC_LAB.box}\n`,
+    );
     expect(await readFile(join(SCRIPTS, 'etcd.sh'), 'utf8')).toContain(
       `ETCD_DATA_DIR=${VAGRANT_LAB.etcdDataDir}\n`,
     );
