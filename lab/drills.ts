@@ -52,20 +52,24 @@ async function notApplicable(c: Cluster, d: Drill): Promise<string | undefined> 
   return undefined;
 }
 
+/** The result of a drill this lab cannot hold ("n/a: …" in `notes`): it passes, untimed. */
+export function notApplicableResult(d: Drill, notes: readonly string[]): DrillResult {
+  return {
+    name: d.name,
+    broke: d.broke,
+    healedMs: null,
+    targetMs: d.targetMs,
+    met: null,
+    ipChanged: [],
+    leftovers: [],
+    notes: [...notes],
+    pass: true,
+  };
+}
+
 export async function runDrill(c: Cluster, d: Drill): Promise<DrillResult> {
   const na = await notApplicable(c, d);
-  if (na !== undefined)
-    return {
-      name: d.name,
-      broke: d.broke,
-      healedMs: null,
-      targetMs: d.targetMs,
-      met: null,
-      ipChanged: [],
-      leftovers: [],
-      notes: [na],
-      pass: true,
-    };
+  if (na !== undefined) return notApplicableResult(d, [na]);
   const podsBefore = await c.pods();
   const out = await d.run(c).catch((err: unknown): DrillOutcome => ({
     healedMs: undefined,
@@ -75,17 +79,7 @@ export async function runDrill(c: Cluster, d: Drill): Promise<DrillResult> {
   // a drill may find out itself that this lab cannot hold it (etcd-leader-loss on a one-member
   // etcd): "n/a: …", like the above
   if (out.ok && out.healedMs === undefined && out.notes[0]?.startsWith('n/a') === true)
-    return {
-      name: d.name,
-      broke: d.broke,
-      healedMs: null,
-      targetMs: d.targetMs,
-      met: null,
-      ipChanged: [],
-      leftovers: [],
-      notes: out.notes,
-      pass: true,
-    };
+    return notApplicableResult(d, out.notes);
   const full = await untilFull(c, 30_000);
   const podsAfter = new Map((await c.pods()).map((p) => [p.name, p.ip]));
   // a drill that recreates pods checks their new addresses itself (each in its node's subnet)

@@ -36,6 +36,7 @@ import type { Drill } from './drill-kit.ts';
 import {
   DRILLS,
   drillsFor,
+  notApplicableResult,
   renderDrills,
   runDrill,
   runDrills,
@@ -227,19 +228,9 @@ async function withoutSpares(c: VagrantCluster, d: Drill): Promise<DrillResult |
   const need = SPARES_NEEDED[d.name] ?? 0;
   const have = need === 0 ? 0 : (await c.spareNodes()).length;
   if (have >= need) return undefined;
-  return {
-    name: d.name,
-    broke: d.broke,
-    healedMs: null,
-    targetMs: d.targetMs,
-    met: null,
-    ipChanged: [],
-    leftovers: [],
-    notes: [
-      `n/a: needs ${need} spare node machines (npm run lab -- up --vagrant --spares ${need}); this lab has ${have}`,
-    ],
-    pass: true,
-  };
+  return notApplicableResult(d, [
+    `n/a: needs ${need} spare node machines (npm run lab -- up --vagrant --spares ${need}); this lab has ${have}`,
+  ]);
 }
 
 /**
