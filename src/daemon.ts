@@ -278,9 +278,9 @@ async function runNode(
   const desired = new Desired({ config, keeper, peers, choice, ipMasq, randomFully });
   const ready = new ReadyMark({ store, keeper, logger }, signal);
   const publish = (): void => {
-    probe.peers(peers.list(), peers.skipped());
-    const state = { lease: keeper.current(), peers: peers.list(), refused: peers.skipped() };
-    opts.onState?.({ ...state, pass: probe.lastPass() });
+    const [admitted, refused] = [peers.list(), peers.skipped()];
+    probe.peers(admitted, refused);
+    opts.onState?.({ lease: keeper.current(), peers: admitted, refused, pass: probe.lastPass() });
   };
   const reconciler = new Reconciler({
     runner,

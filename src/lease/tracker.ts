@@ -46,9 +46,13 @@ export class PeerTracker {
   /** records refused on their own (checkPeer), by key */
   private readonly invalid = new Map<string, Refusal>();
   /** the set-level stage (conflicts between peers), redone after each change of the set */
-  private admission: { admitted: Lease[]; refused: Map<string, Refusal> } | undefined;
+  private admission: { admitted: Lease[]; refused: Map<string, Refusal> } = {
+    admitted: [],
+    refused: new Map(),
+  };
+  /** the set changed since `admission` was computed */
+  private admissionStale = true;
   private connected: boolean | undefined;
-  private lastConflicts = new Map<string, Refusal>();
   private readonly listeners: ((peersChanged: boolean) => void)[] = [];
   /** a record was refused, or a refusal ended, without the admitted set changing */
   private refusalsChanged = false;
@@ -91,11 +95,11 @@ export class PeerTracker {
    * (not per event of a snapshot); a refusal is logged when it starts or changes, like a record's.
    */
   private admitted(): { admitted: Lease[]; refused: Map<string, Refusal> } {
-    if (this.admission) return this.admission;
+    if (!this.admissionStale) return this.admission;
     const all = [...this.peers.values(), ...[...this.lingering.values()].map((l) => l.lease)];
     const set = withoutConflicts(all, this.opts.context.config);
     const refused = new Map(set.refused.map((r) => [r.lease.key, r.refusal]));
-    const before = this.lastConflicts;
+    const before = this.admission.refused;
     for (const [key, r] of refused) {
       const was = before.get(key);
       if (was?.reason !== r.reason || was.detail !== r.detail)
@@ -104,11 +108,12 @@ export class PeerTracker {
           'skipping invalid peer lease',
         );
     }
+    const admitted = new Set(set.admitted.map((p) => p.key));
     for (const key of before.keys())
-      if (!refused.has(key) && all.some((p) => p.key === key))
+      if (admitted.has(key))
         this.opts.logger.info({ key: truncated(key) }, 'peer no longer conflicts; admitted');
-    this.lastConflicts = refused;
     this.admission = { admitted: set.admitted, refused };
+    this.admissionStale = false;
     return this.admission;
   }
 
@@ -303,7 +308,7 @@ export class PeerTracker {
   }
 
   private changed(): void {
-    this.admission = undefined;
+    this.admissionStale = true;
     this.notify(true);
   }
 
