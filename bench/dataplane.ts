@@ -2,7 +2,9 @@
 // real process in its own namespace, with 5,000 peer leases in a real etcd.
 // Cold convergence (process start → every entry in the kernel) against the
 // raw `ip -batch` time for the same entries; drift repair latency for each
-// kind of damage; the daemon's RSS at 5,000 peers.
+// kind of damage; the daemon's RSS at 5,000 peers. Then the same again
+// dual-stack: 5,000 peers with an IPv6 subnet each, so twice the entries, and
+// the IPv6 entries' repair.
 import { readFile } from 'node:fs/promises';
 import { run } from '../src/exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
@@ -20,23 +22,30 @@ import {
   stopNode,
   type LogLine,
   type Node,
+  type PeerSpec,
 } from './node.ts';
 import { waitFor } from '../lab/kit/wait.ts';
 import type { BenchRow, BenchSuite } from './table.ts';
 
 const PEERS = 5_000;
 
-/** Raw `ip -batch` (and `bridge -batch`) time for the same entries in a fresh namespace. */
-async function rawBatchMs(lab: NetnsLab, backend: string): Promise<number> {
-  const ns = await lab.add(`raw-${backend}`);
+/**
+ * Raw `ip -batch` (and `bridge -batch`) time for the same entries in a fresh namespace (both
+ * families for a dual-stack node).
+ */
+async function rawBatchMs(lab: NetnsLab, backend: string, dualStack: boolean): Promise<number> {
+  const ns = await lab.add(`raw-${backend}${dualStack ? '-ds' : ''}`);
   await run('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
   await run('ip', ['-n', ns, 'addr', 'add', '172.16.0.2/12', 'dev', 'eth0']);
+  if (dualStack)
+    await run('ip', ['-n', ns, 'addr', 'add', 'fd00:172:16::2/64', 'dev', 'eth0', 'nodad']);
   await run('ip', ['-n', ns, 'link', 'set', 'eth0', 'up']);
   await run('ip', ['-n', ns, 'link', 'set', 'eth1', 'up']);
   const peers = Array.from({ length: PEERS }, (_, i) => peer(i));
   const sh = (file: string, input: string): Promise<unknown> =>
     nsRun(ns, [file, '-batch', '-'], { input, timeoutMs: 60_000 });
   const started = performance.now();
+  if (dualStack) await rawBatch6(sh, backend, peers);
   if (backend === 'vxlan') {
     await sh(
       'ip',
@@ -67,20 +76,60 @@ async function rawBatchMs(lab: NetnsLab, backend: string): Promise<number> {
   return performance.now() - started;
 }
 
+/** The IPv6 half of the raw yardstick: the entries twill makes for IPv6 peers. */
+async function rawBatch6(
+  sh: (file: string, input: string) => Promise<unknown>,
+  backend: string,
+  peers: readonly PeerSpec[],
+): Promise<void> {
+  const gw = (p: PeerSpec): string => p.subnet6.replace('/64', '');
+  if (backend !== 'vxlan') {
+    await sh(
+      'ip',
+      `${peers.map((p) => `route add ${p.subnet6} via ${p.ip6} dev eth0 proto ${ROUTE_PROTOCOL}`).join('\n')}\n`,
+    );
+    return;
+  }
+  await sh(
+    'ip',
+    [
+      'link add twill-v6.1 mtu 1430 type vxlan id 1 local fd00:172:16::2 dev eth0 dstport 8472 nolearning',
+      'link set twill-v6.1 up',
+      ...peers.map((p) => `neigh replace ${gw(p)} lladdr ${p.mac6} dev twill-v6.1 nud permanent`),
+      '',
+    ].join('\n'),
+  );
+  await sh(
+    'bridge',
+    `${peers.map((p) => `fdb append ${p.mac6} dev twill-v6.1 dst ${p.ip6} self permanent`).join('\n')}\n`,
+  );
+  await sh(
+    'ip',
+    `${peers.map((p) => `route add ${p.subnet6} via ${gw(p)} dev twill-v6.1 onlink proto ${ROUTE_PROTOCOL}`).join('\n')}\n`,
+  );
+}
+
+/** Every peer's routes in the kernel: IPv4, and IPv6 too on a dual-stack node. */
+async function allRoutes(n: Node): Promise<boolean> {
+  if ((await ownedRoutes(n.ns)) !== PEERS) return false;
+  return !n.dualStack || (await ownedRoutes(n.ns, '-6')) === PEERS;
+}
+
 /**
  * Process start → the pass that programmed every peer, from the daemon's own log (and checked in
  * the kernel).
  */
 async function coldConvergence(n: Node): Promise<{ fromStartMs: number; passMs: number }> {
   let done: LogLine | undefined;
+  const routes = n.dualStack ? 2 * PEERS : PEERS;
   await waitFor(
     async () => {
-      done = (await logLines(n.log)).find((l) => (l.ops?.['route add'] ?? 0) >= PEERS);
+      done = (await logLines(n.log)).find((l) => (l.ops?.['route add'] ?? 0) >= routes);
       return done !== undefined;
     },
     { timeoutMs: 120_000, what: 'cold convergence', everyMs: POLL_MS },
   );
-  await waitFor(async () => (await ownedRoutes(n.ns)) === PEERS, {
+  await waitFor(() => allRoutes(n), {
     timeoutMs: 10_000,
     what: 'every route in the kernel',
     everyMs: POLL_MS,
@@ -97,6 +146,8 @@ async function rssMiB(pid: number | undefined): Promise<number> {
 interface Drift {
   readonly name: string;
   readonly backends: readonly string[];
+  /** an IPv6 entry: run on the dual-stack node (and only there) */
+  readonly ipv6?: boolean;
   readonly breakIt: string[][];
   readonly healthy: (ns: string) => Promise<boolean>;
 }
@@ -110,7 +161,56 @@ const MASQ_OK = async (ns: string): Promise<boolean> => {
     parent.includes('-j TWILL-POSTRTG')
   );
 };
+const MASQ6_OK = async (ns: string): Promise<boolean> => {
+  const chain = await sh(ns, ['ip6tables', '-t', 'nat', '-S', 'TWILL-POSTRTG']).catch(() => '');
+  const parent = await sh(ns, ['ip6tables', '-t', 'nat', '-S', 'POSTROUTING']).catch(() => '');
+  return (
+    chain.split('\n').filter((l) => l.startsWith('-A')).length === 6 &&
+    parent.includes('-j TWILL-POSTRTG')
+  );
+};
+const GW6 = P0.subnet6.replace('/64', '');
 const DRIFTS: Drift[] = [
+  {
+    name: 'IPv6 route deleted',
+    backends: ['host-gw', 'vxlan'],
+    ipv6: true,
+    breakIt: [['ip', '-6', 'route', 'del', P0.subnet6]],
+    healthy: async (ns) =>
+      (await sh(ns, ['ip', '-6', 'route', 'show', P0.subnet6])).includes(`proto ${ROUTE_PROTOCOL}`),
+  },
+  {
+    name: 'IPv6 neighbour deleted',
+    backends: ['vxlan'],
+    ipv6: true,
+    breakIt: [['ip', '-6', 'neigh', 'del', GW6, 'dev', 'twill-v6.1']],
+    healthy: async (ns) =>
+      (await sh(ns, ['ip', '-6', 'neigh', 'show', GW6, 'dev', 'twill-v6.1'])).includes('PERMANENT'),
+  },
+  {
+    name: 'IPv6 FDB entry deleted',
+    backends: ['vxlan'],
+    ipv6: true,
+    breakIt: [['bridge', 'fdb', 'del', P0.mac6, 'dev', 'twill-v6.1', 'dst', P0.ip6, 'self']],
+    healthy: async (ns) =>
+      (await sh(ns, ['bridge', 'fdb', 'show', 'dev', 'twill-v6.1'])).includes(
+        `${P0.mac6} dst ${P0.ip6}`,
+      ),
+  },
+  {
+    name: 'IPv6 vxlan device deleted',
+    backends: ['vxlan'],
+    ipv6: true,
+    breakIt: [['ip', 'link', 'del', 'twill-v6.1']],
+    healthy: async (ns) => (await ownedRoutes(ns, '-6')) === PEERS,
+  },
+  {
+    name: 'IPv6 MASQUERADE rule deleted',
+    backends: ['host-gw', 'vxlan'],
+    ipv6: true,
+    breakIt: [['ip6tables', '-t', 'nat', '-D', 'TWILL-POSTRTG', '5']],
+    healthy: MASQ6_OK,
+  },
   {
     name: 'route deleted',
     backends: ['host-gw', 'vxlan'],
@@ -167,10 +267,14 @@ async function repairMs(ns: string, d: Drift): Promise<number> {
   return performance.now() - broken;
 }
 
-async function backendRows(backend: string): Promise<BenchRow[]> {
+async function backendRows(backend: string, dualStack = false): Promise<BenchRow[]> {
   const rawLab = new NetnsLab();
   const rows: BenchRow[] = [];
-  const n = await setupNode({ backend, name: `bench-${backend}` });
+  const name = `bench-${backend}${dualStack ? '-ds' : ''}`;
+  const n = await setupNode({ backend, name, dualStack });
+  // the dual-stack rows say so; the IPv4 rows keep their names
+  const label = dualStack ? `dual-stack ${backend}` : backend;
+  const entries = dualStack ? `${PEERS} dual-stack peers` : `${PEERS} peers`;
   try {
     // the floor: the same daemon with no peers at all
     await startTwill(n);
@@ -183,13 +287,14 @@ async function backendRows(backend: string): Promise<BenchRow[]> {
     const floor = await rssMiB(n.child?.pid);
     if (n.child) await stopProcess(n.child);
     await sh(n.ns, ['ip', 'link', 'del', `twill.1`]).catch(() => undefined);
+    await sh(n.ns, ['ip', 'link', 'del', `twill-v6.1`]).catch(() => undefined);
     await putLeases(n, PEERS);
     await startTwill(n);
     const cold = await coldConvergence(n);
-    const raw = await rawBatchMs(rawLab, backend);
+    const raw = await rawBatchMs(rawLab, backend, dualStack);
     rows.push({
       suite: 'dataplane',
-      figure: `cold convergence, ${PEERS} peers, ${backend} (process start → all entries)`,
+      figure: `cold convergence, ${entries}, ${label} (process start → all entries)`,
       value: Math.round(cold.fromStartMs),
       unit: 'ms',
       yardstick: { name: 'raw ip -batch', value: Math.round(raw) },
@@ -200,7 +305,7 @@ async function backendRows(backend: string): Promise<BenchRow[]> {
     });
     rows.push({
       suite: 'dataplane',
-      figure: `  the programming pass alone (observe, diff, apply), ${backend}`,
+      figure: `  the programming pass alone (observe, diff, apply), ${label}`,
       value: Math.round(cold.passMs),
       unit: 'ms',
       yardstick: { name: 'raw ip -batch', value: Math.round(raw) },
@@ -209,22 +314,26 @@ async function backendRows(backend: string): Promise<BenchRow[]> {
     const rss = await rssMiB(n.child?.pid);
     rows.push({
       suite: 'dataplane',
-      figure: `daemon RSS at ${PEERS} peers, ${backend}`,
+      figure: `daemon RSS at ${entries}, ${label}`,
       value: Math.round(rss),
       unit: 'MiB',
       target: { text: '≤ 80 MiB', met: rss <= 80 },
     });
     rows.push({
       suite: 'dataplane',
-      figure: `  the same daemon with no peers (Node + libraries floor), ${backend}`,
+      figure: `  the same daemon with no peers (Node + libraries floor), ${label}`,
       value: Math.round(floor),
       unit: 'MiB',
     });
-    for (const d of DRIFTS.filter((x) => x.backends.includes(backend))) {
+    // the IPv4 repairs on the IPv4 node, the IPv6 ones on the dual-stack node
+    const drifts = DRIFTS.filter(
+      (x) => x.backends.includes(backend) && (x.ipv6 === true) === dualStack,
+    );
+    for (const d of drifts) {
       const ms = await repairMs(n.ns, d);
       rows.push({
         suite: 'dataplane',
-        figure: `drift repair: ${d.name}, ${backend}, ${PEERS} peers`,
+        figure: `drift repair: ${d.name}, ${label}, ${entries}`,
         value: Math.round(ms),
         unit: 'ms',
         target: { text: '≤ 1000 ms', met: ms <= 1000 },
@@ -232,7 +341,7 @@ async function backendRows(backend: string): Promise<BenchRow[]> {
       await new Promise((r) => setTimeout(r, 300));
     }
   } finally {
-    if (process.env.TWILL_BENCH_KEEP_LOG) await run('cp', [n.log, `/tmp/bench-${backend}.log`]);
+    if (process.env.TWILL_BENCH_KEEP_LOG) await run('cp', [n.log, `/tmp/${name}.log`]);
     await stopNode(n);
     await rawLab.destroy();
   }
@@ -243,6 +352,11 @@ export const dataplaneSuite: BenchSuite = {
   name: 'dataplane',
   async run() {
     await sweepStaleNetns();
-    return [...(await backendRows('host-gw')), ...(await backendRows('vxlan'))];
+    return [
+      ...(await backendRows('host-gw')),
+      ...(await backendRows('vxlan')),
+      ...(await backendRows('host-gw', true)),
+      ...(await backendRows('vxlan', true)),
+    ];
   },
 };

@@ -2,7 +2,10 @@
 // (`twill run`, as the `twill` command runs it) as a real process in a node
 // namespace on one veth link to it. Shared by the dataplane, events and idle
 // suites; peer leases are synthetic, peer i at a fixed subnet, public IP and
-// VtepMAC on the /12 underlay, put straight into etcd from its namespace.
+// VtepMAC on the /12 underlay, put straight into etcd from its namespace. A
+// dual-stack node (`dualStack`) adds an IPv6 underlay (fd00:172:16::/64) and
+// network (fd00:10::/48), and every peer an IPv6 subnet, PublicIPv6 and
+// IPv6 VtepMAC in flannel's dual-stack key and value.
 import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -20,41 +23,68 @@ const NODE_FLAGS = (process.env.TWILL_BENCH_NODE_FLAGS ?? '').split(' ').filter(
 export const ETCD_PREFIX = '/coreos.com/network';
 
 export interface PeerSpec {
+  /** the key in an IPv4 network; a dual-stack one is `dualKey` */
   readonly key: string;
   readonly subnet: string;
   readonly ip: string;
   readonly mac: string;
+  /** the same peer in a dual-stack network */
+  readonly dualKey: string;
+  readonly subnet6: string;
+  readonly ip6: string;
+  readonly mac6: string;
 }
 
-/** Peer i: subnet 10.(1+(i>>8)).(i&255).0/24 (clear of 10.0.x), public IP on the /12 underlay. */
+/** the dual-stack bench node's IPv6 pod network and underlay */
+export const BENCH_IPV6_NETWORK = 'fd00:10::/48';
+const UNDERLAY6 = 'fd00:172:16::';
+
+/**
+ * Peer i: subnet 10.(1+(i>>8)).(i&255).0/24 (clear of 10.0.x), public IP on the /12 underlay; in
+ * a dual-stack network also fd00:10:0:<i+1>::/64 via fd00:172:16::<0x1000+i>.
+ */
 export function peer(i: number): PeerSpec {
   const a = 1 + (i >> 8);
   const b = i & 255;
+  const hex = (i + 1).toString(16);
+  const byte = (n: number): string => n.toString(16).padStart(2, '0');
   return {
     key: `10.${a}.${b}.0-24`,
     subnet: `10.${a}.${b}.0/24`,
     ip: `172.16.${a}.${b === 0 ? 1 : b}`,
-    mac: `02:42:00:00:${a.toString(16).padStart(2, '0')}:${b.toString(16).padStart(2, '0')}`,
+    mac: `02:42:00:00:${byte(a)}:${byte(b)}`,
+    dualKey: `10.${a}.${b}.0-24&fd00:10:0:${hex}::-64`,
+    subnet6: `fd00:10:0:${hex}::/64`,
+    ip6: `${UNDERLAY6}${(0x1000 + i).toString(16)}`,
+    mac6: `02:43:00:00:${byte(a)}:${byte(b)}`,
   };
 }
 
-/** The lease value flannel writes for peer `p` under `backend`. */
-export function leaseValue(p: PeerSpec, backend: string): string {
-  const base = { PublicIP: p.ip, PublicIPv6: null, BackendType: backend };
-  return JSON.stringify(
-    backend === 'vxlan' ? { ...base, BackendData: { VNI: 1, VtepMAC: p.mac } } : base,
-  );
+/** The lease value flannel writes for peer `p` under `backend` (dual-stack: both families). */
+export function leaseValue(p: PeerSpec, backend: string, dualStack = false): string {
+  const base = {
+    PublicIP: p.ip,
+    PublicIPv6: dualStack ? p.ip6 : null,
+    BackendType: backend,
+  };
+  if (backend !== 'vxlan') return JSON.stringify(base);
+  const v6 = dualStack ? { BackendV6Data: { VNI: 1, VtepMAC: p.mac6 } } : {};
+  return JSON.stringify({ ...base, BackendData: { VNI: 1, VtepMAC: p.mac }, ...v6 });
 }
 
-const PUT_SCRIPT = (o: { endpoint: string; backend: string; count: number }): string => `
+const PUT_SCRIPT = (o: {
+  endpoint: string;
+  backend: string;
+  count: number;
+  dualStack: boolean;
+}): string => `
 import { Etcd3 } from 'etcd3';
+import { leaseValue, peer } from './bench/node.ts';
 const c = new Etcd3({ hosts: '${o.endpoint}' });
 const put = (i) => {
-  const a = 1 + (i >> 8), b = i & 255;
-  const mac = '02:42:00:00:' + a.toString(16).padStart(2, '0') + ':' + b.toString(16).padStart(2, '0');
-  const v = ${o.backend === 'vxlan'} ? { PublicIP: '172.16.' + a + '.' + (b === 0 ? 1 : b), PublicIPv6: null, BackendType: 'vxlan', BackendData: { VNI: 1, VtepMAC: mac } }
-                                   : { PublicIP: '172.16.' + a + '.' + (b === 0 ? 1 : b), PublicIPv6: null, BackendType: 'host-gw' };
-  return c.put('${ETCD_PREFIX}/subnets/10.' + a + '.' + b + '.0-24').value(JSON.stringify(v));
+  const p = peer(i);
+  const key = ${o.dualStack} ? p.dualKey : p.key;
+  return c.put('${ETCD_PREFIX}/subnets/' + key).value(leaseValue(p, '${o.backend}', ${o.dualStack}));
 };
 for (let i = 0; i < ${o.count}; i += 250) await Promise.all(Array.from({ length: Math.min(250, ${o.count} - i) }, (_, k) => put(i + k)));
 c.close();
@@ -89,6 +119,8 @@ export interface Node {
   etcd: EtcdServer;
   dir: string;
   backend: string;
+  /** IPv4 + IPv6 (setupNode's `dualStack`) */
+  dualStack: boolean;
   child: ChildProcess | undefined;
   log: string;
   spawnedAt: number;
@@ -103,7 +135,12 @@ export const sh = (ns: string, args: string[], input?: string): Promise<string> 
 /**
  * etcd (with only the network config) and a node on one veth link; namespaces named after `name`.
  */
-export async function setupNode(o: { backend: string; name: string }): Promise<Node> {
+export async function setupNode(o: {
+  backend: string;
+  name: string;
+  dualStack?: boolean;
+}): Promise<Node> {
+  const dualStack = o.dualStack === true;
   const lab = new NetnsLab();
   const dir = await mkdtemp(join(tmpdir(), 'twill-bench-'));
   const etcdNs = await lab.add(`${o.name}-etcd`);
@@ -112,14 +149,20 @@ export async function setupNode(o: { backend: string; name: string }): Promise<N
     { ns: etcdNs, dev: 'eth0', cidr: '172.16.0.1/12' },
     { ns, dev: 'eth0', cidr: '172.16.0.2/12' },
   );
+  if (dualStack) {
+    await sh(etcdNs, ['ip', 'addr', 'add', `${UNDERLAY6}1/64`, 'dev', 'eth0', 'nodad']);
+    await sh(ns, ['ip', 'addr', 'add', `${UNDERLAY6}2/64`, 'dev', 'eth0', 'nodad']);
+  }
   const etcd = await startEtcd({ netns: etcdNs, host: '172.16.0.1', clientPort: 2379 });
+  const v6 = dualStack ? { EnableIPv6: true, IPv6Network: BENCH_IPV6_NETWORK } : {};
+  const config = { Network: '10.0.0.0/8', SubnetLen: 24, ...v6, Backend: { Type: o.backend } };
   await sh(etcdNs, [
     'etcdctl',
     '--endpoints',
     etcd.endpoint,
     'put',
     `${ETCD_PREFIX}/config`,
-    `{"Network":"10.0.0.0/8","SubnetLen":24,"Backend":{"Type":"${o.backend}"}}`,
+    JSON.stringify(config),
   ]);
   return {
     lab,
@@ -128,6 +171,7 @@ export async function setupNode(o: { backend: string; name: string }): Promise<N
     etcd,
     dir,
     backend: o.backend,
+    dualStack,
     child: undefined,
     log: join(dir, 'twill.log'),
     spawnedAt: 0,
@@ -137,7 +181,12 @@ export async function setupNode(o: { backend: string; name: string }): Promise<N
 /** Peers 0 … count-1 into etcd, 250 at a time, from the etcd namespace. */
 export async function putLeases(n: Node, count: number): Promise<void> {
   // npm runs the bench from the project root, where 'etcd3' resolves
-  const script = PUT_SCRIPT({ endpoint: n.etcd.endpoint, backend: n.backend, count });
+  const script = PUT_SCRIPT({
+    endpoint: n.etcd.endpoint,
+    backend: n.backend,
+    count,
+    dualStack: n.dualStack,
+  });
   await nsRun(n.etcdNs, [process.execPath, '--input-type=module', '-e', script], {
     timeoutMs: 120_000,
   });
@@ -170,8 +219,8 @@ export async function stopNode(n: Node): Promise<void> {
   await rm(n.dir, { recursive: true, force: true });
 }
 
-export async function ownedRoutes(ns: string): Promise<number> {
-  return (await sh(ns, ['ip', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)]))
-    .split('\n')
-    .filter(Boolean).length;
+/** The routes with twill's protocol in `ns`, IPv4 (or, `family` '-6', IPv6). */
+export async function ownedRoutes(ns: string, family: '-4' | '-6' = '-4'): Promise<number> {
+  const argv = ['ip', family, 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)];
+  return (await sh(ns, argv)).split('\n').filter(Boolean).length;
 }

@@ -3,8 +3,11 @@
 // bridge port, hairpin), the pod-side batch (lo, address, routes), and the
 // parsing of what `ip -json -batch` prints (which line failed:
 // src/exec/batch-errors.ts). Every value put into batch text goes through
-// `batchWord`.
+// `batchWord`. On a dual-stack node the IPv6 lines go into the same two
+// batches (no process more than IPv4 alone), and the pod batch runs behind a
+// few shell lines that prepare the pod's IPv6 settings (POD_IPV6_PRELUDE).
 import { formatCidr, formatIpv4, type Cidr } from '../src/net/ipv4.ts';
+import { formatCidr6, formatIpv6, type Cidr6 } from '../src/net/ipv6.ts';
 
 export interface HostWiring {
   readonly bridge: string;
@@ -16,6 +19,8 @@ export interface HostWiring {
   readonly mtu: number;
   /** gateway address and prefix to hold on the bridge (isGateway) */
   readonly gateway: { readonly addr: number; readonly prefix: number } | undefined;
+  /** dual-stack: the IPv6 gateway address and prefix to hold on the bridge (isGateway) */
+  readonly gateway6?: { readonly addr: bigint; readonly prefix: number } | undefined;
   readonly hairpin: boolean;
 }
 
@@ -74,6 +79,12 @@ export function hostAddBatch(w: HostWiring, createBridge: boolean): HostBatch {
     lines.push(
       `addr replace ${formatIpv4(w.gateway.addr)}/${w.gateway.prefix} broadcast + dev ${bridge}`,
     );
+  // nodad: the gateway is the first host of the node's own IPv6 subnet, unique by construction, and
+  // a tentative gateway would leave the first pods without IPv6 for a second or more
+  if (w.gateway6)
+    lines.push(
+      `addr replace ${formatIpv6(w.gateway6.addr)}/${w.gateway6.prefix} dev ${bridge} nodad`,
+    );
   lines.push(`link show dev ${bridge}`, `link show dev ${veth}`);
   return { lines, vethLine };
 }
@@ -85,26 +96,72 @@ export interface PodWiring {
   readonly gateway: number;
   readonly network: Cidr;
   readonly defaultRoute: boolean;
+  /** dual-stack: the pod's IPv6 address, the node's IPv6 subnet, gateway and network */
+  readonly v6?: PodWiring6 | undefined;
+}
+
+export interface PodWiring6 {
+  readonly address: bigint;
+  readonly subnet: Cidr6;
+  readonly gateway: bigint;
+  readonly network: Cidr6;
 }
 
 /** The batch run inside the pod's netns (through nsenter). */
 export function podAddBatch(p: PodWiring): string[] {
   const gw = formatIpv4(p.gateway);
+  const gw6 = p.v6 ? formatIpv6(p.v6.gateway) : '';
   batchWord(p.ifname);
   const lines = [
     'link set dev lo up',
     `addr add ${formatIpv4(p.address)}/${p.subnet.prefix} broadcast + dev ${p.ifname}`,
+  ];
+  // nodad: IPAM hands each address out once, so duplicate address detection would only keep it
+  // "tentative" (unusable) for a second or more after the pod starts; and with hairpin on, the
+  // bridge echoes the pod's own neighbour solicitations back, which DAD takes for a duplicate
+  if (p.v6)
+    lines.push(`addr add ${formatIpv6(p.v6.address)}/${p.v6.subnet.prefix} dev ${p.ifname} nodad`);
+  lines.push(
     `link set dev ${p.ifname} up`,
     `route add ${formatCidr(p.network)} via ${gw} dev ${p.ifname}`,
-  ];
+  );
   if (p.defaultRoute) lines.push(`route add default via ${gw} dev ${p.ifname}`);
+  if (p.v6) {
+    lines.push(`route add ${formatCidr6(p.v6.network)} via ${gw6} dev ${p.ifname}`);
+    if (p.defaultRoute) lines.push(`route add ::/0 via ${gw6} dev ${p.ifname}`);
+  }
   lines.push(`link show dev ${p.ifname}`);
   return lines;
 }
 
+/**
+ * What the pod's netns needs before the pod batch can give it an IPv6 address, as `sh -c` text run
+ * by nsenter inside that netns (net sysctls are those of the writer's netns, so this is the only
+ * way to reach the pod's without a process more: nsenter execs sh, sh execs ip). `$1` is the pod's
+ * interface. IPv6 is turned on when the runtime (or the namespace's defaults) turned it off (`ip
+ * addr add` of an IPv6 address fails otherwise), only in the pod's netns; and duplicate address
+ * detection is turned off on the pod's interface before it comes up, so that its link-local
+ * address is not held "tentative" (or found "duplicate" through the hairpin echo) either: the
+ * global address has `nodad` too (see podAddBatch).
+ */
+export const POD_IPV6_PRELUDE = [
+  'set -e',
+  'c=/proc/sys/net/ipv6/conf',
+  // all first: writing it sets every interface's value too. `read` returns 1 on these files (a
+  // sysctl read at a non-zero offset is EOF, so the newline never comes) with the value read; a
+  // missing file (no IPv6 in the kernel) still fails, at the write
+  'for f in all "$1"; do v=; read -r v < "$c/$f/disable_ipv6" || :; [ "$v" = 0 ] || echo 0 > "$c/$f/disable_ipv6"; done',
+  'echo 0 > "$c/$1/accept_dad"',
+  'exec ip -json -batch -',
+].join('\n');
+
 /** The batch CHECK runs inside the pod's netns. */
-export function podCheckBatch(ifname: string): string[] {
-  return [`addr show dev ${batchWord(ifname)}`, `route show dev ${ifname}`];
+export function podCheckBatch(ifname: string, dualStack = false): string[] {
+  const lines = [`addr show dev ${batchWord(ifname)}`, `route show dev ${ifname}`];
+  // `route show` lists IPv4 routes only, and a batch line takes no -6; `table all` lists both
+  // families (the main table's routes are the ones without a "table" key)
+  if (dualStack) lines.push(`route show table all dev ${ifname}`);
+  return lines;
 }
 
 /** Each JSON array `ip -json -batch` printed, in order (one per show command). */

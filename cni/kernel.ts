@@ -3,12 +3,14 @@
 // pod's netns through `nsenter --net=<CNI_NETNS>`, the kind of an existing
 // link (and its addresses), the names of the links in the plugin's netns
 // (read from /proc/self/net/dev, no process), STATUS's throwaway bridge,
-// link deletion that treats "already gone" as done, and IPv4 forwarding for
-// the gateway bridge.
-import { readFile } from 'node:fs/promises';
+// link deletion that treats "already gone" as done, and IPv6 forwarding for
+// the gateway bridge of a dual-stack node (IPv4's: src/dataplane/sysctl.ts).
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describeError, TwillError } from '../src/errors.ts';
 import { failedLines } from '../src/exec/batch-errors.ts';
 import { CommandError, isNoDevice, type Runner } from '../src/exec/runner.ts';
-import { batchWord, jsonOutputs } from './ip-batch.ts';
+import { POD_IPV6_PRELUDE, batchWord, jsonOutputs } from './ip-batch.ts';
 
 export interface KernelDeps {
   readonly runner: Runner;
@@ -31,13 +33,20 @@ export async function hostBatch(k: KernelDeps, lines: readonly string[]): Promis
   return jsonOutputs(stdout);
 }
 
-/** Runs a batch inside the netns at `netns` (a path). */
+/**
+ * Runs a batch inside the netns at `netns` (a path). With `ipv6Ifname` (a dual-stack ADD), the
+ * same one process first prepares IPv6 in that netns for that interface (POD_IPV6_PRELUDE).
+ */
 export async function podBatch(
   k: KernelDeps,
   netns: string,
   lines: readonly string[],
+  o: { ipv6Ifname?: string | undefined } = {},
 ): Promise<unknown[][]> {
-  const args = [`--net=${netns}`, 'ip', '-json', '-batch', '-'];
+  const args =
+    o.ipv6Ifname === undefined
+      ? [`--net=${netns}`, 'ip', '-json', '-batch', '-']
+      : [`--net=${netns}`, '/bin/sh', '-c', POD_IPV6_PRELUDE, 'sh', batchWord(o.ipv6Ifname)];
   const { stdout } = await k.runner('nsenter', args, {
     input: batchInput(lines),
     signal: k.signal,
@@ -87,9 +96,10 @@ export async function linkKind(k: KernelDeps, dev: string): Promise<LinkKind | u
   }
 }
 
-/** A host link's kind and its IPv4 addresses. */
+/** A host link's kind and its IPv4 and IPv6 addresses. */
 export interface LinkAddrs extends LinkKind {
   readonly inet: readonly { readonly local: string; readonly prefixlen: number }[];
+  readonly inet6: readonly { readonly local: string; readonly prefixlen: number }[];
 }
 
 /**
@@ -109,16 +119,56 @@ export async function linkAddrs(k: KernelDeps, dev: string): Promise<LinkAddrs |
     });
     const [link] = JSON.parse(stdout) as Shown[];
     if (!link) return undefined;
-    const inet = (link.addr_info ?? []).flatMap((a) =>
-      a.family === 'inet' && typeof a.local === 'string'
-        ? [{ local: a.local, prefixlen: Number(a.prefixlen) }]
-        : [],
-    );
-    return { kind: link.linkinfo?.info_kind, linkType: link.link_type, inet };
+    const family = (f: string) =>
+      (link.addr_info ?? []).flatMap((a) =>
+        a.family === f && typeof a.local === 'string'
+          ? [{ local: a.local, prefixlen: Number(a.prefixlen) }]
+          : [],
+      );
+    return {
+      kind: link.linkinfo?.info_kind,
+      linkType: link.link_type,
+      inet: family('inet'),
+      inet6: family('inet6'),
+    };
   } catch (err) {
     if (isNoDevice(err)) return undefined;
     throw err;
   }
+}
+
+/**
+ * Sets net.ipv6.conf.all.forwarding to 1 under `dir` (the plugin's own /proc/sys/net) when it is
+ * not, as the reference bridge plugin does for an IPv6 gateway; true when it had to. Failures throw
+ * SYSCTL_FAILED (code 5) naming the file.
+ */
+export async function ensureIpv6Forward(dir: string): Promise<boolean> {
+  const path = join(dir, 'ipv6/conf/all/forwarding');
+  let value: string;
+  try {
+    value = (await readFile(path, 'utf8')).trim();
+  } catch (err) {
+    throw new TwillError(
+      'SYSCTL_FAILED',
+      `cannot read net.ipv6.conf.all.forwarding: ${describeError(err)}`,
+      { cause: err },
+    );
+  }
+  if (value === '1') return false;
+  try {
+    await writeFile(path, '1\n');
+  } catch (err) {
+    const hint =
+      (err as NodeJS.ErrnoException).code === 'EROFS'
+        ? ' (read-only: the runtime must run CNI plugins with a writable /proc/sys)'
+        : '';
+    throw new TwillError(
+      'SYSCTL_FAILED',
+      `net.ipv6.conf.all.forwarding is ${value}, cannot set it to 1: ${describeError(err)}${hint}`,
+      { cause: err },
+    );
+  }
+  return true;
 }
 
 /**

@@ -1,5 +1,6 @@
 // ADD results in the shape each spec version asks for (0.3.x and 0.4.0 carry
-// `version: "4"` on every IP, 1.1.0 adds interface MTUs), and the reading of
+// `version: "4"` or `"6"` on every IP, 1.1.0 adds interface MTUs; a
+// dual-stack pod's IPv6 address follows its IPv4 one), and the reading of
 // a previous result (CHECK, chained plugins) whatever its version.
 import { atLeast, type CniVersion } from './version.ts';
 
@@ -17,6 +18,8 @@ export interface Attachment {
   /** "10.244.3.5/24" */
   readonly address: string;
   readonly gateway: string;
+  /** dual-stack: the pod's IPv6 address ("fd00:0:0:3::2/64") and gateway */
+  readonly ip6?: { readonly address: string; readonly gateway: string } | undefined;
   readonly routes: readonly { readonly dst: string; readonly gw: string }[];
 }
 
@@ -31,16 +34,16 @@ function iface(v: CniVersion, i: ResultInterface): Record<string, unknown> {
 
 /** The ADD result for `version`; the pod interface is index 2, as the bridge plugin has it. */
 export function renderResult(version: CniVersion, a: Attachment): Record<string, unknown> {
-  const ip = {
-    ...(atLeast(version, '1.0.0') ? {} : { version: '4' }),
+  const ip = (family: '4' | '6', address: string, gateway: string) => ({
+    ...(atLeast(version, '1.0.0') ? {} : { version: family }),
     interface: 2,
-    address: a.address,
-    gateway: a.gateway,
-  };
+    address,
+    gateway,
+  });
   return {
     cniVersion: version,
     interfaces: [a.bridge, a.host, a.pod].map((i) => iface(version, i)),
-    ips: [ip],
+    ips: [ip('4', a.address, a.gateway), ...(a.ip6 ? [ip('6', a.ip6.address, a.ip6.gateway)] : [])],
     routes: a.routes.map((r) => ({ dst: r.dst, gw: r.gw })),
     dns: {},
   };

@@ -13,6 +13,8 @@ export interface LabPod {
   readonly name: string;
   readonly node: string;
   readonly ip: string;
+  /** the pod's IPv6 address on a dual-stack lab */
+  readonly ip6?: string;
 }
 
 export interface LabNode {
@@ -77,6 +79,8 @@ export interface Cluster {
   readonly description: string;
   /** the address every pod must reach outside the cluster */
   readonly outsideIp: string;
+  /** a dual-stack lab: the outside host's IPv6 address, which pods must reach too */
+  readonly outsideIp6?: string;
   /** the etcd endpoint as nodes see it */
   readonly etcdEndpoint: string;
   /** the etcd key prefix twill uses */

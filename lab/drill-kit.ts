@@ -27,6 +27,8 @@ export interface Drill {
   readonly targetMs: number;
   /** only for this backend (others report "n/a") */
   readonly only?: 'vxlan';
+  /** only on a dual-stack lab (`up --dual-stack`; others report "n/a") */
+  readonly dualStackOnly?: boolean;
   /** the lab modes it applies to (`drill all` runs these; others report "n/a") */
   readonly stores: readonly LabMode[];
   /**
@@ -38,9 +40,14 @@ export interface Drill {
 }
 
 export interface Entries {
+  /** both families */
   readonly routes: string[];
+  /** on twill.1 */
   readonly neighs: string[];
   readonly fdb: string[];
+  /** on twill-v6.1 (dual-stack vxlan) */
+  readonly neighs6: string[];
+  readonly fdb6: string[];
 }
 
 const lines = (t: string): string[] =>
@@ -50,26 +57,41 @@ const lines = (t: string): string[] =>
     .filter(Boolean)
     .sort();
 
-/** A node's routes with twill's protocol (one `ip route`, cheap enough to poll), sorted lines. */
+/** twill's IPv4 and IPv6 vxlan devices for the lab's VNI */
+export const VXLAN_DEV = 'twill.1';
+export const VXLAN6_DEV = 'twill-v6.1';
+
+/**
+ * A node's routes with twill's protocol, both families (two `ip route`s, cheap enough to poll),
+ * sorted lines.
+ */
 export async function ownRoutes(c: Cluster, node: string): Promise<string[]> {
-  const all = await c.sh({ node }, ['ip', 'route', 'show', 'table', 'main']).catch(() => '');
-  return lines(all).filter((l) => l.includes(`proto ${ROUTE_PROTOCOL}`));
+  const show = (family: string): Promise<string> =>
+    c.sh({ node }, ['ip', family, 'route', 'show', 'table', 'main']).catch(() => '');
+  const [v4, v6] = await Promise.all([show('-4'), show('-6')]);
+  return lines(`${v4}\n${v6}`).filter((l) => l.includes(`proto ${ROUTE_PROTOCOL}`));
 }
 
 /**
  * A node's owned entries: routes with twill's protocol, permanent neighbours and FDB entries on
- * twill.1.
+ * twill.1 and (dual-stack) twill-v6.1; a device that is not there has none.
  */
 export async function entries(c: Cluster, node: string): Promise<Entries> {
   const sh = (argv: string[]): Promise<string> => c.sh({ node }, argv).catch(() => '');
-  const [routes, neighs, fdb] = await Promise.all([
-    ownRoutes(c, node),
-    sh(['ip', 'neigh', 'show', 'dev', 'twill.1', 'nud', 'permanent']).then(lines),
-    sh(['bridge', 'fdb', 'show', 'dev', 'twill.1']).then((t) =>
+  const neigh = (dev: string): Promise<string[]> =>
+    sh(['ip', 'neigh', 'show', 'dev', dev, 'nud', 'permanent']).then(lines);
+  const fdbOf = (dev: string): Promise<string[]> =>
+    sh(['bridge', 'fdb', 'show', 'dev', dev]).then((t) =>
       lines(t).filter((l) => l.includes('permanent')),
-    ),
+    );
+  const [routes, neighs, fdb, neighs6, fdb6] = await Promise.all([
+    ownRoutes(c, node),
+    neigh(VXLAN_DEV),
+    fdbOf(VXLAN_DEV),
+    neigh(VXLAN6_DEV),
+    fdbOf(VXLAN6_DEV),
   ]);
-  return { routes, neighs, fdb };
+  return { routes, neighs, fdb, neighs6, fdb6 };
 }
 
 /**
@@ -78,18 +100,25 @@ export async function entries(c: Cluster, node: string): Promise<Entries> {
  */
 export async function ownState(c: Cluster, node: string): Promise<string> {
   const sh = (argv: string[]): Promise<string> => c.sh({ node }, argv).catch(() => '');
-  const chain = (table: string, name: string): Promise<string[]> =>
-    sh(['iptables', '-w', '5', '-t', table, '-S', name]).then((t) =>
-      t.split('\n').filter((l) => l.startsWith('-A')),
-    );
-  const [e, masq, post, fwd, forward] = await Promise.all([
+  const chains = async (cmd: 'iptables' | 'ip6tables'): Promise<Record<string, string[]>> => {
+    const chain = (table: string, name: string): Promise<string[]> =>
+      sh([cmd, '-w', '5', '-t', table, '-S', name]).then((t) =>
+        t.split('\n').filter((l) => l.startsWith('-A')),
+      );
+    const [masq, post, fwd, forward] = await Promise.all([
+      chain('nat', 'TWILL-POSTRTG'),
+      chain('nat', 'POSTROUTING').then((r) => r.filter((l) => l.includes('TWILL-'))),
+      chain('filter', 'TWILL-FWD'),
+      chain('filter', 'FORWARD').then((r) => r.filter((l) => l.includes('TWILL-'))),
+    ]);
+    return { masq, post, fwd, forward };
+  };
+  const [e, v4, v6] = await Promise.all([
     entries(c, node),
-    chain('nat', 'TWILL-POSTRTG'),
-    chain('nat', 'POSTROUTING').then((r) => r.filter((l) => l.includes('TWILL-'))),
-    chain('filter', 'TWILL-FWD'),
-    chain('filter', 'FORWARD').then((r) => r.filter((l) => l.includes('TWILL-'))),
+    chains('iptables'),
+    chains('ip6tables'),
   ]);
-  return JSON.stringify({ ...e, masq, post, fwd, forward });
+  return JSON.stringify({ ...e, ...v4, v6 });
 }
 
 /**
@@ -106,7 +135,8 @@ export async function leftovers(c: Cluster): Promise<string[]> {
   for (const n of nodes) {
     const peers = all.filter((l) => l.publicIp !== n.ip && ips.has(l.publicIp));
     const e = await entries(c, n.name);
-    const want = new Set(peers.map((p) => p.subnet));
+    const peers6 = peers.filter((p) => p.subnet6 !== undefined);
+    const want = new Set(peers.flatMap((p) => [p.subnet, ...(p.subnet6 ? [p.subnet6] : [])]));
     const have = e.routes.map((r) => r.split(' ')[0] ?? '');
     for (const r of have)
       if (!want.has(r)) problems.push(`${n.name}: route ${r} that no live peer explains`);
@@ -118,11 +148,21 @@ export async function leftovers(c: Cluster): Promise<string[]> {
       );
     if (e.fdb.length !== perPeer)
       problems.push(`${n.name}: ${e.fdb.length} FDB entries on twill.1, want ${perPeer}`);
-    const chain = await c
-      .sh({ node: n.name }, ['iptables', '-t', 'nat', '-S', 'TWILL-POSTRTG'])
-      .catch(() => '');
-    if (chain.split('\n').filter((l) => l.startsWith('-A')).length !== 6)
-      problems.push(`${n.name}: TWILL-POSTRTG does not hold its 6 rules`);
+    const perPeer6 = backend === 'vxlan' ? peers6.length : 0;
+    if (e.neighs6.length !== perPeer6)
+      problems.push(
+        `${n.name}: ${e.neighs6.length} permanent neighbours on ${VXLAN6_DEV}, want ${perPeer6}`,
+      );
+    if (e.fdb6.length !== perPeer6)
+      problems.push(`${n.name}: ${e.fdb6.length} FDB entries on ${VXLAN6_DEV}, want ${perPeer6}`);
+    const own = all.find((l) => l.publicIp === n.ip);
+    for (const cmd of own?.subnet6 === undefined ? ['iptables'] : ['iptables', 'ip6tables']) {
+      const chain = await c
+        .sh({ node: n.name }, [cmd, '-t', 'nat', '-S', 'TWILL-POSTRTG'])
+        .catch(() => '');
+      if (chain.split('\n').filter((l) => l.startsWith('-A')).length !== 6)
+        problems.push(`${n.name}: ${cmd}'s TWILL-POSTRTG does not hold its 6 rules`);
+    }
   }
   return problems;
 }

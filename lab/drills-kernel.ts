@@ -1,9 +1,18 @@
 // Drills that break a node's kernel state or its twill process: the
 // masquerade rule, the nat table, a peer's route, neighbour and FDB entry,
-// the vxlan device; twill killed and restarted under a steady ping. They
-// apply to both store modes.
+// the vxlan device; twill killed and restarted under a steady ping; on a
+// dual-stack lab the same breaks again in IPv6 (ip6tables, the IPv6 route,
+// neighbour and FDB entry, twill-v6.1). They apply to both store modes.
 import type { Cluster } from './cluster.ts';
-import { BOTH_STORES, entries, logCount, ownState, steadyPing, type Drill } from './drill-kit.ts';
+import {
+  BOTH_STORES,
+  entries,
+  logCount,
+  ownState,
+  steadyPing,
+  VXLAN6_DEV,
+  type Drill,
+} from './drill-kit.ts';
 import { QUIET_MS, timeRepair, watchKernel, type Healing } from './kernel-watch.ts';
 import { passesBetween, renderStages } from './pass-log.ts';
 import { leaseOf } from './store-view.ts';
@@ -22,6 +31,7 @@ function kernelDrill(o: {
   name: string;
   broke: string;
   only?: 'vxlan';
+  dualStackOnly?: boolean;
   argv: (c: Cluster) => Promise<string[]>;
 }): Drill {
   return {
@@ -30,6 +40,7 @@ function kernelDrill(o: {
     targetMs: 1_000,
     stores: BOTH_STORES,
     ...(o.only ? { only: o.only } : {}),
+    ...(o.dualStackOnly === true ? { dualStackOnly: true } : {}),
     async run(c) {
       const node = await first(c, 0);
       const argv = await o.argv(c);
@@ -68,6 +79,65 @@ function observed(h: Healing): string {
 
 const peerSubnet = async (c: Cluster): Promise<string> =>
   (await leaseOf(c, (await c.nodes())[1]?.ip ?? ''))?.subnet ?? '';
+
+/** The second node's lease's IPv6 subnet and PublicIPv6 (a dual-stack lab). */
+const peer6 = async (c: Cluster): Promise<{ subnet6: string; ip6: string }> => {
+  const l = await leaseOf(c, (await c.nodes())[1]?.ip ?? '');
+  if (l?.subnet6 === undefined || l.publicIp6 === undefined)
+    throw new Error('the second node holds no dual-stack lease');
+  return { subnet6: l.subnet6, ip6: l.publicIp6 };
+};
+
+/** The same breaks as the IPv4 drills, in IPv6: a dual-stack lab only. */
+const IPV6_DRILLS: readonly Drill[] = [
+  kernelDrill({
+    name: 'masq6-rule',
+    broke: 'IPv6 MASQUERADE rule deleted',
+    dualStackOnly: true,
+    argv: async () => ['ip6tables', '-t', 'nat', '-D', 'TWILL-POSTRTG', '5'],
+  }),
+  kernelDrill({
+    name: 'peer-route6',
+    broke: 'a peer IPv6 route deleted',
+    dualStackOnly: true,
+    argv: async (c) => ['ip', '-6', 'route', 'del', (await peer6(c)).subnet6],
+  }),
+  kernelDrill({
+    name: 'peer-neigh6',
+    broke: 'a peer IPv6 neighbour deleted',
+    only: 'vxlan',
+    dualStackOnly: true,
+    argv: async (c) => [
+      'ip',
+      '-6',
+      'neigh',
+      'del',
+      (await peer6(c)).subnet6.split('/')[0] ?? '',
+      'dev',
+      VXLAN6_DEV,
+    ],
+  }),
+  kernelDrill({
+    name: 'peer-fdb6',
+    broke: 'a peer IPv6 FDB entry deleted',
+    only: 'vxlan',
+    dualStackOnly: true,
+    argv: async (c) => {
+      const { ip6 } = await peer6(c);
+      const line =
+        (await entries(c, await first(c, 0))).fdb6.find((f) => f.includes(`dst ${ip6} `)) ?? '';
+      const mac = line.split(' ')[0] ?? '';
+      return ['bridge', 'fdb', 'del', mac, 'dev', VXLAN6_DEV, 'dst', ip6, 'self'];
+    },
+  }),
+  kernelDrill({
+    name: 'vxlan6-device',
+    broke: 'the IPv6 vxlan device deleted',
+    only: 'vxlan',
+    dualStackOnly: true,
+    argv: async () => ['ip', 'link', 'del', VXLAN6_DEV],
+  }),
+];
 
 export const KERNEL_DRILLS: readonly Drill[] = [
   kernelDrill({
@@ -127,6 +197,7 @@ export const KERNEL_DRILLS: readonly Drill[] = [
     only: 'vxlan',
     argv: async () => ['ip', 'link', 'del', 'twill.1'],
   }),
+  ...IPV6_DRILLS,
   {
     name: 'kill-restart',
     broke: 'twill SIGKILLed and restarted',

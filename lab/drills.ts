@@ -49,6 +49,8 @@ export interface DrillResult {
 async function notApplicable(c: Cluster, d: Drill): Promise<string | undefined> {
   if (!d.stores.includes(c.mode)) return `n/a: ${d.stores.join(' or ')} lab only`;
   if (d.only && (await backendOf(c)) !== d.only) return `n/a: ${d.only} only`;
+  if (d.dualStackOnly === true && c.outsideIp6 === undefined)
+    return 'n/a: dual-stack lab only (up --dual-stack)';
   return undefined;
 }
 

@@ -32,13 +32,15 @@ export function parseStamped(raw: string): { at: number; line: string } | undefi
 }
 
 /**
- * Whether a monitor line is about something twill owns: its device, routes
- * with its protocol, its chains and the jumps to them. IPv6 lines are the
- * kernel's own link-local churn on twill's device (twill is IPv4-only).
+ * Whether a monitor line is about something twill owns: its devices (both families), routes
+ * with its protocol, its chains and the jumps to them. Link-local and multicast IPv6 lines
+ * (fe80::/10, ff00::/8, the local table) are the kernel's own churn on twill's devices.
  */
 export function concernsTwill(line: string): boolean {
-  if (line.includes('inet6') || line.includes('::')) return false;
-  return /\btwill\.\d+\b|\bproto 151\b|TWILL-|\b(nat|filter) (POSTROUTING|FORWARD)\b/.test(line);
+  if (/\bfe[89ab][0-9a-f]:|\bff[0-9a-f]{2}:|\btable local\b/.test(line)) return false;
+  return /\btwill(-v6)?\.\d+\b|\bproto 151\b|TWILL-|\b(nat|filter) (POSTROUTING|FORWARD)\b/.test(
+    line,
+  );
 }
 
 export interface KernelWatch {

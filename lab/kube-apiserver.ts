@@ -98,6 +98,9 @@ export function apiServerArgs(o: {
     // then;
     // elsewhere (the lab) pods reach the apiserver through that Service, as in-cluster clients do
     ...(o.host.startsWith('127.') ? ['--endpoint-reconciler-type=none'] : []),
+    // v1.20 keeps a Node's second (IPv6) podCIDR only with dual-stack on: the dual-stack lab and
+    // tests give Nodes both families, as a controller-manager with two --cluster-cidrs does
+    '--feature-gates=IPv6DualStack=true',
     '--profiling=false',
     '--v=1',
   ];

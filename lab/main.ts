@@ -1,10 +1,10 @@
 // `npm run lab -- <command>`: the netns lab (as root).
 //   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw] [--store etcd|kube] [--slow F]
-// [--etcd-members N]
+// [--etcd-members N] [--dual-stack]
 //                                                         bring it up, print the matrix
 //                                                         (--slow: as on a machine F times slower;
 //                                                         --etcd-members 3: an etcd cluster, twill
-// given every member)
+// given every member; --dual-stack: IPv4 + IPv6 underlay, pods and matrix)
 //   up --kubelet [--nodes 3] [--pods 2]                   a real cluster: kubelet, containerd and
 //                                                         kube-proxy per node, deploy/ as shipped
 //   status                                                print the matrix and where the logs are
@@ -136,6 +136,7 @@ interface UpOptions {
   readonly etcdMembers?: number;
   readonly vagrant?: boolean;
   readonly spares?: number;
+  readonly dualStack?: boolean;
 }
 
 function etcdMembersOf(value: string): number {
@@ -153,6 +154,10 @@ async function up(o: UpOptions & { name: string }): Promise<number> {
       `a lab named ${o.name} is already up (npm run lab -- down${o.name === 'twlab' ? '' : ` --name ${o.name}`})`,
     );
   await ensureBuilt();
+  if (o.dualStack === true && o.kubelet === true)
+    throw new Error(
+      '--dual-stack is for the netns lab with either store (--store etcd|kube), not --kubelet: deploy/ as shipped is IPv4',
+    );
   if (o.kubelet === true && (o.slow !== undefined || o.backend !== 'vxlan' || o.store !== 'etcd'))
     throw new Error(
       '--kubelet runs deploy/ as shipped (vxlan, the Kubernetes API as store) at full speed: no --backend, --store or --slow',
@@ -164,6 +169,7 @@ async function up(o: UpOptions & { name: string }): Promise<number> {
     ...(o.slow === undefined ? {} : { slow: o.slow }),
     ...(o.kubelet === true ? { kubelet: true } : {}),
     ...(o.etcdMembers === undefined ? {} : { etcdMembers: o.etcdMembers }),
+    ...(o.dualStack === true ? { dualStack: true } : {}),
   });
   if (o.slow !== undefined)
     process.stderr.write(
@@ -186,10 +192,11 @@ async function upVagrant(o: UpOptions): Promise<number> {
     o.kubelet === true ||
     o.store !== 'etcd' ||
     o.slow !== undefined ||
-    o.etcdMembers !== undefined
+    o.etcdMembers !== undefined ||
+    o.dualStack === true
   )
     throw new Error(
-      '--vagrant runs the etcd lab on Vagrant machines: no --kubelet, --store kube, --slow or --etcd-members',
+      '--vagrant runs the etcd lab on Vagrant machines: no --kubelet, --store kube, --slow, --etcd-members or --dual-stack',
     );
   if (await readSettings())
     throw new Error('a Vagrant lab is already up here (npm run lab -- down --vagrant)');
@@ -337,6 +344,10 @@ async function main(argv: string[]): Promise<number> {
       '--etcd-members <n>',
       `etcd as a cluster of <n> members (1 to ${MAX_ETCD_MEMBERS}) in the etcd namespace, on ports 2379, 22379, 32379…; twill gets every endpoint (etcd store only)`,
       etcdMembersOf,
+    )
+    .option(
+      '--dual-stack',
+      'IPv4 and IPv6: an IPv6 underlay beside the IPv4 one, EnableIPv6 in the network config, pods with both, the matrix in both families',
     )
     .option(
       '--kubelet',

@@ -38,14 +38,17 @@ export async function ping(c: Cluster, from: string, ip: string, timeoutS = 0.3)
 
 export async function connectivity(c: Cluster, o: { timeoutS?: number } = {}): Promise<Matrix> {
   const pods = await c.pods();
+  // a dual-stack lab: every pod and the outside host once more by IPv6 ("n1-p1/6")
   const targets = [
     ...pods.map((p) => ({ name: p.name, ip: p.ip })),
     { name: 'outside', ip: c.outsideIp },
+    ...pods.flatMap((p) => (p.ip6 ? [{ name: `${p.name}/6`, ip: p.ip6 }] : [])),
+    ...(c.outsideIp6 ? [{ name: 'outside/6', ip: c.outsideIp6 }] : []),
   ];
   const jobs = pods.flatMap((p) =>
     targets.map(
       (t) => async (): Promise<boolean | null> =>
-        t.name === p.name ? null : ping(c, p.name, t.ip, o.timeoutS),
+        t.name === p.name || t.name === `${p.name}/6` ? null : ping(c, p.name, t.ip, o.timeoutS),
     ),
   );
   const flat = await pool(jobs, 24);

@@ -7,7 +7,9 @@
 // netns-kube.ts), one member on port 2379 or (`up --etcd-members 3`) a
 // cluster of members on ports 2379, 22379, 32379…; node k is 10.123.0.(10+k)
 // and runs `twill run --ip-masq` as a real process; pods are namespaces wired
-// by the twill-cni executable, called as a runtime calls it. Every name
+// by the twill-cni executable, called as a runtime calls it. `up --dual-stack`
+// adds IPv6 everywhere: the underlay (kit/underlay.ts), EnableIPv6 in the
+// network config, both podCIDRs in kube mode, pods with both families. Every name
 // starts with the lab's name, so `down` finds everything, even after a crash.
 import { mkdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -19,6 +21,7 @@ import {
   adminKubectl,
   applyRbac,
   kubeLab,
+  labNetConfig,
   nodeObject,
   prepareKubeLab,
   spawnLabApiServer,
@@ -36,8 +39,11 @@ import {
   buildRouter,
   detachHost,
   ETCD_IP,
+  ETCD_IP6,
   nodeIp,
+  nodeIp6,
   OUTSIDE_IP,
+  OUTSIDE_IP6,
 } from './kit/underlay.ts';
 import { until } from './kit/wait.ts';
 import { labDir, readState, writeState, type LabState, type NodeState } from './state.ts';
@@ -55,6 +61,7 @@ export const HEALTHZ_PORT = 9810;
 export class NetnsCluster implements Cluster {
   readonly description: string;
   readonly outsideIp = OUTSIDE_IP;
+  readonly outsideIp6: string | undefined;
   /** every etcd member's client URL, member 1 first */
   readonly etcdEndpoints: readonly string[];
   /**
@@ -84,12 +91,14 @@ export class NetnsCluster implements Cluster {
       (_, i) => `http://${ETCD_IP}:${etcdClientPort(i + 1)}`,
     );
     this.etcdEndpoint = this.etcdEndpoints.join(',');
+    this.outsideIp6 = state.dualStack === true ? OUTSIDE_IP6 : undefined;
     const how = state.kubelet
       ? ', kubelet + DaemonSet'
       : state.store === 'kube'
         ? ', Kubernetes API'
         : '';
-    this.description = `netns lab ${state.name} (${state.backend}${how})`;
+    const family = state.dualStack === true ? ', dual-stack' : '';
+    this.description = `netns lab ${state.name} (${state.backend}${how}${family})`;
     this.kubelet = state.kubelet
       ? new KubeletNodes({
           state,
@@ -132,6 +141,7 @@ export class NetnsCluster implements Cluster {
     slow?: number;
     kubelet?: boolean;
     etcdMembers?: number;
+    dualStack?: boolean;
   }): Promise<NetnsCluster> {
     const store = o.kubelet === true ? 'kube' : (o.store ?? 'etcd');
     const kubelet = o.kubelet === true ? { kubelet: KubeletNodes.initialState() } : {};
@@ -155,14 +165,16 @@ export class NetnsCluster implements Cluster {
       nodes: [],
       nextIndex: 1,
       ...(o.slow === undefined ? {} : { slow: o.slow }),
+      ...(o.dualStack === true ? { dualStack: true } : {}),
       ...kubelet,
       ...etcd,
     });
     await mkdir(c.dir, { recursive: true });
     await writeState(c.state);
     if (o.slow !== undefined) await createThrottle(o.name, o.slow);
-    await buildRouter(await c.addNs('rt'), await c.addNs('out'));
-    await c.attach('etcd', ETCD_IP);
+    const dual = { dualStack: o.dualStack === true };
+    await buildRouter(await c.addNs('rt'), await c.addNs('out'), { ipv6: dual.dualStack });
+    await c.attach('etcd', ETCD_IP, dual.dualStack ? ETCD_IP6 : undefined);
     await c.startEtcd({ wipe: true });
     if (store === 'etcd') {
       await c.sh('etcd', [
@@ -171,11 +183,11 @@ export class NetnsCluster implements Cluster {
         c.etcdEndpoint,
         'put',
         `${c.etcdPrefix}/config`,
-        `{"Network":"10.244.0.0/16","Backend":{"Type":"${o.backend}"}}`,
+        JSON.stringify(labNetConfig(o.backend, dual)),
       ]);
       return c;
     }
-    await prepareKubeLab(c.kube, o.backend);
+    await prepareKubeLab(c.kube, o.backend, dual);
     if (c.kubelet) await c.kubelet.prepare();
     await c.startApiServer();
     if (c.kubelet) await c.kubelet.startControlPlane();
@@ -214,10 +226,11 @@ export class NetnsCluster implements Cluster {
     return this.namespaces.add(short);
   }
 
-  /** A namespace on the underlay bridge at `ip`/24, default route via the router. */
-  private async attach(short: string, ip: string): Promise<string> {
+  /** A namespace on the underlay bridge at `ip`/24 (and `ip6`/64), default route via the router. */
+  private async attach(short: string, ip: string, ip6?: string): Promise<string> {
     const ns = await this.addNs(short);
-    await attachHost({ rt: this.nsOf('rt'), ns, short, address: ip });
+    const v6 = ip6 === undefined ? {} : { address6: ip6 };
+    await attachHost({ rt: this.nsOf('rt'), ns, short, address: ip, ...v6 });
     return ns;
   }
 
@@ -259,7 +272,12 @@ export class NetnsCluster implements Cluster {
   async pods(): Promise<LabPod[]> {
     if (this.kubelet) return this.kubelet.pods();
     return this.state.nodes.flatMap((n) =>
-      n.pods.map((p) => ({ name: p.name, node: n.name, ip: p.ip })),
+      n.pods.map((p) => ({
+        name: p.name,
+        node: n.name,
+        ip: p.ip,
+        ...(p.ip6 === undefined ? {} : { ip6: p.ip6 }),
+      })),
     );
   }
 
@@ -509,7 +527,7 @@ export class NetnsCluster implements Cluster {
       const index = this.state.nextIndex++;
       const n: NodeState = { name, index, ip: nodeIp(index), pid: undefined, pods: [] };
       await mkdir(join(this.dir, name), { recursive: true });
-      await this.attach(name, n.ip);
+      await this.attach(name, n.ip, this.state.dualStack === true ? nodeIp6(index) : undefined);
       this.state.nodes.push(n);
       added.push(n);
     }
@@ -519,7 +537,11 @@ export class NetnsCluster implements Cluster {
     for (const n of added)
       if (this.store === 'kube')
         await this.kubectl(['create', '-f', '-'], {
-          input: nodeObject(n.name, `10.244.${n.index}.0/24`),
+          input: nodeObject(
+            n.name,
+            `10.244.${n.index}.0/24`,
+            this.state.dualStack === true ? `fd00:10:244:${n.index.toString(16)}::/64` : undefined,
+          ),
         });
     for (const n of added) await this.startTwill(n.name);
     for (const n of added) await this.wirePods(n, pods);
@@ -582,9 +604,13 @@ export class NetnsCluster implements Cluster {
         throw new Error(
           `${pod}: twill-cni ADD failed (${answer.code}): ${(answer.stdout + answer.stderr).trim()}`,
         );
-      const ips = (answer.json as { ips?: { address?: string }[] }).ips;
-      const ip = (ips?.[0]?.address ?? '').split('/')[0] ?? '';
-      n.pods.push({ name: pod, ip });
+      const ips = (answer.json as { ips?: { address?: string }[] }).ips ?? [];
+      const addrs = ips.map((a) => (a.address ?? '').split('/')[0] ?? '');
+      const ip = addrs.find((a) => !a.includes(':')) ?? '';
+      const ip6 = addrs.find((a) => a.includes(':'));
+      if (this.state.dualStack === true && ip6 === undefined)
+        throw new Error(`${pod}: twill-cni ADD gave no IPv6 address on a dual-stack lab`);
+      n.pods.push({ name: pod, ip, ...(ip6 === undefined ? {} : { ip6 }) });
       await writeState(this.state);
     }
   }

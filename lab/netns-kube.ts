@@ -62,7 +62,11 @@ export function kubeLab(labDir: string, host: string): KubeLab {
 }
 
 /** Writes the credentials, both kubeconfigs and net-conf.json. */
-export async function prepareKubeLab(k: KubeLab, backend: 'vxlan' | 'host-gw'): Promise<void> {
+export async function prepareKubeLab(
+  k: KubeLab,
+  backend: 'vxlan' | 'host-gw',
+  o: { dualStack?: boolean } = {},
+): Promise<void> {
   await mkdir(k.admin.cacheDir, { recursive: true });
   const creds = await writeCredentials(k.dir);
   const { caFile } = apiServerFiles(k.dir);
@@ -76,10 +80,7 @@ export async function prepareKubeLab(k: KubeLab, backend: 'vxlan' | 'host-gw'): 
     kubeconfigText({ url: k.url, caFile, token: creds.twillToken }),
     { mode: 0o600 },
   );
-  await writeFile(
-    k.netConf,
-    `${JSON.stringify({ Network: '10.244.0.0/16', Backend: { Type: backend } })}\n`,
-  );
+  await writeFile(k.netConf, `${JSON.stringify(labNetConfig(backend, o))}\n`);
 }
 
 /**
@@ -173,13 +174,28 @@ export async function applyRbac(k: KubeLab, exec: ControlPlaneExec): Promise<voi
     );
 }
 
-/** The Node object of lab node `name`: the podCIDR a controller-manager would allocate. */
-export function nodeObject(name: string, podCIDR: string): string {
+/** The lab's net-conf.json (etcd mode: its network config): dual-stack adds flannel's IPv6 keys. */
+export function labNetConfig(
+  backend: 'vxlan' | 'host-gw',
+  o: { dualStack?: boolean } = {},
+): Record<string, unknown> {
+  const v6 = o.dualStack === true ? { EnableIPv6: true, IPv6Network: LAB_IPV6_NETWORK } : {};
+  return { Network: '10.244.0.0/16', ...v6, Backend: { Type: backend } };
+}
+
+/** The dual-stack lab's IPv6 pod network: node k's subnet is fd00:10:244:<k>::/64. */
+export const LAB_IPV6_NETWORK = 'fd00:10:244::/56';
+
+/**
+ * The Node object of lab node `name`: the podCIDRs a controller-manager with one (or, dual-stack,
+ * two) --cluster-cidr would allocate.
+ */
+export function nodeObject(name: string, podCIDR: string, podCIDR6?: string): string {
   return JSON.stringify({
     apiVersion: 'v1',
     kind: 'Node',
     metadata: { name },
-    spec: { podCIDR, podCIDRs: [podCIDR] },
+    spec: { podCIDR, podCIDRs: podCIDR6 === undefined ? [podCIDR] : [podCIDR, podCIDR6] },
   });
 }
 

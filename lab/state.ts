@@ -12,6 +12,8 @@ export const LAB_ROOT = '/run/twill-lab';
 export interface PodState {
   readonly name: string;
   readonly ip: string;
+  /** dual-stack lab: the pod's IPv6 address */
+  readonly ip6?: string;
 }
 
 export interface NodeState {
@@ -63,6 +65,8 @@ export interface LabState {
   nextIndex: number;
   /** `up --slow F`: the lab's processes run with 1/F of the machine's CPU (throttle.ts) */
   slow?: number;
+  /** `up --dual-stack`: IPv6 underlay, EnableIPv6 in net-conf.json, pods with both families */
+  dualStack?: boolean;
   /** `up --kubelet`: real kubelets run twill's DaemonSet (kubelet-lab.ts, kubelet-node.ts) */
   kubelet?: KubeletLabState;
 }

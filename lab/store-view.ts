@@ -10,6 +10,9 @@ export interface LeaseView {
   /** "10.244.3.0/24" */
   readonly subnet: string;
   readonly publicIp: string;
+  /** a dual-stack lease: its IPv6 subnet ("fd00:10:244:3::/64") and PublicIPv6 */
+  readonly subnet6?: string;
+  readonly publicIp6?: string;
 }
 
 /** flannel's annotation prefix, which the lab's twill uses (the default) */
@@ -20,7 +23,7 @@ export interface NodeObject {
     readonly name: string;
     readonly annotations?: Readonly<Record<string, string>>;
   };
-  readonly spec?: { readonly podCIDR?: string };
+  readonly spec?: { readonly podCIDR?: string; readonly podCIDRs?: readonly string[] };
   readonly status?: {
     readonly conditions?: readonly { readonly type: string; readonly status: string }[];
   };
@@ -44,7 +47,14 @@ async function kubeLeases(c: Cluster): Promise<LeaseView[]> {
       n.spec?.podCIDR === undefined
     )
       continue;
-    views.push({ key: n.metadata.name, subnet: n.spec.podCIDR, publicIp });
+    const subnet6 = n.spec.podCIDRs?.find((c) => c.includes(':'));
+    const publicIp6 = annotation(n, 'public-ipv6');
+    views.push({
+      key: n.metadata.name,
+      subnet: n.spec.podCIDR,
+      publicIp,
+      ...(subnet6 === undefined || publicIp6 === undefined ? {} : { subnet6, publicIp6 }),
+    });
   }
   return views;
 }
@@ -55,8 +65,18 @@ async function etcdLeases(c: Cluster): Promise<LeaseView[]> {
   const views: LeaseView[] = [];
   for (let i = 0; i + 1 < lines.length; i += 2) {
     const key = (lines[i] ?? '').split('/').at(-1) ?? '';
-    const publicIp = String((JSON.parse(lines[i + 1] ?? '{}') as { PublicIP?: string }).PublicIP);
-    views.push({ key, subnet: key.replace(/-(\d+)$/, '/$1'), publicIp });
+    const value = JSON.parse(lines[i + 1] ?? '{}') as { PublicIP?: string; PublicIPv6?: string };
+    // flannel's dual-stack key: "<v4>-<len>&<v6>-<len>"
+    const [v4 = '', v6] = key.split('&');
+    const cidr = (part: string): string => part.replace(/-(\d+)$/, '/$1');
+    views.push({
+      key,
+      subnet: cidr(v4),
+      publicIp: String(value.PublicIP),
+      ...(v6 === undefined || value.PublicIPv6 == null
+        ? {}
+        : { subnet6: cidr(v6), publicIp6: value.PublicIPv6 }),
+    });
   }
   return views;
 }

@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { LineWatcher, Runner } from './exec/runner.ts';
-import { Desired, podMtu, vxlanDeviceName } from './dataplane/desired.ts';
+import { Desired, podMtu, vxlan6DeviceName, vxlanDeviceName } from './dataplane/desired.ts';
 import { pollChains, runMonitors, type FloodGuard, type Touch } from './dataplane/monitor.ts';
 import { detectIptables, type IptablesInfo } from './dataplane/observe.ts';
 import type { MasqSpec } from './dataplane/model.ts';
@@ -18,10 +18,11 @@ import { LeaseKeeper } from './lease/keeper.ts';
 import { ReadyMark } from './lease/ready.ts';
 import type { PeerContext, Refusal } from './lease/admit.ts';
 import { PeerTracker } from './lease/tracker.ts';
-import type { Lease, LeaseAttrs, LeaseEvent, LeaseStore } from './lease/types.ts';
+import type { AcquireRequest, Lease, LeaseAttrs, LeaseEvent, LeaseStore } from './lease/types.ts';
 import type { Logger } from './log.ts';
 import { discoverInterface, linkMac, type IfaceChoice, type IfaceRequest } from './net/iface.ts';
 import { formatCidr, sameCidr } from './net/ipv4.ts';
+import { formatCidr6, sameCidr6 } from './net/ipv6.ts';
 import { readSubnetEnv, writeSubnetEnv, type SubnetEnv } from './subnetenv.ts';
 import { Backoff, childController, retry } from './util/abort.ts';
 
@@ -34,7 +35,8 @@ export interface DaemonDeps {
    * sets net.ipv4.ip_forward=1 when it is not (true when it had to); a throw fails the pass's
    * report, not the pass
    */
-  readonly ensureForwarding: () => Promise<boolean>;
+  /** keeps forwarding on: IPv4, and IPv6 too on a dual-stack node */
+  readonly ensureForwarding: (o: { ipv6: boolean }) => Promise<boolean>;
   /** why bridged traffic would bypass iptables, if it would */
   readonly bridgeNetfilterProblem: () => Promise<string | undefined>;
 }
@@ -67,9 +69,14 @@ export interface DaemonState {
   readonly pass: PassReport | undefined;
 }
 
-/** A stable, locally administered unicast MAC derived from the node name and VNI. */
-export function derivedVtepMac(nodeName: string, vni: number): string {
-  const bytes = createHash('sha256').update(`twill:${nodeName}:${vni}`).digest().subarray(0, 6);
+/**
+ * A stable, locally administered unicast MAC derived from the node name and VNI; the IPv6 device's
+ * (family 6) differs from the IPv4 one's, since peers key FDB entries of both devices by MAC.
+ */
+export function derivedVtepMac(nodeName: string, vni: number, family: 4 | 6 = 4): string {
+  // the IPv4 input is the one twill always used: a restart keeps an existing node's VtepMAC
+  const input = family === 4 ? `twill:${nodeName}:${vni}` : `twill:${nodeName}:${vni}:v6`;
+  const bytes = createHash('sha256').update(input).digest().subarray(0, 6);
   bytes[0] = ((bytes[0] ?? 0) & 0xfe) | 0x02;
   return [...bytes].map((b) => b.toString(16).padStart(2, '0')).join(':');
 }
@@ -112,22 +119,25 @@ async function leaseAttrs(
   signal: AbortSignal,
 ): Promise<LeaseAttrs> {
   const backend = o.config.backend;
+  const publicIpv6 = o.config.ipv6 ? (o.choice.publicIp6 ?? null) : null;
   if (backend.type === 'host-gw') {
-    return {
-      publicIp: o.choice.publicIp,
-      publicIpv6: null,
-      backendType: 'host-gw',
-      backendData: null,
-    };
+    return { publicIp: o.choice.publicIp, publicIpv6, backendType: 'host-gw', backendData: null };
   }
   // Peers' FDB entries name our VtepMAC: keep an existing device's MAC, else a stable derived one.
-  const existing = await linkMac(deps.runner, vxlanDeviceName(backend.vni), signal);
-  const vtepMac = existing ?? derivedVtepMac(o.nodeName, backend.vni);
+  // The IPv6 device has its own (flannel's BackendV6Data), kept and derived the same way.
+  const vtepMac =
+    (await linkMac(deps.runner, vxlanDeviceName(backend.vni), signal)) ??
+    derivedVtepMac(o.nodeName, backend.vni);
+  const vtepMac6 = o.config.ipv6
+    ? ((await linkMac(deps.runner, vxlan6DeviceName(backend.vni), signal)) ??
+      derivedVtepMac(o.nodeName, backend.vni, 6))
+    : undefined;
   return {
     publicIp: o.choice.publicIp,
-    publicIpv6: null,
+    publicIpv6,
     backendType: 'vxlan',
     backendData: { vni: backend.vni, vtepMac },
+    ...(vtepMac6 === undefined ? {} : { backendData6: { vni: backend.vni, vtepMac: vtepMac6 } }),
   };
 }
 
@@ -146,8 +156,35 @@ function subnetEnvFor(
   lease: Lease,
   ipMasq: boolean,
 ): SubnetEnv {
-  const mtu = podMtu(config.backend, choice.iface.mtu);
-  return { network: config.network, subnet: lease.subnet, mtu, ipMasq };
+  const mtu = podMtu(config.backend, choice.iface.mtu, { ipv6: config.ipv6 !== null });
+  const v6 =
+    config.ipv6 && lease.subnet6 ? { network6: config.ipv6.network, subnet6: lease.subnet6 } : {};
+  return { network: config.network, subnet: lease.subnet, ...v6, mtu, ipMasq };
+}
+
+/** The subnets subnet.env says we held, when it was written for this same network (each family). */
+function previousSubnets(
+  config: NetConfig,
+  previous: SubnetEnv | undefined,
+): Pick<AcquireRequest, 'previous' | 'previous6'> {
+  if (!previous || !sameCidr(previous.network, config.network)) return { previous: undefined };
+  const v6 =
+    config.ipv6 &&
+    previous.network6 &&
+    previous.subnet6 &&
+    sameCidr6(previous.network6, config.ipv6.network)
+      ? { previous6: previous.subnet6 }
+      : {};
+  return { previous: previous.subnet, ...v6 };
+}
+
+/** A dual-stack config needs a dual-stack lease: without subnet6, IPv6 pods are unroutable. */
+function checkLeaseFamilies(config: NetConfig, lease: Lease): void {
+  if (config.ipv6 && !lease.subnet6)
+    throw new TwillError(
+      'LEASE_INVALID',
+      `the lease store gave lease ${lease.key} without an IPv6 subnet, but the network config sets EnableIPv6 (IPv6Network ${formatCidr6(config.ipv6.network)})`,
+    );
 }
 
 interface Started {
@@ -178,34 +215,45 @@ async function acquire(
       'net-conf.json has keys twill does not know; they are ignored',
     );
   progress.step('choosing the interface');
-  const choice = await discoverInterface(deps.runner, opts.iface, signal);
+  const ipv6 = config.ipv6 !== null;
+  if (!ipv6 && opts.iface.publicIpv6 !== undefined)
+    logger.warn(
+      { publicIpv6: opts.iface.publicIpv6 },
+      '--public-ipv6 is ignored: the network config does not set EnableIPv6',
+    );
+  const choice = await discoverInterface(deps.runner, { ...opts.iface, ipv6 }, signal);
   logger.info(
     {
       iface: choice.iface.name,
       ifaceIp: choice.ifaceIp,
       publicIp: choice.publicIp,
+      ...(ipv6 ? { ifaceIp6: choice.ifaceIp6, publicIpv6: choice.publicIp6 } : {}),
       mtu: choice.iface.mtu,
     },
     'using interface',
   );
+  if (config.ipv6)
+    logger.info(
+      { network6: formatCidr6(config.ipv6.network), subnetLen6: config.ipv6.subnetLen },
+      'dual-stack: leasing an IPv6 subnet too',
+    );
   const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
-  const previous = await previousSubnet(deps, opts.subnetFile);
-  const prevSubnet =
-    previous && sameCidr(previous.network, config.network) ? previous.subnet : undefined;
+  const previous = previousSubnets(config, await previousSubnet(deps, opts.subnetFile));
   const lease = await whileUnavailable(
     deps,
     progress,
     'acquiring lease',
-    () =>
-      store.acquireLease({ config, attrs, previous: prevSubnet, nodeName: opts.nodeName }, signal),
+    () => store.acquireLease({ config, attrs, ...previous, nodeName: opts.nodeName }, signal),
     signal,
   );
+  checkLeaseFamilies(config, lease);
   progress.step('writing subnet.env');
   await writeSubnetEnv(opts.subnetFile, subnetEnvFor(config, choice, lease, opts.ipMasq));
   logger.info(
     {
       key: lease.key,
       subnet: formatCidr(lease.subnet),
+      ...(lease.subnet6 ? { subnet6: formatCidr6(lease.subnet6) } : {}),
       expiresAt: new Date(lease.expiresAt).toISOString(),
       subnetFile: opts.subnetFile,
     },
@@ -241,6 +289,10 @@ function peerContext(
     self: lease.subnet,
     selfPublicIp: lease.attrs.publicIp,
     ...(lease.attrs.backendData ? { selfVtepMac: lease.attrs.backendData.vtepMac } : {}),
+    ...(lease.subnet6
+      ? { self6: lease.subnet6, selfPublicIpv6: lease.attrs.publicIpv6 ?? choice.publicIp6 ?? null }
+      : {}),
+    ...(lease.attrs.backendData6 ? { selfVtepMac6: lease.attrs.backendData6.vtepMac } : {}),
     anySubnetSize: store.anySubnetSize === true,
     underlay: choice.iface,
   };
@@ -286,7 +338,7 @@ async function runNode(
     runner,
     logger,
     desired: () => desired.state(),
-    ensureForwarding: deps.ensureForwarding,
+    ensureForwarding: () => deps.ensureForwarding({ ipv6: config.ipv6 !== null }),
     resyncMs: opts.resyncMs,
     ready: peers.listed,
     onPassStart: () => probe.passStarted(),
@@ -312,7 +364,7 @@ async function runNode(
     (s) => store.watchLeases({ signal: s, onEvent }),
     (s) => keeper.run(s),
     (s) => reconciler.run(s),
-    ...kernelWatchers({ deps, opts, choice, iptables, reconciler, desired }),
+    ...kernelWatchers({ deps, opts, choice, iptables, reconciler, desired, ipv6: !!config.ipv6 }),
   ]);
 }
 
@@ -327,6 +379,8 @@ function kernelWatchers(o: {
   iptables: IptablesInfo;
   reconciler: Reconciler;
   desired: Desired;
+  /** dual-stack: the IPv6 chains are polled too, and the underlay's IPv6 addresses matter */
+  ipv6: boolean;
 }): ((s: AbortSignal) => Promise<void>)[] {
   const { deps, reconciler } = o;
   const { runner, logger } = deps;
@@ -334,14 +388,15 @@ function kernelWatchers(o: {
     touch ? reconciler.touch(source, touch) : reconciler.trigger(source);
   // the poll needs only the chains' inputs, not the whole desired state (5,000 peers every second)
   const masq = (): MasqSpec => o.desired.masq();
+  const masq6 = o.ipv6 ? { masq6: () => o.desired.masq6() } : {};
   const poll = (s: AbortSignal): Promise<void> =>
-    pollChains({ runner, logger, masq, intervalMs: 1_000, onDrift: trigger }, s);
+    pollChains({ runner, logger, masq, ...masq6, intervalMs: 1_000, onDrift: trigger }, s);
   const monitors = (s: AbortSignal): Promise<void> =>
     runMonitors(
       {
         watch: deps.watch,
         logger,
-        ctx: { underlay: o.choice.iface.name },
+        ctx: { underlay: o.choice.iface.name, ipv6: o.ipv6 },
         nft: o.iptables.nftables,
         onEvent: trigger,
         poll,

@@ -1,6 +1,11 @@
 // The IP store on disk, in host-local's layout so existing tools read it:
 // `<dataDir>/<network>/<ip>` holds `<containerID>\r\n<ifname>` and
-// `last_reserved_ip.0` the last address handed out. A reservation is a hard
+// `last_reserved_ip.0` the last address handed out. On a dual-stack node the
+// IPv6 addresses live in the same directory (named in canonical text, as Go
+// writes them) with their own hint, `last_reserved_ip.1` (host-local's name
+// for its second range set), under the same lock: one ADD reserves both in
+// one hold of it, and gives the IPv4 one back when the IPv6 one cannot be
+// had. A reservation is a hard
 // link of a complete temp file onto the address's name: exclusive (the link
 // fails when the name exists) and never seen half written, so concurrent
 // ADDs never share an address. Temp files have random names and are created
@@ -15,11 +20,42 @@ import { randomUUID } from 'node:crypto';
 import { link, mkdir, readFile, readdir, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { formatIpv4, parseIpv4 } from '../../src/net/ipv4.ts';
+import { formatIpv6, parseIpv6 } from '../../src/net/ipv6.ts';
 import { CNI_CODES, fail } from '../errors.ts';
 import { DirLock } from './lock.ts';
-import { candidates, formatOwner, parseOwner, poolSize, type Pool } from './pool.ts';
+import {
+  candidates,
+  candidates6,
+  formatOwner,
+  parseOwner,
+  poolSize,
+  poolSize6,
+  type Pool,
+  type Pool6,
+} from './pool.ts';
 
 export const LAST_RESERVED = 'last_reserved_ip.0';
+/** The IPv6 round-robin hint: host-local's file for its second range set. */
+export const LAST_RESERVED6 = 'last_reserved_ip.1';
+
+/** True for a store file name that is an address (IPv4 or IPv6), not a hint, lock or temp file. */
+export function isAddressName(name: string): boolean {
+  return parseIpv4(name) !== undefined || parseIpv6(name) !== undefined;
+}
+
+/** What one ADD reserved: an IPv4 address and, on a dual-stack node, an IPv6 one. */
+export interface Reserved {
+  readonly addr: number;
+  readonly addr6: bigint | undefined;
+}
+
+interface ReserveRequest {
+  readonly pool: Pool;
+  /** the IPv6 pool of a dual-stack node */
+  readonly pool6?: Pool6 | undefined;
+  readonly containerId: string;
+  readonly ifname: string;
+}
 
 export interface StoreEntry {
   readonly ip: string;
@@ -89,69 +125,106 @@ export class IpStore {
     return tmp;
   }
 
-  private async readLast(): Promise<number | undefined> {
+  private async readLast<A>(
+    file: string,
+    parse: (t: string) => A | undefined,
+  ): Promise<A | undefined> {
     try {
-      return parseIpv4((await readIfExists(join(this.dir, LAST_RESERVED)))?.trim() ?? '');
+      return parse((await readIfExists(join(this.dir, file)))?.trim() ?? '');
     } catch (err) {
       this.warn('cannot read the round-robin hint; starting at the first address', {
-        file: join(this.dir, LAST_RESERVED),
+        file: join(this.dir, file),
         err: String(err),
       });
       return undefined;
     }
   }
 
-  private async usedAndLast(): Promise<{ used: Set<number>; last: number | undefined }> {
-    const names = await readdir(this.dir);
-    const used = new Set(names.map(parseIpv4).filter((a) => a !== undefined));
-    return { used, last: await this.readLast() };
-  }
-
   /** Reserves the next free address of the pool for an attachment; code 103 when full. */
   async reserve(o: { pool: Pool; containerId: string; ifname: string }): Promise<number> {
+    return (await this.reserveAll(o)).addr;
+  }
+
+  /**
+   * Reserves the next free IPv4 address and, with `pool6`, the next free IPv6 address for an
+   * attachment, both under one hold of the lock; code 103 when either pool is full (nothing is
+   * left reserved then).
+   */
+  async reserveAll(o: ReserveRequest): Promise<Reserved> {
     await mkdir(this.dir, { recursive: true });
     return this.lock.run(() => this.reserveLocked(o));
   }
 
-  private async reserveLocked(o: {
-    pool: Pool;
-    containerId: string;
-    ifname: string;
-  }): Promise<number> {
-    const { used, last } = await this.usedAndLast();
+  /** Links `tmp` onto the first free candidate's name; undefined when every one is taken. */
+  private async claim<A>(
+    tmp: string,
+    all: Iterable<A>,
+    used: ReadonlySet<A>,
+    name: (a: A) => string,
+  ): Promise<A | undefined> {
+    for (const addr of all) {
+      if (used.has(addr)) continue;
+      try {
+        await link(tmp, join(this.dir, name(addr)));
+      } catch (err) {
+        if (isEexist(err)) continue; // taken by a concurrent ADD since we listed
+        throw err;
+      }
+      return addr;
+    }
+    return undefined;
+  }
+
+  private async reserveLocked(o: ReserveRequest): Promise<Reserved> {
+    const names = await readdir(this.dir);
+    const used = new Set(names.map(parseIpv4).filter((a) => a !== undefined));
+    const last = await this.readLast(LAST_RESERVED, parseIpv4);
     const tmp = await this.writeTmp(formatOwner(o.containerId, o.ifname));
     try {
-      for (const addr of candidates(o.pool, last)) {
-        if (used.has(addr)) continue;
-        try {
-          await link(tmp, join(this.dir, formatIpv4(addr)));
-        } catch (err) {
-          if (isEexist(err)) continue; // taken by a concurrent ADD since we listed
-          throw err;
-        }
-        await this.writeLast(addr);
-        return addr;
+      const addr = await this.claim(tmp, candidates(o.pool, last), used, formatIpv4);
+      if (addr === undefined)
+        fail(
+          CNI_CODES.exhausted,
+          `no free address in ${this.dir}: all ${poolSize(o.pool)} addresses of the node's subnet are reserved`,
+        );
+      await this.writeLast(LAST_RESERVED, formatIpv4(addr));
+      if (!o.pool6) return { addr, addr6: undefined };
+      let addr6: bigint | undefined;
+      try {
+        addr6 = await this.reserve6Locked(tmp, names, o.pool6);
+      } catch (err) {
+        await this.unlinkIp(formatIpv4(addr));
+        throw err;
       }
+      return { addr, addr6 };
     } finally {
       await unlink(tmp).catch(() => undefined);
     }
-    const size = poolSize(o.pool);
-    fail(
-      CNI_CODES.exhausted,
-      `no free address in ${this.dir}: all ${size} addresses of the node's subnet are reserved`,
-    );
   }
 
-  /** Saves the round-robin hint; best effort (the address is reserved either way). */
-  private async writeLast(addr: number): Promise<void> {
+  private async reserve6Locked(tmp: string, names: string[], pool6: Pool6): Promise<bigint> {
+    const used = new Set(names.map(parseIpv6).filter((a) => a !== undefined));
+    const last = await this.readLast(LAST_RESERVED6, parseIpv6);
+    const addr6 = await this.claim(tmp, candidates6(pool6, last), used, formatIpv6);
+    if (addr6 === undefined)
+      fail(
+        CNI_CODES.exhausted,
+        `no free IPv6 address in ${this.dir}: all ${poolSize6(pool6)} addresses of the node's IPv6 subnet are reserved`,
+      );
+    await this.writeLast(LAST_RESERVED6, formatIpv6(addr6));
+    return addr6;
+  }
+
+  /** Saves a round-robin hint; best effort (the address is reserved either way). */
+  private async writeLast(file: string, ip: string): Promise<void> {
     let tmp: string | undefined;
     try {
-      tmp = await this.writeTmp(formatIpv4(addr));
-      await rename(tmp, join(this.dir, LAST_RESERVED));
+      tmp = await this.writeTmp(ip);
+      await rename(tmp, join(this.dir, file));
     } catch (err) {
       this.warn('cannot save the round-robin hint; the address stays reserved', {
-        file: join(this.dir, LAST_RESERVED),
-        ip: formatIpv4(addr),
+        file: join(this.dir, file),
+        ip,
         err: String(err),
       });
       if (tmp !== undefined) await unlink(tmp).catch(() => undefined);
@@ -186,7 +259,7 @@ export class IpStore {
       throw err;
     }
     const out: StoreEntry[] = [];
-    for (const ip of names.filter((n) => parseIpv4(n) !== undefined)) {
+    for (const ip of names.filter(isAddressName)) {
       const text = await readIfExists(join(this.dir, ip));
       const writtenMs = await this.writtenMs(ip);
       if (text !== undefined && writtenMs !== undefined)
@@ -207,6 +280,18 @@ export class IpStore {
     return this.locked(
       () => this.unlinkIp(ip),
       () => false,
+    );
+  }
+
+  /** Deletes several addresses' files under one hold of the lock; returns those that were there. */
+  async releaseAll(ips: readonly string[]): Promise<string[]> {
+    return this.locked(
+      async () => {
+        const gone: string[] = [];
+        for (const ip of ips) if (await this.unlinkIp(ip)) gone.push(ip);
+        return gone;
+      },
+      () => [],
     );
   }
 

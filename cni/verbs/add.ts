@@ -1,14 +1,17 @@
 // ADD: look at the host first (the host veth must not exist; the bridge, if
 // it exists, must be a bridge: nothing is touched otherwise), reserve an
-// address, wire the host side (bridge, veth pair with its peer created
-// straight in the pod's netns, bridge port with hairpin) in one `ip` batch
-// and the pod side (lo, address, routes) in one more, and answer the result.
+// address (and on a dual-stack node an IPv6 one, in the same hold of the
+// store's lock), wire the host side (bridge, veth pair with its peer created
+// straight in the pod's netns, bridge port with hairpin, gateway addresses)
+// in one `ip` batch and the pod side (lo, addresses, routes) in one more,
+// and answer the result. Dual-stack adds lines to those batches, no process.
 // Whatever fails after the reservation rolls back what this call created,
 // and only that: the host veth did not exist when the call began (and the
 // runtime runs no other operation for this container meanwhile), so a veth
 // of that name is this call's. Rollback runs under its own time limit, not
 // the call's signal, so that a SIGTERM still cleans up.
 import { formatCidr, formatIpv4 } from '../../src/net/ipv4.ts';
+import { formatCidr6, formatIpv6 } from '../../src/net/ipv6.ts';
 import type { SubnetEnv } from '../../src/subnetenv.ts';
 import { firstFailedLine } from '../../src/exec/batch-errors.ts';
 import { CommandError } from '../../src/exec/runner.ts';
@@ -21,10 +24,11 @@ import {
   type HostWiring,
   type IpLink,
 } from '../ip-batch.ts';
-import type { IpStore } from '../ipam/store.ts';
-import { poolOf } from '../ipam/pool.ts';
+import type { IpStore, Reserved } from '../ipam/store.ts';
+import { poolOf, poolOf6 } from '../ipam/pool.ts';
 import {
   deleteLink,
+  ensureIpv6Forward,
   hostBatch,
   linkKind,
   linkNames,
@@ -133,6 +137,10 @@ function hostWiring(req: Request, subnet: SubnetEnv, mtu: number): HostWiring {
   const { env, conf } = req;
   const gw = poolOf(subnet.subnet).gateway;
   const gateway = conf.isGateway ? { addr: gw, prefix: subnet.subnet.prefix } : undefined;
+  const gateway6 =
+    conf.isGateway && subnet.subnet6
+      ? { addr: poolOf6(subnet.subnet6).gateway, prefix: subnet.subnet6.prefix }
+      : undefined;
   return {
     bridge: conf.bridge,
     bridgeMac: bridgeMac(gw),
@@ -141,6 +149,7 @@ function hostWiring(req: Request, subnet: SubnetEnv, mtu: number): HostWiring {
     netns: env.netns,
     mtu,
     gateway,
+    ...(gateway6 ? { gateway6 } : {}),
     hairpin: conf.hairpinMode,
   };
 }
@@ -156,34 +165,50 @@ function explain(err: unknown, w: HostWiring): unknown {
 async function wire(
   deps: PluginDeps,
   req: Request,
-  o: { subnet: SubnetEnv; addr: number; w: HostWiring; bridgeExists: boolean },
+  o: { subnet: SubnetEnv; addrs: Reserved; w: HostWiring; bridgeExists: boolean },
 ): Promise<Attachment> {
   const { env, conf } = req;
+  const { subnet6, network6 } = o.subnet;
+  const { addr, addr6 } = o.addrs;
   const links = await wireHost(deps, o.w, o.bridgeExists);
   const gateway = poolOf(o.subnet.subnet).gateway;
+  const v6 =
+    subnet6 && network6 && addr6 !== undefined
+      ? { address: addr6, subnet: subnet6, gateway: poolOf6(subnet6).gateway, network: network6 }
+      : undefined;
   const pod = {
     ifname: env.ifname,
-    address: o.addr,
+    address: addr,
     subnet: o.subnet.subnet,
     gateway,
     network: o.subnet.network,
     defaultRoute: conf.isDefaultGateway,
+    ...(v6 ? { v6 } : {}),
   };
-  const [podLink] = await podBatch(deps, env.netns, podAddBatch(pod));
+  const [podLink] = await podBatch(deps, env.netns, podAddBatch(pod), {
+    ipv6Ifname: v6 ? env.ifname : undefined,
+  });
   if (conf.isGateway)
     await ensureIpForward(PROC_SYS_NET, {
       readOnlyHint: 'read-only: the runtime must run CNI plugins with a writable /proc/sys',
     });
+  if (conf.isGateway && v6) await ensureIpv6Forward(PROC_SYS_NET);
   const gw = formatIpv4(gateway);
+  const gw6 = v6 ? formatIpv6(v6.gateway) : '';
   const routes = [
     { dst: formatCidr(o.subnet.network), gw },
     ...(conf.isDefaultGateway ? [{ dst: '0.0.0.0/0', gw }] : []),
+    ...(v6 ? [{ dst: formatCidr6(v6.network), gw: gw6 }] : []),
+    ...(v6 && conf.isDefaultGateway ? [{ dst: '::/0', gw: gw6 }] : []),
   ];
   return {
     ...links,
     pod: { ...asInterface(linkOf(podLink, env.ifname)), sandbox: env.netns },
-    address: `${formatIpv4(o.addr)}/${o.subnet.subnet.prefix}`,
+    address: `${formatIpv4(addr)}/${o.subnet.subnet.prefix}`,
     gateway: gw,
+    ...(v6
+      ? { ip6: { address: `${formatIpv6(v6.address)}/${v6.subnet.prefix}`, gateway: gw6 } }
+      : {}),
     routes,
   };
 }
@@ -193,7 +218,7 @@ async function wire(
  */
 async function rollback(
   deps: PluginDeps,
-  o: { err: unknown; w: HostWiring; store: IpStore; addr: number },
+  o: { err: unknown; w: HostWiring; store: IpStore; addrs: Reserved },
 ): Promise<void> {
   const k: KernelDeps = { runner: deps.runner, signal: AbortSignal.timeout(ROLLBACK_TIMEOUT_MS) };
   const madeNoVeth = o.err instanceof HostWiringError && o.err.vethNotCreated;
@@ -202,11 +227,14 @@ async function rollback(
       deps.log.error('rollback: cannot delete veth', { dev: o.w.hostVeth, err: String(e) }),
     );
   }
-  const ip = formatIpv4(o.addr);
+  const ips = [
+    formatIpv4(o.addrs.addr),
+    ...(o.addrs.addr6 === undefined ? [] : [formatIpv6(o.addrs.addr6)]),
+  ];
   await o.store
-    .release(ip)
+    .releaseAll(ips)
     .catch((e: unknown) =>
-      deps.log.error('rollback: cannot release address', { ip, err: String(e) }),
+      deps.log.error('rollback: cannot release address', { ip: ips.join(', '), err: String(e) }),
     );
 }
 
@@ -229,15 +257,16 @@ export async function cmdAdd(deps: PluginDeps, req: Request): Promise<Record<str
   const w = hostWiring(req, subnet, conf.mtu ?? subnet.mtu);
   const { bridgeExists } = await inspectHost(deps, w);
   const store = storeFor(conf, deps.log);
-  const addr = await store.reserve({
+  const addrs = await store.reserveAll({
     pool: poolOf(subnet.subnet),
+    pool6: subnet.subnet6 ? poolOf6(subnet.subnet6) : undefined,
     containerId: env.containerId,
     ifname: env.ifname,
   });
   try {
-    return renderResult(conf.cniVersion, await wire(deps, req, { subnet, addr, w, bridgeExists }));
+    return renderResult(conf.cniVersion, await wire(deps, req, { subnet, addrs, w, bridgeExists }));
   } catch (err) {
-    await rollback(deps, { err, w, store, addr });
+    await rollback(deps, { err, w, store, addrs });
     throw explain(err, w);
   }
 }

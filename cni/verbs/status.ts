@@ -1,14 +1,18 @@
 // STATUS (CNI 1.1): ready (no output) only when an ADD could succeed now;
 // code 50 ("not available") otherwise, with the reason:
 // - subnet.env exists and parses, and FLANNEL_SUBNET lies inside
-//   FLANNEL_NETWORK;
+//   FLANNEL_NETWORK (and FLANNEL_IPV6_SUBNET inside FLANNEL_IPV6_NETWORK on a
+//   dual-stack node);
 // - subnet.env is current: it agrees with the node. The plugin cannot see
 //   when the daemon started, so "current" is what it can check on the
 //   node: the bridge, when it exists, carries no address of the cluster
 //   network other than the gateway subnet.env gives (the subnet's first
 //   host, with its prefix). Another one means subnet.env or the bridge is
 //   from an older lease, and new pods would get addresses the node no longer
-//   routes (or that the bridge does not serve);
+//   routes (or that the bridge does not serve). On a dual-stack node the
+//   same holds for the IPv6 network and gateway. A bridge without the IPv6
+//   gateway yet (made before the node was dual-stack) is no reason: the next
+//   ADD puts it there;
 // - the bridge exists and is a bridge, or one can be created: a bridge of a
 //   throwaway name is created and deleted in one `ip` batch (this needs
 //   CAP_NET_ADMIN in the netns and the bridge module);
@@ -21,9 +25,16 @@ import {
   formatIpv4,
   parseIpv4,
 } from '../../src/net/ipv4.ts';
+import {
+  containsAddr6,
+  containsCidr6,
+  formatCidr6,
+  formatIpv6,
+  parseIpv6,
+} from '../../src/net/ipv6.ts';
 import type { SubnetEnv } from '../../src/subnetenv.ts';
 import { CNI_CODES, asCniError, fail } from '../errors.ts';
-import { poolOf } from '../ipam/pool.ts';
+import { poolOf, poolOf6 } from '../ipam/pool.ts';
 import { linkAddrs, probeBridge } from '../kernel.ts';
 import { loadSubnet, type PluginDeps, type Request } from './common.ts';
 
@@ -54,6 +65,10 @@ async function subnetOf(file: string): Promise<SubnetEnv> {
   if (!containsCidr(env.network, env.subnet))
     notReady(
       `${file}: FLANNEL_SUBNET ${formatCidr(env.subnet)} is not inside FLANNEL_NETWORK ${formatCidr(env.network)}`,
+    );
+  if (env.network6 && env.subnet6 && !containsCidr6(env.network6, env.subnet6))
+    notReady(
+      `${file}: FLANNEL_IPV6_SUBNET ${formatCidr6(env.subnet6)} is not inside FLANNEL_IPV6_NETWORK ${formatCidr6(env.network6)}`,
     );
   return env;
 }
@@ -93,9 +108,37 @@ async function bridgeProblem(
       !(addr === gw && a.prefixlen === env.subnet.prefix)
     );
   });
+  if (foreign.length > 0) {
+    const list = foreign.map((a) => `${a.local}/${a.prefixlen}`).join(', ');
+    return `${file} is not current: it gives the node the subnet ${formatCidr(env.subnet)} (gateway ${formatIpv4(gw)}/${env.subnet.prefix}), but ${bridge} carries ${list} from the cluster network ${formatCidr(env.network)}: ${OLDER_LEASE(bridge)}`;
+  }
+  return foreign6Problem(link.inet6, env, bridge, file);
+}
+
+const OLDER_LEASE = (bridge: string): string =>
+  `subnet.env or ${bridge} is from an older lease (restart twill run, which rewrites subnet.env; remove the old address with ip addr del <address> dev ${bridge})`;
+
+/** The IPv6 side of "current": no address of the IPv6 network on the bridge but the gateway. */
+function foreign6Problem(
+  inet6: readonly { local: string; prefixlen: number }[],
+  env: SubnetEnv,
+  bridge: string,
+  file: string,
+): string | undefined {
+  const { network6, subnet6 } = env;
+  if (!network6 || !subnet6) return undefined;
+  const gw6 = poolOf6(subnet6).gateway;
+  const foreign = inet6.filter((a) => {
+    const addr = parseIpv6(a.local);
+    return (
+      addr !== undefined &&
+      containsAddr6(network6, addr) &&
+      !(addr === gw6 && a.prefixlen === subnet6.prefix)
+    );
+  });
   if (foreign.length === 0) return undefined;
   const list = foreign.map((a) => `${a.local}/${a.prefixlen}`).join(', ');
-  return `${file} is not current: it gives the node the subnet ${formatCidr(env.subnet)} (gateway ${formatIpv4(gw)}/${env.subnet.prefix}), but ${bridge} carries ${list} from the cluster network ${formatCidr(env.network)}: subnet.env or ${bridge} is from an older lease (restart twill run, which rewrites subnet.env; remove the old address with ip addr del <address> dev ${bridge})`;
+  return `${file} is not current: it gives the node the IPv6 subnet ${formatCidr6(subnet6)} (gateway ${formatIpv6(gw6)}/${subnet6.prefix}), but ${bridge} carries ${list} from the IPv6 cluster network ${formatCidr6(network6)}: ${OLDER_LEASE(bridge)}`;
 }
 
 export async function cmdStatus(deps: PluginDeps, req: Request): Promise<void> {

@@ -3,6 +3,7 @@
 // (never the host's own), stdout parsed as the result or the CNI error.
 // Shared by the CNI tests, the lab (its pods) and the benchmark.
 import { parseCidr } from '../../src/net/ipv4.ts';
+import { parseCidr6 } from '../../src/net/ipv6.ts';
 import { renderSubnetEnv } from '../../src/subnetenv.ts';
 import { runToExit, type Finished } from './process.ts';
 
@@ -65,11 +66,32 @@ export async function callCni(c: CniCall): Promise<CniAnswer> {
   return { ...done, json };
 }
 
-/** A subnet.env text for `subnet` ("10.244.3.0/24") inside `network`. */
-export function subnetEnvText(o: { network: string; subnet: string; mtu: number }): string {
+/**
+ * A subnet.env text for `subnet` ("10.244.3.0/24") inside `network`; with `network6` and `subnet6`
+ * ("fd00:0:0:3::/64" inside "fd00::/48") a dual-stack node's.
+ */
+export function subnetEnvText(o: {
+  network: string;
+  subnet: string;
+  mtu: number;
+  network6?: string | undefined;
+  subnet6?: string | undefined;
+}): string {
   const network = parseCidr(o.network, { strict: true });
   const subnet = parseCidr(o.subnet, { strict: true });
   if (!network || !subnet)
     throw new Error(`test setup: ${o.network} / ${o.subnet} are not network CIDRs`);
-  return renderSubnetEnv({ network, subnet, mtu: o.mtu, ipMasq: false });
+  if ((o.network6 === undefined) !== (o.subnet6 === undefined))
+    throw new Error('test setup: network6 and subnet6 go together');
+  const network6 = o.network6 === undefined ? null : parseCidr6(o.network6, { strict: true });
+  const subnet6 = o.subnet6 === undefined ? null : parseCidr6(o.subnet6, { strict: true });
+  if (network6 === undefined || subnet6 === undefined)
+    throw new Error(`test setup: ${o.network6} / ${o.subnet6} are not IPv6 network CIDRs`);
+  return renderSubnetEnv({
+    network,
+    subnet,
+    ...(network6 && subnet6 ? { network6, subnet6 } : {}),
+    mtu: o.mtu,
+    ipMasq: false,
+  });
 }

@@ -10,7 +10,7 @@ import type { StoreFact } from '../doctor/facts.ts';
 import { gather, readLeaseStore } from '../doctor/gather.ts';
 import { renderJson, renderTable } from '../doctor/print.ts';
 import { run } from '../exec/runner.ts';
-import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
+import { addRunFlags, ifaceRequest, resolveRunFlags, type RunFlags } from './flags.ts';
 import { nodeNameOf, openStore } from './open-store.ts';
 
 /** How long the store may take to answer (each etcd call, and the whole read). */
@@ -42,7 +42,7 @@ async function doctor(
       readStore: (s) => readStore(flags, { signal: s, nodeName: o.nodeName }),
     },
     {
-      iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp },
+      iface: ifaceRequest(flags),
       subnetFile: flags.subnetFile,
       bridge: o.bridge,
       procSysNet: flags.procSysNet,

@@ -11,7 +11,9 @@ import { TwillError } from '../errors.ts';
 import { DEFAULT_ANNOTATION_PREFIX } from '../lease/kube-node.ts';
 import { DEFAULT_ETCD_PREFIX } from '../lease/kv-store.ts';
 import { LOG_LEVELS, redactUrlCredentials, type LogLevel } from '../log.ts';
+import type { IfaceRequest } from '../net/iface.ts';
 import { isIpv4 } from '../net/ipv4.ts';
+import { isUnicastHost6, parseIpv6 } from '../net/ipv6.ts';
 import { DEFAULT_SUBNET_FILE } from '../subnetenv.ts';
 
 export type FlagKind = 'string' | 'list' | 'repeat' | 'bool' | 'int';
@@ -134,6 +136,14 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     arg: 'ip',
     help: 'IPv4 address peers reach this node at',
     defaultText: 'the interface address',
+  },
+  {
+    name: 'public-ipv6',
+    kind: 'string',
+    arg: 'ip',
+    help: 'IPv6 address peers reach this node at (used when the network config sets EnableIPv6)',
+    doc: 'IPv6 address peers reach this node at (`PublicIPv6`); used only when the network config sets `EnableIPv6`',
+    defaultText: "the interface's first global IPv6 address",
   },
   {
     name: 'subnet-file',
@@ -264,6 +274,7 @@ export interface RunFlags {
   readonly iface: string[];
   readonly ifaceRegex: string[];
   readonly publicIp: string | undefined;
+  readonly publicIpv6: string | undefined;
   readonly subnetFile: string;
   readonly subnetLeaseRenewMargin: number;
   readonly ipMasq: boolean;
@@ -278,6 +289,19 @@ export interface RunFlags {
   readonly kubeApiUrl: string | undefined;
   readonly kubeAnnotationPrefix: string;
   readonly netConfigPath: string;
+}
+
+/**
+ * The interface flags as `discoverInterface` takes them; `ipv6` is the network config's to set
+ * (EnableIPv6), once it has been read.
+ */
+export function ifaceRequest(flags: RunFlags): IfaceRequest {
+  return {
+    iface: flags.iface,
+    ifaceRegex: flags.ifaceRegex,
+    publicIp: flags.publicIp,
+    publicIpv6: flags.publicIpv6,
+  };
 }
 
 export function envName(flag: string): string {
@@ -431,6 +455,16 @@ function checkFlags(flags: RunFlags): RunFlags {
     bad('log-level', flags.logLevel, `must be one of ${LOG_LEVELS.join(', ')}`);
   if (flags.publicIp !== undefined && !isIpv4(flags.publicIp))
     bad('public-ip', flags.publicIp, 'is not an IPv4 address');
+  if (flags.publicIpv6 !== undefined) {
+    const v6 = parseIpv6(flags.publicIpv6);
+    if (v6 === undefined) bad('public-ipv6', flags.publicIpv6, 'is not an IPv6 address');
+    if (!isUnicastHost6(v6))
+      bad(
+        'public-ipv6',
+        flags.publicIpv6,
+        'is not a unicast address peers can reach (unspecified, loopback, multicast, link-local or IPv4-mapped)',
+      );
+  }
   if (!isIpv4(flags.healthzIp)) bad('healthz-ip', flags.healthzIp, 'is not an IPv4 address');
   if (flags.healthzPort > 65535)
     bad('healthz-port', String(flags.healthzPort), 'is not a port number');

@@ -7,13 +7,13 @@ import { dirname, join } from 'node:path';
 import { Command, CommanderError } from 'commander';
 import { runDaemon } from '../daemon.ts';
 import { describeError, TwillError } from '../errors.ts';
-import { ensureIpForward, bridgeNetfilterProblem } from '../dataplane/sysctl.ts';
+import { ensureForwarding, bridgeNetfilterProblem } from '../dataplane/sysctl.ts';
 import { run, watchLines } from '../exec/runner.ts';
 import { createLogger } from '../log.ts';
 import { gatherStatus } from '../status/inputs.ts';
 import { renderStatus } from '../status/text.ts';
 import { buildStatus } from '../status/report.ts';
-import { addRunFlags, resolveRunFlags, type RunFlags } from './flags.ts';
+import { addRunFlags, ifaceRequest, resolveRunFlags, type RunFlags } from './flags.ts';
 import { nodeNameOf, openStore } from './open-store.ts';
 import { addDoctorCommand } from './doctor-cmd.ts';
 
@@ -56,7 +56,7 @@ async function statusCommand(
     const input = await gatherStatus({
       store,
       runner: run,
-      iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp },
+      iface: ifaceRequest(flags),
       subnetFile: flags.subnetFile,
       healthzPort: flags.healthzPort,
       signal: AbortSignal.timeout(20_000),
@@ -96,12 +96,12 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
         runner: run,
         watch: watchLines,
         logger,
-        ensureForwarding: () => ensureIpForward(flags.procSysNet),
+        ensureForwarding: (o) => ensureForwarding(flags.procSysNet, o),
         bridgeNetfilterProblem: () => bridgeNetfilterProblem(flags.procSysNet),
       },
       {
         nodeName,
-        iface: { iface: flags.iface, ifaceRegex: flags.ifaceRegex, publicIp: flags.publicIp },
+        iface: ifaceRequest(flags),
         subnetFile: flags.subnetFile,
         renewMarginMs: flags.subnetLeaseRenewMargin * 60_000,
         ipMasq: flags.ipMasq,

@@ -12,6 +12,15 @@ import {
   parseIpv4,
   type Cidr,
 } from '../net/ipv4.ts';
+import {
+  blockSize6,
+  formatCidr6,
+  formatIpv6,
+  lastAddress6,
+  parseCidr6,
+  parseIpv6,
+  type Cidr6,
+} from '../net/ipv6.ts';
 import { CiObject } from './json-object.ts';
 
 export interface VxlanBackend {
@@ -33,12 +42,23 @@ export type BackendConfig = VxlanBackend | HostGwBackend;
 export type BackendType = BackendConfig['type'];
 export const BACKEND_TYPES: readonly BackendType[] = ['vxlan', 'host-gw'];
 
+/** The IPv6 pod network (flannel's IPv6Network, IPv6SubnetLen, IPv6SubnetMin/Max). */
+export interface Ipv6NetConfig {
+  readonly network: Cidr6;
+  readonly subnetLen: number;
+  /** base addresses of the first and last IPv6 subnet that may be leased */
+  readonly subnetMin: bigint;
+  readonly subnetMax: bigint;
+}
+
 export interface NetConfig {
   readonly network: Cidr;
   readonly subnetLen: number;
   /** base addresses of the first and last subnet that may be leased */
   readonly subnetMin: number;
   readonly subnetMax: number;
+  /** the IPv6 network when "EnableIPv6" is true (dual-stack); null: IPv4 only */
+  readonly ipv6: Ipv6NetConfig | null;
   readonly backend: BackendConfig;
   /** keys that were present but that twill does not know (for a warning) */
   readonly unknownKeys: readonly string[];
@@ -67,6 +87,7 @@ export function parseNetConfig(text: string): NetConfig {
   }
   const obj = CiObject.from(WHERE, raw, 'CONFIG_INVALID');
   checkAddressFamilies(obj);
+  const ipv6 = parseIpv6Config(obj);
   const network = parseNetwork(obj);
   const subnetLen = parseSubnetLen(obj, network);
   const subnetMin = parseBound(obj, {
@@ -95,21 +116,91 @@ export function parseNetConfig(text: string): NetConfig {
     subnetLen,
     subnetMin,
     subnetMax,
+    ipv6,
     backend: backend.config,
     unknownKeys: [...obj.unknownKeys(), ...backend.unknown],
   };
 }
 
 function checkAddressFamilies(obj: CiObject): void {
-  if (obj.bool('EnableIPv6') === true)
-    unsupported('"EnableIPv6" is true, but IPv6 is not supported by twill yet; remove it');
-  if (obj.has('IPv6Network')) {
+  if (obj.bool('EnableIPv4') === false) {
     unsupported(
-      `"IPv6Network" is ${JSON.stringify(obj.get('IPv6Network'))}, but IPv6 is not supported by twill yet; remove it`,
+      '"EnableIPv4" is false, but twill needs an IPv4 "Network" (IPv6-only is not supported yet); set "EnableIPv4" to true, or remove it',
     );
   }
-  if (obj.bool('EnableIPv4') === false)
-    unsupported('"EnableIPv4" is false, but twill supports only IPv4 networks');
+}
+
+/** flannel's IPv6 keys: read only when "EnableIPv6" is true, as flannel does. */
+function parseIpv6Config(obj: CiObject): Ipv6NetConfig | null {
+  const enabled = obj.bool('EnableIPv6') ?? false;
+  for (const key of ['IPv6Network', 'IPv6SubnetLen', 'IPv6SubnetMin', 'IPv6SubnetMax']) {
+    if (!enabled && obj.has(key))
+      invalid(
+        `"${key}" is set but "EnableIPv6" is not true; set "EnableIPv6": true for dual-stack`,
+      );
+  }
+  if (!enabled) return null;
+  const text = obj.string('IPv6Network');
+  if (text === undefined)
+    invalid(
+      '"EnableIPv6" is true, so "IPv6Network" is required (an IPv6 CIDR such as "fd00:10:244::/56")',
+    );
+  const network = parseCidr6(text, { strict: false });
+  if (!network) {
+    invalid(
+      `"IPv6Network" must be an IPv6 CIDR such as "fd00:10:244::/56", got ${JSON.stringify(text)}`,
+    );
+  }
+  if (formatCidr6(network) !== text) {
+    invalid(
+      `"IPv6Network" ${JSON.stringify(text)} is not in canonical form or has host bits set; did you mean "${formatCidr6(network)}"?`,
+    );
+  }
+  if (network.prefix > 124)
+    invalid(`"IPv6Network" ${text} is too small: it must be /124 or larger`);
+  const subnetLen = parseIpv6SubnetLen(obj, network);
+  const size = blockSize6(subnetLen);
+  const subnetMin = parseBound6(obj, 'IPv6SubnetMin', network, subnetLen) ?? network.base + size;
+  const subnetMax =
+    parseBound6(obj, 'IPv6SubnetMax', network, subnetLen) ?? lastAddress6(network) + 1n - size;
+  if (subnetMin > subnetMax) {
+    invalid(
+      `"IPv6SubnetMin" ${formatIpv6(subnetMin)} is above "IPv6SubnetMax" ${formatIpv6(subnetMax)}`,
+    );
+  }
+  return { network, subnetLen, subnetMin, subnetMax };
+}
+
+function parseIpv6SubnetLen(obj: CiObject, network: Cidr6): number {
+  const len = obj.int('IPv6SubnetLen', { min: 0, max: 128 });
+  if (len === undefined || len === 0) return network.prefix <= 62 ? 64 : network.prefix + 2;
+  if (len > 126) invalid(`"IPv6SubnetLen" is ${len}; it must be 126 or less`);
+  if (len < network.prefix + 2) {
+    invalid(
+      `"IPv6SubnetLen" is ${len}; with "IPv6Network" ${formatCidr6(network)} it must be at least ${network.prefix + 2} (room for four subnets)`,
+    );
+  }
+  return len;
+}
+
+function parseBound6(
+  obj: CiObject,
+  name: string,
+  network: Cidr6,
+  subnetLen: number,
+): bigint | undefined {
+  const text = obj.string(name);
+  if (text === undefined) return undefined;
+  const addr = parseIpv6(text);
+  if (addr === undefined)
+    invalid(
+      `"${name}" must be an IPv6 address such as "fd00:10:244:1::", got ${JSON.stringify(text)}`,
+    );
+  if (addr < network.base || addr > lastAddress6(network))
+    invalid(`"${name}" ${text} is not inside "IPv6Network" ${formatCidr6(network)}`);
+  if ((addr - network.base) % blockSize6(subnetLen) !== 0n)
+    invalid(`"${name}" ${text} is not the start of a /${subnetLen} subnet ("IPv6SubnetLen")`);
+  return addr;
 }
 
 function parseNetwork(obj: CiObject): Cidr {

@@ -2,18 +2,26 @@
 // kernel should hold out (pure). The backends live here: host-gw routes each
 // peer subnet via the peer's public IP on the underlay; vxlan gives each peer
 // a permanent neighbour, an FDB entry and an onlink route through
-// twill.<VNI>, wire-compatible with flannel. `Desired` is the daemon's view:
-// the same functions over the keeper's lease and the tracker's peers now.
+// twill.<VNI>, wire-compatible with flannel. Dual-stack adds the same per
+// IPv6 peer: host-gw a route via its PublicIPv6; vxlan a second device,
+// twill-v6.<VNI> over the IPv6 underlay (flannel-v6.<VNI>'s VNI, port and
+// learning, so the two talk), with its own neighbour, FDB entry and onlink
+// route per peer. `Desired` is the daemon's view: the same functions over the
+// keeper's lease and the tracker's peers now.
 import type { NetConfig, VxlanBackend } from '../config/netconf.ts';
 import type { Lease } from '../lease/types.ts';
-import { onLink, type IfaceChoice } from '../net/iface.ts';
+import { onLink, onLink6, type IfaceChoice } from '../net/iface.ts';
 import { formatCidr, formatIpv4 } from '../net/ipv4.ts';
+import { formatCidr6, formatIpv6 } from '../net/ipv6.ts';
 import {
   DEVICE_PREFIX,
+  DEVICE6_PREFIX,
   VXLAN_OVERHEAD,
+  VXLAN6_OVERHEAD,
   type DesiredState,
   type FdbSpec,
   type MasqSpec,
+  type MasqSpec6,
   type NeighSpec,
   type RouteSpec,
   type VxlanDevice,
@@ -35,9 +43,29 @@ export function vxlanDeviceName(vni: number): string {
   return `${DEVICE_PREFIX}${vni}`;
 }
 
-/** The pods' MTU: the underlay's (or Backend.MTU), less the vxlan header with vxlan. */
-export function podMtu(backend: NetConfig['backend'], underlayMtu: number): number {
-  return backend.type === 'vxlan' ? (backend.mtu ?? underlayMtu) - VXLAN_OVERHEAD : underlayMtu;
+/** The IPv6 vxlan device name for a VNI: twill-v6.<VNI>, as flannel's is flannel-v6.<VNI>. */
+export function vxlan6DeviceName(vni: number): string {
+  return `${DEVICE6_PREFIX}${vni}`;
+}
+
+/**
+ * The pods' MTU (FLANNEL_MTU): the underlay's (or Backend.MTU), less the vxlan header with vxlan
+ * — on a dual-stack node the IPv6 one (70 bytes, not 50): a pod's one interface carries both
+ * families, and an IPv6 packet sized for the IPv4 tunnel would not fit twill-v6.<VNI> (flannel
+ * writes the IPv4 figure and leaves such packets to path-MTU discovery).
+ */
+export function podMtu(
+  backend: NetConfig['backend'],
+  underlayMtu: number,
+  o: { ipv6?: boolean } = {},
+): number {
+  if (backend.type !== 'vxlan') return underlayMtu;
+  return (backend.mtu ?? underlayMtu) - (o.ipv6 === true ? VXLAN6_OVERHEAD : VXLAN_OVERHEAD);
+}
+
+/** The IPv6 vxlan device's MTU: the underlay's (or Backend.MTU) less IPv6's 70-byte overhead. */
+export function vxlan6Mtu(backend: VxlanBackend, underlayMtu: number): number {
+  return (backend.mtu ?? underlayMtu) - VXLAN6_OVERHEAD;
 }
 
 interface PeerEntries {
@@ -86,9 +114,93 @@ function vxlanDevice(input: BackendInput, backend: VxlanBackend): VxlanDevice {
     port: backend.port,
     learning: backend.learning,
     gbp: backend.gbp,
+    // the IPv4 device's own MTU: the 50-byte figure, whatever the pods use
     mtu: podMtu(backend, input.choice.iface.mtu),
     mac: input.self.attrs.backendData?.vtepMac ?? '',
     address: `${formatIpv4(input.self.subnet.base)}/32`,
+  };
+}
+
+/**
+ * Dual-stack's IPv6 side: on when the config enables IPv6 and we hold an IPv6 subnet and an IPv6
+ * underlay address; what the IPv6 entries are built from.
+ */
+interface V6 {
+  readonly underlayIp: string;
+  readonly self: NonNullable<Lease['subnet6']>;
+}
+
+function v6Of(input: Pick<BackendInput, 'config' | 'self' | 'choice'>): V6 | undefined {
+  const self = input.self.subnet6;
+  const underlayIp = input.choice.ifaceIp6;
+  if (!input.config.ipv6 || !self || !underlayIp) return undefined;
+  return { underlayIp, self };
+}
+
+/** Peers with an IPv6 subnet and a PublicIPv6 (an IPv4-only peer gets no IPv6 entries). */
+function v6Peers(input: BackendInput): (Lease & { subnet6: NonNullable<Lease['subnet6']> })[] {
+  return input.peers.filter(
+    (p): p is Lease & { subnet6: NonNullable<Lease['subnet6']> } =>
+      !!p.subnet6 && !!p.attrs.publicIpv6,
+  );
+}
+
+function directRoute6(
+  peer: Lease,
+  subnet6: NonNullable<Lease['subnet6']>,
+  choice: IfaceChoice,
+): RouteSpec {
+  return {
+    dst: formatCidr6(subnet6),
+    via: peer.attrs.publicIpv6 ?? '',
+    dev: choice.iface.name,
+    onlink: false,
+  };
+}
+
+function hostGw6Entries(input: BackendInput): PeerEntries {
+  return {
+    routes: v6Peers(input).map((p) => directRoute6(p, p.subnet6, input.choice)),
+    neighs: [],
+    fdb: [],
+  };
+}
+
+function vxlan6Entries(input: BackendInput, dev: VxlanDevice, backend: VxlanBackend): PeerEntries {
+  const out: PeerEntries = { routes: [], neighs: [], fdb: [] };
+  for (const peer of v6Peers(input)) {
+    const publicIpv6 = peer.attrs.publicIpv6 ?? '';
+    if (backend.directRouting && onLink6(input.choice.iface, publicIpv6)) {
+      out.routes.push(directRoute6(peer, peer.subnet6, input.choice));
+      continue;
+    }
+    // a peer without an IPv6 VtepMAC (no IPv6 vxlan device) cannot be reached through ours
+    const mac = peer.attrs.backendData6?.vtepMac;
+    if (mac === undefined) continue;
+    const gw = formatIpv6(peer.subnet6.base);
+    out.neighs.push({ dev: dev.name, ip: gw, mac });
+    out.fdb.push({ dev: dev.name, mac, dst: publicIpv6 });
+    out.routes.push({ dst: formatCidr6(peer.subnet6), via: gw, dev: dev.name, onlink: true });
+  }
+  return out;
+}
+
+/**
+ * twill-v6.<VNI>: the IPv4 device's VNI, port, learning and gbp (flannel-v6.<VNI> takes them from
+ * the same backend config), over our IPv6 underlay address, with our IPv6 VtepMAC.
+ */
+function vxlan6Device(input: BackendInput, backend: VxlanBackend, v6: V6): VxlanDevice {
+  return {
+    name: vxlan6DeviceName(backend.vni),
+    vni: backend.vni,
+    local: v6.underlayIp,
+    underlay: input.choice.iface.name,
+    port: backend.port,
+    learning: backend.learning,
+    gbp: backend.gbp,
+    mtu: vxlan6Mtu(backend, input.choice.iface.mtu),
+    mac: input.self.attrs.backendData6?.vtepMac ?? '',
+    address: `${formatIpv6(v6.self.base)}/128`,
   };
 }
 
@@ -107,6 +219,20 @@ export function masqSpec(o: {
   };
 }
 
+/** The ip6tables chains' inputs when dual-stack is on (null otherwise). */
+export function masqSpec6(o: {
+  config: NetConfig;
+  self: Lease;
+  choice: IfaceChoice;
+  ipMasq: boolean;
+  randomFully: boolean;
+}): MasqSpec6 | null {
+  const v6 = v6Of(o);
+  const network = o.config.ipv6?.network;
+  if (!v6 || !network) return null;
+  return { ipMasq: o.ipMasq, network, subnet: v6.self, randomFully: o.randomFully };
+}
+
 /**
  * The whole desired state for one pass, from peers that passed admission (admit.ts, applied by
  * the peer tracker): every peer given becomes kernel entries.
@@ -116,7 +242,22 @@ export function desiredState(input: BackendInput): DesiredState {
   const vxlan = backend.type === 'vxlan' ? vxlanDevice(input, backend) : null;
   const entries =
     vxlan && backend.type === 'vxlan' ? vxlanEntries(input, vxlan, backend) : hostGwEntries(input);
-  return { vxlan, ...entries, masq: masqSpec(input) };
+  const v6 = v6Of(input);
+  const vxlan6 = v6 && backend.type === 'vxlan' ? vxlan6Device(input, backend, v6) : null;
+  const entries6 = !v6
+    ? undefined
+    : vxlan6 && backend.type === 'vxlan'
+      ? vxlan6Entries(input, vxlan6, backend)
+      : hostGw6Entries(input);
+  return {
+    vxlan,
+    vxlan6,
+    routes: entries6 ? [...entries.routes, ...entries6.routes] : entries.routes,
+    neighs: entries6 ? [...entries.neighs, ...entries6.neighs] : entries.neighs,
+    fdb: entries6 ? [...entries.fdb, ...entries6.fdb] : entries.fdb,
+    masq: masqSpec(input),
+    masq6: masqSpec6(input),
+  };
 }
 
 /** The daemon's desired state, computed afresh from our current lease and the admitted peers. */
@@ -141,5 +282,10 @@ export class Desired {
   /** Only the chains' inputs: the chain poll runs every second, and needs no peer. */
   masq(): MasqSpec {
     return masqSpec({ ...this.o, self: this.o.keeper.current() });
+  }
+
+  /** The ip6tables chains' inputs (null when IPv6 is off), for the same poll. */
+  masq6(): MasqSpec6 | null {
+    return masqSpec6({ ...this.o, self: this.o.keeper.current() });
   }
 }

@@ -1,8 +1,9 @@
 // diff: desired vs observed → the ordered ops of one pass, pure. Only what
 // twill owns is ever deleted: routes with ROUTE_PROTOCOL, vxlan devices
-// named twill.*, permanent neighbour and FDB entries on twill's device, and
-// twill's chains. An unchanged kernel gives an empty plan.
-import { chainSpecs, diffChain } from './masq.ts';
+// named twill.* and twill-v6.*, permanent neighbour and FDB entries on
+// twill's devices, and twill's chains (in ip6tables too when IPv6 is on).
+// An unchanged kernel gives an empty plan.
+import { chainSpecs, chainSpecs6, diffChain } from './masq.ts';
 import {
   type DesiredState,
   type LinkSetting,
@@ -49,19 +50,34 @@ function tuneDevice(d: VxlanDevice, seen: ObservedLink): Op[] {
   return ops;
 }
 
-/** Device ops, and whether the device's entries start from empty (created or replaced). */
-function diffLinks(want: VxlanDevice | null, seen: ObservedState): { ops: Op[]; fresh: boolean } {
+/** The devices `want` asks for: the IPv4 one, then the IPv6 one. */
+function devicesOf(want: DesiredState): VxlanDevice[] {
+  return [...(want.vxlan ? [want.vxlan] : []), ...(want.vxlan6 ? [want.vxlan6] : [])];
+}
+
+/** Device ops, and the devices whose entries start from empty (created or replaced). */
+function diffLinks(
+  want: readonly VxlanDevice[],
+  seen: ObservedState,
+): { ops: Op[]; fresh: Set<string> } {
   const ops: Op[] = [];
+  const names = new Set(want.map((d) => d.name));
   for (const l of seen.links) {
-    if (l.name !== want?.name)
+    if (!names.has(l.name))
       ops.push({ kind: 'link', action: 'delete', phase: 'ip-post', name: l.name });
   }
-  if (!want) return { ops, fresh: false };
-  const current = seen.links.find((l) => l.name === want.name);
-  if (current && sameDevice(want, current))
-    return { ops: [...ops, ...tuneDevice(want, current)], fresh: false };
-  if (current) ops.push({ kind: 'link', action: 'delete', phase: 'ip-pre', name: want.name });
-  return { ops: [...ops, ...createDevice(want)], fresh: true };
+  const fresh = new Set<string>();
+  for (const d of want) {
+    const current = seen.links.find((l) => l.name === d.name);
+    if (current && sameDevice(d, current)) {
+      ops.push(...tuneDevice(d, current));
+      continue;
+    }
+    if (current) ops.push({ kind: 'link', action: 'delete', phase: 'ip-pre', name: d.name });
+    ops.push(...createDevice(d));
+    fresh.add(d.name);
+  }
+  return { ops, fresh };
 }
 
 /** Whether a route the kernel reports is exactly the desired one. */
@@ -86,19 +102,28 @@ function diffRoutes(want: readonly RouteSpec[], seen: readonly RouteSpec[]): Op[
   return ops;
 }
 
-function diffNeighs(want: DesiredState, seen: ObservedState, fresh: boolean): Op[] {
-  const dev = want.vxlan?.name;
-  const observed = fresh ? [] : seen.neighs.filter((n) => n.dev === dev);
-  const have = new Map(observed.map((n) => [n.ip, n]));
-  const wanted = new Set(want.neighs.map((n) => n.ip));
+/** Which devices' entries are compared: twill's wanted devices, unless just (re)created. */
+interface EntryScope {
+  readonly devices: ReadonlySet<string>;
+  readonly fresh: ReadonlySet<string>;
+}
+
+const inScope = (scope: EntryScope, dev: string): boolean =>
+  scope.devices.has(dev) && !scope.fresh.has(dev);
+
+function diffNeighs(want: DesiredState, seen: ObservedState, scope: EntryScope): Op[] {
+  const observed = seen.neighs.filter((n) => inScope(scope, n.dev));
+  const key = (n: { dev: string; ip: string }): string => `${n.dev} ${n.ip}`;
+  const have = new Map(observed.map((n) => [key(n), n]));
+  const wanted = new Set(want.neighs.map(key));
   const ops: Op[] = [];
   for (const n of want.neighs) {
-    const h = have.get(n.ip);
+    const h = have.get(key(n));
     if (h?.permanent && h.mac === n.mac) continue;
     ops.push({ kind: 'neigh', action: h ? 'change' : 'add', phase: 'ip-pre', neigh: n });
   }
   for (const n of observed) {
-    if (n.permanent && !wanted.has(n.ip))
+    if (n.permanent && !wanted.has(key(n)))
       ops.push({
         kind: 'neigh',
         action: 'delete',
@@ -109,15 +134,15 @@ function diffNeighs(want: DesiredState, seen: ObservedState, fresh: boolean): Op
   return ops;
 }
 
-function diffFdb(want: DesiredState, seen: ObservedState, fresh: boolean): Op[] {
-  const dev = want.vxlan?.name;
-  const observed = fresh ? [] : seen.fdb.filter((f) => f.dev === dev && f.permanent);
-  const key = (mac: string, dst: string | undefined): string => `${mac} ${dst ?? ''}`;
-  const wanted = new Set(want.fdb.map((f) => key(f.mac, f.dst)));
-  const have = new Set(observed.map((f) => key(f.mac, f.dst)));
+function diffFdb(want: DesiredState, seen: ObservedState, scope: EntryScope): Op[] {
+  const observed = seen.fdb.filter((f) => inScope(scope, f.dev) && f.permanent);
+  const key = (dev: string, mac: string, dst: string | undefined): string =>
+    `${dev} ${mac} ${dst ?? ''}`;
+  const wanted = new Set(want.fdb.map((f) => key(f.dev, f.mac, f.dst)));
+  const have = new Set(observed.map((f) => key(f.dev, f.mac, f.dst)));
   const ops: Op[] = [];
   for (const f of observed) {
-    if (wanted.has(key(f.mac, f.dst))) continue;
+    if (wanted.has(key(f.dev, f.mac, f.dst))) continue;
     ops.push({
       kind: 'fdb',
       action: 'delete',
@@ -126,7 +151,7 @@ function diffFdb(want: DesiredState, seen: ObservedState, fresh: boolean): Op[] 
     });
   }
   for (const f of want.fdb) {
-    if (!have.has(key(f.mac, f.dst)))
+    if (!have.has(key(f.dev, f.mac, f.dst)))
       ops.push({ kind: 'fdb', action: 'add', phase: 'bridge', fdb: f });
   }
   return ops;
@@ -148,25 +173,20 @@ export interface Repairs {
  * the desired state, so the change is applied without reading the kernel.
  */
 export function assumedFrom(want: DesiredState): ObservedState {
-  const d = want.vxlan;
   return {
-    links: d
-      ? [
-          {
-            name: d.name,
-            vni: d.vni,
-            local: d.local,
-            underlay: d.underlay,
-            port: d.port,
-            learning: d.learning,
-            gbp: d.gbp,
-            mtu: d.mtu,
-            mac: d.mac,
-            up: true,
-            addresses: [d.address],
-          },
-        ]
-      : [],
+    links: devicesOf(want).map((d) => ({
+      name: d.name,
+      vni: d.vni,
+      local: d.local,
+      underlay: d.underlay,
+      port: d.port,
+      learning: d.learning,
+      gbp: d.gbp,
+      mtu: d.mtu,
+      mac: d.mac,
+      up: true,
+      addresses: [d.address],
+    })),
     routes: want.routes,
     neighs: want.neighs.map((n) => ({ ...n, permanent: true })),
     fdb: want.fdb.map((f) => ({ ...f, permanent: true })),
@@ -194,17 +214,24 @@ export function assumedWithout(want: DesiredState, r: Repairs): ObservedState {
 
 /** The ops that take the kernel from `seen` to `want`, in apply order within each phase. */
 export function diff(want: DesiredState, seen: ObservedState): Op[] {
-  const links = diffLinks(want.vxlan, seen);
+  const devices = devicesOf(want);
+  const links = diffLinks(devices, seen);
   const chains = chainSpecs(want.masq);
+  const chains6 = want.masq6 ? chainSpecs6(want.masq6) : undefined;
   // a device that is (re)created comes back without the routes it carried
-  const routes = links.fresh ? seen.routes.filter((r) => r.dev !== want.vxlan?.name) : seen.routes;
+  const routes =
+    links.fresh.size > 0 ? seen.routes.filter((r) => !links.fresh.has(r.dev)) : seen.routes;
+  const scope = { devices: new Set(devices.map((d) => d.name)), fresh: links.fresh };
   return [
     ...links.ops.filter((o) => o.phase === 'ip-pre'),
     ...diffRoutes(want.routes, routes),
-    ...diffNeighs(want, seen, links.fresh),
-    ...diffFdb(want, seen, links.fresh),
+    ...diffNeighs(want, seen, scope),
+    ...diffFdb(want, seen, scope),
     ...links.ops.filter((o) => o.phase === 'ip-post'),
     ...(seen.postrouting ? diffChain(chains.postrouting, seen.postrouting) : []),
     ...(seen.forward ? diffChain(chains.forward, seen.forward) : []),
+    // ip6tables' chains only when IPv6 is on (and they were read)
+    ...(chains6 && seen.postrouting6 ? diffChain(chains6.postrouting, seen.postrouting6) : []),
+    ...(chains6 && seen.forward6 ? diffChain(chains6.forward, seen.forward6) : []),
   ];
 }

@@ -55,7 +55,7 @@ export function judge(t: Touch, k: Known | undefined, generation: number): Work[
     // one of ours exactly as wanted (our own change coming back) needs nothing
     return want && t.route && sameRoute(want, t.route) ? [] : ENTRIES;
   }
-  if (t.dev !== k.want.vxlan?.name) return ENTRIES;
+  if (t.dev !== k.want.vxlan?.name && t.dev !== k.want.vxlan6?.name) return ENTRIES;
   const neigh = k.neighs.get(t.ip);
   const fdb = k.fdb.get(t.ip);
   // the kernel's own entries come and go; a permanent one twill does not want is for an observed

@@ -4,9 +4,12 @@
 // as values, and the typed ops that make a chain match (render.ts turns them
 // into iptables-restore --noflush lines). The jump from the built-in chain
 // is kept single and appended, like flannel's, so policy chains earlier in
-// FORWARD still apply.
+// FORWARD still apply. With IPv6 the same chains, rules and order live in
+// ip6tables (as flannel's v6 rules do), over the IPv6 network and our IPv6
+// subnet, multicast being ff00::/8 there.
 import { formatCidr } from '../net/ipv4.ts';
-import type { MasqSpec, ObservedChain, Op } from './model.ts';
+import { formatCidr6 } from '../net/ipv6.ts';
+import type { MasqSpec, MasqSpec6, ObservedChain, Op } from './model.ts';
 
 export const MASQ_CHAIN = 'TWILL-POSTRTG';
 export const FWD_CHAIN = 'TWILL-FWD';
@@ -14,6 +17,8 @@ const MASQ_COMMENT = '-m comment --comment "twill masq"';
 const FWD_COMMENT = '-m comment --comment "twill forward"';
 
 export interface ChainSpec {
+  /** an ip6tables chain (absent: iptables) */
+  readonly ipv6?: true;
   readonly table: 'nat' | 'filter';
   readonly parent: 'POSTROUTING' | 'FORWARD';
   readonly chain: string;
@@ -23,23 +28,60 @@ export interface ChainSpec {
   readonly rules: readonly string[] | null;
 }
 
+/** One family's chain inputs as `-S` prints them: network, subnet, multicast block. */
+interface ChainText {
+  readonly net: string;
+  readonly sub: string;
+  readonly multicast: string;
+  readonly randomFully: boolean;
+}
+
+const text4 = (spec: MasqSpec): ChainText => ({
+  net: formatCidr(spec.network),
+  sub: formatCidr(spec.subnet),
+  multicast: '224.0.0.0/4',
+  randomFully: spec.randomFully,
+});
+
+const text6 = (spec: MasqSpec6): ChainText => ({
+  net: formatCidr6(spec.network),
+  sub: formatCidr6(spec.subnet),
+  multicast: 'ff00::/8',
+  randomFully: spec.randomFully,
+});
+
 export function masqRules(spec: MasqSpec): string[] {
-  const net = formatCidr(spec.network);
-  const sub = formatCidr(spec.subnet);
-  const masq = `-j MASQUERADE${spec.randomFully ? ' --random-fully' : ''}`;
+  return masqText(text4(spec));
+}
+
+/** The IPv6 masquerade rules, for ip6tables. */
+export function masqRules6(spec: MasqSpec6): string[] {
+  return masqText(text6(spec));
+}
+
+function masqText({ net, sub, multicast, randomFully }: ChainText): string[] {
+  const masq = `-j MASQUERADE${randomFully ? ' --random-fully' : ''}`;
   const a = `-A ${MASQ_CHAIN}`;
   return [
     `${a} -m mark --mark 0x4000/0x4000 ${MASQ_COMMENT} -j RETURN`,
     `${a} -s ${sub} -d ${net} ${MASQ_COMMENT} -j RETURN`,
     `${a} -s ${net} -d ${sub} ${MASQ_COMMENT} -j RETURN`,
     `${a} ! -s ${net} -d ${sub} ${MASQ_COMMENT} -j RETURN`,
-    `${a} -s ${net} ! -d 224.0.0.0/4 ${MASQ_COMMENT} ${masq}`,
+    `${a} -s ${net} ! -d ${multicast} ${MASQ_COMMENT} ${masq}`,
     `${a} ! -s ${net} -d ${net} ${MASQ_COMMENT} ${masq}`,
   ];
 }
 
 export function forwardRules(spec: MasqSpec): string[] {
-  const net = formatCidr(spec.network);
+  return forwardText(text4(spec).net);
+}
+
+/** The IPv6 forward rules, for ip6tables. */
+export function forwardRules6(spec: MasqSpec6): string[] {
+  return forwardText(text6(spec).net);
+}
+
+function forwardText(net: string): string[] {
   return [
     `-A ${FWD_CHAIN} -s ${net} ${FWD_COMMENT} -j ACCEPT`,
     `-A ${FWD_CHAIN} -d ${net} ${FWD_COMMENT} -j ACCEPT`,
@@ -50,20 +92,36 @@ export function forwardRules(spec: MasqSpec): string[] {
  * Both chains as they should be. The forward chain is kept whatever --ip-masq says, like flannel's.
  */
 export function chainSpecs(spec: MasqSpec): { postrouting: ChainSpec; forward: ChainSpec } {
+  return specsOf(spec.ipMasq ? masqRules(spec) : null, forwardRules(spec));
+}
+
+/** Both ip6tables chains as they should be, with the same names and rule order. */
+export function chainSpecs6(spec: MasqSpec6): { postrouting: ChainSpec; forward: ChainSpec } {
+  const s = specsOf(spec.ipMasq ? masqRules6(spec) : null, forwardRules6(spec));
+  return {
+    postrouting: { ipv6: true, ...s.postrouting },
+    forward: { ipv6: true, ...s.forward },
+  };
+}
+
+function specsOf(
+  masq: readonly string[] | null,
+  forward: readonly string[],
+): { postrouting: ChainSpec; forward: ChainSpec } {
   return {
     postrouting: {
       table: 'nat',
       parent: 'POSTROUTING',
       chain: MASQ_CHAIN,
       jump: `${MASQ_COMMENT} -j ${MASQ_CHAIN}`,
-      rules: spec.ipMasq ? masqRules(spec) : null,
+      rules: masq,
     },
     forward: {
       table: 'filter',
       parent: 'FORWARD',
       chain: FWD_CHAIN,
       jump: `${FWD_COMMENT} -j ${FWD_CHAIN}`,
-      rules: forwardRules(spec),
+      rules: forward,
     },
   };
 }
@@ -94,10 +152,13 @@ export function chainRules(listing: string): string[] {
 export function diffChain(want: ChainSpec, seen: ObservedChain): Op[] {
   const ops: Op[] = [];
   const { table, parent, chain } = want;
+  // the family marker only on IPv6 ops, so IPv4 ops stay exactly what they were
+  const v6 = want.ipv6 ? { ipv6: true as const } : {};
   const jump = (action: 'add' | 'delete', rule: string): Op => ({
     kind: 'jump',
     action,
     phase: 'iptables',
+    ...v6,
     table,
     parent,
     chain,
@@ -110,6 +171,7 @@ export function diffChain(want: ChainSpec, seen: ObservedChain): Op[] {
         kind: 'chain',
         action: 'delete',
         phase: 'iptables',
+        ...v6,
         table,
         chain,
         rules: [],
@@ -135,6 +197,7 @@ export function diffChain(want: ChainSpec, seen: ObservedChain): Op[] {
       kind: 'chain',
       action: seen.rules === null ? 'add' : 'change',
       phase: 'iptables',
+      ...v6,
       table,
       chain,
       rules: want.rules,

@@ -2,6 +2,7 @@
 // holds (observed), and the ordered changes between them (plan). Plain data,
 // so backends, diff and rendering stay pure and testable without root.
 import type { Cidr } from '../net/ipv4.ts';
+import type { Cidr6 } from '../net/ipv6.ts';
 
 /** Routes twill installs carry this protocol number; GC removes only these. */
 export const ROUTE_PROTOCOL = 151;
@@ -9,13 +10,25 @@ export const ROUTE_PROTOCOL = 151;
 /** twill's vxlan devices are named `twill.<VNI>`; only devices with this prefix are twill's. */
 export const DEVICE_PREFIX = 'twill.';
 
+/**
+ * twill's IPv6 vxlan devices are named `twill-v6.<VNI>` (flannel's are flannel-v6.<VNI>); only
+ * devices with this prefix are twill's too.
+ */
+export const DEVICE6_PREFIX = 'twill-v6.';
+
 /** Bytes vxlan adds to a packet over IPv4 (outer IP 20, UDP 8, vxlan 8, inner Ethernet 14). */
 export const VXLAN_OVERHEAD = 50;
+
+/** Bytes vxlan adds to a packet over IPv6 (outer IP 40, UDP 8, vxlan 8, inner Ethernet 14). */
+export const VXLAN6_OVERHEAD = 70;
 
 export interface VxlanDevice {
   readonly name: string;
   readonly vni: number;
-  /** our public IP, the tunnel's source address */
+  /**
+   * the tunnel's source address: our IPv4 underlay address, or for twill-v6.<VNI> our IPv6 one
+   * (which also makes it an IPv6 device: see isIpv6Device)
+   */
   readonly local: string;
   /** the underlay interface the device is bound to */
   readonly underlay: string;
@@ -24,12 +37,17 @@ export interface VxlanDevice {
   readonly gbp: boolean;
   readonly mtu: number;
   readonly mac: string;
-  /** `<our subnet network address>/32` */
+  /** `<our subnet network address>/32` (IPv6: `<our IPv6 subnet base>/128`) */
   readonly address: string;
 }
 
+/** Whether a device tunnels over IPv6 (twill-v6.<VNI>): its source address is an IPv6 one. */
+export function isIpv6Device(d: Pick<VxlanDevice, 'local'>): boolean {
+  return d.local.includes(':');
+}
+
 export interface RouteSpec {
-  /** destination CIDR text, e.g. "10.244.1.0/24" */
+  /** destination CIDR text, e.g. "10.244.1.0/24" or "fd00:0:0:1::/64" (canonical) */
   readonly dst: string;
   readonly via: string;
   readonly dev: string;
@@ -56,13 +74,32 @@ export interface MasqSpec {
   readonly randomFully: boolean;
 }
 
+/** The same for IPv6 (ip6tables): the IPv6 network and our IPv6 subnet. */
+export interface MasqSpec6 {
+  readonly ipMasq: boolean;
+  readonly network: Cidr6;
+  readonly subnet: Cidr6;
+  readonly randomFully: boolean;
+}
+
 export interface DesiredState {
   /** the vxlan device, or null for host-gw (any twill.* device is then removed) */
   readonly vxlan: VxlanDevice | null;
+  /**
+   * dual-stack vxlan: the IPv6 device twill-v6.<VNI>; null otherwise (any twill-v6.* device is
+   * then removed)
+   */
+  readonly vxlan6: VxlanDevice | null;
+  /** both families' routes, neighbours and FDB entries (IPv4 first) */
   readonly routes: readonly RouteSpec[];
   readonly neighs: readonly NeighSpec[];
   readonly fdb: readonly FdbSpec[];
   readonly masq: MasqSpec;
+  /**
+   * dual-stack: the ip6tables chains' inputs; null when IPv6 is off (then no IPv6 route or chain
+   * is read or touched)
+   */
+  readonly masq6: MasqSpec6 | null;
 }
 
 export interface ObservedLink {
@@ -76,7 +113,10 @@ export interface ObservedLink {
   readonly mtu: number;
   readonly mac: string;
   readonly up: boolean;
-  /** IPv4 addresses as "a.b.c.d/len" */
+  /**
+   * the addresses of the device's family: IPv4 as "a.b.c.d/len" (twill.*), global IPv6 as
+   * "addr/len" (twill-v6.*)
+   */
   readonly addresses: readonly string[];
 }
 
@@ -101,15 +141,18 @@ export interface ObservedChain {
 }
 
 export interface ObservedState {
-  /** vxlan devices named twill.* */
+  /** vxlan devices named twill.* or twill-v6.* */
   readonly links: readonly ObservedLink[];
-  /** routes in the main table with ROUTE_PROTOCOL */
+  /** routes in the main table with ROUTE_PROTOCOL (IPv6 ones only when IPv6 was read) */
   readonly routes: readonly RouteSpec[];
   readonly neighs: readonly ObservedNeigh[];
   readonly fdb: readonly ObservedFdb[];
   /** twill's chains; undefined when the pass did not read them (then they are left as they are) */
   readonly postrouting: ObservedChain | undefined;
   readonly forward: ObservedChain | undefined;
+  /** the same chains in ip6tables; absent or undefined when not read (IPv6 off) */
+  readonly postrouting6?: ObservedChain | undefined;
+  readonly forward6?: ObservedChain | undefined;
 }
 
 export type OpAction = 'add' | 'change' | 'delete';
@@ -119,7 +162,9 @@ export type OpAction = 'add' | 'change' | 'delete';
  * FDB, route on add; route, FDB, neighbour on delete) with a fixed number of
  * processes: ip-pre (links, route deletes, neighbour adds), bridge (FDB),
  * ip-post (neighbour deletes, route adds, link deletes); iptables is one
- * iptables-restore.
+ * iptables-restore (and, with IPv6, one ip6tables-restore after it). Both
+ * families' ip and bridge lines share the batches: `ip -batch` takes the
+ * family from each line's addresses.
  */
 export type Phase = 'ip-pre' | 'bridge' | 'ip-post' | 'iptables';
 
@@ -178,6 +223,8 @@ export interface FdbOp extends OpBase {
  */
 export interface ChainOp extends OpBase {
   readonly kind: 'chain';
+  /** ip6tables' chain (absent for iptables, so IPv4 ops are as they always were) */
+  readonly ipv6?: true;
   readonly table: 'nat' | 'filter';
   readonly chain: string;
   /** `iptables -S` lines, "-A <chain> …"; empty for a delete */
@@ -193,6 +240,8 @@ export interface ChainOp extends OpBase {
 export interface JumpOp extends OpBase {
   readonly kind: 'jump';
   readonly action: 'add' | 'delete';
+  /** in ip6tables (absent for iptables) */
+  readonly ipv6?: true;
   readonly table: 'nat' | 'filter';
   readonly parent: string;
   readonly chain: string;

@@ -5,33 +5,44 @@
 // keep twill busy, and each line says what it touched (a Touch): one route,
 // neighbour or FDB entry, one table's chains, or "anything" (a link, an
 // address, a line twill does not read), so a known drift is repaired by
-// re-applying just what it touched and the rest gets a full pass. With iptables-legacy there is no
-// rule event stream, so
-// twill's two chains are polled instead (four `iptables -S`, by default every
-// second). A monitor that dies is restarted with backoff, and every
-// (re)start triggers a pass, since events may have been missed meanwhile.
+// re-applying just what it touched and the rest gets a full pass. With
+// iptables-legacy there is no rule event stream, so twill's two chains are
+// polled instead (four `iptables -S`, by default every second; with IPv6
+// four `ip6tables -S` more). A monitor that dies is restarted with backoff,
+// and every (re)start triggers a pass, since events may have been missed
+// meanwhile.
 import { describeError } from '../errors.ts';
 import type { LineWatcher, Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { Backoff, childController, pause, quietOnAbort, retry } from '../util/abort.ts';
-import { chainSpecs, diffChain, type ChainSpec } from './masq.ts';
-import { ROUTE_PROTOCOL, type MasqSpec, type RouteSpec } from './model.ts';
+import { isIpv6 } from '../net/ipv6.ts';
+import { chainSpecs, chainSpecs6, diffChain, type ChainSpec } from './masq.ts';
+import { ROUTE_PROTOCOL, type MasqSpec, type MasqSpec6, type RouteSpec } from './model.ts';
 import { observeChain } from './observe.ts';
 
 export interface MonitorContext {
   /** the underlay interface: its link going down or up matters (host-gw routes go with it) */
   readonly underlay: string;
+  /** dual-stack: the underlay's global IPv6 address events matter too */
+  readonly ipv6?: boolean;
 }
 
 const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
+/** twill's device names in a line: twill.<VNI> and twill-v6.<VNI>. */
+const DEVICE_WORD = /\btwill(-v6)?\.\d+\b/;
+
 /** Whether an `ip monitor` line concerns twill's objects. */
 export function ipEventMatters(line: string, ctx: MonitorContext): boolean {
-  if (/\btwill\.\d+\b/.test(line)) return true;
+  if (DEVICE_WORD.test(line)) return true;
   if (new RegExp(`\\bproto ${ROUTE_PROTOCOL}\\b`).test(line)) return true;
-  // the underlay's link and IPv4 address events ("3: eth0@if9: <…>", "Deleted 3: eth0    inet …"):
-  // losing either flushes the host-gw routes through it without a route event
-  return new RegExp(`^(Deleted )?\\d+: ${escape(ctx.underlay)}((@\\S+)?: <|\\s+inet )`).test(line);
+  // the underlay's link and IPv4 address events ("3: eth0@if9: <…>", "Deleted 3: eth0    inet …"),
+  // and with IPv6 its global IPv6 ones ("… inet6 fd00::2/64 scope global"): losing either
+  // flushes the host-gw routes through it without a route event
+  const inet6 = ctx.ipv6 === true ? '|\\s+inet6 \\S+ scope global\\b' : '';
+  return new RegExp(
+    `^(Deleted )?\\d+: ${escape(ctx.underlay)}((@\\S+)?: <|\\s+inet ${inet6})`,
+  ).test(line);
 }
 
 /**
@@ -39,10 +50,11 @@ export function ipEventMatters(line: string, ctx: MonitorContext): boolean {
  * them.
  */
 export function nftEventMatters(line: string): boolean {
-  if (/^(flush|delete) (ruleset|table ip (nat|filter))\b/.test(line)) return true;
+  // ip: iptables' tables; ip6: ip6tables'
+  if (/^(flush|delete) (ruleset|table ip6? (nat|filter))\b/.test(line)) return true;
   // "# ERROR: We lost some netlink events!": anything may have changed meanwhile
   if (line.startsWith('# ERROR')) return true;
-  return / ip (nat|filter) (POSTROUTING|FORWARD|TWILL-[A-Z]+) /.test(`${line} `);
+  return / ip6? (nat|filter) (POSTROUTING|FORWARD|TWILL-[A-Z]+) /.test(`${line} `);
 }
 
 /** What a kernel event touched, as far as twill can tell from its line. */
@@ -75,25 +87,41 @@ export type Touch =
 
 const IPV4 = /^\d{1,3}(\.\d{1,3}){3}(\/\d{1,2})?$/;
 const ROUTE_WORDS = new Set(['via', 'dev', 'proto']);
+/**
+ * What the kernel prints with every IPv6 route twill writes (its default metric and preference):
+ * still the plain shape
+ */
+const ROUTE6_DEFAULTS = new Map([
+  ['metric', '1024'],
+  ['pref', 'medium'],
+]);
+
+/** An IPv6 address, or "address/len" (a MAC, "02:00:…", is neither). */
+function isIpv6Word(w: string): boolean {
+  const [addr = '', len, ...rest] = w.split('/');
+  return rest.length === 0 && isIpv6(addr) && (len === undefined || /^\d{1,3}$/.test(len));
+}
 
 /** Reads an `ip monitor` line that matters (ipEventMatters) into what it touched. */
 export function ipTouch(line: string): Touch {
   const deleted = line.startsWith('Deleted ');
   const words = (deleted ? line.slice('Deleted '.length) : line).trim().split(/\s+/);
   const first = words[0] ?? '';
-  if (!IPV4.test(first)) return { kind: 'all' };
+  const v6 = !IPV4.test(first) && isIpv6Word(first);
+  if (!IPV4.test(first) && !v6) return { kind: 'all' };
   const after = (w: string): string | undefined => {
     const i = words.indexOf(w);
     return i < 0 ? undefined : words[i + 1];
   };
   if (after('proto') === String(ROUTE_PROTOCOL)) {
-    const dst = first.includes('/') ? first : `${first}/32`;
-    // only "dst via X dev Y proto 151 [onlink]" is a shape twill writes; anything more is left to a
-    // full pass
+    const dst = first.includes('/') ? first : `${first}/${v6 ? 128 : 32}`;
+    // only "dst via X dev Y proto 151 [onlink]" (IPv6: with the kernel's "metric 1024 pref
+    // medium") is a shape twill writes; anything more is left to a full pass
     let plain = true;
     for (let i = 1; i < words.length; i++) {
       const w = words[i] ?? '';
       if (ROUTE_WORDS.has(w)) i++;
+      else if (v6 && ROUTE6_DEFAULTS.has(w) && words[i + 1] === ROUTE6_DEFAULTS.get(w)) i++;
       else if (w !== 'onlink') plain = false;
     }
     const via = after('via');
@@ -105,7 +133,7 @@ export function ipTouch(line: string): Touch {
     return { kind: 'route', deleted, dst, route };
   }
   const dev = after('dev');
-  if (dev !== undefined && /^twill\.\d+$/.test(dev) && !first.includes('/')) {
+  if (dev !== undefined && /^twill(-v6)?\.\d+$/.test(dev) && !first.includes('/')) {
     return {
       kind: 'neigh',
       deleted,
@@ -120,7 +148,10 @@ export function ipTouch(line: string): Touch {
 
 /** Reads an `nft monitor rules` line that matters (nftEventMatters) into the tables it touched. */
 export function nftTouch(line: string): Touch {
-  const tables = (['nat', 'filter'] as const).filter((t) => line.includes(`ip ${t}`));
+  // a table of either family: the pass over the table's chains looks at both families'
+  const tables = (['nat', 'filter'] as const).filter((t) =>
+    new RegExp(`\\bip6? ${t}\\b`).test(line),
+  );
   return { kind: 'chains', tables: tables.length > 0 ? tables : ['nat', 'filter'] };
 }
 
@@ -164,7 +195,7 @@ export const DEFAULT_FLOOD: FloodGuard = {
  * byte-level prefilter.
  */
 export function ipNeedles(ctx: MonitorContext): string[] {
-  return ['twill.', `proto ${ROUTE_PROTOCOL}`, ctx.underlay];
+  return ['twill.', 'twill-v6.', `proto ${ROUTE_PROTOCOL}`, ctx.underlay];
 }
 export const NFT_NEEDLES = [
   'TWILL-',
@@ -173,6 +204,8 @@ export const NFT_NEEDLES = [
   'ruleset',
   'table ip nat',
   'table ip filter',
+  'table ip6 nat',
+  'table ip6 filter',
   '# ERROR',
 ];
 
@@ -289,6 +322,8 @@ export interface ChainPollOptions {
   readonly runner: Runner;
   readonly logger: Logger;
   readonly masq: () => MasqSpec;
+  /** the ip6tables chains' inputs, null while IPv6 is off (then only iptables is polled) */
+  readonly masq6?: () => MasqSpec6 | null;
   readonly intervalMs: number;
   readonly onDrift: (source: string, touch: Touch) => void;
 }
@@ -302,17 +337,26 @@ async function chainDrifted(
   return diffChain(spec, seen).length > 0;
 }
 
-/** Where no `nft monitor` can see rule changes: checks twill's chains every `intervalMs`. */
+/**
+ * Where no `nft monitor` can see rule changes: checks twill's chains every `intervalMs` (with
+ * IPv6, ip6tables' too: a drifted table of either family asks for a pass over that table).
+ */
 export async function pollChains(o: ChainPollOptions, signal: AbortSignal): Promise<void> {
   await quietOnAbort(signal, async () => {
     for (;;) {
       await pause(o.intervalMs, signal);
       try {
         const specs = chainSpecs(o.masq());
-        const [nat, filter] = await Promise.all([
+        const spec6 = o.masq6?.() ?? null;
+        const specs6 = spec6 ? chainSpecs6(spec6) : undefined;
+        const [nat4, filter4, nat6, filter6] = await Promise.all([
           chainDrifted(o.runner, specs.postrouting, signal),
           chainDrifted(o.runner, specs.forward, signal),
+          specs6 ? chainDrifted(o.runner, specs6.postrouting, signal) : false,
+          specs6 ? chainDrifted(o.runner, specs6.forward, signal) : false,
         ]);
+        const nat = nat4 || nat6;
+        const filter = filter4 || filter6;
         const tables = [...(nat ? ['nat' as const] : []), ...(filter ? ['filter' as const] : [])];
         if (tables.length > 0) o.onDrift('iptables poll', { kind: 'chains', tables });
       } catch (err) {

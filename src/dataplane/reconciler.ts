@@ -23,8 +23,12 @@
 //            diffed and rewritten.
 // Failed passes, and full passes that keep finding work although the leases
 // did not change, back off and retry; a lease change cuts the back-off
-// short. Observed passes also keep net.ipv4.ip_forward at 1; failing to
-// (a read-only /proc/sys) fails the pass's report, never the rest of it.
+// short. Observed passes also keep forwarding on (ensureForwarding:
+// net.ipv4.ip_forward, with dual-stack net.ipv6.conf.all.forwarding too);
+// failing to (a read-only /proc/sys) fails the pass's report, never the rest
+// of it. With dual-stack (the desired state's masq6), observed passes read
+// the IPv6 routes, the twill-v6 device's entries and the ip6tables chains
+// too, and a chains pass looks at a table's chains in both families.
 // No pass runs before `ready` (the first complete peer list): a pass on an
 // empty peer set would sweep every peer's entries on a restart.
 import { describeError } from '../errors.ts';
@@ -43,11 +47,21 @@ import {
   type Known,
   type Pending,
 } from './judge.ts';
-import { chainSpecs, diffChain } from './masq.ts';
+import { chainSpecs, chainSpecs6, diffChain } from './masq.ts';
 import { opLabel, type DesiredState, type Op } from './model.ts';
 import type { Touch } from './monitor.ts';
 import { observe, observeChain } from './observe.ts';
 import { opLines } from './render.ts';
+
+/**
+ * What a lease change must leave alone for a delta pass: the devices and the chains' inputs, as
+ * text (the IPv6 inputs hold bigints, which JSON cannot write as they are).
+ */
+function setupKey(want: DesiredState): string {
+  return JSON.stringify([want.vxlan, want.masq, want.vxlan6, want.masq6], (_k, v: unknown) =>
+    typeof v === 'bigint' ? v.toString() : v,
+  );
+}
 
 export type PassKind = 'full' | 'entries' | 'delta' | 'repair' | 'chains';
 
@@ -211,7 +225,10 @@ export class Reconciler {
     await this.checkForwarding();
     if (o.chains)
       this.fullDueAt = performance.now() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
-    const seen = await observe(this.runner, want.vxlan?.name, signal, { chains: o.chains });
+    const seen = await observe(this.runner, want.vxlan?.name, signal, {
+      chains: o.chains,
+      ...(want.masq6 ? { ipv6: true, dev6: want.vxlan6?.name } : {}),
+    });
     const observed = performance.now();
     const ops = diff(want, seen);
     const drift = ops.length > 0 && generation === this.convergedGeneration;
@@ -243,8 +260,7 @@ export class Reconciler {
     if (k === undefined || this.convergedGeneration !== k.generation) return undefined;
     const generation = this.generation;
     const want = this.o.desired();
-    if (JSON.stringify([want.vxlan, want.masq]) !== JSON.stringify([k.want.vxlan, k.want.masq]))
-      return undefined;
+    if (setupKey(want) !== setupKey(k.want)) return undefined;
     const ops = diff(want, assumedFrom(k.want));
     // a changed route is a `route replace`, which would also replace a foreign route the monitors
     // never saw (it has
@@ -298,11 +314,12 @@ export class Reconciler {
   ): Promise<PassReport> {
     const started = this.begin();
     const want = this.known?.want ?? this.o.desired();
-    const specs = chainSpecs(want.masq);
-    const chosen = [
+    // a table's chains in both families (an event or the poll names the table, not the family)
+    const families = [chainSpecs(want.masq), ...(want.masq6 ? [chainSpecs6(want.masq6)] : [])];
+    const chosen = families.flatMap((specs) => [
       ...(tables.has('nat') ? [specs.postrouting] : []),
       ...(tables.has('filter') ? [specs.forward] : []),
-    ];
+    ]);
     const seen = await Promise.all(chosen.map((spec) => observeChain(this.runner, spec, signal)));
     const observed = performance.now();
     const ops = chosen.flatMap((spec, i) => diffChain(spec, seen[i] ?? { jumps: [], rules: null }));
@@ -332,14 +349,16 @@ export class Reconciler {
     let failure: string | undefined;
     try {
       if (await this.o.ensureForwarding())
-        this.o.logger.warn('net.ipv4.ip_forward was 0; set it to 1');
+        this.o.logger.warn(
+          'forwarding was off (net.ipv4.ip_forward, or net.ipv6.conf.all.forwarding on a dual-stack node); set it to 1',
+        );
     } catch (err) {
       failure = `sysctl: ${describeError(err)}`;
     }
     if (failure !== undefined && failure !== this.forwardingFailure)
       this.o.logger.warn(
         { err: failure },
-        'cannot keep net.ipv4.ip_forward at 1; the rest of the dataplane is programmed, and every observed pass tries again',
+        'cannot keep forwarding on (net.ipv4.ip_forward, and net.ipv6.conf.all.forwarding on a dual-stack node); the rest of the dataplane is programmed, and every observed pass tries again',
       );
     if (failure === undefined && this.forwardingFailure !== undefined)
       this.o.logger.info('net.ipv4.ip_forward is 1 again');

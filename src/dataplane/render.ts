@@ -1,9 +1,12 @@
 // render: a plan (typed ops) as the text the kernel's tools read, pure. The
 // one place that knows `ip -batch`, `bridge -batch` and iptables-restore
 // syntax for what twill writes: diff and status work on typed ops, and this
-// module turns them into at most four batches — ip (pre), bridge, ip (post),
-// iptables-restore --noflush — in that order.
-import { ROUTE_PROTOCOL, type Op, type Phase, type RouteSpec } from './model.ts';
+// module turns them into at most five batches — ip (pre), bridge, ip (post),
+// iptables-restore --noflush, ip6tables-restore --noflush — in that order.
+// IPv6 lines share the ip and bridge batches: `ip` and `bridge` take each
+// line's family from its addresses (there is no per-line `-6` in a batch,
+// and none is needed).
+import { isIpv6Device, ROUTE_PROTOCOL, type Op, type Phase, type RouteSpec } from './model.ts';
 
 export interface Batch {
   readonly phase: Phase;
@@ -35,12 +38,19 @@ export function opLines(op: Op): string[] {
       }
       const d = op.device;
       const flags = `${d.learning ? '' : ' nolearning'}${d.gbp ? ' gbp' : ''}`;
-      return [
-        `link add ${d.name} mtu ${d.mtu} address ${d.mac} type vxlan id ${d.vni} local ${d.local} dev ${d.underlay} dstport ${d.port}${flags}`,
-      ];
+      const add = `link add ${d.name} mtu ${d.mtu} address ${d.mac} type vxlan id ${d.vni} local ${d.local} dev ${d.underlay} dstport ${d.port}${flags}`;
+      // The IPv6 device gets no link-local address (set before it goes up; `link add` refuses
+      // addrgenmode): the kernel would otherwise make one, run duplicate address detection on
+      // it and send router and multicast listener solicitations into a tunnel that has no
+      // destination for them. Its one address is the /128 below, and pod traffic needs no other.
+      return isIpv6Device(d) ? [add, `link set ${d.name} addrgenmode none`] : [add];
     }
-    case 'addr':
-      return [`addr ${op.action === 'add' ? 'add' : 'del'} ${op.address} dev ${op.dev}`];
+    case 'addr': {
+      // an IPv6 address is usable at once: no duplicate address detection (the /128 is ours by
+      // lease, and a tentative address could not be the source of host-to-pod traffic for a second)
+      const nodad = op.action === 'add' && op.address.includes(':') ? ' nodad' : '';
+      return [`addr ${op.action === 'add' ? 'add' : 'del'} ${op.address} dev ${op.dev}${nodad}`];
+    }
     case 'route': {
       const verb = op.action === 'add' ? 'add' : op.action === 'change' ? 'replace' : 'del';
       return [`route ${verb} ${routeText(op.route)}`];
@@ -65,12 +75,20 @@ export function opLines(op: Op): string[] {
   }
 }
 
-/** Frames the iptables ops into one iptables-restore --noflush payload ('' when none). */
-export function renderRestore(ops: readonly Op[]): string {
+/**
+ * Frames the iptables ops into one iptables-restore --noflush payload ('' when none); with
+ * `ipv6`, the ip6tables ops into one ip6tables-restore payload.
+ */
+export function renderRestore(ops: readonly Op[], o: { ipv6?: boolean } = {}): string {
   const parts: string[] = [];
+  const family = o.ipv6 === true;
   for (const table of ['nat', 'filter'] as const) {
-    const lines = ops.flatMap((o) =>
-      (o.kind === 'chain' || o.kind === 'jump') && o.table === table ? opLines(o) : [],
+    const lines = ops.flatMap((op) =>
+      (op.kind === 'chain' || op.kind === 'jump') &&
+      op.table === table &&
+      (op.ipv6 === true) === family
+        ? opLines(op)
+        : [],
     );
     if (lines.length > 0) parts.push(`*${table}`, ...lines, 'COMMIT');
   }
@@ -88,14 +106,19 @@ export function renderBatches(ops: readonly Op[]): Batch[] {
   lined('ip-pre', 'ip');
   lined('bridge', 'bridge');
   lined('ip-post', 'ip');
-  const restore = renderRestore(ops);
-  if (restore !== '')
-    batches.push({
-      phase: 'iptables',
-      file: 'iptables-restore',
-      args: ['--noflush', '-w', '5'],
-      input: restore,
-      lines: restore.trimEnd().split('\n'),
-    });
+  for (const [file, ipv6] of [
+    ['iptables-restore', false],
+    ['ip6tables-restore', true],
+  ] as const) {
+    const restore = renderRestore(ops, { ipv6 });
+    if (restore !== '')
+      batches.push({
+        phase: 'iptables',
+        file,
+        args: ['--noflush', '-w', '5'],
+        input: restore,
+        lines: restore.trimEnd().split('\n'),
+      });
+  }
   return batches;
 }

@@ -1,12 +1,19 @@
 // Kernel settings the overlay depends on: net.ipv4.ip_forward must be 1
-// (twill sets it), and bridged pod traffic must pass iptables
-// (br_netfilter + bridge-nf-call-iptables), which twill only checks and
-// reports: loading modules is the node's business. Read and written under
-// `dir`, the node network namespace's /proc/sys/net (--proc-sys-net): by
-// default /proc/sys/net itself, but a container that is not privileged sees
-// its own /proc/sys read-only, so there it is a hostPath mount of the host's
+// (twill sets it), with dual-stack net.ipv6.conf.all.forwarding too, and
+// bridged pod traffic must pass iptables (br_netfilter +
+// bridge-nf-call-iptables), which twill only checks and reports: loading
+// modules is the node's business. Read and written under `dir`, the node
+// network namespace's /proc/sys/net (--proc-sys-net): by default
+// /proc/sys/net itself, but a container that is not privileged sees its own
+// /proc/sys read-only, so there it is a hostPath mount of the host's
 // /proc/sys/net (net sysctls are those of the namespace of the process that
 // opens them, so the mount shows the host's values to a hostNetwork pod).
+//
+// Nothing else IPv6 needs is a sysctl: twill-v6.<VNI> is created with
+// addrgenmode none and its /128 added nodad (render.ts), so it has no
+// link-local address, runs no duplicate address detection and sends no
+// router solicitation, whatever accept_dad and accept_ra say; neighbours on
+// it are permanent entries, so no neighbour discovery crosses the tunnel.
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describeError, TwillError } from '../errors.ts';
@@ -23,18 +30,50 @@ export async function ensureIpForward(
   dir: string,
   o: { readOnlyHint?: string } = {},
 ): Promise<boolean> {
+  return ensureOne(dir, 'ipv4/ip_forward', o);
+}
+
+/**
+ * Sets net.ipv6.conf.all.forwarding to 1 when it is not (dual-stack); true when it had to.
+ * Failures as ensureIpForward's. Forwarding on makes the node a router to the kernel: interfaces
+ * with accept_ra 1 then ignore router advertisements (2 keeps them), which a node whose IPv6
+ * underlay address or default route comes from SLAAC must know; flannel nodes need the same.
+ */
+export async function ensureIpv6Forward(
+  dir: string,
+  o: { readOnlyHint?: string } = {},
+): Promise<boolean> {
+  return ensureOne(dir, 'ipv6/conf/all/forwarding', o);
+}
+
+/**
+ * Both families' forwarding, as the reconciler's `ensureForwarding` wants it: IPv4's always,
+ * IPv6's when `ipv6`; true when either had to be set. IPv4's is set first, so a failure of
+ * IPv6's does not cost it.
+ */
+export async function ensureForwarding(
+  dir: string,
+  o: { ipv6: boolean; readOnlyHint?: string },
+): Promise<boolean> {
+  const hint = o.readOnlyHint === undefined ? {} : { readOnlyHint: o.readOnlyHint };
+  const v4 = await ensureIpForward(dir, hint);
+  const v6 = o.ipv6 ? await ensureIpv6Forward(dir, hint) : false;
+  return v4 || v6;
+}
+
+/** `rel` under `dir` ("ipv4/ip_forward") set to 1 when it is not; true when it had to. */
+async function ensureOne(dir: string, rel: string, o: { readOnlyHint?: string }): Promise<boolean> {
+  const name = `net.${rel.replaceAll('/', '.')}`;
   // Node's fs messages already name the errno and the path ("EROFS: read-only file system, open
   // '…'")
-  const path = join(dir, 'ipv4/ip_forward');
+  const path = join(dir, rel);
   let value: string;
   try {
     value = (await readFile(path, 'utf8')).trim();
   } catch (err) {
-    throw new TwillError(
-      'SYSCTL_FAILED',
-      `cannot read net.ipv4.ip_forward: ${describeError(err)}`,
-      { cause: err },
-    );
+    throw new TwillError('SYSCTL_FAILED', `cannot read ${name}: ${describeError(err)}`, {
+      cause: err,
+    });
   }
   if (value === '1') return false;
   try {
@@ -46,7 +85,7 @@ export async function ensureIpForward(
         : '';
     throw new TwillError(
       'SYSCTL_FAILED',
-      `net.ipv4.ip_forward is ${value}, cannot set it to 1: ${describeError(err)}${hint}`,
+      `${name} is ${value}, cannot set it to 1: ${describeError(err)}${hint}`,
       { cause: err },
     );
   }

@@ -1,10 +1,11 @@
 // The doctor's MTU check (pure): the underlay MTU, FLANNEL_MTU in
-// subnet.env, the vxlan device (underlay − 50, or Backend.MTU − 50), cni0
-// and the pods' host veths on it must agree, or large packets are dropped
-// (a pod MTU above the path) or fragmented.
-import { VXLAN_OVERHEAD } from '../dataplane/model.ts';
+// subnet.env, the vxlan device (underlay − 50, or Backend.MTU − 50), on a
+// dual-stack node the IPv6 vxlan device (− 70: IPv6's header is 20 bytes
+// longer), cni0 and the pods' host veths on it must agree, or large packets
+// are dropped (a pod MTU above the path) or fragmented.
+import { VXLAN6_OVERHEAD, VXLAN_OVERHEAD } from '../dataplane/model.ts';
 import { verdicts, type CheckResult, type DoctorFacts, type LinkFact } from './facts.ts';
-import { overlayView } from './overlay.ts';
+import { dualStack, overlayView } from './overlay.ts';
 
 interface Problem {
   readonly verdict: 'warn' | 'fail';
@@ -28,18 +29,24 @@ function deviceProblems(
       fix: `set Backend.MTU to at most ${underlayMtu} in the network config`,
     });
   }
-  const dev = links.find((l) => l.name === view.device);
-  const want = (view.backendMtu ?? underlayMtu) - VXLAN_OVERHEAD;
-  if (dev && dev.mtu !== want) {
-    const base =
-      view.backendMtu !== undefined
-        ? `Backend.MTU ${view.backendMtu}`
-        : `${underlay} MTU ${underlayMtu}`;
-    out.push({
-      verdict: 'fail',
-      text: `${dev.name} has MTU ${dev.mtu}, expected ${want} (${base} − ${VXLAN_OVERHEAD})`,
-      fix: `ip link set dev ${dev.name} mtu ${want} (twill run keeps it so when running)`,
-    });
+  const base =
+    view.backendMtu !== undefined
+      ? `Backend.MTU ${view.backendMtu}`
+      : `${underlay} MTU ${underlayMtu}`;
+  const devices = [
+    { name: view.device, overhead: VXLAN_OVERHEAD },
+    ...(dualStack(f) ? [{ name: view.device6, overhead: VXLAN6_OVERHEAD }] : []),
+  ];
+  for (const { name, overhead } of devices) {
+    const dev = links.find((l) => l.name === name);
+    const want = (view.backendMtu ?? underlayMtu) - overhead;
+    if (dev && dev.mtu !== want) {
+      out.push({
+        verdict: 'fail',
+        text: `${dev.name} has MTU ${dev.mtu}, expected ${want} (${base} − ${overhead})`,
+        fix: `ip link set dev ${dev.name} mtu ${want} (twill run keeps it so when running)`,
+      });
+    }
   }
   return out;
 }
@@ -47,7 +54,9 @@ function deviceProblems(
 /** FLANNEL_MTU as it should be, when the backend is known. */
 function expectedPodMtu(f: DoctorFacts, underlayMtu: number): number | undefined {
   const view = overlayView(f);
-  if (view.backend === 'vxlan') return (view.backendMtu ?? underlayMtu) - VXLAN_OVERHEAD;
+  // dual-stack: the IPv6 tunnel's smaller figure (podMtu in desired.ts)
+  const overhead = dualStack(f) ? VXLAN6_OVERHEAD : VXLAN_OVERHEAD;
+  if (view.backend === 'vxlan') return (view.backendMtu ?? underlayMtu) - overhead;
   return view.backend === 'host-gw' ? underlayMtu : undefined;
 }
 
@@ -106,6 +115,9 @@ export function checkMtu(f: DoctorFacts): CheckResult {
       env ? `FLANNEL_MTU ${env.mtu}` : 'no subnet.env',
       `${f.bridge} and pods ${podMtu}`,
     ];
+    const view = overlayView(f);
+    const dev6 = dualStack(f) ? links.find((l) => l.name === view.device6) : undefined;
+    if (dev6) parts.splice(1, 0, `${dev6.name} ${dev6.mtu}`);
     return v.ok(`consistent: ${parts.join(', ')}`);
   }
   return v[worst.verdict](problems.map((p) => p.text).join('; '), worst.fix);

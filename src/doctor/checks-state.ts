@@ -1,6 +1,7 @@
 // Doctor checks over twill's state (pure): subnet.env against our lease in
-// the store, cni0 carrying an address from an old subnet, owned routes no
-// lease explains, and what another overlay daemon (flannel) left behind.
+// the store (on a dual-stack node FLANNEL_IPV6_* too), cni0 carrying an
+// address from an old subnet, owned routes no lease explains, and what
+// another overlay daemon (flannel) left behind.
 import type { Lease } from '../lease/types.ts';
 import {
   containsAddr,
@@ -11,6 +12,8 @@ import {
   sameCidr,
   type Cidr,
 } from '../net/ipv4.ts';
+import { firstHost6, formatCidr6, formatIpv6, sameCidr6, type Cidr6 } from '../net/ipv6.ts';
+import type { SubnetEnv } from '../subnetenv.ts';
 import { verdicts, type CheckResult, type DoctorFacts } from './facts.ts';
 
 /** Our leases: the store's valid records whose PublicIP is ours. */
@@ -43,7 +46,7 @@ export function checkSubnetEnv(f: DoctorFacts): CheckResult {
       'start twill run and look for "lease acquired" in its log, or pass the --subnet-file it uses',
     );
   }
-  const head = `${file}: FLANNEL_NETWORK=${formatCidr(env.network)} FLANNEL_SUBNET=${formatIpv4(firstHost(env.subnet))}/${env.subnet.prefix}`;
+  const head = `${file}: FLANNEL_NETWORK=${formatCidr(env.network)} FLANNEL_SUBNET=${formatIpv4(firstHost(env.subnet))}/${env.subnet.prefix}${ipv6Head(env)}`;
   if (!f.store.ok)
     return v.warn(
       `${head}; comparison with the lease skipped: ${f.store.error}`,
@@ -72,12 +75,47 @@ export function checkSubnetEnv(f: DoctorFacts): CheckResult {
       restart,
     );
   }
+  const v6 = ipv6Problem(f.store.value.config.ipv6?.network ?? null, env, mine);
+  if (v6 !== undefined) return v.fail(`${head}, but ${v6}`, restart);
   if (mine.length > 1)
     return v.warn(
       `${head}; ${mine.length} leases name PublicIP ${ip}: ${mine.map((l) => l.key).join(', ')}`,
       'delete the leases that are not in subnet.env (etcdctl del <prefix>/subnets/<key>)',
     );
   return v.ok(`${head} matches our lease ${mine[0]?.key ?? ''} (PublicIP ${ip})`);
+}
+
+/** FLANNEL_IPV6_NETWORK and FLANNEL_IPV6_SUBNET as the file has them (nothing when absent). */
+function ipv6Head(env: SubnetEnv): string {
+  if (!env.network6 || !env.subnet6) return '';
+  const host = `${formatIpv6(firstHost6(env.subnet6))}/${env.subnet6.prefix}`;
+  return ` FLANNEL_IPV6_NETWORK=${formatCidr6(env.network6)} FLANNEL_IPV6_SUBNET=${host}`;
+}
+
+/**
+ * What is wrong with subnet.env's IPv6 pair against the config's IPv6Network (null: IPv6 off) and
+ * our lease, whose IPv4 subnet matched; undefined when nothing is.
+ */
+function ipv6Problem(
+  network6: Cidr6 | null,
+  env: SubnetEnv,
+  mine: readonly Lease[],
+): string | undefined {
+  if (network6 === null)
+    return env.network6
+      ? 'the network config does not enable IPv6 (EnableIPv6), so the file should have no FLANNEL_IPV6_*'
+      : undefined;
+  if (!env.network6 || !env.subnet6)
+    return `the network config enables IPv6 (IPv6Network ${formatCidr6(network6)}) and the file has no FLANNEL_IPV6_NETWORK/FLANNEL_IPV6_SUBNET: the CNI plugin gives pods no IPv6 address`;
+  if (!sameCidr6(env.network6, network6))
+    return `the network config says IPv6Network ${formatCidr6(network6)}`;
+  const lease = mine.find((l) => sameCidr(l.subnet, env.subnet));
+  const subnet6 = env.subnet6;
+  if (!lease?.subnet6)
+    return `our lease ${lease?.key ?? ''} has no IPv6 subnet (a lease written before IPv6 was enabled?)`;
+  if (!sameCidr6(lease.subnet6, subnet6))
+    return `our lease's IPv6 subnet is ${formatCidr6(lease.subnet6)}, not ${formatCidr6(subnet6)}`;
+  return undefined;
 }
 
 /**

@@ -4,7 +4,7 @@
 // its own (a missing tool, an unreachable store), so each one is a `Read`:
 // the checks turn a failed read into a warning and go on.
 import type { NetConfig } from '../config/netconf.ts';
-import type { RouteSpec } from '../dataplane/model.ts';
+import type { ObservedChain, RouteSpec } from '../dataplane/model.ts';
 import type { LeaseRecord } from '../lease/types.ts';
 import type { SubnetEnv } from '../subnetenv.ts';
 
@@ -47,6 +47,8 @@ export interface LinkFact {
   /** vxlan devices: VNI and UDP port */
   readonly vni: number | undefined;
   readonly port: number | undefined;
+  /** vxlan devices: the tunnel's source address (`local`, or `local6` for an IPv6 device) */
+  readonly local?: string | undefined;
 }
 
 export interface UnderlayFact {
@@ -54,6 +56,18 @@ export interface UnderlayFact {
   readonly mtu: number;
   /** the address peers reach us at (--public-ip or the interface's) */
   readonly publicIp: string;
+}
+
+/** Dual-stack: the underlay's IPv6 address and the one peers are told (--public-ipv6). */
+export interface Underlay6Fact {
+  readonly ip: string;
+  readonly publicIp: string;
+}
+
+/** twill's chains in ip6tables (dual-stack), as a pass reads them. */
+export interface Ip6ChainsFact {
+  readonly postrouting: ObservedChain;
+  readonly forward: ObservedChain;
 }
 
 export interface IptablesFact {
@@ -104,4 +118,12 @@ export interface DoctorFacts {
   readonly ownedRoutes: Read<readonly RouteSpec[]>;
   /** the CNI bridge's name (cni0) */
   readonly bridge: string;
+  /**
+   * dual-stack only (undefined on an IPv4-only node, or when it cannot be told): net.ipv6.conf.all
+   * .forwarding (undefined when the node has no IPv6 sysctls), the underlay's IPv6 address and
+   * twill's ip6tables chains
+   */
+  readonly ipv6Forward?: Read<string | undefined>;
+  readonly underlay6?: Read<Underlay6Fact>;
+  readonly ip6Chains?: Read<Ip6ChainsFact>;
 }

@@ -2,10 +2,12 @@
 // --proc-sys-net, where the daemon reads them), runs `ip` and `iptables*`
 // through the process runner, reads subnet.env and asks the lease store, all
 // in parallel, and turns each answer (or its failure) into a fact. No check
-// runs here; a read that fails is recorded, not thrown.
+// runs here; a read that fails is recorded, not thrown. The IPv6 facts are
+// read once the store says the node is dual-stack (EnableIPv6).
 import { join } from 'node:path';
 import { describeError, hasCode, TwillError } from '../errors.ts';
 import { runJson, type Runner } from '../exec/runner.ts';
+import { FWD_CHAIN, MASQ_CHAIN } from '../dataplane/masq.ts';
 import { ROUTE_PROTOCOL } from '../dataplane/model.ts';
 import { observeChain, parseIptablesVersion, parseRoutes } from '../dataplane/observe.ts';
 import { listLeases } from '../lease/snapshot.ts';
@@ -18,12 +20,14 @@ import {
   got,
   type DoctorFacts,
   type ForeignChain,
+  type Ip6ChainsFact,
   type IptablesFact,
   type LinkFact,
   type Read,
   type StoreFact,
+  type Underlay6Fact,
 } from './facts.ts';
-import { overlayView } from './overlay.ts';
+import { dualStack, overlayView } from './overlay.ts';
 
 export interface GatherDeps {
   readonly runner: Runner;
@@ -61,7 +65,7 @@ export function parseLinkFacts(json: unknown): LinkFact[] {
   return parseIpAddr(json).map((l, i) => {
     const info = (raw[i]?.linkinfo ?? {}) as {
       info_kind?: string;
-      info_data?: { id?: number; port?: number };
+      info_data?: { id?: number; port?: number; local?: string; local6?: string };
     };
     const master = raw[i]?.master;
     return {
@@ -72,6 +76,7 @@ export function parseLinkFacts(json: unknown): LinkFact[] {
       addresses: l.networks,
       vni: info.info_data?.id,
       port: info.info_data?.port,
+      local: info.info_data?.local ?? info.info_data?.local6,
     };
   });
 }
@@ -149,6 +154,40 @@ async function rpFilters(
   );
 }
 
+/** twill's two chains in ip6tables. */
+async function ip6Chains(runner: Runner, signal: AbortSignal): Promise<Ip6ChainsFact> {
+  const [postrouting, forward] = await Promise.all([
+    observeChain(
+      runner,
+      { table: 'nat', parent: 'POSTROUTING', chain: MASQ_CHAIN, ipv6: true },
+      signal,
+    ),
+    observeChain(
+      runner,
+      { table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN, ipv6: true },
+      signal,
+    ),
+  ]);
+  return { postrouting, forward };
+}
+
+/** The IPv6 facts of a dual-stack node: forwarding, the underlay's IPv6 address, the chains. */
+async function ipv6Facts(
+  deps: GatherDeps,
+  o: GatherOptions,
+  signal: AbortSignal,
+): Promise<Pick<DoctorFacts, 'ipv6Forward' | 'underlay6' | 'ip6Chains'>> {
+  const [ipv6Forward, underlay6, chains] = await Promise.all([
+    sysctl(deps, o, 'ipv6/conf/all/forwarding'),
+    attempt(async (): Promise<Underlay6Fact> => {
+      const c = await discoverInterface(deps.runner, { ...o.iface, ipv6: true }, signal);
+      return { ip: c.ifaceIp6 ?? '', publicIp: c.publicIp6 ?? '' };
+    }),
+    attempt(() => ip6Chains(deps.runner, signal)),
+  ]);
+  return { ipv6Forward, underlay6, ip6Chains: chains };
+}
+
 /** Reads every fact the checks need. */
 export async function gather(
   deps: GatherDeps,
@@ -221,7 +260,11 @@ export async function gather(
     ownedRoutes,
     bridge: o.bridge,
   };
-  return { ...facts, rpFilter: await rpFilters(deps, o, facts) };
+  const [rpFilter, v6] = await Promise.all([
+    rpFilters(deps, o, facts),
+    dualStack(facts) ? ipv6Facts(deps, o, signal) : {},
+  ]);
+  return { ...facts, rpFilter, ...v6 };
 }
 
 /** The config and one complete listing of the lease records, within `timeoutMs`. */

@@ -1,8 +1,8 @@
 // twill's Prometheus metrics (prom-client), one registry per daemon: peers
-// by backend, lease expiry, reconcile passes and their duration, ops applied
-// and drift repaired by kind, store watch re-lists and connectivity, peer
-// leases refused (one gauge, by reason), readiness,
-// build info, plus Node's process metrics.
+// by backend (and those with an IPv6 subnet), lease expiry, reconcile
+// passes and their duration, ops applied and drift repaired by kind, store
+// watch re-lists and connectivity, peer leases refused (one gauge, by
+// reason), readiness, build info, plus Node's process metrics.
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { opLabel, type Op } from '../dataplane/model.ts';
 import { REFUSAL_REASONS } from '../lease/admit.ts';
@@ -15,6 +15,7 @@ export function driftKind(op: Op): string {
 export class TwillMetrics {
   readonly registry = new Registry();
   readonly peers: Gauge<'backend'>;
+  readonly peersIpv6: Gauge<'backend'>;
   readonly leaseExpiry: Gauge;
   readonly passes: Counter<'result'>;
   readonly passDuration: Histogram;
@@ -36,6 +37,13 @@ export class TwillMetrics {
     this.peers = new Gauge({
       name: 'twill_peers',
       help: 'valid peer leases, by backend type',
+      labelNames: ['backend'],
+      registers,
+    });
+    // a gauge of its own rather than a family label on twill_peers, whose series stay as they were
+    this.peersIpv6 = new Gauge({
+      name: 'twill_peers_ipv6',
+      help: 'valid peer leases that carry an IPv6 subnet (dual-stack), by backend type',
       labelNames: ['backend'],
       registers,
     });

@@ -10,6 +10,7 @@ import { describeError } from '../errors.ts';
 import { REFUSAL_REASONS, type Refusal, type RefusalReason } from '../lease/admit.ts';
 import type { Lease, LeaseEvent } from '../lease/types.ts';
 import { formatCidr, sameCidr } from '../net/ipv4.ts';
+import { formatCidr6, sameCidr6, type Cidr6 } from '../net/ipv6.ts';
 import { readSubnetEnv, type SubnetEnv } from '../subnetenv.ts';
 import type { HealthFacts, StartupFacts } from './health.ts';
 import { driftKind, TwillMetrics } from './metrics.ts';
@@ -132,8 +133,13 @@ export class DaemonProbe implements StartupProgress {
       ['vxlan', 0],
       ['host-gw', 0],
     ]);
-    for (const p of list) by.set(p.attrs.backendType, (by.get(p.attrs.backendType) ?? 0) + 1);
+    const by6 = new Map(by);
+    for (const p of list) {
+      by.set(p.attrs.backendType, (by.get(p.attrs.backendType) ?? 0) + 1);
+      if (p.subnet6) by6.set(p.attrs.backendType, (by6.get(p.attrs.backendType) ?? 0) + 1);
+    }
     for (const [backend, n] of by) this.metrics.peers.set({ backend }, n);
+    for (const [backend, n] of by6) this.metrics.peersIpv6.set({ backend }, n);
     // one gauge for every refused peer, by reason (admit.ts)
     const refusals = new Map<RefusalReason, number>(REFUSAL_REASONS.map((r) => [r, 0]));
     for (const r of refused.values()) refusals.set(r.reason, (refusals.get(r.reason) ?? 0) + 1);
@@ -181,6 +187,9 @@ export class DaemonProbe implements StartupProgress {
       ) {
         return `subnet.env ${path} says ${formatCidr(got.subnet)} MTU ${got.mtu}, the lease says ${formatCidr(want.subnet)} MTU ${want.mtu}`;
       }
+      if (!sameOptional(got.subnet6, want.subnet6) || !sameOptional(got.network6, want.network6)) {
+        return `subnet.env ${path} says IPv6 ${text6(got.subnet6)} in ${text6(got.network6)}, the lease says ${text6(want.subnet6)} in ${text6(want.network6)}`;
+      }
       return undefined;
     } catch (err) {
       return `subnet.env ${path}: ${describeError(err)}`;
@@ -197,4 +206,13 @@ export class DaemonProbe implements StartupProgress {
       ? `underlay interface ${this.underlay} is gone`
       : `underlay interface ${this.underlay} is ${state}`;
   }
+}
+
+/** Both absent (IPv4 only), or the same IPv6 block. */
+function sameOptional(a: Cidr6 | null | undefined, b: Cidr6 | null | undefined): boolean {
+  return a && b ? sameCidr6(a, b) : !a && !b;
+}
+
+function text6(c: Cidr6 | null | undefined): string {
+  return c ? formatCidr6(c) : 'none';
 }

@@ -5,13 +5,20 @@
 //     its subnet (size, inside the Network and, in etcd mode, inside
 //     SubnetMin..SubnetMax, not over our own), its PublicIP (a unicast host,
 //     not ours, not inside the pod Network, on-link for host-gw), its
-//     backend type, VNI and VtepMAC (present, not ours);
+//     backend type, VNI and VtepMAC (present, not ours); and for a
+//     dual-stack peer the same per IPv6 field (subnet6, PublicIPv6,
+//     BackendV6Data);
 //   - `admitPeers`, the peer set as a whole: subnets that overlap another
 //     peer's (a wider one is refused, never the narrower ones it covers) and
 //     a subnet or VtepMAC claimed by more than one peer (the first claim, by
 //     the store's own order, keeps it; without a clear first, all are
 //     refused). Neither depends on the order leases were seen, so every node
-//     refuses the same peers.
+//     refuses the same peers. Conflicts are found per family: overlapping
+//     in IPv4 or in IPv6 is a conflict.
+// A record is admitted or refused whole: a dual-stack peer with a bad IPv6
+// half is refused with its reason, never routed for IPv4 alone (its pods
+// would be half reachable, the refusal visible only by an absence). A peer's
+// IPv6 half is ignored when our config has no IPv6 (forOurFamilies).
 // Every refusal has a short `reason` (the metric's label) and a detail for
 // people, with values from the store truncated.
 import type { NetConfig } from '../config/netconf.ts';
@@ -25,7 +32,17 @@ import {
   parseIpv4,
   type Cidr,
 } from '../net/ipv4.ts';
-import { onLink, type IfaceInfo } from '../net/iface.ts';
+import { onLink, onLink6, type IfaceInfo } from '../net/iface.ts';
+import {
+  containsAddr6,
+  containsCidr6,
+  formatCidr6,
+  isUnicastHost6,
+  lastAddress6,
+  overlaps6,
+  parseIpv6,
+  type Cidr6,
+} from '../net/ipv6.ts';
 import type { Lease } from './types.ts';
 
 export const REFUSAL_REASONS = [
@@ -57,6 +74,10 @@ export interface PeerContext {
   readonly selfPublicIp?: string;
   /** our own VtepMAC (vxlan): a peer claiming it would take our FDB entry */
   readonly selfVtepMac?: string;
+  /** dual-stack: our own IPv6 subnet, PublicIPv6 and IPv6 VtepMAC, the same checks per family */
+  readonly self6?: Cidr6 | null;
+  readonly selfPublicIpv6?: string | null;
+  readonly selfVtepMac6?: string;
   /**
    * subnets come from elsewhere (Kubernetes podCIDRs): any prefix inside Network, not only
    * SubnetLen
@@ -66,7 +87,7 @@ export interface PeerContext {
    * the underlay interface: with host-gw a peer must be on one of its networks (a route via an
    * address that is not on-link is refused by the kernel, and would be wrong if it were not)
    */
-  readonly underlay?: Pick<IfaceInfo, 'name' | 'networks'>;
+  readonly underlay?: Pick<IfaceInfo, 'name' | 'networks' | 'networks6'>;
 }
 
 /** A value from the store, cut to a length a log line can carry. */
@@ -149,7 +170,88 @@ export function checkPeer(lease: Lease, ctx: PeerContext): Refusal | undefined {
       `PublicIP ${lease.attrs.publicIp} is not on-link on ${u.name} (${networks}); host-gw needs every node on one L2 network`,
     );
   }
+  return config.ipv6 && lease.subnet6 ? checkPeer6(lease, lease.subnet6, ctx) : undefined;
+}
+
+/**
+ * The IPv6 half of `checkPeer`, for a dual-stack peer when our config has IPv6: the same checks as
+ * for IPv4, on subnet6, PublicIPv6 (required: an IPv6 subnet is reached through it) and
+ * BackendV6Data.
+ */
+function checkPeer6(lease: Lease, subnet6: Cidr6, ctx: PeerContext): Refusal | undefined {
+  const { config } = ctx;
+  const ipv6 = config.ipv6;
+  if (!ipv6) return undefined;
+  const subnet = formatCidr6(subnet6);
+  if (!ctx.anySubnetSize && subnet6.prefix !== ipv6.subnetLen)
+    return refuse(
+      'subnet-size',
+      `IPv6 subnet ${subnet} is not a /${ipv6.subnetLen} (IPv6SubnetLen)`,
+    );
+  if (!containsCidr6(ipv6.network, subnet6))
+    return refuse(
+      'outside-network',
+      `IPv6 subnet ${subnet} is outside IPv6Network ${formatCidr6(ipv6.network)}`,
+    );
+  if (!ctx.anySubnetSize && (subnet6.base < ipv6.subnetMin || subnet6.base > ipv6.subnetMax))
+    return refuse('outside-range', `IPv6 subnet ${subnet} is outside IPv6SubnetMin..IPv6SubnetMax`);
+  if (ctx.self6 && overlaps6(ctx.self6, subnet6))
+    return refuse(
+      'overlaps-own',
+      `IPv6 subnet ${subnet} overlaps our own IPv6 subnet ${formatCidr6(ctx.self6)}`,
+    );
+  const raw = lease.attrs.publicIpv6;
+  if (raw === null || raw === undefined)
+    return refuse('public-ip', `IPv6 subnet ${subnet} without a PublicIPv6 to reach it through`);
+  const shown = truncated(raw);
+  const ip = parseIpv6(raw);
+  if (ip === undefined || !isUnicastHost6(ip))
+    return refuse('public-ip', `PublicIPv6 ${shown} is not a unicast host address`);
+  const self = ctx.selfPublicIpv6 ? parseIpv6(ctx.selfPublicIpv6) : undefined;
+  if (self !== undefined && ip === self)
+    return refuse('public-ip', `PublicIPv6 ${shown} is this node's own address`);
+  if (containsAddr6(ipv6.network, ip))
+    return refuse(
+      'public-ip',
+      `PublicIPv6 ${shown} is inside the pod IPv6Network ${formatCidr6(ipv6.network)}`,
+    );
+  if (config.backend.type === 'vxlan') {
+    const data = lease.attrs.backendData6;
+    const direct = config.backend.directRouting && ctx.underlay && onLink6(ctx.underlay, raw);
+    if (!data && !direct)
+      return refuse('vtep-mac', 'vxlan lease with an IPv6 subnet but no BackendV6Data.VtepMAC');
+    if (data && data.vni !== config.backend.vni)
+      return refuse(
+        'vni',
+        `BackendV6Data.VNI ${truncated(String(data.vni))} differs from ours (${config.backend.vni})`,
+      );
+    if (
+      data &&
+      ctx.selfVtepMac6 !== undefined &&
+      data.vtepMac.toLowerCase() === ctx.selfVtepMac6.toLowerCase()
+    )
+      return refuse('vtep-mac', `IPv6 VtepMAC ${data.vtepMac} is this node's own`);
+  }
+  const u = ctx.underlay;
+  if (config.backend.type === 'host-gw' && u?.networks6 && !onLink6(u, raw)) {
+    const networks = u.networks6.join(', ') || 'no IPv6 networks';
+    return refuse(
+      'not-on-link',
+      `PublicIPv6 ${shown} is not on-link on ${u.name} (${networks}); host-gw needs every node on one L2 network`,
+    );
+  }
   return undefined;
+}
+
+/**
+ * The lease as far as our config can use it: a dual-stack peer's IPv6 half is dropped when our
+ * config has no IPv6 (flannel, with EnableIPv6 false, reads only the IPv4 half too), so that it
+ * neither routes nor conflicts over a family we do not run.
+ */
+export function forOurFamilies(lease: Lease, config: NetConfig): Lease {
+  if (config.ipv6 || !lease.subnet6) return lease;
+  const { subnet6: _, ...v4 } = lease;
+  return v4;
 }
 
 export interface Admission {
@@ -187,45 +289,83 @@ function refuseLaterClaims(
     const detail = first
       ? `${what} was claimed first by peer ${truncated(first.key)}`
       : `${what} is claimed by ${claimants.length} peers (${keys.slice(0, 4).join(', ')}${keys.length > 4 ? ', …' : ''}) and none claimed it first`;
-    refused.set(c.key, refuse(what.startsWith('VtepMAC') ? 'vtep-mac' : 'subnet-conflict', detail));
+    refused.set(c.key, refuse(/VtepMAC/.test(what) ? 'vtep-mac' : 'subnet-conflict', detail));
   }
 }
 
+/** One family's subnet of a lease as bigints, for the conflict sweep. */
+interface Span {
+  readonly base: bigint;
+  readonly prefix: number;
+  readonly last: bigint;
+  readonly text: string;
+}
+
+function span4(l: Lease): Span {
+  const c = l.subnet;
+  return {
+    base: BigInt(c.base),
+    prefix: c.prefix,
+    last: BigInt(lastAddress(c)),
+    text: formatCidr(c),
+  };
+}
+
+function span6(l: Lease): Span | undefined {
+  const c = l.subnet6;
+  return c
+    ? { base: c.base, prefix: c.prefix, last: lastAddress6(c), text: formatCidr6(c) }
+    : undefined;
+}
+
 /**
- * Subnet conflicts among peers that each passed `checkPeer`. CIDRs either
+ * Subnet conflicts among peers that each passed `checkPeer`, in one family
+ * (`spanOf`: the IPv4 subnet, or the IPv6 one of dual-stack peers). CIDRs either
  * nest or are disjoint: sorted by base, then wider first, every lease still
  * open on the stack when a later one starts contains it. A container is
  * refused (it would capture the narrower peers' traffic); of peers claiming
  * the very same subnet, the first claim keeps it (all are refused when the
  * store cannot say which came first).
  */
-function subnetConflicts(peers: readonly Lease[]): Map<string, Refusal> {
-  const sorted = [...peers].sort(
-    (a, b) => a.subnet.base - b.subnet.base || a.subnet.prefix - b.subnet.prefix || byKey(a, b),
+function subnetConflicts(
+  peers: readonly Lease[],
+  spanOf: (l: Lease) => Span | undefined,
+  what: string,
+): Map<string, Refusal> {
+  const spans = peers.flatMap((lease) => {
+    const span = spanOf(lease);
+    return span ? [{ lease, span }] : [];
+  });
+  const sorted = spans.sort(
+    (a, b) =>
+      (a.span.base < b.span.base ? -1 : a.span.base > b.span.base ? 1 : 0) ||
+      a.span.prefix - b.span.prefix ||
+      byKey(a.lease, b.lease),
   );
   const refused = new Map<string, Refusal>();
   const same = new Map<string, Lease[]>();
-  const open: Lease[] = [];
+  const open: (typeof spans)[number][] = [];
   for (const peer of sorted) {
-    while (open.length > 0 && lastAddress((open.at(-1) as Lease).subnet) < peer.subnet.base)
+    while (open.length > 0 && (open.at(-1) as (typeof spans)[number]).span.last < peer.span.base)
       open.pop();
     for (const outer of open) {
-      if (outer.subnet.prefix === peer.subnet.prefix) {
-        const id = formatCidr(peer.subnet);
-        same.set(id, [...(same.get(id) ?? [outer]), peer]);
-      } else if (!refused.has(outer.key)) {
+      if (outer.span.prefix === peer.span.prefix) {
+        const id = peer.span.text;
+        same.set(id, [...(same.get(id) ?? [outer.lease]), peer.lease]);
+      } else if (!refused.has(outer.lease.key)) {
         refused.set(
-          outer.key,
+          outer.lease.key,
           refuse(
             'subnet-conflict',
-            `subnet ${formatCidr(outer.subnet)} covers peer ${truncated(peer.key)}'s ${formatCidr(peer.subnet)}`,
+            `${what} ${outer.span.text} covers peer ${truncated(peer.lease.key)}'s ${peer.span.text}`,
           ),
         );
       }
     }
     open.push(peer);
   }
-  for (const [subnet, claimants] of same) refuseLaterClaims(claimants, `subnet ${subnet}`, refused);
+  for (const [subnet, claimants] of same)
+    refuseLaterClaims(claimants, `${what} ${subnet}`, refused);
   return refused;
 }
 
@@ -233,15 +373,19 @@ function subnetConflicts(peers: readonly Lease[]): Map<string, Refusal> {
  * VtepMACs claimed by more than one peer: the first claim keeps it, the later ones are refused
  * (all, without a clear first).
  */
-function macConflicts(peers: readonly Lease[]): Map<string, Refusal> {
+function macConflicts(
+  peers: readonly Lease[],
+  macOf: (l: Lease) => string | undefined,
+  what: string,
+): Map<string, Refusal> {
   const claimants = new Map<string, Lease[]>();
   for (const p of peers) {
-    const mac = p.attrs.backendData?.vtepMac?.toLowerCase();
+    const mac = macOf(p)?.toLowerCase();
     if (mac !== undefined) claimants.set(mac, [...(claimants.get(mac) ?? []), p]);
   }
   const refused = new Map<string, Refusal>();
   for (const [mac, owners] of claimants)
-    if (owners.length > 1) refuseLaterClaims(owners, `VtepMAC ${mac}`, refused);
+    if (owners.length > 1) refuseLaterClaims(owners, `${what} ${mac}`, refused);
   return refused;
 }
 
@@ -249,12 +393,24 @@ function macConflicts(peers: readonly Lease[]): Map<string, Refusal> {
  * The set-level stage alone, over peers that each passed `checkPeer`: subnet and VtepMAC conflicts.
  */
 export function withoutConflicts(peers: readonly Lease[], config: NetConfig): Admission {
-  const conflicts = subnetConflicts(peers);
-  const macs = config.backend.type === 'vxlan' ? macConflicts(peers) : new Map<string, Refusal>();
+  const none = new Map<string, Refusal>();
+  const vxlan = config.backend.type === 'vxlan';
+  const conflicts = subnetConflicts(peers, span4, 'subnet');
+  const macs = vxlan ? macConflicts(peers, (l) => l.attrs.backendData?.vtepMac, 'VtepMAC') : none;
+  // the IPv6 halves (only peers that kept one: see forOurFamilies), checked the same way
+  const conflicts6 = config.ipv6 ? subnetConflicts(peers, span6, 'IPv6 subnet') : none;
+  const macs6 =
+    config.ipv6 && vxlan
+      ? macConflicts(
+          peers.filter((p) => p.subnet6),
+          (l) => l.attrs.backendData6?.vtepMac,
+          'IPv6 VtepMAC',
+        )
+      : none;
   const admitted: Lease[] = [];
   const refused: { lease: Lease; refusal: Refusal }[] = [];
   for (const p of peers) {
-    const r = conflicts.get(p.key) ?? macs.get(p.key);
+    const r = conflicts.get(p.key) ?? macs.get(p.key) ?? conflicts6.get(p.key) ?? macs6.get(p.key);
     if (r) refused.push({ lease: p, refusal: r });
     else admitted.push(p);
   }
@@ -268,7 +424,8 @@ export function withoutConflicts(peers: readonly Lease[], config: NetConfig): Ad
 export function admitPeers(peers: readonly Lease[], ctx: PeerContext): Admission {
   const refused: { lease: Lease; refusal: Refusal }[] = [];
   const passed: Lease[] = [];
-  for (const p of peers) {
+  for (const peer of peers) {
+    const p = forOurFamilies(peer, ctx.config);
     const r = checkPeer(p, ctx);
     if (r) refused.push({ lease: p, refusal: r });
     else passed.push(p);

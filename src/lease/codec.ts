@@ -1,27 +1,59 @@
-// flannel's etcd lease format: keys "<a.b.c.d>-<len>" and JSON values with
-// PublicIP, PublicIPv6, BackendType, BackendData. Decoding treats the text as
+// flannel's etcd lease format: keys "<a.b.c.d>-<len>", or for a dual-stack
+// lease "<a.b.c.d>-<len>&<ipv6>-<len>" (flannel's MakeSubnetKey), and JSON
+// values with PublicIP, PublicIPv6, BackendType, BackendData and, for IPv6
+// vxlan, BackendV6Data. Decoding treats the text as
 // untrusted: anything malformed becomes a LEASE_INVALID error naming the
 // field and value, never a half-parsed lease.
 import { CiObject } from '../config/json-object.ts';
 import { BACKEND_TYPES, type BackendType } from '../config/netconf.ts';
 import { TwillError } from '../errors.ts';
 import { formatCidr, formatIpv4, isIpv4, parseCidr, type Cidr } from '../net/ipv4.ts';
+import { canonicalIpv6, formatCidr6, formatIpv6, parseCidr6, type Cidr6 } from '../net/ipv6.ts';
 import type { LeaseAttrs, VxlanLeaseData } from './types.ts';
 
-export function subnetKey(subnet: Cidr): string {
-  return `${formatIpv4(subnet.base)}-${subnet.prefix}`;
+/** The store key of a lease: flannel's MakeSubnetKey ("10.244.3.0-24&fd00:0:0:3::-64"). */
+export function subnetKey(subnet: Cidr, subnet6?: Cidr6 | null): string {
+  const v4 = `${formatIpv4(subnet.base)}-${subnet.prefix}`;
+  return subnet6 ? `${v4}&${formatIpv6(subnet6.base)}-${subnet6.prefix}` : v4;
 }
 
 function invalid(message: string): never {
   throw new TwillError('LEASE_INVALID', message);
 }
 
-/** Parses a lease key; host bits must be zero. */
+/** The subnets a lease key names. */
+export interface KeySubnets {
+  readonly subnet: Cidr;
+  readonly subnet6: Cidr6 | null;
+}
+
+/**
+ * Parses a lease key, IPv4 ("a.b.c.d-len") or dual-stack ("a.b.c.d-len&ipv6-len"); host bits must
+ * be zero and the IPv6 part in canonical form, so that one lease has one key.
+ */
+export function parseLeaseKey(key: string): KeySubnets {
+  const m = /^([0-9.]+)-(\d{1,2})(?:&([0-9a-f:]+)-(\d{1,3}))?$/.exec(key);
+  const subnet = m ? parseCidr(`${m[1]}/${m[2]}`, { strict: true }) : undefined;
+  if (!m || !subnet) {
+    invalid(
+      `key ${JSON.stringify(key.slice(0, 120))} is not a subnet of the form a.b.c.d-len or a.b.c.d-len&ipv6-len`,
+    );
+  }
+  if (m[3] === undefined) return { subnet, subnet6: null };
+  const subnet6 = parseCidr6(`${m[3]}/${m[4]}`, { strict: true });
+  if (!subnet6 || canonicalIpv6(m[3]) !== m[3]) {
+    invalid(
+      `key ${JSON.stringify(key.slice(0, 120))}: ${JSON.stringify(`${m[3]}-${m[4]}`)} is not a canonical IPv6 subnet with no host bits`,
+    );
+  }
+  return { subnet, subnet6 };
+}
+
+/** Parses an IPv4-only lease key; host bits must be zero. */
 export function parseSubnetKey(key: string): Cidr {
-  const m = /^([0-9.]+)-(\d{1,2})$/.exec(key);
-  const cidr = m ? parseCidr(`${m[1]}/${m[2]}`, { strict: true }) : undefined;
-  if (!cidr) invalid(`key ${JSON.stringify(key)} is not a subnet of the form a.b.c.d-len`);
-  return cidr;
+  const { subnet, subnet6 } = parseLeaseKey(key);
+  if (subnet6) invalid(`key ${JSON.stringify(key)} is a dual-stack key, not an IPv4 subnet`);
+  return subnet;
 }
 
 const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
@@ -48,6 +80,8 @@ export function encodeLeaseValue(attrs: LeaseAttrs): string {
   };
   if (attrs.backendData)
     value.BackendData = { VNI: attrs.backendData.vni, VtepMAC: attrs.backendData.vtepMac };
+  if (attrs.backendData6)
+    value.BackendV6Data = { VNI: attrs.backendData6.vni, VtepMAC: attrs.backendData6.vtepMac };
   if (attrs.node !== undefined) value.TwillNode = attrs.node;
   return JSON.stringify(value);
 }
@@ -69,13 +103,17 @@ export function decodeLeaseObject(raw: unknown): LeaseAttrs {
   const publicIp = obj.string('PublicIP');
   if (publicIp === undefined || !isIpv4(publicIp))
     invalid(`PublicIP ${JSON.stringify(publicIp ?? null)} is not an IPv4 address`);
-  const publicIpv6 = obj.string('PublicIPv6') ?? null;
+  const publicIpv6 = decodePublicIpv6(obj.get('PublicIPv6'));
   const backendType = obj.string('BackendType') ?? '';
   if (!BACKEND_TYPES.includes(backendType as BackendType)) {
     invalid(`BackendType ${JSON.stringify(backendType)} is not one of ${BACKEND_TYPES.join(', ')}`);
   }
   const type = backendType as BackendType;
-  const backendData = type === 'vxlan' ? decodeVxlanData(obj.get('BackendData')) : null;
+  const backendData =
+    type === 'vxlan' ? decodeVxlanData(obj.get('BackendData'), 'BackendData') : null;
+  const v6Raw = obj.get('BackendV6Data');
+  const backendData6 =
+    type === 'vxlan' && v6Raw !== undefined ? decodeVxlanData(v6Raw, 'BackendV6Data') : null;
   const node = obj.get('TwillNode');
   if (node !== undefined && (typeof node !== 'string' || node === '' || node.length > 253))
     invalid('TwillNode is not a node name (a string of 1 to 253 characters)');
@@ -84,22 +122,35 @@ export function decodeLeaseObject(raw: unknown): LeaseAttrs {
     publicIpv6,
     backendType: type,
     backendData,
+    ...(backendData6 ? { backendData6 } : {}),
     ...(node === undefined ? {} : { node }),
   };
 }
 
-function decodeVxlanData(raw: unknown): VxlanLeaseData {
-  if (raw === undefined) invalid('BackendData is missing for a vxlan lease');
-  const obj = CiObject.from('BackendData', raw, 'LEASE_INVALID');
+/** PublicIPv6: null or absent, or an IPv6 address, kept in canonical form. */
+function decodePublicIpv6(raw: unknown): string | null {
+  if (raw === undefined || raw === null) return null;
+  const text = typeof raw === 'string' ? canonicalIpv6(raw) : undefined;
+  if (text === undefined)
+    invalid(`PublicIPv6 ${JSON.stringify(raw).slice(0, 80)} is not an IPv6 address`);
+  return text;
+}
+
+function decodeVxlanData(raw: unknown, field: 'BackendData' | 'BackendV6Data'): VxlanLeaseData {
+  if (raw === undefined) invalid(`${field} is missing for a vxlan lease`);
+  const obj = CiObject.from(field, raw, 'LEASE_INVALID');
   const vni = obj.int('VNI', { min: 0, max: 16_777_215 });
-  if (vni === undefined) invalid('BackendData.VNI is missing');
+  if (vni === undefined) invalid(`${field}.VNI is missing`);
   const mac = obj.string('VtepMAC');
-  if (mac === undefined) invalid('BackendData.VtepMAC is missing');
-  return { vni, vtepMac: parseUnicastMac(mac, 'BackendData.VtepMAC') };
+  if (mac === undefined) invalid(`${field}.VtepMAC is missing`);
+  return { vni, vtepMac: parseUnicastMac(mac, `${field}.VtepMAC`) };
 }
 
 /** A one-line description of a lease for logs. */
-export function describeLease(subnet: Cidr, attrs: LeaseAttrs): string {
+export function describeLease(subnet: Cidr, attrs: LeaseAttrs, subnet6?: Cidr6 | null): string {
   const mac = attrs.backendData ? ` vtep ${attrs.backendData.vtepMac}` : '';
-  return `${formatCidr(subnet)} via ${attrs.publicIp} (${attrs.backendType}${mac})`;
+  const v6 = subnet6
+    ? `, ${formatCidr6(subnet6)} via ${attrs.publicIpv6 ?? 'no PublicIPv6'}${attrs.backendData6 ? ` vtep ${attrs.backendData6.vtepMac}` : ''}`
+    : '';
+  return `${formatCidr(subnet)} via ${attrs.publicIp}${v6} (${attrs.backendType}${mac})`;
 }

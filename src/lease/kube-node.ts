@@ -4,9 +4,20 @@
 // prefix, and the NetworkUnavailable=False condition). Node objects are
 // untrusted input: a malformed annotation makes a LEASE_INVALID record
 // naming the annotation and its value, never a half-read lease.
+//
+// Dual-stack: spec.podCIDRs lists one CIDR per family, IPv4 or IPv6 first
+// (the controller-manager allocates both with a dual --cluster-cidr), and
+// flannel's annotations public-ipv6 and backend-v6-data carry PublicIPv6 and
+// BackendV6Data. A Node without an IPv6 podCIDR while IPv6 is enabled:
+//   - our own Node: CONFIG_INVALID naming the fix (podCIDRs are set once and
+//     never change, so waiting would wait forever; flannel fails too);
+//   - a peer: its IPv4 half alone (a lease without subnet6: routed for IPv4,
+//     as flannel does with an empty IPv6 subnet), so a node that joined
+//     before the cluster went dual-stack keeps its IPv4 reachability.
 import type { NetConfig } from '../config/netconf.ts';
 import { TwillError } from '../errors.ts';
 import { containsCidr, formatCidr, isIpv4, parseCidr, type Cidr } from '../net/ipv4.ts';
+import { canonicalIpv6, containsCidr6, formatCidr6, parseCidr6, type Cidr6 } from '../net/ipv6.ts';
 import { decodeLeaseObject } from './codec.ts';
 import { peerRecord, type LeaseAttrs, type LeaseRecord } from './types.ts';
 
@@ -31,6 +42,10 @@ export interface Annotations {
   readonly publicIp: string;
   readonly publicIpOverwrite: string;
   readonly subnetManager: string;
+  /** dual-stack (flannel's): PublicIPv6, BackendV6Data, and the PublicIPv6 override */
+  readonly publicIpv6: string;
+  readonly backendV6Data: string;
+  readonly publicIpv6Overwrite: string;
 }
 
 /** The annotation names under `prefix` (flannel's: flannel.alpha.coreos.com/backend-type …). */
@@ -42,6 +57,9 @@ export function annotationNames(prefix: string): Annotations {
     publicIp: `${p}/public-ip`,
     publicIpOverwrite: `${p}/public-ip-overwrite`,
     subnetManager: `${p}/kube-subnet-manager`,
+    publicIpv6: `${p}/public-ipv6`,
+    backendV6Data: `${p}/backend-v6-data`,
+    publicIpv6Overwrite: `${p}/public-ipv6-overwrite`,
   };
 }
 
@@ -106,6 +124,15 @@ export function podCidr(node: NodeView): Cidr | undefined {
   return undefined;
 }
 
+/** The node's IPv6 pod CIDR (a dual-stack node's second family); undefined when it has none. */
+export function podCidr6(node: NodeView): Cidr6 | undefined {
+  for (const text of node.podCidrs) {
+    const cidr = parseCidr6(text, { strict: true });
+    if (cidr) return cidr;
+  }
+  return undefined;
+}
+
 function invalid(message: string): never {
   throw new TwillError('LEASE_INVALID', message);
 }
@@ -122,26 +149,37 @@ export function nodeAttrs(node: NodeView, names: Annotations): LeaseAttrs {
       `annotation ${names.publicIp} ${JSON.stringify(publicIp ?? null)} is not an IPv4 address`,
     );
   const backendType = a[names.backendType] ?? '';
-  const dataText = a[names.backendData] ?? 'null';
-  let data: unknown;
-  try {
-    data = JSON.parse(dataText);
-  } catch {
-    invalid(
-      `annotation ${names.backendData} is not JSON: ${JSON.stringify(dataText.slice(0, 80))}`,
-    );
-  }
+  const data = jsonAnnotation(a, names.backendData);
+  const publicIpv6 = a[names.publicIpv6];
+  const data6 = jsonAnnotation(a, names.backendV6Data);
   try {
     return decodeLeaseObject({
       PublicIP: publicIp,
       BackendType: backendType,
       ...(data === null ? {} : { BackendData: data }),
+      // an empty public-ipv6 is flannel's "none" (it writes the annotations only with IPv6 on)
+      ...(publicIpv6 === undefined || publicIpv6 === '' ? {} : { PublicIPv6: publicIpv6 }),
+      ...(data6 === null ? {} : { BackendV6Data: data6 }),
     });
   } catch (err) {
+    const which = [names.backendType, names.backendData];
+    if (publicIpv6 !== undefined) which.push(names.publicIpv6);
+    if (data6 !== null) which.push(names.backendV6Data);
     throw new TwillError(
       'LEASE_INVALID',
-      `node annotations (${names.backendType}, ${names.backendData}): ${(err as Error).message}`,
+      `node annotations (${which.join(', ')}): ${(err as Error).message}`,
     );
+  }
+}
+
+/** A JSON annotation's value; null when absent, empty or "null". */
+function jsonAnnotation(a: Readonly<Record<string, string>>, name: string): unknown {
+  const text = a[name];
+  if (text === undefined || text === '') return null;
+  try {
+    return JSON.parse(text);
+  } catch {
+    invalid(`annotation ${name} is not JSON: ${JSON.stringify(text.slice(0, 80))}`);
   }
 }
 
@@ -159,7 +197,9 @@ export function nodeRecord(node: NodeView, names: Annotations): LeaseRecord {
   try {
     const attrs = nodeAttrs(node, names);
     const version = node.resourceVersion;
-    return peerRecord({ key, subnet, attrs, version, claimedAt: node.createdAt });
+    // a peer without an IPv6 podCIDR is IPv4 only (see the top of this file)
+    const subnet6 = podCidr6(node) ?? null;
+    return peerRecord({ key, subnet, subnet6, attrs, version, claimedAt: node.createdAt });
   } catch (err) {
     return { key, ok: false, reason: `node ${key}: ${(err as Error).message}` };
   }
@@ -193,6 +233,51 @@ export function ownSubnet(node: NodeView, config: NetConfig): Cidr {
 }
 
 /**
+ * Our IPv6 subnet when IPv6 is enabled: the node's IPv6 podCIDR, which must lie inside IPv6Network.
+ * null when the config has no IPv6. A node with an IPv4 podCIDR but no IPv6 one is CONFIG_INVALID:
+ * spec.podCIDRs is set once, so it will not gain one by waiting (see the top of this file).
+ */
+export function ownSubnet6(node: NodeView, config: NetConfig): Cidr6 | null {
+  const ipv6 = config.ipv6;
+  if (!ipv6) return null;
+  const subnet6 = podCidr6(node);
+  if (!subnet6) {
+    throw new TwillError(
+      'CONFIG_INVALID',
+      `node ${node.name} has no IPv6 spec.podCIDRs (${node.podCidrs.join(', ') || 'none'}), but net-conf.json has "EnableIPv6": true; give the controller-manager a dual-stack --cluster-cidr (e.g. --cluster-cidr=${formatCidr(config.network)},${formatCidr6(ipv6.network)}) and re-create the Node, or remove "EnableIPv6"`,
+    );
+  }
+  if (!containsCidr6(ipv6.network, subnet6)) {
+    throw new TwillError(
+      'CONFIG_INVALID',
+      `node ${node.name} IPv6 spec.podCIDRs ${formatCidr6(subnet6)} is outside IPv6Network ${formatCidr6(ipv6.network)} of net-conf.json; make the controller-manager's --cluster-cidr and IPv6Network agree`,
+    );
+  }
+  if (subnet6.prefix > 126)
+    throw new TwillError(
+      'CONFIG_INVALID',
+      `node ${node.name} IPv6 spec.podCIDRs ${formatCidr6(subnet6)} is too small for pods (at most /126)`,
+    );
+  return subnet6;
+}
+
+/**
+ * The public-ipv6-overwrite annotation of our own Node, when set; CONFIG_INVALID when it is not an
+ * IPv6 address. Canonical text.
+ */
+export function publicIpv6Overwrite(node: NodeView, names: Annotations): string | undefined {
+  const value = node.annotations[names.publicIpv6Overwrite];
+  if (value === undefined || value === '') return undefined;
+  const canonical = canonicalIpv6(value);
+  if (canonical === undefined)
+    throw new TwillError(
+      'CONFIG_INVALID',
+      `node ${node.name} annotation ${names.publicIpv6Overwrite} ${JSON.stringify(value.slice(0, 80))} is not an IPv6 address`,
+    );
+  return canonical;
+}
+
+/**
  * The public-ip-overwrite annotation of our own Node, when set; CONFIG_INVALID when it is not an
  * address.
  */
@@ -212,10 +297,12 @@ export function publishedVtepMac(
   node: NodeView,
   names: Annotations,
   vni: number,
+  family: 4 | 6 = 4,
 ): string | undefined {
   try {
     // decoding checked and normalised the MAC
-    const data = nodeAttrs(node, names).backendData;
+    const attrs = nodeAttrs(node, names);
+    const data = family === 4 ? attrs.backendData : attrs.backendData6;
     return data?.vni === vni ? data.vtepMac : undefined;
   } catch {
     return undefined;
@@ -224,13 +311,21 @@ export function publishedVtepMac(
 
 /** The annotation values twill publishes for `attrs`, exactly as flannel writes them. */
 export function annotationValues(attrs: LeaseAttrs, names: Annotations): Record<string, string> {
-  const data = attrs.backendData
-    ? JSON.stringify({ VNI: attrs.backendData.vni, VtepMAC: attrs.backendData.vtepMac })
-    : 'null';
+  const json = (d: LeaseAttrs['backendData'] | undefined): string =>
+    d ? JSON.stringify({ VNI: d.vni, VtepMAC: d.vtepMac }) : 'null';
+  // the IPv6 pair only on a dual-stack node (flannel writes them only with EnableIPv6)
+  const v6 =
+    attrs.publicIpv6 !== null && attrs.publicIpv6 !== undefined
+      ? {
+          [names.backendV6Data]: json(attrs.backendData6),
+          [names.publicIpv6]: attrs.publicIpv6,
+        }
+      : {};
   return {
     [names.backendType]: attrs.backendType,
-    [names.backendData]: data,
+    [names.backendData]: json(attrs.backendData),
     [names.publicIp]: attrs.publicIp,
+    ...v6,
     [names.subnetManager]: 'true',
   };
 }

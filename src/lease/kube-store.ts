@@ -5,11 +5,15 @@
 // that carry `<prefix>/kube-subnet-manager: "true"`. A lease's key is the
 // node name. The network config is net-conf.json from a file (the ConfigMap).
 // Leases do not expire: "renewing" re-reads our Node and re-publishes the
-// annotations when someone changed them.
+// annotations when someone changed them. Dual-stack: our IPv6 subnet is the
+// Node's IPv6 podCIDR, published with flannel's public-ipv6 and
+// backend-v6-data annotations (kube-node.ts says what a Node without one
+// means).
 import { readFile } from 'node:fs/promises';
 import { parseNetConfig, type NetConfig } from '../config/netconf.ts';
 import { TwillError } from '../errors.ts';
 import { formatCidr, sameCidr, type Cidr } from '../net/ipv4.ts';
+import { formatCidr6, sameCidr6, type Cidr6 } from '../net/ipv6.ts';
 import { pause, type Backoff } from '../util/abort.ts';
 import { relistLoop } from './relist-loop.ts';
 import type { KubeApi, NodeWatchEnd } from './kube-api.ts';
@@ -21,8 +25,11 @@ import {
   networkAvailablePatch,
   nodeRecord,
   ownSubnet,
+  ownSubnet6,
   podCidr,
+  podCidr6,
   publicIpOverwrite,
+  publicIpv6Overwrite,
   publishedVtepMac,
   publishes,
   type Annotations,
@@ -117,13 +124,30 @@ export class KubeLeaseStore implements LeaseStore {
     const vtepMac = data
       ? (publishedVtepMac(node, this.names, data.vni) ?? data.vtepMac)
       : undefined;
-    return { ...attrs, publicIp, backendData: data && vtepMac ? { vni: data.vni, vtepMac } : data };
+    const own = {
+      ...attrs,
+      publicIp,
+      backendData: data && vtepMac ? { vni: data.vni, vtepMac } : data,
+    };
+    if (attrs.publicIpv6 === null || attrs.publicIpv6 === undefined) return own;
+    // dual-stack: the same for PublicIPv6 (public-ipv6-overwrite) and the IPv6 VtepMAC
+    const publicIpv6 = publicIpv6Overwrite(node, this.names) ?? attrs.publicIpv6;
+    const data6 = attrs.backendData6;
+    const vtepMac6 = data6
+      ? (publishedVtepMac(node, this.names, data6.vni, 6) ?? data6.vtepMac)
+      : undefined;
+    return {
+      ...own,
+      publicIpv6,
+      ...(data6 && vtepMac6 ? { backendData6: { vni: data6.vni, vtepMac: vtepMac6 } } : {}),
+    };
   }
 
   /** Patches our annotations when they differ; the lease as it now stands. */
   private async publish(
     node: NodeView,
     subnet: Cidr,
+    subnet6: Cidr6 | null | undefined,
     attrs: LeaseAttrs,
     signal: AbortSignal,
   ): Promise<Lease> {
@@ -138,6 +162,7 @@ export class KubeLeaseStore implements LeaseStore {
     return {
       key: this.nodeName,
       subnet,
+      ...(subnet6 ? { subnet6 } : {}),
       attrs,
       expiresAt: Date.now() + RECHECK_MS,
       version: current.resourceVersion,
@@ -147,7 +172,8 @@ export class KubeLeaseStore implements LeaseStore {
   async acquireLease(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
     const node = await this.ownNode(signal);
     const subnet = ownSubnet(node, req.config);
-    return this.publish(node, subnet, this.ownAttrs(node, req.attrs), signal);
+    const subnet6 = ownSubnet6(node, req.config);
+    return this.publish(node, subnet, subnet6, this.ownAttrs(node, req.attrs), signal);
   }
 
   /**
@@ -168,6 +194,17 @@ export class KubeLeaseStore implements LeaseStore {
     );
   }
 
+  /** The same for the IPv6 podCIDR of a dual-stack lease (the IPv4 one was checked first). */
+  private sameSubnet6(node: NodeView, lease: Lease): void {
+    if (!lease.subnet6) return;
+    const now = podCidr6(node);
+    if (now && sameCidr6(now, lease.subnet6)) return;
+    throw new TwillError(
+      'LEASE_TAKEN',
+      `node ${this.nodeName} now has ${now ? `IPv6 spec.podCIDRs ${formatCidr6(now)}` : 'no IPv6 spec.podCIDRs'}, not ${formatCidr6(lease.subnet6)}; restart twill to take the node's new subnets`,
+    );
+  }
+
   async renewLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
     const node = await this.api.readNode(this.nodeName, signal);
     if (!node)
@@ -176,13 +213,15 @@ export class KubeLeaseStore implements LeaseStore {
         `node ${this.nodeName} was deleted from the Kubernetes API`,
       );
     this.sameSubnet(node, lease);
-    return this.publish(node, lease.subnet, lease.attrs, signal);
+    this.sameSubnet6(node, lease);
+    return this.publish(node, lease.subnet, lease.subnet6, lease.attrs, signal);
   }
 
   async reclaimLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
     const node = await this.ownNode(signal);
     this.sameSubnet(node, lease);
-    return this.publish(node, lease.subnet, lease.attrs, signal);
+    this.sameSubnet6(node, lease);
+    return this.publish(node, lease.subnet, lease.subnet6, lease.attrs, signal);
   }
 
   /** A Kubernetes lease never expires (twill status shows "never"). */

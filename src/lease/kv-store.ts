@@ -1,14 +1,30 @@
 // The LeaseStore on top of etcd-shaped Kv primitives, in flannel's layout:
 // <prefix>/config holds net-conf.json, <prefix>/subnets/<a.b.c.d>-<len> holds
-// one lease each, bound to a TTL (24 h) and created only if absent. This file
+// one lease each, bound to a TTL (24 h) and created only if absent. With
+// "EnableIPv6" a lease is one key naming both subnets,
+// <a.b.c.d>-<len>&<ipv6>-<len> (flannel's MakeSubnetKey), so one renewal keeps
+// both and a reclaim takes both back. This file
 // owns the acquisition order, renewal, reclaim, and the list+watch loop that
 // re-lists whenever changes may have been missed.
 import { parseNetConfig, type NetConfig } from '../config/netconf.ts';
 import { TwillError, describeError } from '../errors.ts';
 import { formatCidr, overlaps, sameCidr, type Cidr } from '../net/ipv4.ts';
+import { formatCidr6, overlaps6, sameCidr6, type Cidr6 } from '../net/ipv6.ts';
 import { pause } from '../util/abort.ts';
-import { fitsConfig, pickFreeSubnet } from './allocate.ts';
-import { decodeLeaseValue, encodeLeaseValue, parseSubnetKey, subnetKey } from './codec.ts';
+import {
+  fitsConfig,
+  fitsConfig6,
+  fitsConfigPair,
+  pickFreeSubnet,
+  pickFreeSubnet6,
+} from './allocate.ts';
+import {
+  decodeLeaseValue,
+  encodeLeaseValue,
+  parseLeaseKey,
+  subnetKey,
+  type KeySubnets,
+} from './codec.ts';
 import { truncated } from './admit.ts';
 import type { Kv, KvEntry, KvListing } from './kv.ts';
 import { relistLoop } from './relist-loop.ts';
@@ -93,7 +109,7 @@ export class KvLeaseStore implements LeaseStore {
   decode(entry: KvEntry): LeaseRecord {
     const key = entry.key.slice(this.subnetsPrefix.length);
     try {
-      const subnet = parseSubnetKey(key);
+      const { subnet, subnet6 } = parseLeaseKey(key);
       const bytes = Buffer.byteLength(entry.value, 'utf8');
       if (bytes > MAX_LEASE_VALUE_BYTES) {
         throw new TwillError(
@@ -104,7 +120,7 @@ export class KvLeaseStore implements LeaseStore {
       const attrs = decodeLeaseValue(entry.value);
       const claimedAt =
         entry.createRevision === undefined ? undefined : Number(entry.createRevision);
-      return peerRecord({ key, subnet, attrs, version: entry.modRevision, claimedAt });
+      return peerRecord({ key, subnet, subnet6, attrs, version: entry.modRevision, claimedAt });
     } catch (err) {
       // the reason quotes stored text: never a hostile value whole
       return { key, ok: false, reason: truncated(describeError(err), 200) };
@@ -127,13 +143,14 @@ export class KvLeaseStore implements LeaseStore {
   }
 
   private toLease(
-    subnet: Cidr,
+    { subnet, subnet6 }: KeySubnets,
     attrs: LeaseAttrs,
     written: { entry: KvEntry; expiresAt: number },
   ): Lease {
     return {
-      key: subnetKey(subnet),
+      key: subnetKey(subnet, subnet6),
       subnet,
+      ...(subnet6 ? { subnet6 } : {}),
       attrs,
       expiresAt: written.expiresAt,
       version: written.entry.modRevision,
@@ -161,6 +178,8 @@ export class KvLeaseStore implements LeaseStore {
     const attrs: LeaseAttrs =
       req.nodeName === undefined ? req.attrs : { ...req.attrs, node: req.nodeName };
     const records = this.records(await this.kv.list(this.subnetsPrefix, signal));
+    /** our own lease from an older config, deleted below: its subnets are worth keeping */
+    const replaced: KeySubnets[] = [];
     for (const { entry, record } of records) {
       if (!entry || !record.ok || record.lease.attrs.publicIp !== attrs.publicIp) continue;
       const holder = record.lease.attrs.node;
@@ -169,12 +188,16 @@ export class KvLeaseStore implements LeaseStore {
         // clone, a wrong --public-ip
         throw new TwillError(
           'IDENTITY_CONFLICT',
-          `PublicIP ${attrs.publicIp} is already held by live node ${truncated(holder)} (subnet ${formatCidr(record.lease.subnet)}, ${this.kv.description}): two nodes cannot share one PublicIP; give this node (${truncated(attrs.node)}) its own --public-ip, or stop the other node (its lease ${subnetKey(record.lease.subnet)} goes when it expires or is deleted)`,
+          `PublicIP ${attrs.publicIp} is already held by live node ${truncated(holder)} (subnet ${formatCidr(record.lease.subnet)}, ${this.kv.description}): two nodes cannot share one PublicIP; give this node (${truncated(attrs.node)}) its own --public-ip, or stop the other node (its lease ${record.key} goes when it expires or is deleted)`,
         );
       }
-      if (!fitsConfig(config, record.lease.subnet)) {
-        // Ours, but from an older config: give the subnet back.
-        await this.kv.deleteIf(entry.key, entry.modRevision, signal);
+      const held = { subnet: record.lease.subnet, subnet6: record.lease.subnet6 ?? null };
+      if (!fitsConfigPair(config, held.subnet, held.subnet6)) {
+        // Ours, but from an older config (in either family: an IPv4-only lease once IPv6 is
+        // enabled, a dual one once it is disabled, as flannel's isIPv6SubnetConfigCompat): give
+        // the key back. A lease is one key for both families, so a new pair means a new key; the
+        // subnets that still fit are tried first below.
+        if (await this.kv.deleteIf(entry.key, entry.modRevision, signal)) replaced.push(held);
         continue;
       }
       const written = await this.kv.replace({
@@ -184,37 +207,101 @@ export class KvLeaseStore implements LeaseStore {
         ttlSeconds: this.ttl,
         signal,
       });
-      return written ? this.toLease(record.lease.subnet, attrs, written) : undefined;
+      return written ? this.toLease(held, attrs, written) : undefined;
     }
     // Only keys naming a subnet this config could hand out block it: a hostile
     // "0.0.0.0-0" must not make every other subnet look taken.
-    const taken = records
-      .flatMap(({ record }) => (record.ok ? [record.lease.subnet] : takenByKey(record.key)))
-      .filter((s) => fitsConfig(config, s));
-    const prev = req.previous;
-    if (prev && fitsConfig(config, prev) && !taken.some((t) => overlaps(t, prev))) {
-      const written = await this.kv.create(
-        this.fullKey(subnetKey(prev)),
-        encodeLeaseValue(attrs),
-        this.ttl,
-        signal,
-      );
-      if (written) return this.toLease(prev, attrs, written);
+    // (our replaced lease's key is gone: its subnets are free for us again)
+    const gone = new Set(replaced.map((r) => subnetKey(r.subnet, r.subnet6)));
+    const named = records.flatMap(({ record }) =>
+      gone.has(record.key)
+        ? []
+        : record.ok
+          ? [{ subnet: record.lease.subnet, subnet6: record.lease.subnet6 ?? null }]
+          : takenByKey(record.key),
+    );
+    const taken = named.map((k) => k.subnet).filter((s) => fitsConfig(config, s));
+    const ipv6 = config.ipv6;
+    const taken6 = ipv6
+      ? named.flatMap((k) => (k.subnet6 && fitsConfig6(ipv6, k.subnet6) ? [k.subnet6] : []))
+      : [];
+    const free = (s: Cidr | undefined): s is Cidr =>
+      s !== undefined && fitsConfig(config, s) && !taken.some((t) => overlaps(t, s));
+    const free6 = (s: Cidr6 | null | undefined): s is Cidr6 =>
+      !!ipv6 && !!s && fitsConfig6(ipv6, s) && !taken6.some((t) => overlaps6(t, s));
+    if (!ipv6) {
+      // IPv4 only: our replaced lease's subnet, else subnet.env's, else a random free one
+      const prev = [...replaced.map((r) => r.subnet), req.previous].find(free);
+      if (prev) {
+        const written = await this.create({ subnet: prev, subnet6: null }, attrs, signal);
+        if (written) return written;
+      }
+      const pick = pickFreeSubnet(config, taken, this.random);
+      if (!pick) throw exhausted(config, taken.length);
+      return this.create({ subnet: pick, subnet6: null }, attrs, signal);
     }
-    const pick = pickFreeSubnet(config, taken, this.random);
-    if (!pick) {
+    // Dual-stack: each family keeps the subnet we held if it is still free (our replaced lease's
+    // first, then subnet.env's), else takes a random free one: enabling IPv6 keeps the node's
+    // IPv4 subnet and its pods' addresses. (flannel then takes a random IPv4 subnet as well.)
+    const prev = [...replaced.map((r) => r.subnet), req.previous].find(free);
+    const prev6 = [...replaced.map((r) => r.subnet6), req.previous6].find(free6);
+    if (prev && prev6) {
+      const written = await this.createDual({ subnet: prev, subnet6: prev6 }, attrs, signal);
+      if (written) return written;
+    }
+    const pick = prev ?? pickFreeSubnet(config, taken, this.random);
+    if (!pick) throw exhausted(config, taken.length);
+    const pick6 = prev6 ?? pickFreeSubnet6(ipv6, taken6, this.random);
+    if (!pick6) {
       throw new TwillError(
         'SUBNETS_EXHAUSTED',
-        `out of subnets: all /${config.subnetLen} subnets of ${formatCidr(config.network)} between SubnetMin and SubnetMax are leased (${taken.length} leases)`,
+        `out of IPv6 subnets: all /${ipv6.subnetLen} subnets of ${formatCidr6(ipv6.network)} between IPv6SubnetMin and IPv6SubnetMax are leased (${taken6.length} leases)`,
       );
     }
-    const written = await this.kv.create(
-      this.fullKey(subnetKey(pick)),
-      encodeLeaseValue(attrs),
-      this.ttl,
-      signal,
-    );
-    return written ? this.toLease(pick, attrs, written) : undefined;
+    return this.createDual({ subnet: pick, subnet6: pick6 }, attrs, signal);
+  }
+
+  /** Creates the lease key for `subnets` if absent; undefined when it exists (a lost race). */
+  private async create(
+    subnets: KeySubnets,
+    attrs: LeaseAttrs,
+    signal: AbortSignal,
+  ): Promise<Lease | undefined> {
+    const key = this.fullKey(subnetKey(subnets.subnet, subnets.subnet6));
+    const written = await this.kv.create(key, encodeLeaseValue(attrs), this.ttl, signal);
+    return written ? this.toLease(subnets, attrs, written) : undefined;
+  }
+
+  /**
+   * `create` for a dual-stack pair. Create-if-absent guards one key, but two nodes racing for one
+   * IPv4 subnet with different IPv6 subnets write two keys ("10.244.3.0-24&fd00::-64" and
+   * "10.244.3.0-24&fd00:0:0:1::-64"), and likewise for one IPv6 subnet. So after creating, the
+   * subnets are listed again: when another key that was created first overlaps ours in either
+   * family, ours is deleted and the race counts as lost (the caller tries again). Peers admit the
+   * first claim meanwhile (admit.ts), so the loser's brief key routes nothing.
+   */
+  private async createDual(
+    subnets: KeySubnets & { subnet6: Cidr6 },
+    attrs: LeaseAttrs,
+    signal: AbortSignal,
+  ): Promise<Lease | undefined> {
+    const lease = await this.create(subnets, attrs, signal);
+    if (!lease) return undefined;
+    const ours = BigInt(lease.version);
+    const listing = await this.kv.list(this.subnetsPrefix, signal);
+    const earlier = listing.entries.find((e) => {
+      const key = e.key.slice(this.subnetsPrefix.length);
+      if (key === lease.key || BigInt(e.createRevision ?? e.modRevision) >= ours) return false;
+      const other = takenByKey(key)[0];
+      return (
+        other !== undefined &&
+        (overlaps(other.subnet, subnets.subnet) ||
+          (other.subnet6 !== null && overlaps6(other.subnet6, subnets.subnet6)))
+      );
+    });
+    if (!earlier) return lease;
+    await this.kv.deleteIf(this.fullKey(lease.key), lease.version, signal);
+    return undefined;
   }
 
   async renewLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
@@ -226,7 +313,7 @@ export class KvLeaseStore implements LeaseStore {
       ttlSeconds: this.ttl,
       signal,
     });
-    if (written) return this.toLease(lease.subnet, lease.attrs, written);
+    if (written) return this.toLease(subnetsOf(lease), lease.attrs, written);
     const current = await this.kv.get(key, signal);
     if (!current)
       throw new TwillError('LEASE_LOST', `lease ${key} is gone from ${this.kv.description}`);
@@ -237,7 +324,7 @@ export class KvLeaseStore implements LeaseStore {
     const key = this.fullKey(lease.key);
     for (let attempt = 0; attempt < 3; attempt++) {
       const written = await this.kv.create(key, encodeLeaseValue(lease.attrs), this.ttl, signal);
-      if (written) return this.toLease(lease.subnet, lease.attrs, written);
+      if (written) return this.toLease(subnetsOf(lease), lease.attrs, written);
       const current = await this.kv.get(key, signal);
       if (current) return this.adopt(lease, current, signal);
     }
@@ -259,7 +346,8 @@ export class KvLeaseStore implements LeaseStore {
       !record.ok ||
       otherNode ||
       record.lease.attrs.publicIp !== lease.attrs.publicIp ||
-      !sameCidr(record.lease.subnet, lease.subnet)
+      !sameCidr(record.lease.subnet, lease.subnet) ||
+      !sameSubnet6(record.lease.subnet6, lease.subnet6)
     ) {
       const holder = record.ok
         ? `node ${record.lease.attrs.node !== undefined ? `${truncated(record.lease.attrs.node)} (${record.lease.attrs.publicIp})` : record.lease.attrs.publicIp}`
@@ -276,7 +364,7 @@ export class KvLeaseStore implements LeaseStore {
       ttlSeconds: this.ttl,
       signal,
     });
-    if (written) return this.toLease(lease.subnet, lease.attrs, written);
+    if (written) return this.toLease(subnetsOf(lease), lease.attrs, written);
     throw new TwillError('LEASE_LOST', `lease ${current.key} changed while renewing it`);
   }
 
@@ -328,11 +416,26 @@ export class KvLeaseStore implements LeaseStore {
   }
 }
 
-/** A record whose value is bad still occupies its key, if the key names a subnet. */
-function takenByKey(key: string): Cidr[] {
+/** A record whose value is bad still occupies its key, if the key names subnets. */
+function takenByKey(key: string): KeySubnets[] {
   try {
-    return [parseSubnetKey(key)];
+    return [parseLeaseKey(key)];
   } catch {
     return [];
   }
+}
+
+function subnetsOf(lease: Lease): KeySubnets {
+  return { subnet: lease.subnet, subnet6: lease.subnet6 ?? null };
+}
+
+function sameSubnet6(a: Cidr6 | null | undefined, b: Cidr6 | null | undefined): boolean {
+  return a && b ? sameCidr6(a, b) : !a && !b;
+}
+
+function exhausted(config: NetConfig, leases: number): TwillError {
+  return new TwillError(
+    'SUBNETS_EXHAUSTED',
+    `out of subnets: all /${config.subnetLen} subnets of ${formatCidr(config.network)} between SubnetMin and SubnetMax are leased (${leases} leases)`,
+  );
 }

@@ -12,8 +12,16 @@
 // deleted Node object) at once.
 import type { Logger } from '../log.ts';
 import { formatCidr, sameCidr } from '../net/ipv4.ts';
+import { sameCidr6 } from '../net/ipv6.ts';
 import { describeLease, encodeLeaseValue } from './codec.ts';
-import { checkPeer, truncated, withoutConflicts, type PeerContext, type Refusal } from './admit.ts';
+import {
+  checkPeer,
+  forOurFamilies,
+  truncated,
+  withoutConflicts,
+  type PeerContext,
+  type Refusal,
+} from './admit.ts';
 import type { Lease, LeaseAttrs, LeaseEvent, LeaseRecord } from './types.ts';
 
 export interface TrackerOptions {
@@ -171,11 +179,15 @@ export class PeerTracker {
   }
 
   /** Applies one record; true when the peer set changed. */
-  private put(r: LeaseRecord): boolean {
-    if (r.key === this.opts.selfKey) {
-      this.checkSelf(r);
+  private put(record: LeaseRecord): boolean {
+    if (record.key === this.opts.selfKey) {
+      this.checkSelf(record);
       return false;
     }
+    // a dual-stack peer's IPv6 half, when our config has no IPv6, is ignored from here on
+    const r: LeaseRecord = record.ok
+      ? { ...record, lease: forOurFamilies(record.lease, this.opts.context.config) }
+      : record;
     const problem: Refusal | undefined = r.ok
       ? checkPeer(r.lease, this.opts.context)
       : { reason: 'malformed', detail: truncated(r.reason, 200) };
@@ -199,7 +211,7 @@ export class PeerTracker {
     this.peers.set(r.key, r.lease);
     if (!before) {
       this.peerLog(
-        { key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) },
+        { key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs, r.lease.subnet6) },
         'peer joined',
       );
       return true;
@@ -209,10 +221,13 @@ export class PeerTracker {
     const same =
       encodeLeaseValue(before.attrs) === encodeLeaseValue(r.lease.attrs) &&
       sameCidr(before.subnet, r.lease.subnet) &&
+      (before.subnet6 && r.lease.subnet6
+        ? sameCidr6(before.subnet6, r.lease.subnet6)
+        : !before.subnet6 && !r.lease.subnet6) &&
       before.claimedAt === r.lease.claimedAt;
     if (same) return false;
     this.peerLog(
-      { key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs) },
+      { key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs, r.lease.subnet6) },
       'peer changed',
     );
     return true;

@@ -3,6 +3,7 @@
 // attributes peers need to reach it.
 import type { BackendType, NetConfig } from '../config/netconf.ts';
 import type { Cidr } from '../net/ipv4.ts';
+import type { Cidr6 } from '../net/ipv6.ts';
 
 export interface VxlanLeaseData {
   readonly vni: number;
@@ -16,6 +17,8 @@ export interface LeaseAttrs {
   readonly backendType: BackendType;
   /** vxlan: VNI + VtepMAC; host-gw: null */
   readonly backendData: VxlanLeaseData | null;
+  /** vxlan with IPv6: the VNI + VtepMAC of the node's IPv6 vxlan device (BackendV6Data) */
+  readonly backendData6?: VxlanLeaseData | null;
   /**
    * etcd mode: the name of the twill node holding the lease (`TwillNode`
    * in the value, a key flannel ignores); absent in leases flannel wrote.
@@ -25,9 +28,11 @@ export interface LeaseAttrs {
 }
 
 export interface Lease {
-  /** the store's key for this lease, e.g. "10.244.3.0-24" */
+  /** the store's key for this lease, e.g. "10.244.3.0-24" or "10.244.3.0-24&fd00:0:0:3::-64" */
   readonly key: string;
   readonly subnet: Cidr;
+  /** the IPv6 subnet of a dual-stack lease; absent or null: IPv4 only */
+  readonly subnet6?: Cidr6 | null;
   readonly attrs: LeaseAttrs;
   /** epoch milliseconds when the store drops the lease unless renewed */
   readonly expiresAt: number;
@@ -53,13 +58,15 @@ export type LeaseRecord =
 export function peerRecord(o: {
   key: string;
   subnet: Cidr;
+  subnet6?: Cidr6 | null;
   attrs: LeaseAttrs;
   version: string;
   claimedAt: number | undefined;
 }): LeaseRecord {
   const { key, subnet, attrs, version, claimedAt } = o;
   const claimed = claimedAt !== undefined && Number.isFinite(claimedAt) ? { claimedAt } : {};
-  return { key, ok: true, lease: { key, subnet, attrs, expiresAt: 0, version, ...claimed } };
+  const v6 = o.subnet6 ? { subnet6: o.subnet6 } : {};
+  return { key, ok: true, lease: { key, subnet, ...v6, attrs, expiresAt: 0, version, ...claimed } };
 }
 
 export type LeaseEvent =
@@ -78,6 +85,8 @@ export interface AcquireRequest {
   readonly attrs: LeaseAttrs;
   /** the subnet we held before (from subnet.env), tried before a random one */
   readonly previous: Cidr | undefined;
+  /** the IPv6 subnet we held before (subnet.env's FLANNEL_IPV6_SUBNET), with `previous` */
+  readonly previous6?: Cidr6 | undefined;
   /**
    * this node's name: stores that can (etcd) record it with the lease and refuse to share one
    * PublicIP's lease with another live node

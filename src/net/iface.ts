@@ -1,9 +1,12 @@
 // Which interface carries overlay traffic and which address peers reach us
-// at: flannel's --iface / --iface-regex / default-route rules. The selection
-// is pure over `ip -json` output; `discoverInterface` does the two reads.
+// at: flannel's --iface / --iface-regex / default-route rules, and on a
+// dual-stack node the same interface's IPv6 address (--public-ipv6 overrides
+// what peers are told). The selection is pure over `ip -json` output;
+// `discoverInterface` does the two reads.
 import { TwillError } from '../errors.ts';
 import { runJson, type Runner } from '../exec/runner.ts';
 import { containsAddr, isIpv4, parseCidr, parseIpv4 } from './ipv4.ts';
+import { canonicalIpv6, containsAddr6, parseCidr6, parseIpv6 } from './ipv6.ts';
 
 export interface IfaceInfo {
   readonly name: string;
@@ -13,6 +16,8 @@ export interface IfaceInfo {
   readonly addrs: readonly string[];
   /** the same addresses with their prefix length ("10.0.0.2/24"): the on-link networks */
   readonly networks: readonly string[];
+  /** global IPv6 addresses with their prefix length ("fd00::2/64"), in the kernel's order */
+  readonly networks6?: readonly string[];
 }
 
 /** True when `ip` lies in one of the interface's on-link networks. */
@@ -25,25 +30,72 @@ export function onLink(iface: Pick<IfaceInfo, 'networks'>, ip: string): boolean 
   });
 }
 
+/** True when the IPv6 address `ip` lies in one of the interface's global IPv6 networks. */
+export function onLink6(iface: Pick<IfaceInfo, 'networks6'>, ip: string): boolean {
+  const addr = parseIpv6(ip);
+  if (addr === undefined) return false;
+  return (iface.networks6 ?? []).some((n) => {
+    const cidr = parseCidr6(n, { strict: false });
+    return cidr !== undefined && containsAddr6(cidr, addr);
+  });
+}
+
 export interface IfaceChoice {
   readonly iface: IfaceInfo;
   /** the interface address used for the underlay */
   readonly ifaceIp: string;
   /** what peers are told (--public-ip, or the interface address) */
   readonly publicIp: string;
+  /**
+   * dual-stack: the interface's global IPv6 address used for the IPv6 underlay, and what peers
+   * are told (--public-ipv6, or that address); absent or null when IPv6 is off
+   */
+  readonly ifaceIp6?: string | null;
+  readonly publicIp6?: string | null;
 }
 
 export interface IfaceRequest {
   readonly iface: readonly string[];
   readonly ifaceRegex: readonly string[];
   readonly publicIp: string | undefined;
+  /** dual-stack (EnableIPv6): also pick the interface's IPv6 address, and fail without one */
+  readonly ipv6?: boolean;
+  /** --public-ipv6: what peers are told instead of the interface's IPv6 address */
+  readonly publicIpv6?: string | undefined;
+}
+
+interface IpAddrInfoJson {
+  family?: string;
+  local?: string;
+  prefixlen?: number;
+  scope?: string;
+  deprecated?: boolean;
+  tentative?: boolean;
+  dadfailed?: boolean;
 }
 
 interface IpAddrJson {
   ifname?: string;
   mtu?: number;
   address?: string;
-  addr_info?: { family?: string; local?: string; prefixlen?: number }[];
+  addr_info?: IpAddrInfoJson[];
+}
+
+/**
+ * An IPv6 address the underlay can use: global scope (not link-local or host), not deprecated
+ * (flannel skips IFA_F_DEPRECATED too), and neither still in duplicate address detection
+ * (tentative: the kernel will not send from it yet) nor a duplicate (dadfailed).
+ */
+function usableIpv6(a: IpAddrInfoJson): boolean {
+  return (
+    a.family === 'inet6' &&
+    a.scope === 'global' &&
+    a.deprecated !== true &&
+    a.tentative !== true &&
+    a.dadfailed !== true &&
+    a.local !== undefined &&
+    canonicalIpv6(a.local) !== undefined
+  );
 }
 
 /** Parses `ip -json addr show` output into interfaces. */
@@ -51,12 +103,14 @@ export function parseIpAddr(json: unknown): IfaceInfo[] {
   if (!Array.isArray(json)) return [];
   return (json as IpAddrJson[]).map((l) => {
     const inet = (l.addr_info ?? []).filter((a) => a.family === 'inet' && a.local);
+    const inet6 = (l.addr_info ?? []).filter(usableIpv6);
     return {
       name: l.ifname ?? '',
       mtu: l.mtu ?? 1500,
       mac: l.address ?? '',
       addrs: inet.map((a) => a.local as string),
       networks: inet.map((a) => `${a.local as string}/${a.prefixlen ?? 32}`),
+      networks6: inet6.map((a) => `${canonicalIpv6(a.local as string)}/${a.prefixlen ?? 128}`),
     };
   });
 }
@@ -77,8 +131,40 @@ function withAddress(iface: IfaceInfo | undefined, what: string): IfaceInfo {
   return iface;
 }
 
-function choose(iface: IfaceInfo, ip: string, publicIp: string | undefined): IfaceChoice {
-  return { iface, ifaceIp: ip, publicIp: publicIp ?? ip };
+/** The interface's global IPv6 addresses, without their prefix lengths, in the kernel's order. */
+function addrs6(iface: IfaceInfo): string[] {
+  return (iface.networks6 ?? []).map((n) => n.slice(0, n.lastIndexOf('/')));
+}
+
+/**
+ * The chosen interface, with its IPv6 address when the request is dual-stack. Like flannel
+ * (LookupExtIface: "failed to find IPv6 address for interface"), a dual-stack node whose interface
+ * has no usable IPv6 address does not start: IPv6 pods there would be unreachable.
+ */
+function choose(
+  iface: IfaceInfo,
+  ip: string,
+  req: IfaceRequest,
+  ip6: string | undefined = addrs6(iface)[0],
+): IfaceChoice {
+  const v4 = { iface, ifaceIp: ip, publicIp: req.publicIp ?? ip };
+  if (req.ipv6 !== true) return v4;
+  if (ip6 === undefined) {
+    throw new TwillError(
+      'IFACE_NOT_FOUND',
+      `failed to find IPv6 address for interface ${iface.name}: EnableIPv6 is set but it has no global IPv6 address that is not deprecated, tentative or a duplicate`,
+    );
+  }
+  const publicIp6 = req.publicIpv6 === undefined ? ip6 : (canonicalIpv6(req.publicIpv6) ?? ip6);
+  return { ...v4, ifaceIp6: ip6, publicIp6 };
+}
+
+/** An --iface value naming an IPv6 address: the link holding it, and the address (canonical). */
+function byIpv6(links: readonly IfaceInfo[], wanted: string): [IfaceInfo, string] | undefined {
+  const ip6 = canonicalIpv6(wanted);
+  if (ip6 === undefined) return undefined;
+  const hit = links.find((l) => addrs6(l).includes(ip6));
+  return hit ? [hit, ip6] : undefined;
 }
 
 /**
@@ -90,11 +176,13 @@ export function selectInterface(
   req: IfaceRequest,
 ): IfaceChoice {
   for (const wanted of req.iface) {
+    const v6 = byIpv6(links, wanted);
+    if (v6 && v6[0].addrs.length > 0) return choose(v6[0], v6[0].addrs[0] as string, req, v6[1]);
     const hit = isIpv4(wanted)
       ? links.find((l) => l.addrs.includes(wanted))
       : links.find((l) => l.name === wanted);
     if (hit && hit.addrs.length > 0)
-      return choose(hit, isIpv4(wanted) ? wanted : (hit.addrs[0] as string), req.publicIp);
+      return choose(hit, isIpv4(wanted) ? wanted : (hit.addrs[0] as string), req);
   }
   if (req.iface.length > 0) {
     throw new TwillError(
@@ -106,10 +194,10 @@ export function selectInterface(
     const re = new RegExp(pattern);
     for (const l of links) {
       const ip = l.addrs.find((a) => re.test(a));
-      if (ip) return choose(l, ip, req.publicIp);
+      if (ip) return choose(l, ip, req);
     }
     const named = links.find((l) => re.test(l.name) && l.addrs.length > 0);
-    if (named) return choose(named, named.addrs[0] as string, req.publicIp);
+    if (named) return choose(named, named.addrs[0] as string, req);
   }
   if (req.ifaceRegex.length > 0) {
     throw new TwillError(
@@ -127,7 +215,10 @@ export function selectInterface(
     links.find((l) => l.name === defaultDev),
     `default route device ${defaultDev}`,
   );
-  return choose(iface, iface.addrs[0] as string, req.publicIp);
+  // Dual-stack takes the IPv6 address from this same interface, the IPv4 default route's: flannel
+  // does so (LookupExtIface uses the IPv6 default route only when IPv4 is off), so a node with its
+  // IPv6 default route elsewhere still gets one underlay interface, as a flannel node would.
+  return choose(iface, iface.addrs[0] as string, req);
 }
 
 /** Reads the kernel's interfaces and default route, then selects. */
@@ -136,8 +227,10 @@ export async function discoverInterface(
   req: IfaceRequest,
   signal: AbortSignal,
 ): Promise<IfaceChoice> {
+  // without -4 the listing carries the IPv6 addresses a dual-stack request needs
+  const family = req.ipv6 === true ? [] : ['-4'];
   const links = parseIpAddr(
-    await runJson(runner, 'ip', ['-json', '-4', 'addr', 'show'], { signal }),
+    await runJson(runner, 'ip', ['-json', ...family, 'addr', 'show'], { signal }),
   );
   const needDefault = req.iface.length === 0 && req.ifaceRegex.length === 0;
   const routes = needDefault

@@ -3,7 +3,7 @@
 // twill's objects, and whether a `twill run` is running in this network
 // namespace (and what its /readyz says, when its health port is known).
 import { readdir, readFile, readlink } from 'node:fs/promises';
-import { vxlanDeviceName } from '../dataplane/desired.ts';
+import { vxlan6DeviceName, vxlanDeviceName } from '../dataplane/desired.ts';
 import { detectIptables, observe } from '../dataplane/observe.ts';
 import type { Runner } from '../exec/runner.ts';
 import { listLeases } from '../lease/snapshot.ts';
@@ -68,7 +68,7 @@ export async function gatherStatus(o: GatherOptions): Promise<StatusInput> {
   const [env, records, choice, iptables, daemon] = await Promise.all([
     readSubnetEnv(o.subnetFile).catch(() => undefined),
     listLeases(store, signal),
-    discoverInterface(runner, o.iface, signal),
+    discoverInterface(runner, { ...o.iface, ipv6: config.ipv6 !== null }, signal),
     detectIptables(runner, signal),
     daemonState(o.healthzPort),
   ]);
@@ -79,8 +79,14 @@ export async function gatherStatus(o: GatherOptions): Promise<StatusInput> {
   );
   const expiresAt = mine?.ok ? await store.leaseExpiry?.(mine.key, signal) : undefined;
   const self = mine?.ok ? { ...mine.lease, expiresAt: expiresAt ?? 0 } : undefined;
-  const device = config.backend.type === 'vxlan' ? vxlanDeviceName(config.backend.vni) : undefined;
-  const observed = await observe(runner, device, signal);
+  const vxlan = config.backend.type === 'vxlan' ? config.backend : undefined;
+  const device = vxlan ? vxlanDeviceName(vxlan.vni) : undefined;
+  // a dual-stack node's IPv6 routes, twill-v6 device entries and ip6tables chains, as a pass reads
+  const v6 =
+    config.ipv6 !== null
+      ? { ipv6: true, dev6: vxlan ? vxlan6DeviceName(vxlan.vni) : undefined }
+      : {};
+  const observed = await observe(runner, device, signal, { chains: true, ...v6 });
   return {
     config,
     self,

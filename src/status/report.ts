@@ -2,17 +2,20 @@
 // node's files (subnet.env) and the kernel's view (observed state), build
 // the report an operator reads: our lease, the peer table with whether the
 // kernel has each peer's entries, the diff between desired and actual
-// kernel state, and the masquerade chain state.
+// kernel state, and the masquerade chain state. A dual-stack node shows both
+// families: our IPv6 subnet, each peer's and whether the kernel holds its IPv6
+// entries, and the ip6tables chains.
 import type { NetConfig } from '../config/netconf.ts';
 import { desiredState } from '../dataplane/desired.ts';
 import { diff } from '../dataplane/diff.ts';
-import { chainSpecs, diffChain, type ChainSpec } from '../dataplane/masq.ts';
+import { chainSpecs, chainSpecs6, diffChain, type ChainSpec } from '../dataplane/masq.ts';
 import type { ObservedChain, ObservedState, Op } from '../dataplane/model.ts';
 import { opLines } from '../dataplane/render.ts';
 import { admitPeers, truncated } from '../lease/admit.ts';
 import type { Lease, LeaseRecord } from '../lease/types.ts';
 import type { IfaceChoice } from '../net/iface.ts';
 import { formatCidr, formatIpv4 } from '../net/ipv4.ts';
+import { formatCidr6, formatIpv6 } from '../net/ipv6.ts';
 
 export interface StatusInput {
   readonly config: NetConfig;
@@ -39,6 +42,12 @@ export interface PeerRow {
   readonly vtepMac: string | null;
   /** "ok", or what is wrong: missing route/neigh/fdb, different …, or why it is skipped */
   readonly kernel: string;
+  /** dual-stack peers: the IPv6 subnet, PublicIPv6 and IPv6 VtepMAC (null when absent) */
+  readonly subnet6?: string | null;
+  readonly publicIpv6?: string | null;
+  readonly vtepMac6?: string | null;
+  /** the IPv6 entries as `kernel` says the IPv4 ones; null when the peer has no IPv6 subnet */
+  readonly kernel6?: string | null;
 }
 
 export interface StatusReport {
@@ -50,6 +59,10 @@ export interface StatusReport {
     readonly backend: string;
     readonly vtepMac: string | null;
     readonly expiresAt: string | null;
+    /** dual-stack: our IPv6 subnet, PublicIPv6 and IPv6 VtepMAC */
+    readonly subnet6?: string | null;
+    readonly publicIpv6?: string | null;
+    readonly vtepMac6?: string | null;
   } | null;
   readonly peers: readonly PeerRow[];
   /** what a pass would change: each line the kernel lacks, has extra, or has differently */
@@ -59,6 +72,8 @@ export interface StatusReport {
     readonly different: readonly string[];
   };
   readonly masquerade: { readonly postrouting: string; readonly forward: string };
+  /** the same chains in ip6tables on a dual-stack node; null when IPv6 is off */
+  readonly masquerade6: { readonly postrouting: string; readonly forward: string } | null;
   readonly inSync: boolean;
 }
 
@@ -75,24 +90,26 @@ interface ChainDiff {
 export function chainDiff(want: ChainSpec, seen: ObservedChain): ChainDiff {
   const out: ChainDiff = { missing: [], extra: [], different: [] };
   const ops = diffChain(want, seen);
+  // ip6tables' chains carry the same names: their lines say which tool they are in
+  const table = want.ipv6 ? `ip6tables ${want.table}` : want.table;
   for (const op of ops) {
     if (op.kind === 'chain') {
-      const name = `chain ${op.table} ${op.chain}`;
+      const name = `chain ${table} ${op.chain}`;
       if (op.action === 'add') out.missing.push(name);
       else if (op.action === 'delete') out.extra.push(`${name} (--ip-masq is off)`);
       else {
-        out.missing.push(...op.missing.map((r) => `${op.table}: ${r}`));
-        out.extra.push(...op.extra.map((r) => `${op.table}: ${r}`));
-        if (op.reordered) out.different.push(`${op.table} ${op.chain}: rules out of order`);
+        out.missing.push(...op.missing.map((r) => `${table}: ${r}`));
+        out.extra.push(...op.extra.map((r) => `${table}: ${r}`));
+        if (op.reordered) out.different.push(`${table} ${op.chain}: rules out of order`);
       }
     }
     if (op.kind === 'jump' && op.action === 'add')
-      out.missing.push(`${op.table}: -A ${op.parent} ${op.rule}`);
+      out.missing.push(`${table}: -A ${op.parent} ${op.rule}`);
   }
   const dropped = ops.filter((o) => o.kind === 'jump' && o.action === 'delete').length;
   if (dropped > 0)
     out.extra.push(
-      `${want.table}: ${seen.jumps.length} jump(s) from ${want.parent} to ${want.chain}, want one of ours`,
+      `${table}: ${seen.jumps.length} jump(s) from ${want.parent} to ${want.chain}, want one of ours`,
     );
   return out;
 }
@@ -115,18 +132,33 @@ function bucket(ops: readonly Op[], chains: readonly ChainDiff[]): StatusReport[
   return { missing, extra, different };
 }
 
-/** Whether an op (re)writes one of this peer's entries. */
-function forPeer(op: Op, lease: Lease): boolean {
-  if (op.action === 'delete') return false;
-  if (op.kind === 'route') return op.route.dst === formatCidr(lease.subnet);
-  if (op.kind === 'neigh') return op.neigh.ip === formatIpv4(lease.subnet.base);
-  if (op.kind === 'fdb') return op.fdb.mac === lease.attrs.backendData?.vtepMac;
+type Family = 4 | 6;
+
+/** An op's address family: IPv6 when its route dst, neighbour or FDB destination has a ':'. */
+function opFamily(op: Op): Family | undefined {
+  if (op.kind === 'route') return op.route.dst.includes(':') ? 6 : 4;
+  if (op.kind === 'neigh') return op.neigh.ip.includes(':') ? 6 : 4;
+  if (op.kind === 'fdb') return (op.fdb.dst ?? '').includes(':') ? 6 : 4;
+  return undefined;
+}
+
+/** Whether an op (re)writes one of this peer's entries of one family. */
+function forPeer(op: Op, lease: Lease, family: Family): boolean {
+  if (op.action === 'delete' || opFamily(op) !== family) return false;
+  const s6 = lease.subnet6;
+  if (family === 6 && !s6) return false;
+  const dst = family === 6 && s6 ? formatCidr6(s6) : formatCidr(lease.subnet);
+  const gw = family === 6 && s6 ? formatIpv6(s6.base) : formatIpv4(lease.subnet.base);
+  const data = family === 6 ? lease.attrs.backendData6 : lease.attrs.backendData;
+  if (op.kind === 'route') return op.route.dst === dst;
+  if (op.kind === 'neigh') return op.neigh.ip === gw;
+  if (op.kind === 'fdb') return op.fdb.mac === data?.vtepMac;
   return false;
 }
 
-/** What the kernel lacks for one peer, from the ops a pass would apply. */
-function peerKernel(lease: Lease, ops: readonly Op[]): string {
-  const mine = ops.filter((o) => forPeer(o, lease));
+/** What the kernel lacks for one peer's entries of one family, from the ops a pass would apply. */
+function peerKernel(lease: Lease, ops: readonly Op[], family: Family = 4): string {
+  const mine = ops.filter((o) => forPeer(o, lease, family));
   if (mine.length === 0) return 'ok';
   return mine.map((o) => `${o.action === 'add' ? 'missing' : 'different'} ${o.kind}`).join(', ');
 }
@@ -157,6 +189,10 @@ export function buildStatus(i: StatusInput): StatusReport {
     self: self?.subnet,
     ...(self ? { selfPublicIp: self.attrs.publicIp } : {}),
     ...(self?.attrs.backendData ? { selfVtepMac: self.attrs.backendData.vtepMac } : {}),
+    ...(self?.subnet6
+      ? { self6: self.subnet6, selfPublicIpv6: self.attrs.publicIpv6 ?? i.choice.publicIp6 ?? null }
+      : {}),
+    ...(self?.attrs.backendData6 ? { selfVtepMac6: self.attrs.backendData6.vtepMac } : {}),
     anySubnetSize: i.anySubnetSize === true,
     underlay: i.choice.iface,
   };
@@ -180,6 +216,7 @@ export function buildStatus(i: StatusInput): StatusReport {
       })
     : undefined;
   const ops = want ? diff(want, i.observed) : [];
+  const dual = i.config.ipv6 !== null;
   const rows: PeerRow[] = peers.map((r) => {
     if (!r.ok)
       return {
@@ -188,20 +225,30 @@ export function buildStatus(i: StatusInput): StatusReport {
         publicIp: '?',
         vtepMac: null,
         kernel: `refused (malformed): ${truncated(r.reason, 200)}`,
+        ...(dual ? { subnet6: null, publicIpv6: null, vtepMac6: null, kernel6: null } : {}),
       };
     const bad = refusedBy.get(r.key);
-    const kernel =
+    const kernelOf = (family: Family): string =>
       bad !== undefined
         ? `refused (${bad.reason}): ${bad.detail}`
         : want
-          ? peerKernel(r.lease, ops)
+          ? peerKernel(r.lease, ops, family)
           : 'unknown (no lease of ours)';
+    const s6 = r.lease.subnet6;
     return {
       key: r.key,
       subnet: formatCidr(r.lease.subnet),
       publicIp: r.lease.attrs.publicIp,
       vtepMac: r.lease.attrs.backendData?.vtepMac ?? null,
-      kernel,
+      kernel: kernelOf(4),
+      ...(dual
+        ? {
+            subnet6: s6 ? formatCidr6(s6) : null,
+            publicIpv6: r.lease.attrs.publicIpv6,
+            vtepMac6: r.lease.attrs.backendData6?.vtepMac ?? null,
+            kernel6: s6 ? (bad !== undefined ? `refused (${bad.reason})` : kernelOf(6)) : null,
+          }
+        : {}),
     };
   });
   const specs = want ? chainSpecs(want.masq) : undefined;
@@ -211,6 +258,13 @@ export function buildStatus(i: StatusInput): StatusReport {
       : undefined;
   const fwd =
     specs && i.observed.forward ? chainDiff(specs.forward, i.observed.forward) : undefined;
+  const specs6 = want?.masq6 ? chainSpecs6(want.masq6) : undefined;
+  const post6 =
+    specs6 && i.observed.postrouting6
+      ? chainDiff(specs6.postrouting, i.observed.postrouting6)
+      : undefined;
+  const fwd6 =
+    specs6 && i.observed.forward6 ? chainDiff(specs6.forward, i.observed.forward6) : undefined;
   return {
     daemon: i.daemon,
     lease: self
@@ -221,14 +275,22 @@ export function buildStatus(i: StatusInput): StatusReport {
           backend: self.attrs.backendType,
           vtepMac: self.attrs.backendData?.vtepMac ?? null,
           expiresAt: expiry(self.expiresAt),
+          ...(dual
+            ? {
+                subnet6: self.subnet6 ? formatCidr6(self.subnet6) : null,
+                publicIpv6: self.attrs.publicIpv6,
+                vtepMac6: self.attrs.backendData6?.vtepMac ?? null,
+              }
+            : {}),
         }
       : null,
     peers: rows,
     diff: bucket(
       ops,
-      [post, fwd].filter((c): c is ChainDiff => c !== undefined),
+      [post, fwd, post6, fwd6].filter((c): c is ChainDiff => c !== undefined),
     ),
     masquerade: { postrouting: chainState(post), forward: chainState(fwd) },
+    masquerade6: dual ? { postrouting: chainState(post6), forward: chainState(fwd6) } : null,
     inSync: want !== undefined && ops.length === 0,
   };
 }

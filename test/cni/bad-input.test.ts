@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../src/exec/runner.ts';
 import { CniNode } from '../helpers/cni.ts';
-import { netnsPath } from '../../lab/kit/call-cni.ts';
+import { netnsPath, subnetEnvText } from '../../lab/kit/call-cni.ts';
 import { sweepStaleNetns } from '../../lab/kit/netns.ts';
 
 const node = new CniNode();
@@ -154,7 +154,36 @@ const ROWS: readonly Row[] = [
     msg: 'FLANNEL_SUBNET "banana" is not a CIDR',
   },
   { name: 'CHECK without prevResult', verb: 'CHECK', code: 7, msg: 'CHECK needs "prevResult"' },
+  {
+    name: 'malformed FLANNEL_IPV6_NETWORK',
+    subnetEnv: dualEnv('FLANNEL_IPV6_NETWORK=fd00::zz/48\nFLANNEL_IPV6_SUBNET=fd00:0:0:3::1/64'),
+    code: 102,
+    msg: 'FLANNEL_IPV6_NETWORK "fd00::zz/48" is not an IPv6 network CIDR',
+  },
+  {
+    name: 'FLANNEL_IPV6_NETWORK with host bits',
+    subnetEnv: dualEnv('FLANNEL_IPV6_NETWORK=fd00::1/48\nFLANNEL_IPV6_SUBNET=fd00:0:0:3::1/64'),
+    code: 102,
+    msg: 'FLANNEL_IPV6_NETWORK "fd00::1/48" is not an IPv6 network CIDR',
+  },
+  {
+    name: 'IPv4 CIDR as FLANNEL_IPV6_SUBNET',
+    subnetEnv: dualEnv('FLANNEL_IPV6_NETWORK=fd00::/48\nFLANNEL_IPV6_SUBNET=10.244.3.1/24'),
+    code: 102,
+    msg: 'FLANNEL_IPV6_SUBNET "10.244.3.1/24" is not an IPv6 CIDR',
+  },
+  {
+    name: 'FLANNEL_IPV6_SUBNET without FLANNEL_IPV6_NETWORK',
+    subnetEnv: dualEnv('FLANNEL_IPV6_SUBNET=fd00:0:0:3::1/64'),
+    code: 102,
+    msg: 'FLANNEL_IPV6_NETWORK and FLANNEL_IPV6_SUBNET must be given together',
+  },
 ];
+
+/** A subnet.env with the given FLANNEL_IPV6_* lines after the IPv4 pair. */
+function dualEnv(ipv6Lines: string): string {
+  return `FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\n${ipv6Lines}\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n`;
+}
 
 /**
  * The node's links with their addresses, MTU and flags as set (not the
@@ -208,6 +237,32 @@ describe('twill-cni with bad input', () => {
     await run('ip', ['-n', busy, 'route', 'add', node.network, 'dev', 'in0']);
     const answer = await node.call({ verb: 'ADD', containerId: 'busy', netns: busy });
     expect(answer.json).toMatchObject({ code: 101, msg: expect.stringContaining('File exists') });
+    expect(await node.reserved()).toEqual([]);
+    expect(await node.hostVeths()).toEqual([]);
+    expect(JSON.stringify(await node.ipJson(busy, ['link', 'show']))).not.toContain('eth0');
+  });
+
+  it('rolls back both addresses and the veth when the IPv6 side of a dual-stack pod fails', async () => {
+    const busy = await node.pod('busy6');
+    await run('ip', ['-n', busy, 'link', 'add', 'in0', 'type', 'veth', 'peer', 'name', 'in1']);
+    for (const dev of ['in0', 'in1']) await run('ip', ['-n', busy, 'link', 'set', dev, 'up']);
+    // the IPv6 network route the pod batch will find in its way
+    await run('ip', ['-n', busy, 'route', 'add', 'fd00::/48', 'dev', 'in0']);
+    await node.writeSubnetEnv(
+      subnetEnvText({
+        network: node.network,
+        subnet: node.subnet,
+        mtu: node.mtu,
+        network6: 'fd00::/48',
+        subnet6: 'fd00:0:0:3::/64',
+      }),
+    );
+    try {
+      const answer = await node.call({ verb: 'ADD', containerId: 'busy6', netns: busy });
+      expect(answer.json).toMatchObject({ code: 101, msg: expect.stringContaining('File exists') });
+    } finally {
+      await node.writeSubnetEnv();
+    }
     expect(await node.reserved()).toEqual([]);
     expect(await node.hostVeths()).toEqual([]);
     expect(JSON.stringify(await node.ipJson(busy, ['link', 'show']))).not.toContain('eth0');

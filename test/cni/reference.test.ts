@@ -1,8 +1,11 @@
 // Side by side with the reference plugins (/usr/lib/cni, Debian's
 // containernetworking-plugins): for the same subnet and inputs, twill's ADD
 // leaves the pod namespace with the same shape (interface, address, routes,
-// MTU) and the node with the same bridge as bridge + host-local. And the
-// reference portmap chains after twill, reading twill's result as prevResult.
+// MTU) and the node with the same bridge as bridge + host-local; on a
+// dual-stack node too, beside host-local with two ranges (one per family).
+// And the reference portmap chains after twill, reading twill's result as
+// prevResult.
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../src/exec/runner.ts';
@@ -12,24 +15,32 @@ import { sweepStaleNetns } from '../../lab/kit/netns.ts';
 
 const twill = new CniNode();
 const ref = new CniNode();
+const DUAL = { subnet: '10.244.5.0/24', network6: 'fd00::/48', subnet6: 'fd00:0:0:5::/64' };
+const twill6 = new CniNode(DUAL);
+const ref6 = new CniNode(DUAL);
 
 beforeAll(async () => {
   await sweepStaleNetns();
   await twill.setup('tw-node');
   await ref.setup('ref-node');
+  await twill6.setup('tw6-node');
+  await ref6.setup('ref6-node');
 });
 
 afterAll(async () => {
   await twill.destroy();
   await ref.destroy();
+  await twill6.destroy();
+  await ref6.destroy();
 });
 
-function refConf(): Record<string, unknown> {
+function refConf(node: CniNode = ref): Record<string, unknown> {
+  const dual = node.subnet6 !== undefined && node.network6 !== undefined;
   const ipam = {
     type: 'host-local',
-    dataDir: join(ref.dir, 'ipam'),
-    ranges: [[{ subnet: ref.subnet }]],
-    routes: [{ dst: ref.network }],
+    dataDir: join(node.dir, 'ipam'),
+    ranges: [[{ subnet: node.subnet }], ...(dual ? [[{ subnet: node.subnet6 }]] : [])],
+    routes: [{ dst: node.network }, ...(dual ? [{ dst: node.network6 }] : [])],
   };
   return {
     cniVersion: '1.0.0',
@@ -39,7 +50,7 @@ function refConf(): Record<string, unknown> {
     isGateway: true,
     isDefaultGateway: true,
     hairpinMode: true,
-    mtu: ref.mtu,
+    mtu: node.mtu,
     ipam,
   };
 }
@@ -107,6 +118,40 @@ async function nodeShape(node: CniNode): Promise<unknown> {
   };
 }
 
+interface Addr6 {
+  family: string;
+  local: string;
+  prefixlen: number;
+  scope: string;
+  tentative?: boolean;
+}
+
+/** The IPv6 side: the pod's global address, its IPv6 routes, the bridge's global address. */
+async function ipv6Shape(node: CniNode, pod: string): Promise<unknown> {
+  const global = (addrs: Addr6[] | undefined) =>
+    (addrs ?? [])
+      .filter((a) => a.family === 'inet6' && a.scope === 'global')
+      .map(({ local, prefixlen, scope }) => ({ local, prefixlen, scope }));
+  const [eth0] = (await node.ipJson(pod, ['addr', 'show', 'dev', 'eth0'])) as {
+    addr_info: Addr6[];
+  }[];
+  const [br] = (await node.ipJson(node.nodeNs, ['addr', 'show', 'dev', 'cni0'])) as {
+    addr_info: Addr6[];
+  }[];
+  const routes = (await node.ipJson(pod, ['-6', 'route', 'show'])) as Record<string, unknown>[];
+  return {
+    eth0: global(eth0?.addr_info),
+    bridge: global(br?.addr_info),
+    routes: routes.map(({ dst, gateway, dev, protocol, metric }) => ({
+      dst,
+      gateway,
+      dev,
+      protocol,
+      metric,
+    })),
+  };
+}
+
 describe('twill-cni beside bridge + host-local', () => {
   it('leaves the same pod and node shape for the same subnet and inputs', async () => {
     const twPod = await twill.pod('tw-pod');
@@ -133,6 +178,47 @@ describe('twill-cni beside bridge + host-local', () => {
     expect(await nodeShape(twill)).toEqual(await nodeShape(ref));
     // same store layout: host-local's file name and content
     expect(await twill.reserved()).toEqual(await ref.reserved());
+  });
+
+  it('leaves the same dual-stack shape as bridge + host-local with one range per family', async () => {
+    const twPod = await twill6.pod('tw6-pod');
+    const refPod = await ref6.pod('ref6-pod');
+    const a = await twill6.call({ verb: 'ADD', containerId: 'same6', netns: twPod });
+    const b = await callCni({
+      nodeNs: ref6.nodeNs,
+      exe: join(REFERENCE_DIR, 'bridge'),
+      verb: 'ADD',
+      conf: refConf(ref6),
+      containerId: 'same6',
+      netns: refPod,
+    });
+    expect([a.code, b.code]).toEqual([0, 0]);
+    expect((a.json as { ips: unknown }).ips).toEqual((b.json as { ips: unknown }).ips);
+    expect((a.json as { ips: unknown[] }).ips).toHaveLength(2);
+    // the same routes in the result, whatever their order (host-local lists its own routes, without
+    // a gateway, before the bridge's default routes)
+    const dsts = (json: unknown) =>
+      (json as { routes: { dst: string }[] }).routes.map((r) => r.dst).sort();
+    expect(dsts(a.json)).toEqual(dsts(b.json));
+    expect(await podShape(twill6, twPod)).toEqual(await podShape(ref6, refPod));
+    const shape = await ipv6Shape(twill6, twPod);
+    expect(shape).toEqual(await ipv6Shape(ref6, refPod));
+    expect(shape).toMatchObject({
+      eth0: [{ local: 'fd00:0:0:5::2', prefixlen: 64 }],
+      bridge: [{ local: 'fd00:0:0:5::1', prefixlen: 64 }],
+    });
+    // unlike the reference's, twill's IPv6 gateway is usable at once (nodad)
+    const [br] = (await twill6.ipJson(twill6.nodeNs, ['addr', 'show', 'dev', 'cni0'])) as {
+      addr_info: Addr6[];
+    }[];
+    expect(br?.addr_info.find((x) => x.local === 'fd00:0:0:5::1')?.tentative).toBeUndefined();
+    // same store layout: host-local's file names (both families) and content
+    expect(await twill6.reserved()).toEqual(await ref6.reserved());
+    expect(await twill6.reserved()).toEqual(['10.244.5.2', 'fd00:0:0:5::2']);
+    // and the same round-robin hints (last_reserved_ip.0 and .1), without the plugins' locks
+    const files = async (n: CniNode) =>
+      (await readdir(n.storeDir)).filter((f) => !f.startsWith('.') && f !== 'lock').sort();
+    expect(await files(twill6)).toEqual(await files(ref6));
   });
 
   it('chains the reference portmap after twill: it reads twill’s result as prevResult', async () => {

@@ -7,6 +7,7 @@ import { callCni, subnetEnvText, type CniAnswer, type CniCall } from '../../lab/
 import { NetnsLab } from '../../lab/kit/netns.ts';
 import { TWILL_CNI } from '../../lab/kit/twill-command.ts';
 import { run } from '../../src/exec/runner.ts';
+import { isAddressName } from '../../cni/ipam/store.ts';
 
 /**
  * One test node: a namespace playing the host, a temp dir holding subnet.env,
@@ -18,13 +19,26 @@ export class CniNode {
   readonly network: string;
   readonly subnet: string;
   readonly mtu: number;
+  /** dual-stack: the IPv6 network and the node's IPv6 subnet ("fd00::/48", "fd00:0:0:3::/64") */
+  readonly network6: string | undefined;
+  readonly subnet6: string | undefined;
   dir = '';
   nodeNs = '';
 
-  constructor(o: { network?: string; subnet?: string; mtu?: number } = {}) {
+  constructor(
+    o: {
+      network?: string;
+      subnet?: string;
+      mtu?: number;
+      network6?: string;
+      subnet6?: string;
+    } = {},
+  ) {
     this.network = o.network ?? '10.244.0.0/16';
     this.subnet = o.subnet ?? '10.244.3.0/24';
     this.mtu = o.mtu ?? 1450;
+    this.network6 = o.network6;
+    this.subnet6 = o.subnet6;
   }
 
   get subnetFile(): string {
@@ -48,7 +62,14 @@ export class CniNode {
   async writeSubnetEnv(text?: string): Promise<void> {
     await writeFile(
       this.subnetFile,
-      text ?? subnetEnvText({ network: this.network, subnet: this.subnet, mtu: this.mtu }),
+      text ??
+        subnetEnvText({
+          network: this.network,
+          subnet: this.subnet,
+          mtu: this.mtu,
+          network6: this.network6,
+          subnet6: this.subnet6,
+        }),
     );
   }
 
@@ -73,10 +94,13 @@ export class CniNode {
     return callCni({ nodeNs: this.nodeNs, exe: TWILL_CNI, conf: c.conf ?? this.conf(), ...c });
   }
 
-  /** Addresses reserved in the store (host-local's files, without last_reserved_ip.0). */
+  /**
+   * Addresses reserved in the store, IPv4 and IPv6 (host-local's files, without the
+   * last_reserved_ip.N hints).
+   */
   async reserved(): Promise<string[]> {
     const names = await readdir(this.storeDir).catch(() => [] as string[]);
-    return names.filter((n) => /^\d+\.\d+\.\d+\.\d+$/.test(n)).sort();
+    return names.filter(isAddressName).sort();
   }
 
   /** twill's host veths in the node namespace. */

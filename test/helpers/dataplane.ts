@@ -1,14 +1,32 @@
-// Dataplane fixtures: backend inputs for N peers on a given backend, and a
-// compact text view of what a namespace's kernel holds of twill's objects
-// (routes, neighbours, FDB entries, device, chains) for exact assertions.
+// Dataplane fixtures: backend inputs for N peers on a given backend (IPv4, or
+// dual-stack with `ipv6`), and a compact text view of what a namespace's
+// kernel holds of twill's objects (routes, neighbours, FDB entries, device,
+// chains; with `ipv6` the IPv6 ones too) for exact assertions.
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import type { BackendInput } from '../../src/dataplane/desired.ts';
 import { ROUTE_PROTOCOL } from '../../src/dataplane/model.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import type { Lease } from '../../src/lease/types.ts';
 import { formatIpv4, parseCidr, type Cidr } from '../../src/net/ipv4.ts';
+import { formatIpv6, parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 
 export const SELF_MAC = '02:00:00:00:00:03';
+/** our IPv6 vxlan device's MAC (BackendV6Data's VtepMAC) */
+export const SELF_MAC6 = '02:00:00:06:00:03';
+/** the dual-stack fixtures' IPv6 pod network and underlay */
+export const NETWORK6 = 'fd00::/48';
+export const UNDERLAY6 = 'fd7b::';
+
+function cidr6(text: string): Cidr6 {
+  const c = parseCidr6(text, { strict: true });
+  if (!c) throw new Error(`bad cidr ${text}`);
+  return c;
+}
+
+/** Peer (or node) n's IPv6 subnet: fd00:0:0:n::/64 (n in hex). */
+export function subnet6Of(n: number): Cidr6 {
+  return { base: cidr6(NETWORK6).base + (BigInt(n) << 64n), prefix: 64 };
+}
 
 function cidr(text: string): Cidr {
   const c = parseCidr(text, { strict: true });
@@ -16,45 +34,69 @@ function cidr(text: string): Cidr {
   return c;
 }
 
-/** Peer n (1-based, n ≠ 3) has subnet 10.244.n.0/24 (n < 256) and PublicIP `ipBase`.n. */
-export function peerLease(n: number, o: { vxlan: boolean; ipBase?: string }): Lease {
+/**
+ * Peer n (1-based, n ≠ 3) has subnet 10.244.n.0/24 (n < 256) and PublicIP `ipBase`.n; with
+ * `ipv6` also subnet6 fd00:0:0:n::/64, PublicIPv6 `ipBase6`n (hex) and an IPv6 VtepMAC
+ * 02:00:00:06:…
+ */
+export function peerLease(
+  n: number,
+  o: { vxlan: boolean; ipBase?: string; ipv6?: boolean; ipBase6?: string },
+): Lease {
   const subnet = { base: cidr('10.244.0.0/16').base + n * 256, prefix: 24 };
   const publicIp = `${o.ipBase ?? '10.123.0'}.${n % 250}`;
-  const mac = `02:00:00:00:${((n >> 8) & 0xff).toString(16).padStart(2, '0')}:${(n & 0xff).toString(16).padStart(2, '0')}`;
+  const tail = `${((n >> 8) & 0xff).toString(16).padStart(2, '0')}:${(n & 0xff).toString(16).padStart(2, '0')}`;
+  const mac = `02:00:00:00:${tail}`;
+  const subnet6 = o.ipv6 ? subnet6Of(n) : undefined;
   return {
-    key: `${formatIpv4(subnet.base)}-24`,
+    key: subnet6
+      ? `${formatIpv4(subnet.base)}-24&${formatIpv6(subnet6.base)}-64`
+      : `${formatIpv4(subnet.base)}-24`,
     subnet,
+    ...(subnet6 ? { subnet6 } : {}),
     attrs: {
       publicIp,
-      publicIpv6: null,
+      publicIpv6: o.ipv6 ? `${o.ipBase6 ?? UNDERLAY6}${n.toString(16)}` : null,
       backendType: o.vxlan ? 'vxlan' : 'host-gw',
       backendData: o.vxlan ? { vni: 1, vtepMac: mac } : null,
+      ...(o.ipv6 && o.vxlan ? { backendData6: { vni: 1, vtepMac: `02:00:00:06:${tail}` } } : {}),
     },
     expiresAt: Date.now() + 86_400_000,
     version: '1',
   };
 }
 
-/** Backend input: our lease 10.244.3.0/24 at 10.123.0.2 on eth0 (10.123.0.2/24), plus `peers`. */
+/**
+ * Backend input: our lease 10.244.3.0/24 at 10.123.0.2 on eth0 (10.123.0.2/24), plus `peers`;
+ * with `ipv6` dual-stack: IPv6Network fd00::/48, our subnet6 fd00:0:0:3::/64, eth0 also at
+ * fd7b::2/64 (`ifaceIp6`), our IPv6 VtepMAC SELF_MAC6.
+ */
 export function backendInput(o: {
   backend: 'vxlan' | 'host-gw';
   peers: readonly Lease[];
   ipMasq?: boolean;
   extra?: string;
   network?: string;
+  ipv6?: boolean;
+  /** our IPv6 underlay address when not fd7b::2 */
+  ifaceIp6?: string;
 }): BackendInput {
+  const v6keys = o.ipv6 ? `,"EnableIPv6":true,"IPv6Network":"${NETWORK6}"` : '';
   const config = parseNetConfig(
-    `{"Network":"${o.network ?? '10.244.0.0/16'}","Backend":{"Type":"${o.backend}"${o.extra ?? ''}}}`,
+    `{"Network":"${o.network ?? '10.244.0.0/16'}"${v6keys},"Backend":{"Type":"${o.backend}"${o.extra ?? ''}}}`,
   );
   const vxlan = o.backend === 'vxlan';
+  const ifaceIp6 = o.ifaceIp6 ?? `${UNDERLAY6}2`;
   const self: Lease = {
-    key: '10.244.3.0-24',
+    key: o.ipv6 ? '10.244.3.0-24&fd00:0:0:3::-64' : '10.244.3.0-24',
     subnet: cidr('10.244.3.0/24'),
+    ...(o.ipv6 ? { subnet6: subnet6Of(3) } : {}),
     attrs: {
       publicIp: '10.123.0.2',
-      publicIpv6: null,
+      publicIpv6: o.ipv6 ? ifaceIp6 : null,
       backendType: o.backend,
       backendData: vxlan ? { vni: 1, vtepMac: SELF_MAC } : null,
+      ...(o.ipv6 && vxlan ? { backendData6: { vni: 1, vtepMac: SELF_MAC6 } } : {}),
     },
     expiresAt: Date.now() + 86_400_000,
     version: '1',
@@ -65,12 +107,18 @@ export function backendInput(o: {
     mac: '02:fe:00:00:00:02',
     addrs: ['10.123.0.2'],
     networks: ['10.123.0.2/24'],
+    ...(o.ipv6 ? { networks6: [`${ifaceIp6}/64`] } : {}),
   };
   return {
     config,
     self,
     peers: o.peers,
-    choice: { iface, ifaceIp: '10.123.0.2', publicIp: '10.123.0.2' },
+    choice: {
+      iface,
+      ifaceIp: '10.123.0.2',
+      publicIp: '10.123.0.2',
+      ...(o.ipv6 ? { ifaceIp6, publicIp6: ifaceIp6 } : {}),
+    },
     ipMasq: o.ipMasq ?? true,
     randomFully: true,
   };
@@ -85,6 +133,16 @@ export interface KernelView {
   readonly postrouting: string;
   readonly fwd: string;
   readonly forward: string;
+  /** with `ipv6`: the same for IPv6 (routes with twill's protocol, twill-v6.1, ip6tables) */
+  readonly v6?: {
+    readonly routes: string[];
+    readonly neighs: string[];
+    readonly fdb: string[];
+    readonly postrtg: string;
+    readonly postrouting: string;
+    readonly fwd: string;
+    readonly forward: string;
+  };
 }
 
 const lines = (text: string): string[] =>
@@ -99,8 +157,33 @@ const quiet = async (p: Promise<{ stdout: string }>): Promise<string> =>
     () => '',
   );
 
-/** What the namespace behind `runner` holds of twill's objects, as sorted text lines. */
-export async function kernelView(runner: Runner): Promise<KernelView> {
+/** The IPv6 half of a kernel view. */
+async function kernelView6(runner: Runner): Promise<NonNullable<KernelView['v6']>> {
+  const [routes, neighs, fdb, postrtg, postrouting, fwd, forward] = await Promise.all([
+    quiet(runner('ip', ['-6', 'route', 'show', 'table', 'main'])),
+    quiet(runner('ip', ['-6', 'neigh', 'show', 'dev', 'twill-v6.1', 'nud', 'permanent'])),
+    quiet(runner('bridge', ['fdb', 'show', 'dev', 'twill-v6.1'])),
+    quiet(runner('ip6tables', ['-t', 'nat', '-S', 'TWILL-POSTRTG'])),
+    quiet(runner('ip6tables', ['-t', 'nat', '-S', 'POSTROUTING'])),
+    quiet(runner('ip6tables', ['-t', 'filter', '-S', 'TWILL-FWD'])),
+    quiet(runner('ip6tables', ['-t', 'filter', '-S', 'FORWARD'])),
+  ]);
+  return {
+    routes: lines(routes).filter((l) => l.includes(` proto ${ROUTE_PROTOCOL}`)),
+    neighs: lines(neighs),
+    fdb: lines(fdb),
+    postrtg,
+    postrouting,
+    fwd,
+    forward,
+  };
+}
+
+/**
+ * What the namespace behind `runner` holds of twill's objects, as sorted text lines; with `ipv6`,
+ * the IPv6 ones too.
+ */
+export async function kernelView(runner: Runner, o: { ipv6?: boolean } = {}): Promise<KernelView> {
   const [routes, neighs, fdb, devices, postrtg, postrouting, fwd, forward] = await Promise.all([
     quiet(runner('ip', ['route', 'show', 'table', 'main'])),
     quiet(runner('ip', ['neigh', 'show', 'dev', 'twill.1', 'nud', 'permanent'])),
@@ -121,5 +204,6 @@ export async function kernelView(runner: Runner): Promise<KernelView> {
     postrouting,
     fwd,
     forward,
+    ...(o.ipv6 ? { v6: await kernelView6(runner) } : {}),
   };
 }

@@ -1,9 +1,14 @@
 // Doctor fixtures: the facts of a healthy vxlan node (10.244.3.0/24 at
 // 10.123.0.2 on eth0, MTU 1500; twill.1 at 1450; cni0 and one pod veth;
-// one peer 10.244.1.0/24 and its route), to be broken one fact at a time.
+// one peer 10.244.1.0/24 and its route), to be broken one fact at a time;
+// and of the same node dual-stack (fd00:10:244:3::/64 at fd00:123::2,
+// twill-v6.1 at 1430, IPv6 forwarding on, twill's ip6tables chains).
+import { parseNetConfig } from '../../src/config/netconf.ts';
+import { chainSpecs6 } from '../../src/dataplane/masq.ts';
 import { got, type CheckResult, type DoctorFacts, type LinkFact } from '../../src/doctor/facts.ts';
-import type { LeaseRecord } from '../../src/lease/types.ts';
+import type { Lease, LeaseRecord } from '../../src/lease/types.ts';
 import { parseCidr, type Cidr } from '../../src/net/ipv4.ts';
+import { parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 import { backendInput, peerLease } from './dataplane.ts';
 
 function cidr(text: string): Cidr {
@@ -76,7 +81,82 @@ export function healthyFacts(): DoctorFacts {
   };
 }
 
-export { cidr as doctorCidr };
+function cidr6(text: string): Cidr6 {
+  const c = parseCidr6(text, { strict: false });
+  if (!c) throw new Error(`bad cidr ${text}`);
+  return c;
+}
+
+/** Dual-stack: the IPv6 network, our IPv6 subnet and underlay address. */
+export const DUAL = {
+  network6: 'fd00:10:244::/56',
+  subnet6: 'fd00:10:244:3::/64',
+  ip6: 'fd00:123::2',
+} as const;
+
+/** Lease `l` with IPv6 subnet fd00:10:244:<n>::/64 at fd00:123::<n>, as a dual-stack node's. */
+export function dualLease(l: Lease, n: number): Lease {
+  return {
+    ...l,
+    key: `${l.key}&fd00:10:244:${n}::-64`,
+    subnet6: cidr6(`fd00:10:244:${n}::/64`),
+    attrs: {
+      ...l.attrs,
+      publicIpv6: `fd00:123::${n}`,
+      backendData6: l.attrs.backendData ? { vni: 1, vtepMac: `06:00:00:00:00:0${n}` } : null,
+    },
+  };
+}
+
+/** The healthy node, dual-stack (vxlan). */
+export function healthyDualFacts(): DoctorFacts {
+  const base = healthyFacts();
+  const input = backendInput({ backend: 'vxlan', peers: [] });
+  const config = parseNetConfig(
+    `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"${DUAL.network6}","Backend":{"Type":"vxlan"}}`,
+  );
+  const self = dualLease(input.self, 3);
+  const peer = dualLease(peerLease(1, { vxlan: true }), 1);
+  const env = base.subnetEnv.ok ? base.subnetEnv.value : undefined;
+  if (!env) throw new Error('fixture');
+  const specs = chainSpecs6({
+    ipMasq: true,
+    network: cidr6(DUAL.network6),
+    subnet: cidr6(DUAL.subnet6),
+    randomFully: true,
+  });
+  return {
+    ...base,
+    // a dual-stack vxlan node's pods get the IPv6 tunnel's MTU (1500 − 70) on the pod side too
+    links: got([
+      ...HEALTHY_LINKS.map((l) =>
+        l.name === 'cni0' || l.kind === 'veth' ? { ...l, mtu: 1430 } : l,
+      ),
+      link('twill-v6.1', { kind: 'vxlan', mtu: 1430, vni: 1, port: 8472, local: DUAL.ip6 }),
+    ]),
+    subnetEnv: got({
+      ...env,
+      mtu: 1430,
+      network6: cidr6(DUAL.network6),
+      subnet6: cidr6('fd00:10:244:3::1/64'),
+    }),
+    store: got({
+      config,
+      leases: [
+        { key: self.key, ok: true, lease: self },
+        { key: peer.key, ok: true, lease: peer },
+      ],
+    }),
+    ipv6Forward: got('1'),
+    underlay6: got({ ip: DUAL.ip6, publicIp: DUAL.ip6 }),
+    ip6Chains: got({
+      postrouting: { jumps: [specs.postrouting.jump], rules: specs.postrouting.rules },
+      forward: { jumps: [specs.forward.jump], rules: specs.forward.rules },
+    }),
+  };
+}
+
+export { cidr as doctorCidr, cidr6 as doctorCidr6 };
 
 /** The result of one named check. */
 export function resultOf(results: readonly CheckResult[], check: string): CheckResult {

@@ -39,6 +39,8 @@ export interface KubeAdmin {
     name: string,
     o?: {
       podCidr?: string;
+      /** spec.podCIDRs of a dual-stack node (one per family, in this order); overrides podCidr */
+      podCidrs?: string[];
       annotations?: Record<string, string>;
       conditions?: { type: string; status: string }[];
     },
@@ -60,7 +62,8 @@ export async function kubeAdmin(kube: KubeApiServer): Promise<KubeAdmin> {
     api,
     kubeconfig,
     async createNode(name, o = {}) {
-      const spec = o.podCidr ? { podCIDR: o.podCidr, podCIDRs: [o.podCidr] } : {};
+      const cidrs = o.podCidrs ?? (o.podCidr ? [o.podCidr] : []);
+      const spec = cidrs.length > 0 ? { podCIDR: cidrs[0], podCIDRs: cidrs } : {};
       const status = o.conditions
         ? {
             conditions: o.conditions.map((c) => ({

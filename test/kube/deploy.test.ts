@@ -181,6 +181,31 @@ describe('deploy/', () => {
   });
 });
 
+describe('deploy/overlays/dual-stack', () => {
+  it('renders the same objects with a dual-stack net-conf.json that twill parses', async () => {
+    const dir = resolve(DEPLOY, 'overlays', 'dual-stack');
+    const out = await kubectl(['apply', '--dry-run=server', '-k', dir, '-o', 'json']);
+    const list = JSON.parse(out) as { items: { kind: string; data?: Record<string, string> }[] };
+    expect(list.items.map((o) => o.kind).sort()).toEqual([
+      'ClusterRole',
+      'ClusterRoleBinding',
+      'ConfigMap',
+      'DaemonSet',
+      'Namespace',
+      'ServiceAccount',
+    ]);
+    const data = list.items.find((o) => o.kind === 'ConfigMap')?.data ?? {};
+    expect(data['net-conf.json']).toBe(await readFile(resolve(dir, 'net-conf.json'), 'utf8'));
+    // the CNI conflist is the base's, untouched
+    expect(data['cni-conf.json']).toBe(
+      await readFile(resolve(DEPLOY, 'base', 'cni-conf.json'), 'utf8'),
+    );
+    const net = parseNetConfig(data['net-conf.json'] ?? '');
+    expect(net.ipv6?.subnetLen).toBe(64);
+    expect(net.network.prefix).toBe(16);
+  });
+});
+
 function hostPaths(ds: V1DaemonSet): Record<string, string | undefined> {
   const out: Record<string, string | undefined> = {};
   for (const v of ds.spec?.template.spec?.volumes ?? [])

@@ -6,14 +6,19 @@
 // come and go with their Node objects, hostile annotations become invalid
 // records, and the watch carries on after the apiserver restarts, resumes
 // short watches without loss, re-lists after a cut, and stops at once.
+// Dual-stack: both podCIDRs (either order), flannel's v6 annotations, and a
+// Node without an IPv6 podCIDR (ours: an error; a peer: IPv4 only).
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { ClientKubeApi, type KubeApi } from '../../src/lease/kube-api.ts';
 import { KubeLeaseStore } from '../../src/lease/kube-store.ts';
-import type { LeaseAttrs, LeaseEvent } from '../../src/lease/types.ts';
+import { PeerTracker } from '../../src/lease/tracker.ts';
+import type { Lease, LeaseAttrs, LeaseEvent } from '../../src/lease/types.ts';
 import { formatCidr } from '../../src/net/ipv4.ts';
+import { formatCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
+import { captureLog } from '../helpers/log.ts';
 import { vxlanAttrs } from '../contract/lease-store.ts';
 import type { KubeApiServer } from '../helpers/kube.ts';
 import { startKubeTestCluster, type KubeAdmin } from '../helpers/kube-nodes.ts';
@@ -438,6 +443,193 @@ describe('Kubernetes lease store', () => {
     await expect(s.reclaimLease(lease, signal)).rejects.toMatchObject({
       code: 'LEASE_TAKEN',
       message: expect.stringContaining('10.244.40.0/24'),
+    });
+  });
+});
+
+describe('Kubernetes lease store, dual-stack (spec.podCIDRs with both families)', () => {
+  const dual = parseNetConfig(
+    '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}',
+  );
+  function dualAttrs(n: number): LeaseAttrs {
+    const hex = n.toString(16).padStart(2, '0');
+    return {
+      ...vxlanAttrs(n),
+      publicIpv6: `fd00:192::${n.toString(16)}`,
+      backendData6: { vni: 1, vtepMac: `02:00:00:00:06:${hex}` },
+    };
+  }
+  const v6annotations = (attrs: LeaseAttrs): Record<string, string> => ({
+    ...annotations(attrs),
+    [`${P}/public-ipv6`]: attrs.publicIpv6 ?? '',
+    [`${P}/backend-v6-data`]: attrs.backendData6
+      ? JSON.stringify({ VNI: attrs.backendData6.vni, VtepMAC: attrs.backendData6.vtepMac })
+      : 'null',
+  });
+  const pair = (l: Lease): [string, string | null] => [
+    formatCidr(l.subnet),
+    l.subnet6 ? formatCidr6(l.subnet6) : null,
+  ];
+
+  it("takes both podCIDRs (IPv4 or IPv6 first) and publishes flannel's v6 annotations", async () => {
+    await admin.createNode('d1', { podCidrs: ['10.244.61.0/24', 'fd00:10:244:61::/64'] });
+    await admin.createNode('d2', { podCidrs: ['fd00:10:244:62::/64', '10.244.62.0/24'] });
+    const l1 = await store('d1').acquireLease(
+      { config: dual, attrs: dualAttrs(61), previous: undefined },
+      signal,
+    );
+    expect(pair(l1)).toEqual(['10.244.61.0/24', 'fd00:10:244:61::/64']);
+    const l2 = await store('d2').acquireLease(
+      { config: dual, attrs: dualAttrs(62), previous: undefined },
+      signal,
+    );
+    expect(pair(l2)).toEqual(['10.244.62.0/24', 'fd00:10:244:62::/64']);
+    const a = (await admin.node('d1'))?.metadata?.annotations ?? {};
+    expect(a).toMatchObject(v6annotations(dualAttrs(61)));
+    expect(a[`${P}/public-ipv6`]).toBe('fd00:192::3d');
+    expect(a[`${P}/backend-v6-data`]).toBe('{"VNI":1,"VtepMAC":"02:00:00:00:06:3d"}');
+    // renewing a dual lease checks both podCIDRs and re-publishes nothing
+    const renewed = await store('d1').renewLease(l1, signal);
+    expect(pair(renewed)).toEqual(pair(l1));
+    expect(renewed.version).toBe((await admin.node('d1'))?.metadata?.resourceVersion);
+  });
+
+  it('an IPv4-only config publishes no v6 annotations and ignores the IPv6 podCIDR', async () => {
+    await admin.createNode('d3', { podCidrs: ['10.244.63.0/24', 'fd00:10:244:63::/64'] });
+    const lease = await store('d3').acquireLease(
+      { config, attrs: vxlanAttrs(63), previous: undefined },
+      signal,
+    );
+    expect(pair(lease)).toEqual(['10.244.63.0/24', null]);
+    const a = (await admin.node('d3'))?.metadata?.annotations ?? {};
+    expect(Object.keys(a).filter((k) => k.includes('v6') || k.includes('ipv6'))).toEqual([]);
+  });
+
+  it('refuses our own Node without an IPv6 podCIDR, or with one outside IPv6Network', async () => {
+    await admin.createNode('d4', { podCidr: '10.244.64.0/24' });
+    await expect(
+      store('d4').acquireLease({ config: dual, attrs: dualAttrs(64), previous: undefined }, signal),
+    ).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      message: expect.stringMatching(/node d4 has no IPv6 spec\.podCIDRs \(10\.244\.64\.0\/24\)/),
+    });
+    await admin.createNode('d5', { podCidrs: ['10.244.65.0/24', 'fd00:99::/64'] });
+    await expect(
+      store('d5').acquireLease({ config: dual, attrs: dualAttrs(65), previous: undefined }, signal),
+    ).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      message: expect.stringContaining('fd00:99::/64 is outside IPv6Network fd00:10:244::/56'),
+    });
+  });
+
+  it('keeps the IPv6 VtepMAC its Node already publishes, and honours public-ipv6-overwrite', async () => {
+    await admin.createNode('d6', { podCidrs: ['10.244.66.0/24', 'fd00:10:244:66::/64'] });
+    const first = await store('d6').acquireLease(
+      { config: dual, attrs: dualAttrs(66), previous: undefined },
+      signal,
+    );
+    const restarted: LeaseAttrs = {
+      ...dualAttrs(66),
+      backendData6: { vni: 1, vtepMac: '02:00:00:00:09:66' },
+    };
+    const again = await store('d6').acquireLease(
+      { config: dual, attrs: restarted, previous: undefined },
+      signal,
+    );
+    expect(again.attrs.backendData6?.vtepMac).toBe(first.attrs.backendData6?.vtepMac);
+    await admin.patchNodeStatus('d6', {
+      metadata: { annotations: { [`${P}/public-ipv6-overwrite`]: '2001:DB8:0:0::66' } },
+    });
+    const overwritten = await store('d6').acquireLease(
+      { config: dual, attrs: dualAttrs(66), previous: undefined },
+      signal,
+    );
+    expect(overwritten.attrs.publicIpv6).toBe('2001:db8::66');
+    expect((await admin.node('d6'))?.metadata?.annotations?.[`${P}/public-ipv6`]).toBe(
+      '2001:db8::66',
+    );
+    await admin.patchNodeStatus('d6', {
+      metadata: { annotations: { [`${P}/public-ipv6-overwrite`]: '10.0.0.1' } },
+    });
+    await expect(
+      store('d6').acquireLease({ config: dual, attrs: dualAttrs(66), previous: undefined }, signal),
+    ).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      message: expect.stringContaining('public-ipv6-overwrite "10.0.0.1"'),
+    });
+  });
+
+  it('lists dual-stack peers with subnet6, PublicIPv6 and BackendV6Data; a peer without an IPv6 podCIDR is IPv4 only; a bad v6 annotation is an invalid record', async () => {
+    await admin.createNode('d7', {
+      podCidrs: ['fd00:10:244:67::/64', '10.244.67.0/24'],
+      annotations: v6annotations(dualAttrs(67)),
+    });
+    await admin.createNode('d8', {
+      podCidr: '10.244.68.0/24',
+      annotations: annotations(vxlanAttrs(68)),
+    });
+    await admin.createNode('d9', {
+      podCidrs: ['10.244.69.0/24', 'fd00:10:244:69::/64'],
+      annotations: { ...v6annotations(dualAttrs(69)), [`${P}/public-ipv6`]: 'fd00::zz' },
+    });
+    await admin.createNode('d10', {
+      podCidrs: ['10.244.70.0/24', 'fd00:10:244:70::/64'],
+      annotations: { ...v6annotations(dualAttrs(70)), [`${P}/backend-v6-data`]: '{"VNI":1' },
+    });
+    const w = watch(store('d1'));
+    await waitFor(() => w.events.some((e) => e.type === 'snapshot'), {
+      timeoutMs: 5000,
+      what: 'snapshot',
+    });
+    const snap = w.events.find((e) => e.type === 'snapshot');
+    const records = new Map((snap?.type === 'snapshot' ? snap.records : []).map((r) => [r.key, r]));
+    const d7 = records.get('d7');
+    expect(d7?.ok && d7.lease).toMatchObject({
+      attrs: {
+        publicIp: '192.0.2.67',
+        publicIpv6: 'fd00:192::43',
+        backendData6: { vni: 1, vtepMac: '02:00:00:00:06:43' },
+      },
+    });
+    expect(d7?.ok && pair(d7.lease)).toEqual(['10.244.67.0/24', 'fd00:10:244:67::/64']);
+    const d8 = records.get('d8');
+    expect(d8?.ok && pair(d8.lease)).toEqual(['10.244.68.0/24', null]);
+    const d9 = records.get('d9');
+    expect(!d9?.ok && d9?.reason).toMatch(/public-ipv6.*PublicIPv6 "fd00::zz"/);
+    const d10 = records.get('d10');
+    expect(!d10?.ok && d10?.reason).toContain(`annotation ${P}/backend-v6-data is not JSON`);
+    // the peers our own dual-stack lease admits: d7 with both families, d8 with IPv4 only
+    const self = records.get('d1');
+    const tracker = new PeerTracker({
+      context: {
+        config: dual,
+        self: self?.ok ? self.lease.subnet : undefined,
+        self6: self?.ok ? self.lease.subnet6 : undefined,
+        anySubnetSize: true,
+      },
+      selfKey: 'd1',
+      selfAttrs: () => dualAttrs(61),
+      logger: captureLog().logger,
+      onSelfLost: () => undefined,
+    });
+    if (snap) tracker.handle(snap);
+    const admitted = new Map(tracker.list().map((l) => [l.key, pair(l)]));
+    expect(admitted.get('d7')).toEqual(['10.244.67.0/24', 'fd00:10:244:67::/64']);
+    expect(admitted.get('d8')).toEqual(['10.244.68.0/24', null]);
+    expect(admitted.has('d9')).toBe(false);
+    await w.stop();
+  });
+
+  it('a renewal refuses a Node whose IPv6 podCIDR is no longer ours', async () => {
+    await admin.createNode('d11', { podCidrs: ['10.244.71.0/24', 'fd00:10:244:71::/64'] });
+    const lease = await store('d11').acquireLease(
+      { config: dual, attrs: dualAttrs(71), previous: undefined },
+      signal,
+    );
+    const moved = { ...lease, subnet6: { ...(lease.subnet6 as Cidr6), base: 1n } };
+    await expect(store('d11').renewLease(moved, signal)).rejects.toMatchObject({
+      code: 'LEASE_TAKEN',
+      message: expect.stringContaining('IPv6 spec.podCIDRs fd00:10:244:71::/64'),
     });
   });
 });

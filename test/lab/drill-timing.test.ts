@@ -28,6 +28,18 @@ describe('kernel-side timing', () => {
       concernsTwill('Deleted 2: twill.1    inet6 fe80::2c3a:bff:fefc:c61b/64 scope link tentative'),
     ).toBe(false);
     expect(concernsTwill('add rule ip nat KUBE-SVC-ABC counter jump KUBE-SEP-XYZ')).toBe(false);
+    // dual-stack: twill's IPv6 objects count, the kernel's link-local and multicast churn does not
+    expect(
+      concernsTwill('fd00:10:244:2::/64 via fd00:123::12 dev eth0 proto 151 metric 1024'),
+    ).toBe(true);
+    expect(concernsTwill('fd00:10:244:2:: dev twill-v6.1 lladdr 02:00:00:00:00:02 PERMANENT')).toBe(
+      true,
+    );
+    expect(concernsTwill('delete rule ip6 nat TWILL-POSTRTG handle 2')).toBe(true);
+    expect(
+      concernsTwill('multicast ff00::/8 dev twill-v6.1 table local proto kernel metric 256'),
+    ).toBe(false);
+    expect(concernsTwill('Deleted 9: twill-v6.1    inet6 fe80::1/64 scope link')).toBe(false);
     expect(concernsTwill('10.99.0.0/24 via 10.123.0.7 dev eth0 proto static')).toBe(false);
   });
 });

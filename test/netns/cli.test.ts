@@ -2,7 +2,9 @@
 // namespace, against a real etcd in another namespace on the same link.
 // Lease and subnet.env within 5 s; same subnet after SIGKILL + restart; the
 // key back within 2 s after `etcdctl del`; clean exit on SIGTERM without
-// revoking; clear start-up errors for a missing or bad config.
+// revoking; clear start-up errors for a missing or bad config. Dual-stack:
+// flannel's refusal to start without an IPv6 address, then the lease key and
+// value and subnet.env with both families, --public-ipv6 in the lease.
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -163,5 +165,47 @@ describe('twill run in a network namespace', () => {
     expect(await readFile(join(dir, 'bad.log'), 'utf8')).toContain(
       '/bad/config: net-conf.json: \\"SubnetLen\\" is 31; it must be 30 or less',
     );
+  });
+
+  it('dual-stack: refuses to start without an IPv6 address, then leases both families', async () => {
+    await etcdctl(
+      'put',
+      '/dual/config',
+      '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"host-gw"}}',
+    );
+    const subnetFile = join(dir, 'dual-subnet.env');
+    const dual = ['--etcd-prefix', '/dual', '--subnet-file', subnetFile];
+    // like flannel: EnableIPv6 on a node whose interface has no global IPv6 address stops start-up
+    const none = startTwill(dual, 'dual-none.log');
+    expect(await exited(none)).toBe(2);
+    expect(await readFile(join(dir, 'dual-none.log'), 'utf8')).toContain(
+      'failed to find IPv6 address for interface eth0',
+    );
+    expect(await subnetKeys('/dual')).toEqual([]);
+
+    await lab.exec(nodeNs, 'ip', ['addr', 'add', 'fd00:123::2/64', 'dev', 'eth0', 'nodad']);
+    const twill = startTwill([...dual, '--public-ipv6', '2001:db8::2'], 'dual.log');
+    await waitFor(async () => (await readFile(subnetFile, 'utf8').catch(() => '')) !== '', {
+      timeoutMs: 5000,
+      what: 'dual-stack subnet.env',
+    });
+    const [key] = await subnetKeys('/dual');
+    const m = /\/dual\/subnets\/10\.244\.(\d+)\.0-24&fd00:10:244:([0-9a-f]+)::-64$/.exec(key ?? '');
+    expect(m, `key ${key}`).not.toBeNull();
+    const [, third, v6] = m ?? [];
+    expect(await readFile(subnetFile, 'utf8')).toBe(
+      `FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.${third}.1/24\nFLANNEL_IPV6_NETWORK=fd00:10:244::/56\nFLANNEL_IPV6_SUBNET=fd00:10:244:${v6}::1/64\nFLANNEL_MTU=1500\nFLANNEL_IPMASQ=false\n`,
+    );
+    expect(
+      JSON.parse(await etcdctl('get', '--print-value-only', key as string)) as unknown,
+    ).toMatchObject({ PublicIP: '10.123.0.2', PublicIPv6: '2001:db8::2', BackendType: 'host-gw' });
+    await waitFor(
+      async () => (await readFile(join(dir, 'dual.log'), 'utf8')).includes('lease acquired'),
+      { timeoutMs: 5000, what: 'lease acquired log' },
+    );
+    const log = await readFile(join(dir, 'dual.log'), 'utf8');
+    expect(log).toContain(`"subnet6":"fd00:10:244:${v6}::/64"`);
+    twill.kill('SIGTERM');
+    expect(await exited(twill)).toBe(0);
   });
 });

@@ -4,16 +4,18 @@
 // conflicting subnets and VtepMACs, whatever the order leases come in).
 import { describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
-import { parseSubnetKey } from '../../src/lease/codec.ts';
+import { parseLeaseKey, parseSubnetKey } from '../../src/lease/codec.ts';
 import type { Lease, LeaseAttrs } from '../../src/lease/types.ts';
 import {
   admitPeers,
   checkPeer,
+  forOurFamilies,
   REFUSAL_REASONS,
   truncated,
   type PeerContext,
 } from '../../src/lease/admit.ts';
 import { parseCidr, type Cidr } from '../../src/net/ipv4.ts';
+import { parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 
 const VXLAN_CFG = parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":1}}');
 const HOST_GW_CFG = parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}');
@@ -22,6 +24,12 @@ const SELF = cidr('10.244.3.0/24');
 function cidr(text: string): Cidr {
   const c = parseCidr(text, { strict: true });
   if (!c) throw new Error(`test setup: ${text} is not a network CIDR`);
+  return c;
+}
+
+function cidr6(text: string): Cidr6 {
+  const c = parseCidr6(text, { strict: true });
+  if (!c) throw new Error(`test setup: ${text} is not an IPv6 network CIDR`);
   return c;
 }
 
@@ -308,5 +316,293 @@ describe('admitPeers', () => {
     expect(a.refused.map((r) => [r.lease.key, r.refusal.reason])).toEqual([
       ['wide', 'outside-network'],
     ]);
+  });
+});
+
+describe('dual-stack peers', () => {
+  const DUAL_VXLAN = parseNetConfig(
+    '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan","VNI":1}}',
+  );
+  const DUAL_HOST_GW = parseNetConfig(
+    '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"host-gw"}}',
+  );
+  const SELF6 = cidr6('fd00:10:244:3::/64');
+  const CTX: PeerContext = {
+    config: DUAL_VXLAN,
+    self: SELF,
+    self6: SELF6,
+    selfPublicIp: '192.168.56.11',
+    selfPublicIpv6: 'fd00:56::11',
+    selfVtepMac: '7e:1b:4f:9a:2c:01',
+    selfVtepMac6: '9a:41:e0:11:6b:01',
+  };
+  const DUAL_ATTRS: Partial<LeaseAttrs> = {
+    publicIpv6: 'fd00:56::12',
+    backendData6: { vni: 1, vtepMac: '9a:41:e0:11:6b:02' },
+  };
+  /** a dual-stack lease from its flannel key ("10.244.4.0-24&fd00:10:244:4::-64") */
+  function dual(key: string, attrs: Partial<LeaseAttrs> = {}): Lease {
+    const { subnet, subnet6 } = parseLeaseKey(key);
+    return {
+      key,
+      subnet,
+      subnet6,
+      attrs: { ...VXLAN_ATTRS, ...DUAL_ATTRS, ...attrs },
+      expiresAt: 1_700_000_000_000,
+      version: '7',
+    };
+  }
+  const GOOD = '10.244.4.0-24&fd00:10:244:4::-64';
+
+  it('accepts a valid dual-stack vxlan peer and a valid dual-stack host-gw peer', () => {
+    expect(checkPeer(dual(GOOD), CTX)).toBeUndefined();
+    const hostGw = dual(GOOD, { backendType: 'host-gw', backendData: null, backendData6: null });
+    expect(checkPeer(hostGw, { ...CTX, config: DUAL_HOST_GW })).toBeUndefined();
+  });
+
+  it('accepts an IPv4-only peer in a dual-stack network (a node without an IPv6 podCIDR)', () => {
+    expect(checkPeer(lease('10.244.4.0-24'), CTX)).toBeUndefined();
+  });
+
+  it.each([
+    [
+      'an IPv6 subnet of the wrong length',
+      '10.244.4.0-24&fd00:10:244:4::-65',
+      {},
+      'subnet-size',
+      ['fd00:10:244:4::/65', '/64', 'IPv6SubnetLen'],
+    ],
+    [
+      'an IPv6 subnet outside IPv6Network',
+      '10.244.4.0-24&fd00:10:245:4::-64',
+      {},
+      'outside-network',
+      ['fd00:10:245:4::/64', 'fd00:10:244::/56'],
+    ],
+    [
+      'the first IPv6 subnet (below IPv6SubnetMin)',
+      '10.244.4.0-24&fd00:10:244::-64',
+      {},
+      'outside-range',
+      ['fd00:10:244::/64', 'IPv6SubnetMin'],
+    ],
+    [
+      'our own IPv6 subnet',
+      '10.244.4.0-24&fd00:10:244:3::-64',
+      {},
+      'overlaps-own',
+      ['fd00:10:244:3::/64', 'our own IPv6 subnet'],
+    ],
+    [
+      'no PublicIPv6',
+      GOOD,
+      { publicIpv6: null },
+      'public-ip',
+      ['fd00:10:244:4::/64', 'without a PublicIPv6'],
+    ],
+    [
+      'a link-local PublicIPv6',
+      GOOD,
+      { publicIpv6: 'fe80::12' },
+      'public-ip',
+      ['PublicIPv6 fe80::12', 'unicast'],
+    ],
+    [
+      'a multicast PublicIPv6',
+      GOOD,
+      { publicIpv6: 'ff02::1' },
+      'public-ip',
+      ['PublicIPv6 ff02::1', 'unicast'],
+    ],
+    ['the loopback PublicIPv6', GOOD, { publicIpv6: '::1' }, 'public-ip', ['PublicIPv6 ::1']],
+    [
+      'our own PublicIPv6',
+      GOOD,
+      { publicIpv6: 'fd00:56::11' },
+      'public-ip',
+      ['PublicIPv6 fd00:56::11', "this node's own"],
+    ],
+    [
+      'a PublicIPv6 inside the pod IPv6Network',
+      GOOD,
+      { publicIpv6: 'fd00:10:244:9::1' },
+      'public-ip',
+      ['PublicIPv6 fd00:10:244:9::1', 'fd00:10:244::/56'],
+    ],
+    [
+      'a vxlan peer without BackendV6Data',
+      GOOD,
+      { backendData6: null },
+      'vtep-mac',
+      ['BackendV6Data.VtepMAC'],
+    ],
+    [
+      'a vxlan peer with our IPv6 VtepMAC',
+      GOOD,
+      { backendData6: { vni: 1, vtepMac: '9A:41:E0:11:6B:01' } },
+      'vtep-mac',
+      ["this node's own"],
+    ],
+    [
+      'a vxlan peer with another VNI for IPv6',
+      GOOD,
+      { backendData6: { vni: 2, vtepMac: '9a:41:e0:11:6b:02' } },
+      'vni',
+      ['BackendV6Data.VNI 2', '(1)'],
+    ],
+  ])('refuses the whole record for %s', (_name, key, attrs, reason, parts) => {
+    const r = checkPeer(dual(key, attrs), CTX);
+    expect(r?.reason).toBe(reason);
+    for (const part of parts) expect(r?.detail).toContain(part);
+  });
+
+  it('the IPv4 checks still come first', () => {
+    expect(checkPeer(dual('10.245.4.0-24&fd00:10:244:4::-64'), CTX)?.reason).toBe(
+      'outside-network',
+    );
+  });
+
+  it('a wrong IPv6 size or range is accepted with anySubnetSize (Kubernetes podCIDRs)', () => {
+    const kube = { ...CTX, anySubnetSize: true };
+    expect(checkPeer(dual('10.244.4.0-24&fd00:10:244:4::-80'), kube)).toBeUndefined();
+    expect(checkPeer(dual('10.244.4.0-24&fd00:10:244::-64'), kube)).toBeUndefined();
+    expect(checkPeer(dual('10.244.4.0-24&fd00:10:245::-64'), kube)?.reason).toBe('outside-network');
+  });
+
+  it('a vxlan peer without BackendV6Data is accepted with DirectRouting when its PublicIPv6 is on-link', () => {
+    const direct = parseNetConfig(
+      '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan","VNI":1,"DirectRouting":true}}',
+    );
+    const underlay = {
+      name: 'eth0',
+      networks: ['192.168.56.11/24'],
+      networks6: ['fd00:56::11/64'],
+    };
+    const peer = dual(GOOD, { backendData6: null });
+    expect(checkPeer(peer, { ...CTX, config: direct, underlay })).toBeUndefined();
+    const far = dual(GOOD, { backendData6: null, publicIpv6: 'fd00:57::12' });
+    expect(checkPeer(far, { ...CTX, config: direct, underlay })?.reason).toBe('vtep-mac');
+  });
+
+  it('host-gw: a PublicIPv6 must be on-link on the underlay when its IPv6 networks are known', () => {
+    const ctx: PeerContext = {
+      ...CTX,
+      config: DUAL_HOST_GW,
+      underlay: { name: 'eth0', networks: ['192.168.56.11/24'], networks6: ['fd00:56::11/64'] },
+    };
+    const hostGw = (ip6: string): Lease =>
+      dual(GOOD, {
+        backendType: 'host-gw',
+        backendData: null,
+        backendData6: null,
+        publicIpv6: ip6,
+      });
+    expect(checkPeer(hostGw('fd00:56::12'), ctx)).toBeUndefined();
+    const r = checkPeer(hostGw('fd00:57::12'), ctx);
+    expect(r?.reason).toBe('not-on-link');
+    expect(r?.detail).toContain('PublicIPv6 fd00:57::12');
+    expect(r?.detail).toContain('fd00:56::11/64');
+    // an underlay without IPv6 networks listed: no on-link check for IPv6
+    const unknown = { ...ctx, underlay: { name: 'eth0', networks: ['192.168.56.11/24'] } };
+    expect(checkPeer(hostGw('fd00:57::12'), unknown)).toBeUndefined();
+  });
+
+  it('our config without IPv6: the IPv6 half is ignored (forOurFamilies), the IPv4 half admitted', () => {
+    const ctx: PeerContext = { config: VXLAN_CFG, self: SELF };
+    // even a hostile IPv6 half does not matter: it is not used
+    const peer = dual('10.244.4.0-24&fd00:10:244:3::-64', { publicIpv6: null, backendData6: null });
+    const only4 = forOurFamilies(peer, VXLAN_CFG);
+    expect(only4.subnet6).toBeUndefined();
+    expect(only4.subnet).toStrictEqual(peer.subnet);
+    expect(forOurFamilies(peer, DUAL_VXLAN)).toBe(peer);
+    expect(checkPeer(only4, ctx)).toBeUndefined();
+    const a = admitPeers([peer], ctx);
+    expect(a.admitted.map((l) => [l.key, l.subnet6])).toEqual([[peer.key, undefined]]);
+    expect(a.refused).toEqual([]);
+  });
+
+  describe('conflicts', () => {
+    const at = (l: Lease, claimedAt: number): Lease => ({ ...l, claimedAt });
+    const mac6 = (n: number): Partial<LeaseAttrs> => ({
+      backendData: { vni: 1, vtepMac: `7e:00:00:00:00:${n.toString(16).padStart(2, '0')}` },
+      backendData6: { vni: 1, vtepMac: `9a:00:00:00:00:${n.toString(16).padStart(2, '0')}` },
+      publicIpv6: `fd00:56::${n}`,
+    });
+
+    it('of peers claiming one IPv6 subnet, the first claim keeps it, whatever the order', () => {
+      const owner = at(dual('10.244.4.0-24&fd00:10:244:4::-64', mac6(1)), 100);
+      const thief = at(dual('10.244.5.0-24&fd00:10:244:4::-64', mac6(2)), 200);
+      const other = at(dual('10.244.6.0-24&fd00:10:244:6::-64', mac6(3)), 150);
+      for (const order of [
+        [owner, thief, other],
+        [thief, other, owner],
+      ]) {
+        const a = admitPeers(order, CTX);
+        expect(a.admitted.map((l) => l.key).sort()).toEqual([owner.key, other.key].sort());
+        expect(a.refused.map((r) => [r.lease.key, r.refusal.reason, r.refusal.detail])).toEqual([
+          [
+            thief.key,
+            'subnet-conflict',
+            `IPv6 subnet fd00:10:244:4::/64 was claimed first by peer ${owner.key}`,
+          ],
+        ]);
+      }
+    });
+
+    it('without a clear first claim, both claimants of one IPv6 subnet are refused', () => {
+      const a = admitPeers(
+        [
+          dual('10.244.4.0-24&fd00:10:244:4::-64', mac6(1)),
+          dual('10.244.5.0-24&fd00:10:244:4::-64', mac6(2)),
+        ],
+        CTX,
+      );
+      expect(a.admitted).toEqual([]);
+      expect(a.refused.map((r) => r.refusal.reason)).toEqual([
+        'subnet-conflict',
+        'subnet-conflict',
+      ]);
+    });
+
+    it('a wider IPv6 subnet covering other peers is refused (Kubernetes sizes)', () => {
+      const kube = { ...CTX, anySubnetSize: true };
+      const n1 = dual('10.244.4.0-24&fd00:10:244:4::-64', mac6(1));
+      const n2 = dual('10.244.5.0-24&fd00:10:244:5::-64', mac6(2));
+      const wide = dual('10.244.6.0-24&fd00:10:244:4::-63', mac6(3));
+      const a = admitPeers([wide, n1, n2], kube);
+      expect(a.admitted.map((l) => l.key).sort()).toEqual([n1.key, n2.key].sort());
+      expect(a.refused.map((r) => [r.lease.key, r.refusal.detail])).toEqual([
+        [wide.key, `IPv6 subnet fd00:10:244:4::/63 covers peer ${n1.key}'s fd00:10:244:4::/64`],
+      ]);
+    });
+
+    it('of peers claiming one IPv6 VtepMAC, the first claim keeps it', () => {
+      const owner = at(dual('10.244.4.0-24&fd00:10:244:4::-64', mac6(1)), 100);
+      const mimic = at(
+        dual('10.244.5.0-24&fd00:10:244:5::-64', {
+          ...mac6(2),
+          backendData6: { vni: 1, vtepMac: '9a:00:00:00:00:01' },
+        }),
+        200,
+      );
+      const a = admitPeers([mimic, owner], CTX);
+      expect(a.admitted.map((l) => l.key)).toEqual([owner.key]);
+      expect(a.refused.map((r) => [r.lease.key, r.refusal.reason, r.refusal.detail])).toEqual([
+        [
+          mimic.key,
+          'vtep-mac',
+          `IPv6 VtepMAC 9a:00:00:00:00:01 was claimed first by peer ${owner.key}`,
+        ],
+      ]);
+    });
+
+    it('an IPv4-only peer and a dual-stack one do not conflict over IPv6', () => {
+      const a = admitPeers(
+        [lease('10.244.4.0-24'), dual('10.244.5.0-24&fd00:10:244:4::-64', mac6(2))],
+        CTX,
+      );
+      expect(a.refused).toEqual([]);
+      expect(a.admitted).toHaveLength(2);
+    });
   });
 });

@@ -1,9 +1,19 @@
 // Unit tests of subnet allocation: the free list honours SubnetMin/SubnetMax
-// and taken subnets, and the pick is a pure function of `random`.
+// and taken subnets, and the pick is a pure function of `random`; the IPv6
+// pick does the same over bigints without listing a range (a /32 in /64s is
+// four billion subnets).
 import { describe, expect, it } from 'vitest';
-import { parseNetConfig } from '../../src/config/netconf.ts';
-import { fitsConfig, freeSubnets, pickFreeSubnet } from '../../src/lease/allocate.ts';
+import { parseNetConfig, type Ipv6NetConfig } from '../../src/config/netconf.ts';
+import {
+  fitsConfig,
+  fitsConfig6,
+  fitsConfigPair,
+  freeSubnets,
+  pickFreeSubnet,
+  pickFreeSubnet6,
+} from '../../src/lease/allocate.ts';
 import { formatCidr, parseCidr, type Cidr } from '../../src/net/ipv4.ts';
+import { formatCidr6, parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 
 function cidr(text: string): Cidr {
   const c = parseCidr(text, { strict: true });
@@ -148,5 +158,153 @@ describe('pickFreeSubnet on a huge range', () => {
     const taken = [parseCidr('10.0.0.0/24', { strict: true })].filter((c) => c !== undefined);
     const pick = pickFreeSubnet(HUGE, taken, () => 0);
     expect(pick && formatCidr(pick)).toBe('10.0.1.0/30');
+  });
+});
+
+function cidr6(text: string): Cidr6 {
+  const c = parseCidr6(text, { strict: true });
+  if (!c) throw new Error(`test setup: ${text} is not an IPv6 network CIDR`);
+  return c;
+}
+
+function ipv6Of(text: string): Ipv6NetConfig {
+  const cfg = parseNetConfig(text);
+  if (!cfg.ipv6) throw new Error('test setup: no IPv6 in the config');
+  return cfg.ipv6;
+}
+
+const DUAL = (v6: string): string =>
+  `{"Network":"10.244.0.0/16","EnableIPv6":true,${v6},"Backend":{"Type":"vxlan"}}`;
+// fd00::/62 in /64s: subnets fd00::, fd00:0:0:1::, :2::, :3::; defaults Min :1::, Max :3::
+const TINY6 = ipv6Of(DUAL('"IPv6Network":"fd00::/62"'));
+const RANGE6 = ipv6Of(
+  DUAL(
+    '"IPv6Network":"fd00:10:244::/56","IPv6SubnetMin":"fd00:10:244:10::","IPv6SubnetMax":"fd00:10:244:14::"',
+  ),
+);
+// 65,536 /64s
+const P48 = ipv6Of(DUAL('"IPv6Network":"2001:db8:42::/48"'));
+// four billion /64s
+const P32 = ipv6Of(DUAL('"IPv6Network":"2001:db8::/32"'));
+// 2^56 /64s: more than a double counts exactly
+const P8 = ipv6Of(DUAL('"IPv6Network":"fd00::/8"'));
+
+/** A deterministic [0, 1) sequence. */
+function seq(...values: number[]): () => number {
+  let i = 0;
+  return () => values[i++ % values.length] ?? 0;
+}
+
+describe('pickFreeSubnet6', () => {
+  it('starts at the random position and scans forward, wrapping around', () => {
+    // 3 candidates (:1, :2, :3); random 0 is the first, just under 1 the last
+    expect(formatCidr6(pickFreeSubnet6(TINY6, [], seq(0)) as Cidr6)).toBe('fd00:0:0:1::/64');
+    expect(formatCidr6(pickFreeSubnet6(TINY6, [], seq(0.99)) as Cidr6)).toBe('fd00:0:0:3::/64');
+    const taken = [cidr6('fd00:0:0:3::/64')];
+    expect(formatCidr6(pickFreeSubnet6(TINY6, taken, seq(0.99)) as Cidr6)).toBe('fd00:0:0:1::/64');
+  });
+
+  it('stays inside IPv6SubnetMin..IPv6SubnetMax, never the skipped first subnet', () => {
+    const seen = new Set<string>();
+    const random = seq(0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.999, 0.25, 0.6);
+    for (let i = 0; i < 50; i++) {
+      const pick = pickFreeSubnet6(RANGE6, [], random);
+      if (!pick) throw new Error('no pick');
+      seen.add(formatCidr6(pick));
+    }
+    for (const s of seen) {
+      const c = cidr6(s);
+      expect(c.prefix).toBe(64);
+      expect(c.base >= RANGE6.subnetMin && c.base <= RANGE6.subnetMax).toBe(true);
+    }
+    expect(seen.size).toBe(5);
+    expect(pickFreeSubnet6(TINY6, [], seq(0))?.base).not.toBe(TINY6.network.base);
+  });
+
+  it('skips taken subnets of its size and any that overlap a taken subnet of another size', () => {
+    const taken = [cidr6('fd00:10:244:10::/64'), cidr6('fd00:10:244:12::/63')];
+    // from :10 forward: :10 taken, :11 free
+    expect(formatCidr6(pickFreeSubnet6(RANGE6, taken, seq(0)) as Cidr6)).toBe(
+      'fd00:10:244:11::/64',
+    );
+    // from :12 forward: :12 and :13 inside the /63, :14 free
+    expect(formatCidr6(pickFreeSubnet6(RANGE6, taken, seq(0.5)) as Cidr6)).toBe(
+      'fd00:10:244:14::/64',
+    );
+  });
+
+  it('is undefined when the range is full', () => {
+    const all = ['fd00:0:0:1::/64', 'fd00:0:0:2::/64', 'fd00:0:0:3::/64'].map(cidr6);
+    expect(pickFreeSubnet6(TINY6, all, Math.random)).toBeUndefined();
+    expect(pickFreeSubnet6(TINY6, [cidr6('fd00::/62')], Math.random)).toBeUndefined();
+  });
+
+  it('finds the one free /64 of a /48 (65,536 candidates) from any start', () => {
+    const free = cidr6('2001:db8:42:beef::/64');
+    const taken: Cidr6[] = [];
+    for (let i = 1n; i <= 0xffffn; i++) {
+      const base = P48.network.base + (i << 64n);
+      if (base !== free.base) taken.push({ base, prefix: 64 });
+    }
+    for (const r of [0, 0.3, 0.999999]) {
+      expect(formatCidr6(pickFreeSubnet6(P48, taken, seq(r)) as Cidr6)).toBe(formatCidr6(free));
+    }
+  });
+
+  it('is cheap on a /32 in /64s (four billion candidates): nothing is listed', () => {
+    const taken = Array.from({ length: 1000 }, (_, i) => ({
+      base: P32.subnetMin + (BigInt(i) << 64n),
+      prefix: 64,
+    }));
+    const started = performance.now();
+    for (let i = 0; i < 200; i++) {
+      const pick = pickFreeSubnet6(P32, taken, Math.random);
+      if (!pick) throw new Error('no pick');
+      expect(pick.base >= P32.subnetMin && pick.base <= P32.subnetMax).toBe(true);
+      expect(taken.some((t) => t.base === pick.base)).toBe(false);
+    }
+    expect(performance.now() - started).toBeLessThan(2000);
+  });
+
+  it('reaches the whole of a range larger than 2^53 candidates', () => {
+    // the start draws enough random bits: the last /64 of fd00::/8 is reachable
+    const last = pickFreeSubnet6(P8, [], seq(0.999999999999, 0.999999999999));
+    if (!last) throw new Error('no pick');
+    expect(last.base > P8.network.base + (1n << 118n)).toBe(true);
+    const first = pickFreeSubnet6(P8, [], seq(0, 0));
+    expect(first?.base).toBe(P8.subnetMin);
+  });
+
+  it('gives up after maxScan candidates', () => {
+    const taken = [cidr6('fd00:10:244:10::/64'), cidr6('fd00:10:244:11::/64')];
+    expect(pickFreeSubnet6(RANGE6, taken, seq(0), 2)).toBeUndefined();
+    expect(formatCidr6(pickFreeSubnet6(RANGE6, taken, seq(0), 3) as Cidr6)).toBe(
+      'fd00:10:244:12::/64',
+    );
+  });
+});
+
+describe('fitsConfig6 and fitsConfigPair', () => {
+  it('fitsConfig6: the right length, inside the bounds, aligned', () => {
+    expect(fitsConfig6(RANGE6, cidr6('fd00:10:244:10::/64'))).toBe(true);
+    expect(fitsConfig6(RANGE6, cidr6('fd00:10:244:14::/64'))).toBe(true);
+    expect(fitsConfig6(RANGE6, cidr6('fd00:10:244:f::/64'))).toBe(false);
+    expect(fitsConfig6(RANGE6, cidr6('fd00:10:244:15::/64'))).toBe(false);
+    expect(fitsConfig6(RANGE6, cidr6('fd00:10:244:10::/63'))).toBe(false);
+    expect(fitsConfig6(RANGE6, cidr6('fd00:10:244:10::/65'))).toBe(false);
+  });
+
+  it("fitsConfigPair: both families suit the config (flannel's isIPv6SubnetConfigCompat)", () => {
+    const dual = parseNetConfig(DUAL('"IPv6Network":"fd00::/56"'));
+    const v4only = parseNetConfig('{"Network":"10.244.0.0/16"}');
+    const s4 = cidr('10.244.3.0/24');
+    const s6 = cidr6('fd00:0:0:3::/64');
+    expect(fitsConfigPair(dual, s4, s6)).toBe(true);
+    expect(fitsConfigPair(dual, s4, null)).toBe(false);
+    expect(fitsConfigPair(dual, cidr('10.245.3.0/24'), s6)).toBe(false);
+    expect(fitsConfigPair(dual, s4, cidr6('fd01::/64'))).toBe(false);
+    expect(fitsConfigPair(v4only, s4, null)).toBe(true);
+    expect(fitsConfigPair(v4only, s4, undefined)).toBe(true);
+    expect(fitsConfigPair(v4only, s4, s6)).toBe(false);
   });
 });

@@ -1,15 +1,20 @@
-// Unit tests of flannel's lease format: subnet keys, the exact JSON flannel
-// writes, values written by flannel itself, and hostile values.
+// Unit tests of flannel's lease format: subnet keys (IPv4 and dual-stack), the
+// exact JSON flannel writes, golden leases written by flannel itself
+// (test/fixtures/flannel-leases.json), and hostile keys and values.
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { TwillError } from '../../src/errors.ts';
 import {
   decodeLeaseValue,
+  describeLease,
   encodeLeaseValue,
+  parseLeaseKey,
   parseSubnetKey,
   subnetKey,
 } from '../../src/lease/codec.ts';
 import type { LeaseAttrs } from '../../src/lease/types.ts';
 import { formatCidr } from '../../src/net/ipv4.ts';
+import { formatCidr6 } from '../../src/net/ipv6.ts';
 
 function failure(fn: () => unknown): TwillError {
   try {
@@ -224,5 +229,178 @@ describe('decodeLeaseValue: hostile values', () => {
   it('cuts a long garbage value short in the message', () => {
     const err = failure(() => decodeLeaseValue(`x${'y'.repeat(500)}`));
     expect(err.message.length).toBeLessThan(200);
+  });
+});
+
+interface Fixture {
+  readonly name: string;
+  readonly key: string;
+  readonly value: string;
+  readonly subnet: string;
+  readonly subnet6: string | null;
+  readonly attrs: LeaseAttrs;
+}
+
+const FIXTURES = (
+  JSON.parse(readFileSync(new URL('../fixtures/flannel-leases.json', import.meta.url), 'utf8')) as {
+    leases: Fixture[];
+  }
+).leases;
+
+describe('golden leases, as flannel writes them (test/fixtures/flannel-leases.json)', () => {
+  it('has IPv4-only and dual-stack leases of both backends', () => {
+    expect(FIXTURES.filter((f) => f.subnet6 !== null).length).toBeGreaterThanOrEqual(3);
+    expect(FIXTURES.filter((f) => f.subnet6 === null).length).toBeGreaterThanOrEqual(2);
+    expect(new Set(FIXTURES.map((f) => f.attrs.backendType))).toStrictEqual(
+      new Set(['vxlan', 'host-gw']),
+    );
+  });
+
+  it.each(FIXTURES)('$name: the key names its subnets and is written back the same', (f) => {
+    const { subnet, subnet6 } = parseLeaseKey(f.key);
+    expect(formatCidr(subnet)).toBe(f.subnet);
+    expect(subnet6 && formatCidr6(subnet6)).toBe(f.subnet6);
+    expect(subnetKey(subnet, subnet6)).toBe(f.key);
+  });
+
+  it.each(FIXTURES)('$name: the value decodes to its attrs and encodes to the same bytes', (f) => {
+    expect(decodeLeaseValue(f.value)).toStrictEqual(f.attrs);
+    expect(encodeLeaseValue(f.attrs)).toBe(f.value);
+  });
+
+  it('parseSubnetKey takes the IPv4-only keys and refuses the dual-stack ones', () => {
+    for (const f of FIXTURES) {
+      if (f.subnet6 === null) expect(formatCidr(parseSubnetKey(f.key))).toBe(f.subnet);
+      else expect(failure(() => parseSubnetKey(f.key)).message).toContain('dual-stack key');
+    }
+  });
+
+  it('describeLease names both families', () => {
+    const f = FIXTURES.find((x) => x.key.startsWith('10.244.5.0-24&'));
+    if (!f) throw new Error('fixture missing');
+    const { subnet, subnet6 } = parseLeaseKey(f.key);
+    expect(describeLease(subnet, f.attrs, subnet6)).toBe(
+      '10.244.5.0/24 via 192.168.56.13, fd00:10:244:5::/64 via fd00:56::13 vtep 9a:41:e0:11:6b:03 (vxlan vtep 7e:1b:4f:9a:2c:03)',
+    );
+  });
+});
+
+describe('dual-stack keys: refusals', () => {
+  it.each([
+    ['upper-case IPv6 part', '10.244.3.0-24&FD00:10:244:3::-64', 'FD00:10:244:3::-64'],
+    ['a zero group written out', '10.244.3.0-24&fd00:10:244:3:0::-64', 'fd00:10:244:3:0::-64'],
+    ['leading zeros', '10.244.3.0-24&fd00:0010:244:3::-64', 'fd00:0010:244:3::-64'],
+    ['no :: where one belongs', '10.244.3.0-24&fd00:0:0:3:0:0:0:0-64', 'fd00:0:0:3:0:0:0:0-64'],
+    ['IPv6 host bits', '10.244.3.0-24&fd00:10:244:3::1-64', 'fd00:10:244:3::1-64'],
+    ['IPv6 prefix 129', '10.244.3.0-24&fd00::-129', 'fd00::-129'],
+    ['IPv6 prefix with a leading zero', '10.244.3.0-24&fd00::-064', 'fd00::-064'],
+    ['not an IPv6 address', '10.244.3.0-24&fd00::g-64', '10.244.3.0-24&fd00::g-64'],
+    ['an IPv4 second part', '10.244.3.0-24&10.244.4.0-24', '10.244.3.0-24&10.244.4.0-24'],
+    ['IPv6 without length', '10.244.3.0-24&fd00::', '10.244.3.0-24&fd00::'],
+    ['empty IPv6 part', '10.244.3.0-24&', '10.244.3.0-24&'],
+    ['IPv6 first', 'fd00:10:244:3::-64&10.244.3.0-24', 'fd00:10:244:3::-64&10.244.3.0-24'],
+    ['IPv4 host bits', '10.244.3.1-24&fd00:10:244:3::-64', '10.244.3.1-24&fd00:10:244:3::-64'],
+    ['three parts', '10.244.3.0-24&fd00::-64&fd01::-64', '10.244.3.0-24&fd00::-64&fd01::-64'],
+  ])('%s', (_name, key, named) => {
+    const err = failure(() => parseLeaseKey(key));
+    expect(err.code).toBe('LEASE_INVALID');
+    expect(err.message).toContain(named);
+  });
+
+  it('cuts a long hostile key short in the message', () => {
+    const key = `10.244.3.0-24&${'f'.repeat(5000)}`;
+    const err = failure(() => parseLeaseKey(key));
+    expect(err.message.length).toBeLessThan(300);
+  });
+});
+
+const v6value = (fields: string): string =>
+  `{"PublicIP":"10.0.0.5",${fields},"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"0a:58:0a:f4:01:01"}}`;
+
+describe('dual-stack values: refusals', () => {
+  it.each([
+    ['PublicIPv6 not an address', v6value('"PublicIPv6":"fd00::g"'), ['PublicIPv6', '"fd00::g"']],
+    [
+      'PublicIPv6 an IPv4 address',
+      v6value('"PublicIPv6":"10.0.0.5"'),
+      ['PublicIPv6', '"10.0.0.5"'],
+    ],
+    ['PublicIPv6 a number', v6value('"PublicIPv6":6'), ['PublicIPv6', '6']],
+    ['PublicIPv6 an object', v6value('"PublicIPv6":{"a":1}'), ['PublicIPv6', '{"a":1}']],
+    ['PublicIPv6 empty', v6value('"PublicIPv6":""'), ['PublicIPv6', '""']],
+    [
+      'PublicIPv6 with a zone',
+      v6value('"PublicIPv6":"fe80::1%eth0"'),
+      ['PublicIPv6', 'fe80::1%eth0'],
+    ],
+    [
+      'PublicIPv6 with a prefix',
+      v6value('"PublicIPv6":"fd00::5/64"'),
+      ['PublicIPv6', 'fd00::5/64'],
+    ],
+    [
+      'BackendV6Data a string',
+      v6value('"PublicIPv6":"fd00::5","BackendV6Data":"x"'),
+      ['BackendV6Data', '"x"'],
+    ],
+    [
+      'BackendV6Data without VNI',
+      v6value('"PublicIPv6":"fd00::5","BackendV6Data":{"VtepMAC":"0a:58:0a:f4:01:02"}'),
+      ['BackendV6Data.VNI', 'missing'],
+    ],
+    [
+      'BackendV6Data without VtepMAC',
+      v6value('"PublicIPv6":"fd00::5","BackendV6Data":{"VNI":1}'),
+      ['BackendV6Data.VtepMAC', 'missing'],
+    ],
+    [
+      'BackendV6Data with a multicast VtepMAC',
+      v6value('"PublicIPv6":"fd00::5","BackendV6Data":{"VNI":1,"VtepMAC":"33:33:00:00:00:01"}'),
+      ['BackendV6Data.VtepMAC', '33:33:00:00:00:01', 'multicast'],
+    ],
+    [
+      'BackendV6Data with a malformed VtepMAC',
+      v6value('"PublicIPv6":"fd00::5","BackendV6Data":{"VNI":1,"VtepMAC":"0a:58"}'),
+      ['BackendV6Data.VtepMAC', '"0a:58"'],
+    ],
+    [
+      'BackendV6Data VNI out of range',
+      v6value(
+        '"PublicIPv6":"fd00::5","BackendV6Data":{"VNI":16777216,"VtepMAC":"0a:58:0a:f4:01:02"}',
+      ),
+      ['"VNI"', '16777216'],
+    ],
+  ])('%s', (_name, text, parts) => {
+    const err = failure(() => decodeLeaseValue(text));
+    expect(err.code).toBe('LEASE_INVALID');
+    for (const part of parts) expect(err.message).toContain(part);
+  });
+
+  it('cuts a long PublicIPv6 short in the message', () => {
+    const err = failure(() => decodeLeaseValue(v6value(`"PublicIPv6":"${'a'.repeat(5000)}"`)));
+    expect(err.message).toContain('PublicIPv6');
+    expect(err.message.length).toBeLessThan(200);
+  });
+
+  it('keeps PublicIPv6 in canonical form whatever form the store has', () => {
+    const attrs = decodeLeaseValue(v6value('"PublicIPv6":"FD00:0:0:0::5"'));
+    expect(attrs.publicIpv6).toBe('fd00::5');
+  });
+
+  it('reads "PublicIPv6":null and a missing PublicIPv6 as none, and ignores "BackendV6Data":null', () => {
+    expect(decodeLeaseValue(v6value('"PublicIPv6":null')).publicIpv6).toBeNull();
+    expect(decodeLeaseValue(v6value('"BackendV6Data":null')).backendData6).toBeUndefined();
+  });
+
+  it('ignores BackendV6Data on a host-gw lease (flannel writes none)', () => {
+    const attrs = decodeLeaseValue(
+      '{"PublicIP":"10.0.0.5","PublicIPv6":"fd00::5","BackendType":"host-gw","BackendV6Data":{"VNI":1,"VtepMAC":"0a:58:0a:f4:01:02"}}',
+    );
+    expect(attrs).toStrictEqual({
+      publicIp: '10.0.0.5',
+      publicIpv6: 'fd00::5',
+      backendType: 'host-gw',
+      backendData: null,
+    });
   });
 });

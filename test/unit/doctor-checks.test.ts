@@ -5,13 +5,17 @@
 import { describe, expect, it } from 'vitest';
 import { doctorExitCode, runChecks } from '../../src/doctor/checks.ts';
 import { failed, got, type DoctorFacts } from '../../src/doctor/facts.ts';
+import type { LinkFact } from '../../src/doctor/facts.ts';
+import type { SubnetEnv } from '../../src/subnetenv.ts';
 import {
   HEALTHY_LINKS,
+  healthyDualFacts,
   healthyFacts,
   link,
   resultOf,
   storeFact,
   doctorCidr,
+  doctorCidr6,
 } from '../helpers/doctor.ts';
 import { peerLease } from '../helpers/dataplane.ts';
 
@@ -326,5 +330,183 @@ describe('doctor checks', () => {
     ])
       expect(resultOf(results, check).verdict).toBe('warn');
     expect(doctorExitCode(results)).toBe(0);
+  });
+});
+
+describe('doctor checks, dual-stack', () => {
+  /** Like `only`, over the healthy dual-stack facts. */
+  function only6(
+    change: Partial<DoctorFacts>,
+    check: string,
+    verdict: 'warn' | 'fail',
+  ): { detail: string; fix: string } {
+    const results = runChecks({ ...healthyDualFacts(), ...change });
+    expect(results.filter((r) => r.verdict !== 'ok').map((r) => r.check)).toEqual([check]);
+    const r = resultOf(results, check);
+    expect(r.verdict).toBe(verdict);
+    expect(r.fix).not.toBe('');
+    return r;
+  }
+  const links6 = (change: (l: LinkFact) => LinkFact | undefined): Partial<DoctorFacts> => {
+    const f = healthyDualFacts();
+    if (!f.links.ok) throw new Error('fixture');
+    return { links: got(f.links.value.flatMap((l) => change(l) ?? [])) };
+  };
+  const env6 = (): NonNullable<SubnetEnv> => {
+    const e = healthyDualFacts().subnetEnv;
+    if (!e.ok || !e.value) throw new Error('fixture');
+    return e.value;
+  };
+
+  it('a healthy dual-stack node: every check ok, the IPv6 ones after the others', () => {
+    const results = runChecks(healthyDualFacts());
+    expect(results.filter((r) => r.verdict !== 'ok')).toEqual([]);
+    expect(results.map((r) => r.check).slice(-3)).toEqual([
+      'ipv6-forward',
+      'vxlan6-device',
+      'ip6tables-chains',
+    ]);
+    expect(resultOf(results, 'subnet-env').detail).toContain(
+      'FLANNEL_IPV6_NETWORK=fd00:10:244::/56 FLANNEL_IPV6_SUBNET=fd00:10:244:3::1/64',
+    );
+    expect(resultOf(results, 'mtu').detail).toContain('twill-v6.1 1430');
+  });
+
+  it('an IPv4-only node runs no IPv6 check', () => {
+    expect(runChecks(healthyFacts()).map((r) => r.check)).not.toContain('ipv6-forward');
+  });
+
+  it('IPv6 forwarding off fails; no IPv6 sysctls at all fails too', () => {
+    expect(only6({ ipv6Forward: got('0') }, 'ipv6-forward', 'fail').fix).toContain(
+      'sysctl -w net.ipv6.conf.all.forwarding=1',
+    );
+    expect(only6({ ipv6Forward: got(undefined) }, 'ipv6-forward', 'fail').detail).toContain(
+      'no IPv6 sysctls',
+    );
+  });
+
+  it('subnet.env: a missing, foreign or stale IPv6 pair fails', () => {
+    const e = env6();
+    expect(
+      only6({ subnetEnv: got({ ...e, network6: null, subnet6: null }) }, 'subnet-env', 'fail')
+        .detail,
+    ).toContain('no FLANNEL_IPV6_NETWORK/FLANNEL_IPV6_SUBNET');
+    expect(
+      only6(
+        { subnetEnv: got({ ...e, subnet6: doctorCidr6('fd00:10:244:9::/64') }) },
+        'subnet-env',
+        'fail',
+      ).detail,
+    ).toContain("our lease's IPv6 subnet is fd00:10:244:3::/64, not fd00:10:244:9::/64");
+    // ip6tables chains are checked against subnet.env's subnet: they fail with it
+    const moved = runChecks({
+      ...healthyDualFacts(),
+      subnetEnv: got({ ...e, network6: doctorCidr6('fd00:99::/56') }),
+    });
+    expect(resultOf(moved, 'subnet-env').detail).toContain(
+      'the network config says IPv6Network fd00:10:244::/56',
+    );
+  });
+
+  it('subnet.env: a lease without an IPv6 subnet fails', () => {
+    const f = healthyDualFacts();
+    if (!f.store.ok) throw new Error('fixture');
+    const leases = f.store.value.leases.map((r) =>
+      r.ok && r.lease.attrs.publicIp === '10.123.0.2'
+        ? { ...r, lease: { ...r.lease, subnet6: null } }
+        : r,
+    );
+    expect(
+      only6({ store: got({ ...f.store.value, leases }) }, 'subnet-env', 'fail').detail,
+    ).toContain('has no IPv6 subnet');
+  });
+
+  it('subnet.env with an IPv6 pair while the config has IPv6 off fails', () => {
+    const f = healthyFacts();
+    const env = f.subnetEnv.ok ? f.subnetEnv.value : undefined;
+    if (!env) throw new Error('fixture');
+    const withV6 = runChecks({
+      ...f,
+      subnetEnv: got({
+        ...env,
+        network6: doctorCidr6('fd00:10:244::/56'),
+        subnet6: doctorCidr6('fd00:10:244:3::/64'),
+      }),
+      store: storeFact(),
+    });
+    expect(resultOf(withV6, 'subnet-env')).toMatchObject({
+      verdict: 'fail',
+      detail: expect.stringContaining('does not enable IPv6'),
+    });
+  });
+
+  it('the IPv6 device with the wrong MTU fails the mtu check (underlay − 70)', () => {
+    const r = only6(
+      links6((l) => (l.name === 'twill-v6.1' ? { ...l, mtu: 1450 } : l)),
+      'mtu',
+      'fail',
+    );
+    expect(r.detail).toContain('twill-v6.1 has MTU 1450, expected 1430 (eth0 MTU 1500 − 70)');
+  });
+
+  it('the IPv6 device missing, or with another local address, fails', () => {
+    expect(
+      only6(
+        links6((l) => (l.name === 'twill-v6.1' ? undefined : l)),
+        'vxlan6-device',
+        'fail',
+      ).detail,
+    ).toContain('twill-v6.1 does not exist');
+    expect(
+      only6(
+        links6((l) => (l.name === 'twill-v6.1' ? { ...l, local: 'fd00:123::99' } : l)),
+        'vxlan6-device',
+        'fail',
+      ).detail,
+    ).toContain("local fd00:123::99, the underlay's IPv6 address is fd00:123::2");
+    expect(
+      only6(
+        { underlay6: failed('failed to find IPv6 address for interface eth0') },
+        'vxlan6-device',
+        'warn',
+      ).detail,
+    ).toContain('failed to find IPv6 address for interface eth0');
+  });
+
+  it('host-gw has no IPv6 device to check', () => {
+    const f = healthyDualFacts();
+    if (!f.store.ok) throw new Error('fixture');
+    const config = { ...f.store.value.config, backend: { type: 'host-gw' as const } };
+    const r = runChecks({ ...f, store: got({ ...f.store.value, config }) });
+    expect(resultOf(r, 'vxlan6-device')).toMatchObject({ verdict: 'ok' });
+  });
+
+  it('ip6tables: a missing chain, a missing rule, a missing jump or rules out of order fail', () => {
+    const f = healthyDualFacts();
+    if (!f.ip6Chains?.ok) throw new Error('fixture');
+    const { postrouting, forward } = f.ip6Chains.value;
+    const rules = postrouting.rules ?? [];
+    const cases: [Partial<typeof f.ip6Chains.value>, string][] = [
+      [{ forward: { jumps: [], rules: null } }, 'no chain TWILL-FWD in the filter table'],
+      [{ postrouting: { ...postrouting, rules: rules.slice(1) } }, 'TWILL-POSTRTG lacks'],
+      [{ forward: { ...forward, jumps: [] } }, '0 jumps from FORWARD to TWILL-FWD'],
+      [
+        {
+          postrouting: {
+            ...postrouting,
+            rules: [rules[1] ?? '', rules[0] ?? '', ...rules.slice(2)],
+          },
+        },
+        "TWILL-POSTRTG's rules are not in twill's order",
+      ],
+    ];
+    for (const [change, text] of cases)
+      expect(
+        only6({ ip6Chains: got({ ...f.ip6Chains.value, ...change }) }, 'ip6tables-chains', 'fail')
+          .detail,
+      ).toContain(text);
+    expect(
+      only6({ ip6Chains: failed('ip6tables: not found') }, 'ip6tables-chains', 'warn').detail,
+    ).toContain('ip6tables: not found');
   });
 });

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { TwillError } from '../../src/errors.ts';
 import {
   defaultRouteDevice,
+  onLink6,
   parseIpAddr,
   selectInterface,
   type IfaceChoice,
@@ -55,6 +56,7 @@ describe('parseIpAddr', () => {
         mac: '00:00:00:00:00:00',
         addrs: ['127.0.0.1'],
         networks: ['127.0.0.1/8'],
+        networks6: [],
       },
       {
         name: 'eth0',
@@ -62,6 +64,7 @@ describe('parseIpAddr', () => {
         mac: '02:fc:00:00:00:01',
         addrs: ['192.0.2.2'],
         networks: ['192.0.2.2/24'],
+        networks6: [],
       },
       {
         name: 'eth1',
@@ -69,19 +72,28 @@ describe('parseIpAddr', () => {
         mac: '02:fc:00:00:00:02',
         addrs: ['10.10.0.5', '10.10.0.6'],
         networks: ['10.10.0.5/16', '10.10.0.6/16'],
+        networks6: [],
       },
-      { name: 'eth2', mtu: 1500, mac: '02:fc:00:00:00:03', addrs: [], networks: [] },
+      {
+        name: 'eth2',
+        mtu: 1500,
+        mac: '02:fc:00:00:00:03',
+        addrs: [],
+        networks: [],
+        networks6: [],
+      },
       {
         name: 'br-lan',
         mtu: 1400,
         mac: '02:fc:00:00:00:04',
         addrs: ['172.16.9.1'],
         networks: ['172.16.9.1/24'],
+        networks6: [],
       },
     ]);
   });
 
-  it('keeps only inet addresses', () => {
+  it('keeps only inet addresses in addrs, and no IPv6 address without a global scope', () => {
     const json: unknown = [
       {
         ifname: 'eth0',
@@ -100,6 +112,7 @@ describe('parseIpAddr', () => {
         mac: '02:fc:00:00:00:01',
         addrs: ['192.0.2.2'],
         networks: ['192.0.2.2/24'],
+        networks6: [],
       },
     ]);
   });
@@ -256,5 +269,97 @@ describe('selectInterface', () => {
     });
     expect(summary(byName)).toStrictEqual(['eth1', '10.10.0.5', '203.0.113.7']);
     expect(byName.iface.mtu).toBe(9000);
+  });
+});
+
+// `ip -json addr show` (both families) on a dual-stack host: eth0 has a global address, a
+// deprecated one, one still in DAD, one that failed DAD, and its link-local one (the kernel lists
+// the newest IPv6 address first); eth1 has only IPv4; eth3 has IPv6 addresses in two networks.
+const IP_ADDR_DUAL = JSON.parse(`[
+{"ifindex":2,"ifname":"eth0","mtu":1500,"address":"02:fc:00:00:00:01","addr_info":[
+ {"family":"inet","local":"192.0.2.2","prefixlen":24,"scope":"global","label":"eth0"},
+ {"family":"inet6","local":"fd00:0:0:1::9","prefixlen":64,"scope":"global","dadfailed":true,"tentative":true,"valid_life_time":4294967295,"preferred_life_time":4294967295},
+ {"family":"inet6","local":"fd00:0:0:1::8","prefixlen":64,"scope":"global","tentative":true,"valid_life_time":4294967295,"preferred_life_time":4294967295},
+ {"family":"inet6","local":"fd00:0:0:1::7","prefixlen":64,"scope":"global","deprecated":true,"valid_life_time":4294967295,"preferred_life_time":0},
+ {"family":"inet6","local":"fd00:0:0:1:0:0:0:2","prefixlen":64,"scope":"global","nodad":true,"valid_life_time":4294967295,"preferred_life_time":4294967295},
+ {"family":"inet6","local":"fe80::fc:ff:fe00:1","prefixlen":64,"scope":"link","valid_life_time":4294967295,"preferred_life_time":4294967295}]},
+{"ifindex":3,"ifname":"eth1","mtu":9000,"address":"02:fc:00:00:00:02","addr_info":[
+ {"family":"inet","local":"10.10.0.5","prefixlen":16,"scope":"global","label":"eth1"},
+ {"family":"inet6","local":"fe80::fc:ff:fe00:2","prefixlen":64,"scope":"link"}]},
+{"ifindex":4,"ifname":"eth3","mtu":1500,"address":"02:fc:00:00:00:05","addr_info":[
+ {"family":"inet","local":"172.16.0.3","prefixlen":24,"scope":"global","label":"eth3"},
+ {"family":"inet6","local":"2001:db8:5::3","prefixlen":48,"scope":"global"},
+ {"family":"inet6","local":"fd00:0:0:5::3","prefixlen":64,"scope":"global"}]}
+]`) as unknown;
+
+const DUAL = parseIpAddr(IP_ADDR_DUAL);
+const DUAL_REQ: IfaceRequest = { ...NONE, ipv6: true };
+
+function failure6(dev: string | undefined, req: IfaceRequest): TwillError {
+  return failure(DUAL, dev, req);
+}
+
+describe('IPv6 addresses (dual-stack)', () => {
+  it('keeps global IPv6 addresses that are not deprecated, tentative or failed, canonical', () => {
+    expect(DUAL.map((l) => [l.name, l.networks6])).toStrictEqual([
+      ['eth0', ['fd00:0:0:1::2/64']],
+      ['eth1', []],
+      ['eth3', ['2001:db8:5::3/48', 'fd00:0:0:5::3/64']],
+    ]);
+  });
+
+  it('takes the IPv6 address of the IPv4 default route interface', () => {
+    const c = selectInterface(DUAL, 'eth0', DUAL_REQ);
+    expect([c.iface.name, c.ifaceIp, c.ifaceIp6, c.publicIp6]).toStrictEqual([
+      'eth0',
+      '192.0.2.2',
+      'fd00:0:0:1::2',
+      'fd00:0:0:1::2',
+    ]);
+  });
+
+  it('takes the first global IPv6 address of an --iface or --iface-regex interface', () => {
+    const named = selectInterface(DUAL, 'eth0', { ...DUAL_REQ, iface: ['eth3'] });
+    expect([named.iface.name, named.ifaceIp6]).toStrictEqual(['eth3', '2001:db8:5::3']);
+    const matched = selectInterface(DUAL, 'eth0', { ...DUAL_REQ, ifaceRegex: ['^172\\.16\\.'] });
+    expect([matched.iface.name, matched.ifaceIp6]).toStrictEqual(['eth3', '2001:db8:5::3']);
+  });
+
+  it('selects --iface by IPv6 address, using that address and the first IPv4 one', () => {
+    const c = selectInterface(DUAL, 'eth0', { ...DUAL_REQ, iface: ['fd00:0:0:5:0::3'] });
+    expect([c.iface.name, c.ifaceIp, c.ifaceIp6]).toStrictEqual([
+      'eth3',
+      '172.16.0.3',
+      'fd00:0:0:5::3',
+    ]);
+  });
+
+  it('fails like flannel when the interface has no usable IPv6 address, naming it', () => {
+    for (const [dev, req] of [
+      ['eth1', DUAL_REQ],
+      ['eth0', { ...DUAL_REQ, iface: ['eth1'] }],
+    ] as const) {
+      const err = failure6(dev, req);
+      expect(err.code).toBe('IFACE_NOT_FOUND');
+      expect(err.message).toContain('failed to find IPv6 address for interface eth1');
+    }
+  });
+
+  it('does not look at IPv6 unless asked', () => {
+    const c = selectInterface(DUAL, 'eth1', NONE);
+    expect([c.iface.name, c.ifaceIp6, c.publicIp6]).toStrictEqual(['eth1', undefined, undefined]);
+  });
+
+  it('lets --public-ipv6 override publicIp6 (canonical) but not ifaceIp6', () => {
+    const c = selectInterface(DUAL, 'eth0', { ...DUAL_REQ, publicIpv6: '2001:DB8:0:0::77' });
+    expect([c.ifaceIp6, c.publicIp6]).toStrictEqual(['fd00:0:0:1::2', '2001:db8::77']);
+  });
+
+  it('onLink6 tells whether an IPv6 address is in one of the global networks', () => {
+    const eth3 = DUAL[2] as IfaceInfo;
+    expect(onLink6(eth3, 'fd00:0:0:5::99')).toBe(true);
+    expect(onLink6(eth3, '2001:db8:5:ffff::1')).toBe(true);
+    expect(onLink6(eth3, 'fd00:0:0:6::1')).toBe(false);
+    expect(onLink6(eth3, '172.16.0.9')).toBe(false);
   });
 });

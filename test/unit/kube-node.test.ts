@@ -12,11 +12,15 @@ import {
   nodeRecord,
   nodeView,
   ownSubnet,
+  ownSubnet6,
   publicIpOverwrite,
+  publicIpv6Overwrite,
   publishedVtepMac,
   type NodeView,
 } from '../../src/lease/kube-node.ts';
+import type { LeaseAttrs } from '../../src/lease/types.ts';
 import { formatCidr } from '../../src/net/ipv4.ts';
+import { formatCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 
 const names = annotationNames('flannel.alpha.coreos.com');
 const config = parseNetConfig('{"Network":"10.244.0.0/16"}');
@@ -217,5 +221,150 @@ describe('loadKubeConfig', () => {
       if (saved.host !== undefined) process.env.KUBERNETES_SERVICE_HOST = saved.host;
       if (saved.port !== undefined) process.env.KUBERNETES_SERVICE_PORT = saved.port;
     }
+  });
+});
+
+describe('dual-stack Nodes', () => {
+  const dual = parseNetConfig(
+    '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56"}',
+  );
+  const good6 = {
+    ...good,
+    'flannel.alpha.coreos.com/public-ipv6': 'FD00:56:0:0::5',
+    'flannel.alpha.coreos.com/backend-v6-data': '{"VNI":1,"VtepMAC":"9A:41:E0:11:6B:05"}',
+  };
+
+  it.each([
+    ['IPv4 first', ['10.244.9.0/24', 'fd00:10:244:9::/64']],
+    ['IPv6 first', ['fd00:10:244:9::/64', '10.244.9.0/24']],
+  ])("reads both podCIDRs (%s) and flannel's v6 annotations", (_name, podCIDRs) => {
+    const r = nodeRecord(node({ podCIDR: podCIDRs[0], podCIDRs, annotations: good6 }), names);
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    expect(formatCidr(r.lease.subnet)).toBe('10.244.9.0/24');
+    expect(r.lease.subnet6 && formatCidr6(r.lease.subnet6)).toBe('fd00:10:244:9::/64');
+    expect(r.lease.attrs).toEqual({
+      publicIp: '10.0.0.5',
+      publicIpv6: 'fd00:56::5',
+      backendType: 'vxlan',
+      backendData: { vni: 1, vtepMac: '0a:58:0a:f4:01:01' },
+      backendData6: { vni: 1, vtepMac: '9a:41:e0:11:6b:05' },
+    });
+  });
+
+  it('a peer without an IPv6 podCIDR is an IPv4-only lease', () => {
+    const r = nodeRecord(node({ podCIDRs: ['10.244.9.0/24'], annotations: good6 }), names);
+    expect(r.ok && r.lease.subnet6).toBeUndefined();
+  });
+
+  it('reads an empty public-ipv6 and backend-v6-data "null" as none (a host-gw dual Node)', () => {
+    const r = nodeRecord(
+      node({
+        podCIDRs: ['10.244.9.0/24', 'fd00:10:244:9::/64'],
+        annotations: {
+          ...good,
+          'flannel.alpha.coreos.com/backend-type': 'host-gw',
+          'flannel.alpha.coreos.com/backend-data': 'null',
+          'flannel.alpha.coreos.com/public-ipv6': '',
+          'flannel.alpha.coreos.com/backend-v6-data': 'null',
+        },
+      }),
+      names,
+    );
+    expect(r.ok && r.lease.attrs).toEqual({
+      publicIp: '10.0.0.5',
+      publicIpv6: null,
+      backendType: 'host-gw',
+      backendData: null,
+    });
+  });
+
+  it.each([
+    [
+      'public-ipv6 not an address',
+      { 'flannel.alpha.coreos.com/public-ipv6': '10.0.0.5' },
+      ['flannel.alpha.coreos.com/public-ipv6', 'PublicIPv6 "10.0.0.5"'],
+    ],
+    [
+      'backend-v6-data not JSON',
+      { 'flannel.alpha.coreos.com/backend-v6-data': '{"VNI":' },
+      ['annotation flannel.alpha.coreos.com/backend-v6-data is not JSON', '{\\"VNI\\":'],
+    ],
+    [
+      'backend-v6-data with a multicast MAC',
+      { 'flannel.alpha.coreos.com/backend-v6-data': '{"VNI":1,"VtepMAC":"33:33:00:00:00:01"}' },
+      ['flannel.alpha.coreos.com/backend-v6-data', 'BackendV6Data.VtepMAC', 'multicast'],
+    ],
+  ])('a hostile %s is an invalid record naming the annotation', (_name, bad, parts) => {
+    const r = nodeRecord(
+      node({
+        podCIDRs: ['10.244.9.0/24', 'fd00:10:244:9::/64'],
+        annotations: { ...good6, ...bad },
+      }),
+      names,
+    );
+    expect(r.ok).toBe(false);
+    for (const part of parts) expect(!r.ok && r.reason).toContain(part);
+  });
+
+  it('our own subnet6: the IPv6 podCIDR inside IPv6Network; none is CONFIG_INVALID; null without IPv6', () => {
+    const both = node({ podCIDRs: ['10.244.9.0/24', 'fd00:10:244:9::/64'] });
+    expect(formatCidr6(ownSubnet6(both, dual) as Cidr6)).toBe('fd00:10:244:9::/64');
+    expect(ownSubnet6(both, config)).toBeNull();
+    expect(() => ownSubnet6(node({ podCIDRs: ['10.244.9.0/24'] }), dual)).toThrow(
+      expect.objectContaining({
+        code: 'CONFIG_INVALID',
+        message: expect.stringContaining('node n1 has no IPv6 spec.podCIDRs (10.244.9.0/24)'),
+      }),
+    );
+    expect(() => ownSubnet6(node({ podCIDRs: ['10.244.9.0/24', 'fd01::/64'] }), dual)).toThrow(
+      expect.objectContaining({
+        code: 'CONFIG_INVALID',
+        message: expect.stringContaining('fd01::/64 is outside IPv6Network fd00:10:244::/56'),
+      }),
+    );
+    expect(() =>
+      ownSubnet6(node({ podCIDRs: ['10.244.9.0/24', 'fd00:10:244:9::/127'] }), dual),
+    ).toThrow(expect.objectContaining({ message: expect.stringContaining('too small') }));
+  });
+
+  it('public-ipv6-overwrite (canonical) and the IPv6 VtepMAC already published', () => {
+    const n = node({
+      annotations: { ...good6, 'flannel.alpha.coreos.com/public-ipv6-overwrite': '2001:DB8::7' },
+    });
+    expect(publicIpv6Overwrite(n, names)).toBe('2001:db8::7');
+    expect(publishedVtepMac(n, names, 1, 6)).toBe('9a:41:e0:11:6b:05');
+    expect(publishedVtepMac(n, names, 2, 6)).toBeUndefined();
+    const bad = node({
+      annotations: { ...good6, 'flannel.alpha.coreos.com/public-ipv6-overwrite': 'nope' },
+    });
+    expect(() => publicIpv6Overwrite(bad, names)).toThrow(
+      expect.objectContaining({ code: 'CONFIG_INVALID' }),
+    );
+  });
+
+  it("publishes flannel's v6 annotations only when the node has a PublicIPv6", () => {
+    const attrs: LeaseAttrs = {
+      publicIp: '10.0.0.5',
+      publicIpv6: 'fd00:56::5',
+      backendType: 'vxlan',
+      backendData: { vni: 1, vtepMac: '0a:58:0a:f4:01:01' },
+      backendData6: { vni: 1, vtepMac: '9a:41:e0:11:6b:05' },
+    };
+    expect(annotationValues(attrs, names)).toStrictEqual({
+      'flannel.alpha.coreos.com/backend-type': 'vxlan',
+      'flannel.alpha.coreos.com/backend-data': '{"VNI":1,"VtepMAC":"0a:58:0a:f4:01:01"}',
+      'flannel.alpha.coreos.com/public-ip': '10.0.0.5',
+      'flannel.alpha.coreos.com/backend-v6-data': '{"VNI":1,"VtepMAC":"9a:41:e0:11:6b:05"}',
+      'flannel.alpha.coreos.com/public-ipv6': 'fd00:56::5',
+      'flannel.alpha.coreos.com/kube-subnet-manager': 'true',
+    });
+    const hostGw = annotationValues(
+      { ...attrs, backendType: 'host-gw', backendData: null, backendData6: null },
+      names,
+    );
+    expect(hostGw['flannel.alpha.coreos.com/backend-v6-data']).toBe('null');
+    const v4 = annotationValues({ ...attrs, publicIpv6: null }, names);
+    expect(Object.keys(v4).filter((k) => /v6/.test(k))).toEqual([]);
   });
 });

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { parseNetConfig, type BackendConfig } from '../../src/config/netconf.ts';
 import { TwillError, type ErrorCode } from '../../src/errors.ts';
 import { formatCidr, formatIpv4 } from '../../src/net/ipv4.ts';
+import { formatCidr6, formatIpv6 } from '../../src/net/ipv6.ts';
 
 const VXLAN_DEFAULTS: BackendConfig = {
   type: 'vxlan',
@@ -196,6 +197,142 @@ describe('parseNetConfig: good configs', () => {
 const NET = '"Network":"10.244.0.0/16"';
 const vx = (fields: string): string => `{${NET},"Backend":{"Type":"vxlan",${fields}}}`;
 
+const v6 = (fields: string): string => `{${NET},"EnableIPv6":true,${fields}}`;
+
+/** The dual-stack errors, each naming the key and the bad value. */
+function v6Bad(): [string, string, ErrorCode, string[]][] {
+  const N = '"IPv6Network":"fd00:10:244::/56"';
+  return [
+    ['IPv6Network a number', v6('"IPv6Network":6'), 'CONFIG_INVALID', ['"IPv6Network"', '6']],
+    [
+      'IPv6Network an IPv4 CIDR',
+      v6('"IPv6Network":"10.0.0.0/8"'),
+      'CONFIG_INVALID',
+      ['"IPv6Network"', '"10.0.0.0/8"', 'IPv6 CIDR'],
+    ],
+    [
+      'IPv6Network without prefix',
+      v6('"IPv6Network":"fd00::"'),
+      'CONFIG_INVALID',
+      ['"IPv6Network"', '"fd00::"'],
+    ],
+    [
+      'IPv6Network with a zone',
+      v6('"IPv6Network":"fe80::%eth0/64"'),
+      'CONFIG_INVALID',
+      ['"IPv6Network"', 'fe80::%eth0/64'],
+    ],
+    [
+      'IPv6Network not canonical (zeros written out)',
+      v6('"IPv6Network":"fd00:0:0:0::/56"'),
+      'CONFIG_INVALID',
+      ['"IPv6Network"', '"fd00:0:0:0::/56"', 'canonical', 'did you mean "fd00::/56"'],
+    ],
+    [
+      'IPv6Network not canonical (upper case)',
+      v6('"IPv6Network":"FD00::/56"'),
+      'CONFIG_INVALID',
+      ['"IPv6Network"', '"FD00::/56"', 'did you mean "fd00::/56"'],
+    ],
+    [
+      'IPv6Network with host bits',
+      v6('"IPv6Network":"fd00::1/56"'),
+      'CONFIG_INVALID',
+      ['"IPv6Network"', '"fd00::1/56"', 'host bits', 'did you mean "fd00::/56"'],
+    ],
+    [
+      'IPv6Network too small',
+      v6('"IPv6Network":"fd00::/125"'),
+      'CONFIG_INVALID',
+      ['"IPv6Network"', 'fd00::/125', 'too small', '/124'],
+    ],
+    [
+      'IPv6SubnetLen not longer than IPv6Network + 2',
+      v6(`${N},"IPv6SubnetLen":57`),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetLen"', '57', 'at least 58', 'fd00:10:244::/56'],
+    ],
+    [
+      'IPv6SubnetLen equal to the network',
+      v6(`${N},"IPv6SubnetLen":56`),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetLen"', '56', 'at least 58'],
+    ],
+    [
+      'IPv6SubnetLen 127',
+      v6(`${N},"IPv6SubnetLen":127`),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetLen"', '127', '126 or less'],
+    ],
+    [
+      'IPv6SubnetLen 129',
+      v6(`${N},"IPv6SubnetLen":129`),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetLen"', '129'],
+    ],
+    [
+      'IPv6SubnetLen a string',
+      v6(`${N},"IPv6SubnetLen":"64"`),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetLen"', '"64"'],
+    ],
+    [
+      'IPv6SubnetMin not an address',
+      v6(`${N},"IPv6SubnetMin":"fd00:10:244:1::/64"`),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetMin"', '"fd00:10:244:1::/64"', 'IPv6 address'],
+    ],
+    [
+      'IPv6SubnetMin an IPv4 address',
+      v6(`${N},"IPv6SubnetMin":"10.244.1.0"`),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetMin"', '"10.244.1.0"'],
+    ],
+    [
+      'IPv6SubnetMin outside IPv6Network',
+      v6(`${N},"IPv6SubnetMin":"fd00:10:245::"`),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetMin"', 'fd00:10:245::', 'not inside', 'fd00:10:244::/56'],
+    ],
+    [
+      'IPv6SubnetMax outside IPv6Network',
+      v6(`${N},"IPv6SubnetMax":"fd00:10:244:100::"`),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetMax"', 'fd00:10:244:100::', 'not inside'],
+    ],
+    [
+      'IPv6SubnetMin not on a subnet boundary',
+      v6(`${N},"IPv6SubnetMin":"fd00:10:244:1::1"`),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetMin"', 'fd00:10:244:1::1', 'not the start of a /64'],
+    ],
+    [
+      'IPv6SubnetMax not on a subnet boundary',
+      v6(`${N},"IPv6SubnetLen":60,"IPv6SubnetMax":"fd00:10:244:18::"`),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetMax"', 'fd00:10:244:18::', 'not the start of a /60'],
+    ],
+    [
+      'IPv6SubnetMin above IPv6SubnetMax',
+      v6(`${N},"IPv6SubnetMin":"fd00:10:244:9::","IPv6SubnetMax":"fd00:10:244:2::"`),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetMin" fd00:10:244:9::', '"IPv6SubnetMax" fd00:10:244:2::'],
+    ],
+    [
+      'IPv6SubnetMax below the default IPv6SubnetMin',
+      v6('"IPv6Network":"fd00::/62","IPv6SubnetMax":"fd00::"'),
+      'CONFIG_INVALID',
+      ['"IPv6SubnetMin" fd00:0:0:1::', '"IPv6SubnetMax" fd00::'],
+    ],
+    [
+      'EnableIPv4 false with IPv6 (IPv6-only is not supported yet)',
+      `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/56"}`,
+      'CONFIG_UNSUPPORTED',
+      ['"EnableIPv4"', 'false', 'IPv6-only'],
+    ],
+  ];
+}
+
 const BAD: [string, string, ErrorCode, string[]][] = [
   ['truncated JSON', '{"Network":', 'CONFIG_INVALID', ['net-conf.json', 'not valid JSON']],
   ['an array', '[]', 'CONFIG_INVALID', ['must be a JSON object', '[]']],
@@ -306,13 +443,43 @@ const BAD: [string, string, ErrorCode, string[]][] = [
     ['"Type"', '"ipip"'],
   ],
   ['Backend.Type a number', `{${NET},"Backend":{"Type":5}}`, 'CONFIG_INVALID', ['"Type"', '5']],
-  ['EnableIPv6 true', `{${NET},"EnableIPv6":true}`, 'CONFIG_UNSUPPORTED', ['"EnableIPv6"', 'true']],
   [
-    'IPv6Network present',
-    `{${NET},"IPv6Network":"fd00::/56"}`,
-    'CONFIG_UNSUPPORTED',
-    ['"IPv6Network"', 'fd00::/56'],
+    'EnableIPv6 true without IPv6Network',
+    `{${NET},"EnableIPv6":true}`,
+    'CONFIG_INVALID',
+    ['"EnableIPv6"', '"IPv6Network" is required'],
   ],
+  [
+    'IPv6Network without EnableIPv6',
+    `{${NET},"IPv6Network":"fd00::/56"}`,
+    'CONFIG_INVALID',
+    ['"IPv6Network" is set', '"EnableIPv6"'],
+  ],
+  [
+    'IPv6Network with EnableIPv6 false',
+    `{${NET},"EnableIPv6":false,"IPv6Network":"fd00::/56"}`,
+    'CONFIG_INVALID',
+    ['"IPv6Network" is set', '"EnableIPv6"'],
+  ],
+  [
+    'IPv6SubnetLen without EnableIPv6',
+    `{${NET},"IPv6SubnetLen":64}`,
+    'CONFIG_INVALID',
+    ['"IPv6SubnetLen" is set', '"EnableIPv6"'],
+  ],
+  [
+    'IPv6SubnetMin without EnableIPv6',
+    `{${NET},"IPv6SubnetMin":"fd00:0:0:1::"}`,
+    'CONFIG_INVALID',
+    ['"IPv6SubnetMin" is set', '"EnableIPv6"'],
+  ],
+  [
+    'IPv6SubnetMax without EnableIPv6',
+    `{${NET},"IPv6SubnetMax":"fd00:0:0:9::"}`,
+    'CONFIG_INVALID',
+    ['"IPv6SubnetMax" is set', '"EnableIPv6"'],
+  ],
+  ...v6Bad(),
   [
     'EnableIPv4 false',
     `{${NET},"EnableIPv4":false}`,
@@ -362,6 +529,137 @@ describe('parseNetConfig: bad configs', () => {
 
   it('every error is prefixed with the file name', () => {
     expect(failure('{"Network":"10.244.0.0/29"}').message).toMatch(/^net-conf\.json: /);
+  });
+});
+
+interface Good6 {
+  readonly name: string;
+  readonly fields: string;
+  readonly network: string;
+  readonly subnetLen: number;
+  readonly min: string;
+  readonly max: string;
+}
+
+const GOOD6: Good6[] = [
+  {
+    name: 'a /56: /64 subnets, the first skipped',
+    fields: '"IPv6Network":"fd00:10:244::/56"',
+    network: 'fd00:10:244::/56',
+    subnetLen: 64,
+    min: 'fd00:10:244:1::',
+    max: 'fd00:10:244:ff::',
+  },
+  {
+    name: 'a /48 (65,536 /64s)',
+    fields: '"IPv6Network":"2001:db8:42::/48"',
+    network: '2001:db8:42::/48',
+    subnetLen: 64,
+    min: '2001:db8:42:1::',
+    max: '2001:db8:42:ffff::',
+  },
+  {
+    name: 'a /62 still gets /64s',
+    fields: '"IPv6Network":"fd00::/62"',
+    network: 'fd00::/62',
+    subnetLen: 64,
+    min: 'fd00:0:0:1::',
+    max: 'fd00:0:0:3::',
+  },
+  {
+    name: 'a /63 gets /65s (prefix + 2)',
+    fields: '"IPv6Network":"fd00::/63"',
+    network: 'fd00::/63',
+    subnetLen: 65,
+    min: 'fd00::8000:0:0:0',
+    max: 'fd00:0:0:1:8000::',
+  },
+  {
+    name: 'a /124 gets /126s',
+    fields: '"IPv6Network":"fd00::/124"',
+    network: 'fd00::/124',
+    subnetLen: 126,
+    min: 'fd00::4',
+    max: 'fd00::c',
+  },
+  {
+    name: 'IPv6SubnetLen 0 is the default, as in flannel',
+    fields: '"IPv6Network":"fd00::/56","IPv6SubnetLen":0',
+    network: 'fd00::/56',
+    subnetLen: 64,
+    min: 'fd00:0:0:1::',
+    max: 'fd00:0:0:ff::',
+  },
+  {
+    name: 'IPv6SubnetLen network + 2, and explicit bounds',
+    fields:
+      '"IPv6Network":"fd00::/56","IPv6SubnetLen":58,"IPv6SubnetMin":"fd00:0:0:40::","IPv6SubnetMax":"fd00:0:0:40::"',
+    network: 'fd00::/56',
+    subnetLen: 58,
+    min: 'fd00:0:0:40::',
+    max: 'fd00:0:0:40::',
+  },
+  {
+    name: 'IPv6SubnetMin may be the network itself, bounds in any case of key and hex',
+    fields:
+      '"ipv6network":"fd00::/56","IPV6SUBNETLEN":60,"ipv6SubnetMin":"FD00::","IPv6SubnetMax":"fd00:0:0:0070::"',
+    network: 'fd00::/56',
+    subnetLen: 60,
+    min: 'fd00::',
+    max: 'fd00:0:0:70::',
+  },
+  {
+    name: 'the whole space (::/0)',
+    fields: '"IPv6Network":"::/0"',
+    network: '::/0',
+    subnetLen: 64,
+    min: '0:0:0:1::',
+    max: 'ffff:ffff:ffff:ffff::',
+  },
+];
+
+describe('parseNetConfig: dual-stack', () => {
+  it('an IPv4-only config has ipv6 null', () => {
+    expect(parseNetConfig(`{${NET}}`).ipv6).toBeNull();
+    expect(parseNetConfig(`{${NET},"EnableIPv6":false}`).ipv6).toBeNull();
+    expect(parseNetConfig(`{${NET},"EnableIPv4":true,"IPv6Network":null}`).ipv6).toBeNull();
+  });
+
+  it.each(GOOD6)('$name', (row) => {
+    const cfg = parseNetConfig(`{${NET},"EnableIPv6":true,${row.fields}}`);
+    const ipv6 = cfg.ipv6;
+    expect(ipv6).not.toBeNull();
+    if (!ipv6) return;
+    expect({
+      network: formatCidr6(ipv6.network),
+      subnetLen: ipv6.subnetLen,
+      min: formatIpv6(ipv6.subnetMin),
+      max: formatIpv6(ipv6.subnetMax),
+      unknownKeys: cfg.unknownKeys,
+    }).toStrictEqual({
+      network: row.network,
+      subnetLen: row.subnetLen,
+      min: row.min,
+      max: row.max,
+      unknownKeys: [],
+    });
+    // the IPv4 half is unchanged by IPv6
+    expect(formatCidr(cfg.network)).toBe('10.244.0.0/16');
+    expect(cfg.subnetLen).toBe(24);
+  });
+
+  it('keeps the IPv4 network mandatory with IPv6 enabled', () => {
+    const err = failure('{"EnableIPv6":true,"IPv6Network":"fd00::/56"}');
+    expect(err.code).toBe('CONFIG_INVALID');
+    expect(err.message).toContain('"Network" is required');
+  });
+
+  it('a dual-stack host-gw config (as kube-flannel writes it)', () => {
+    const cfg = parseNetConfig(
+      '{"Network":"10.244.0.0/16","EnableIPv4":true,"EnableIPv6":true,"IPv6Network":"2001:cafe:42::/56","Backend":{"Type":"host-gw"}}',
+    );
+    expect(cfg.backend).toStrictEqual({ type: 'host-gw' });
+    expect(cfg.ipv6 && formatCidr6(cfg.ipv6.network)).toBe('2001:cafe:42::/56');
   });
 });
 

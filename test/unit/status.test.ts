@@ -1,11 +1,15 @@
 // twill status, pure: the peer table says which of a peer's entries the
 // kernel lacks, the diff is sorted into missing/extra/different, and the
-// chains are compared rule by rule.
+// chains are compared rule by rule; on a dual-stack node, for each family.
 import { describe, expect, it } from 'vitest';
-import { chainSpecs } from '../../src/dataplane/masq.ts';
+import { parseNetConfig } from '../../src/config/netconf.ts';
+import { chainSpecs, chainSpecs6 } from '../../src/dataplane/masq.ts';
 import { buildStatus, chainDiff, type StatusInput } from '../../src/status/report.ts';
-import type { ObservedState } from '../../src/dataplane/model.ts';
+import { renderStatus } from '../../src/status/text.ts';
+import type { ObservedState, VxlanDevice } from '../../src/dataplane/model.ts';
 import { desiredState } from '../../src/dataplane/desired.ts';
+import type { Lease } from '../../src/lease/types.ts';
+import { parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';
 
 const PEERS = [peerLease(1, { vxlan: true }), peerLease(4, { vxlan: true })];
@@ -129,5 +133,136 @@ describe('twill status report', () => {
     expect(chainDiff(specs.postrouting, { jumps: [], rules: null }).missing).toContain(
       'chain nat TWILL-POSTRTG',
     );
+  });
+});
+
+// A dual-stack node (vxlan): our lease 10.244.3.0/24 + fd00:10:244:3::/64, peers 1 and 4 with
+// both families, peer 5 IPv4 only.
+describe('twill status report, dual-stack', () => {
+  const v6 = (t: string): Cidr6 => parseCidr6(t, { strict: true }) as Cidr6;
+  const config = parseNetConfig(
+    '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}',
+  );
+  const dualPeer = (n: number): Lease => {
+    const l = peerLease(n, { vxlan: true });
+    return {
+      ...l,
+      key: `${l.key}&fd00:10:244:${n}::-64`,
+      subnet6: v6(`fd00:10:244:${n}::/64`),
+      attrs: {
+        ...l.attrs,
+        publicIpv6: `fd00:123::${n}`,
+        backendData6: { vni: 1, vtepMac: `06:00:00:00:00:0${n}` },
+      },
+    };
+  };
+  const peers = [dualPeer(1), dualPeer(4), peerLease(5, { vxlan: true })];
+  const base = backendInput({ backend: 'vxlan', peers });
+  const self: Lease = {
+    ...base.self,
+    key: '10.244.3.0-24&fd00:10:244:3::-64',
+    subnet6: v6('fd00:10:244:3::/64'),
+    attrs: {
+      ...base.self.attrs,
+      publicIpv6: 'fd00:123::2',
+      backendData6: { vni: 1, vtepMac: '06:00:00:00:00:03' },
+    },
+  };
+  const choice = {
+    ...base.choice,
+    iface: { ...base.choice.iface, networks6: ['fd00:123::2/64'] },
+    ifaceIp6: 'fd00:123::2',
+    publicIp6: 'fd00:123::2',
+  };
+  const dual = { ...base, config, self, choice };
+  const want6 = desiredState(dual);
+  const s4 = chainSpecs(want6.masq);
+  const s6 = chainSpecs6(want6.masq6 as NonNullable<typeof want6.masq6>);
+  const link = (d: NonNullable<typeof want6.vxlan>): ObservedState['links'][number] => ({
+    ...d,
+    up: true,
+    addresses: [d.address],
+  });
+  const exact6: ObservedState = {
+    links: [link(want6.vxlan as VxlanDevice), link(want6.vxlan6 as VxlanDevice)],
+    routes: want6.routes,
+    neighs: want6.neighs.map((n) => ({ ...n, permanent: true })),
+    fdb: want6.fdb.map((f) => ({ ...f, permanent: true })),
+    postrouting: { jumps: [s4.postrouting.jump], rules: s4.postrouting.rules },
+    forward: { jumps: [s4.forward.jump], rules: s4.forward.rules },
+    postrouting6: { jumps: [s6.postrouting.jump], rules: s6.postrouting.rules },
+    forward6: { jumps: [s6.forward.jump], rules: s6.forward.rules },
+  };
+  const status6 = (observed: ObservedState): ReturnType<typeof buildStatus> =>
+    buildStatus({
+      config,
+      self,
+      records: peers.map((l) => ({ key: l.key, ok: true as const, lease: l })),
+      choice,
+      ipMasq: true,
+      randomFully: true,
+      observed,
+      daemon: { running: true, detail: 'running' },
+    });
+
+  it('shows both families of our lease, of each peer, and both tools’ chains, in sync', () => {
+    const r = status6(exact6);
+    expect(r.inSync).toBe(true);
+    expect(r.lease).toMatchObject({
+      subnet: '10.244.3.0/24',
+      subnet6: 'fd00:10:244:3::/64',
+      publicIpv6: 'fd00:123::2',
+      vtepMac6: '06:00:00:00:00:03',
+    });
+    expect(r.peers.map((p) => [p.subnet, p.kernel, p.subnet6, p.kernel6])).toEqual([
+      ['10.244.1.0/24', 'ok', 'fd00:10:244:1::/64', 'ok'],
+      ['10.244.4.0/24', 'ok', 'fd00:10:244:4::/64', 'ok'],
+      ['10.244.5.0/24', 'ok', null, null],
+    ]);
+    expect(r.masquerade6).toEqual({ postrouting: 'ok', forward: 'ok' });
+    const text = renderStatus(r);
+    expect(text).toContain(
+      'lease IPv6: fd00:10:244:3::/64, public IPv6 fd00:123::2, VtepMAC 06:00:00:00:00:03',
+    );
+    expect(text).toMatch(/10\.244\.1\.0\/24 .* ok .* fd00:10:244:1::\/64 +fd00:123::1 .* ok/);
+    expect(text).toContain('ip6tables:  TWILL-POSTRTG ok; TWILL-FWD ok');
+  });
+
+  it("tells a peer's missing IPv6 entries apart from its IPv4 ones", () => {
+    const gone = (dst: string): boolean => dst === 'fd00:10:244:4::/64';
+    const r = status6({
+      ...exact6,
+      routes: exact6.routes.filter((x) => !gone(x.dst)),
+      fdb: exact6.fdb.filter((f) => f.mac !== '06:00:00:00:00:01'),
+    });
+    expect(r.peers.map((p) => [p.kernel, p.kernel6])).toEqual([
+      ['ok', 'missing fdb'],
+      ['ok', 'missing route'],
+      ['ok', null],
+    ]);
+    expect(r.inSync).toBe(false);
+  });
+
+  it('reports the ip6tables chains on their own, naming the tool', () => {
+    const rules = s6.postrouting.rules ?? [];
+    const r = status6({
+      ...exact6,
+      postrouting6: { jumps: [s6.postrouting.jump], rules: rules.slice(1) },
+      forward6: { jumps: [], rules: s6.forward.rules },
+    });
+    expect(r.masquerade).toEqual({ postrouting: 'ok', forward: 'ok' });
+    expect(r.masquerade6).toEqual({ postrouting: '1 missing', forward: '1 missing' });
+    expect(r.diff.missing).toEqual([
+      `ip6tables nat: ${rules[0]}`,
+      'ip6tables filter: -A FORWARD -m comment --comment "twill forward" -j TWILL-FWD',
+    ]);
+  });
+
+  it('has no IPv6 fields on an IPv4-only node', () => {
+    const r = status(exact);
+    expect(r.masquerade6).toBeNull();
+    expect(r.lease).not.toHaveProperty('subnet6');
+    expect(r.peers[0]).not.toHaveProperty('kernel6');
+    expect(renderStatus(r)).not.toContain('IPv6');
   });
 });

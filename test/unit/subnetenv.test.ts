@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { TwillError } from '../../src/errors.ts';
 import { parseCidr, type Cidr } from '../../src/net/ipv4.ts';
+import { parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 import {
   parseSubnetEnv,
   readSubnetEnv,
@@ -176,5 +177,90 @@ describe('writeSubnetEnv and readSubnetEnv', () => {
       code: 'EEXIST',
     });
     expect(await readdir(dir)).toStrictEqual(['file']);
+  });
+});
+
+describe('dual-stack subnet.env (FLANNEL_IPV6_NETWORK, FLANNEL_IPV6_SUBNET)', () => {
+  function cidr6(text: string): Cidr6 {
+    const c = parseCidr6(text, { strict: true });
+    if (!c) throw new Error(`test setup: ${text} is not an IPv6 network CIDR`);
+    return c;
+  }
+  const DUAL: SubnetEnv = {
+    ...ENV,
+    network6: cidr6('fd00:10:244::/56'),
+    subnet6: cidr6('fd00:10:244:3::/64'),
+  };
+  // what flannel's WriteSubnetFile writes: the IPv6 pair after the IPv4 pair, the subnet as its
+  // first host (the bridge's gateway)
+  const DUAL_TEXT =
+    'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_IPV6_NETWORK=fd00:10:244::/56\nFLANNEL_IPV6_SUBNET=fd00:10:244:3::1/64\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n';
+
+  it("writes flannel's exact dual-stack text", () => {
+    expect(renderSubnetEnv(DUAL)).toBe(DUAL_TEXT);
+  });
+
+  it('writes the canonical first host of a subnet with zero groups', () => {
+    const env: SubnetEnv = {
+      ...ENV,
+      network6: cidr6('2001:db8::/32'),
+      subnet6: cidr6('2001:db8:0:1:8000::/65'),
+    };
+    expect(renderSubnetEnv(env)).toContain(
+      'FLANNEL_IPV6_NETWORK=2001:db8::/32\nFLANNEL_IPV6_SUBNET=2001:db8:0:1:8000::1/65\n',
+    );
+  });
+
+  it('writes no IPv6 lines for an IPv4-only node (null or absent)', () => {
+    expect(renderSubnetEnv({ ...ENV, network6: null, subnet6: null })).toBe(TEXT);
+  });
+
+  it('parses the dual-stack text back', () => {
+    expect(parseSubnetEnv(DUAL_TEXT, '/run/flannel/subnet.env')).toStrictEqual(DUAL);
+  });
+
+  it('parses an IPv4-only file without IPv6 keys', () => {
+    const env = parseSubnetEnv(TEXT, '/run/flannel/subnet.env');
+    expect(env.network6).toBeUndefined();
+    expect(env.subnet6).toBeUndefined();
+  });
+
+  it.each([
+    [
+      'only FLANNEL_IPV6_NETWORK',
+      DUAL_TEXT.replace('FLANNEL_IPV6_SUBNET=fd00:10:244:3::1/64\n', ''),
+      ['FLANNEL_IPV6_NETWORK and FLANNEL_IPV6_SUBNET', 'together'],
+    ],
+    [
+      'only FLANNEL_IPV6_SUBNET',
+      DUAL_TEXT.replace('FLANNEL_IPV6_NETWORK=fd00:10:244::/56\n', ''),
+      ['FLANNEL_IPV6_NETWORK and FLANNEL_IPV6_SUBNET', 'together'],
+    ],
+    [
+      'FLANNEL_IPV6_NETWORK with host bits',
+      DUAL_TEXT.replace(
+        'FLANNEL_IPV6_NETWORK=fd00:10:244::/56',
+        'FLANNEL_IPV6_NETWORK=fd00:10:244::1/56',
+      ),
+      ['FLANNEL_IPV6_NETWORK', '"fd00:10:244::1/56"'],
+    ],
+    [
+      'FLANNEL_IPV6_NETWORK an IPv4 CIDR',
+      DUAL_TEXT.replace('FLANNEL_IPV6_NETWORK=fd00:10:244::/56', 'FLANNEL_IPV6_NETWORK=10.0.0.0/8'),
+      ['FLANNEL_IPV6_NETWORK', '"10.0.0.0/8"'],
+    ],
+    [
+      'FLANNEL_IPV6_SUBNET without a prefix',
+      DUAL_TEXT.replace(
+        'FLANNEL_IPV6_SUBNET=fd00:10:244:3::1/64',
+        'FLANNEL_IPV6_SUBNET=fd00:10:244:3::1',
+      ),
+      ['FLANNEL_IPV6_SUBNET', '"fd00:10:244:3::1"'],
+    ],
+  ])('refuses %s, naming the file', (_name, text, parts) => {
+    const err = failure(text);
+    expect(err.code).toBe('SUBNET_ENV_INVALID');
+    expect(err.message).toContain('/run/twill/subnet.env');
+    for (const part of parts) expect(err.message).toContain(part);
   });
 });

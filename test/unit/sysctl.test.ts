@@ -1,12 +1,18 @@
 // The sysctls through a directory (--proc-sys-net), here a temporary one
 // standing in for /proc/sys/net: ip_forward 0 is written to 1 and 1 is left
 // alone; a file that cannot be read or written is SYSCTL_FAILED naming it;
-// br_netfilter and bridge-nf-call-iptables are read from the same place.
+// br_netfilter and bridge-nf-call-iptables are read from the same place;
+// with dual-stack net.ipv6.conf.all.forwarding is kept at 1 the same way.
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { bridgeNetfilterProblem, ensureIpForward } from '../../src/dataplane/sysctl.ts';
+import {
+  bridgeNetfilterProblem,
+  ensureForwarding,
+  ensureIpForward,
+  ensureIpv6Forward,
+} from '../../src/dataplane/sysctl.ts';
 
 let dir: string;
 beforeEach(async () => {
@@ -46,6 +52,36 @@ describe('ensureIpForward', () => {
       code: 'SYSCTL_FAILED',
       message: expect.stringContaining('EISDIR'),
     });
+  });
+});
+
+describe('IPv6 forwarding', () => {
+  const v6 = (): string => join(dir, 'ipv6/conf/all/forwarding');
+
+  it('writes 1 where net.ipv6.conf.all.forwarding reads 0, and names it when it cannot', async () => {
+    await expect(ensureIpv6Forward(dir)).rejects.toMatchObject({
+      code: 'SYSCTL_FAILED',
+      message: expect.stringMatching(/^cannot read net\.ipv6\.conf\.all\.forwarding: ENOENT/),
+    });
+    await mkdir(join(dir, 'ipv6/conf/all'), { recursive: true });
+    await writeFile(v6(), '0\n');
+    expect(await ensureIpv6Forward(dir)).toBe(true);
+    expect(await readFile(v6(), 'utf8')).toBe('1\n');
+    expect(await ensureIpv6Forward(dir)).toBe(false);
+  });
+
+  it('keeps both families with IPv6 on, only IPv4 with it off', async () => {
+    await mkdir(join(dir, 'ipv6/conf/all'), { recursive: true });
+    await writeFile(ipForward(), '1\n');
+    await writeFile(v6(), '0\n');
+    expect(await ensureForwarding(dir, { ipv6: false })).toBe(false);
+    expect(await readFile(v6(), 'utf8')).toBe('0\n');
+    expect(await ensureForwarding(dir, { ipv6: true })).toBe(true);
+    expect(await readFile(v6(), 'utf8')).toBe('1\n');
+    await writeFile(ipForward(), '0\n');
+    expect(await ensureForwarding(dir, { ipv6: true })).toBe(true);
+    expect(await readFile(ipForward(), 'utf8')).toBe('1\n');
+    expect(await ensureForwarding(dir, { ipv6: true })).toBe(false);
   });
 });
 

@@ -3,8 +3,11 @@
 // record, leaves after the grace time; an explicit delete removes at once.
 import { describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
+import { decodeLeaseValue } from '../../src/lease/codec.ts';
 import { PeerTracker } from '../../src/lease/tracker.ts';
-import type { LeaseRecord } from '../../src/lease/types.ts';
+import { peerRecord, type LeaseRecord } from '../../src/lease/types.ts';
+import { formatCidr, parseCidr } from '../../src/net/ipv4.ts';
+import { formatCidr6, parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 import { peerLease } from '../helpers/dataplane.ts';
 import { captureLog } from '../helpers/log.ts';
 
@@ -220,5 +223,107 @@ describe('PeerTracker', () => {
     t.handle({ type: 'delete', key: '10.244.2.0-24', gone: true });
     expect(keys(t)).toEqual(['10.244.1.0-24']);
     expect(changes()).toBe(before + 1);
+  });
+});
+
+describe('PeerTracker: dual-stack records', () => {
+  const DUAL = parseNetConfig(
+    '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}',
+  );
+  const V4 = parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}');
+  /** a Kubernetes-style record (the key is the node name) with flannel's dual-stack value */
+  const node = (
+    name: string,
+    subnet: string,
+    subnet6: string | null,
+    value: string,
+  ): LeaseRecord => {
+    const s = parseCidr(subnet, { strict: true });
+    const s6 = subnet6 === null ? null : parseCidr6(subnet6, { strict: true });
+    if (!s || s6 === undefined) throw new Error('test setup');
+    return peerRecord({
+      key: name,
+      subnet: s,
+      subnet6: s6,
+      attrs: decodeLeaseValue(value),
+      version: '1',
+      claimedAt: undefined,
+    });
+  };
+  const VALUE =
+    '{"PublicIP":"192.168.56.13","PublicIPv6":"fd00:56::13","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"7e:1b:4f:9a:2c:03"},"BackendV6Data":{"VNI":1,"VtepMAC":"9a:41:e0:11:6b:03"}}';
+  const self = node('self', '10.244.3.0/24', 'fd00:10:244:3::/64', VALUE.replace(/13/g, '11'));
+
+  function dualTracker(config = DUAL): { t: PeerTracker; changes: () => number } {
+    let changes = 0;
+    const t = new PeerTracker({
+      context: {
+        config,
+        self: self.ok ? self.lease.subnet : undefined,
+        self6: self.ok ? self.lease.subnet6 : undefined,
+      },
+      selfKey: 'self',
+      selfAttrs: () => (self.ok ? self.lease.attrs : NO_ATTRS),
+      logger: captureLog().logger,
+      onSelfLost: () => undefined,
+      lingerMs: 0,
+      deleteLingerMs: 0,
+    });
+    t.subscribe((peersChanged) => {
+      if (peersChanged) changes++;
+    });
+    return { t, changes: () => changes };
+  }
+
+  it('admits a dual-stack peer with its IPv6 subnet, and a change of only that subnet is a change', () => {
+    const { t, changes } = dualTracker();
+    t.handle({
+      type: 'snapshot',
+      records: [self, node('b', '10.244.5.0/24', 'fd00:10:244:5::/64', VALUE)],
+      reason: 'initial list',
+    });
+    expect(t.list().map((l) => [l.key, l.subnet6 && formatCidr6(l.subnet6)])).toEqual([
+      ['b', 'fd00:10:244:5::/64'],
+    ]);
+    const before = changes();
+    t.handle({ type: 'put', record: node('b', '10.244.5.0/24', 'fd00:10:244:5::/64', VALUE) });
+    expect(changes()).toBe(before);
+    t.handle({ type: 'put', record: node('b', '10.244.5.0/24', 'fd00:10:244:6::/64', VALUE) });
+    expect(changes()).toBe(before + 1);
+    expect(t.list()[0]?.subnet6 && formatCidr6(t.list()[0]?.subnet6 as Cidr6)).toBe(
+      'fd00:10:244:6::/64',
+    );
+  });
+
+  it('refuses a peer whose IPv6 subnet is ours, and one with no PublicIPv6', () => {
+    const { t } = dualTracker();
+    const noIpv6 = VALUE.replace('"fd00:56::13"', 'null');
+    t.handle({
+      type: 'snapshot',
+      records: [
+        self,
+        node('thief', '10.244.5.0/24', 'fd00:10:244:3::/64', VALUE),
+        node('mute', '10.244.6.0/24', 'fd00:10:244:6::/64', noIpv6),
+      ],
+      reason: 'initial list',
+    });
+    expect(t.list()).toEqual([]);
+    expect(Object.fromEntries([...t.skipped()].map(([k, r]) => [k, r.reason]))).toEqual({
+      thief: 'overlaps-own',
+      mute: 'public-ip',
+    });
+  });
+
+  it('with an IPv4-only config keeps only the IPv4 half of a dual-stack peer', () => {
+    const { t } = dualTracker(V4);
+    t.handle({
+      type: 'snapshot',
+      records: [self, node('b', '10.244.5.0/24', 'fd00:10:244:3::/64', VALUE)],
+      reason: 'initial list',
+    });
+    expect(t.list().map((l) => [l.key, formatCidr(l.subnet), l.subnet6])).toEqual([
+      ['b', '10.244.5.0/24', undefined],
+    ]);
+    expect(t.skipped().size).toBe(0);
   });
 });

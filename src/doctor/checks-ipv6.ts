@@ -1,0 +1,133 @@
+// Doctor checks a dual-stack node adds (pure): IPv6 forwarding, the IPv6
+// vxlan device twill-v6.<VNI> over the underlay's IPv6 address, and twill's
+// chains in ip6tables. An IPv4-only node does not run them (checks.ts), so
+// its report is what it always was; the IPv6 side of the MTU and subnet.env
+// checks lives in those checks.
+import { chainSpecs6, type ChainSpec } from '../dataplane/masq.ts';
+import type { ObservedChain } from '../dataplane/model.ts';
+import type { Cidr6 } from '../net/ipv6.ts';
+import { verdicts, type CheckResult, type DoctorFacts } from './facts.ts';
+import { ipv6Config, overlayView } from './overlay.ts';
+
+const READ_FIX =
+  "run twill doctor as root, in the node's network namespace, with the --proc-sys-net twill run has";
+
+export function checkIpv6Forward(f: DoctorFacts): CheckResult {
+  const v = verdicts('ipv6-forward');
+  const r = f.ipv6Forward;
+  if (r === undefined) return v.warn('not read', READ_FIX);
+  if (!r.ok) return v.warn(`could not read net.ipv6.conf.all.forwarding: ${r.error}`, READ_FIX);
+  if (r.value === undefined)
+    return v.fail(
+      'the node has no IPv6 sysctls (IPv6 is disabled: ipv6.disable=1 on the kernel command line, or the module is not loaded), but the network config enables IPv6',
+      'enable IPv6 on the node (remove ipv6.disable=1 and reboot), or turn EnableIPv6 off in the network config',
+    );
+  if (r.value === '1') return v.ok('net.ipv6.conf.all.forwarding is 1');
+  return v.fail(
+    `net.ipv6.conf.all.forwarding is ${r.value}: the node does not forward IPv6 pod traffic`,
+    'sysctl -w net.ipv6.conf.all.forwarding=1 and persist it in /etc/sysctl.d/ (with forwarding on, an interface configured by router advertisements needs accept_ra=2 to keep its default route)',
+  );
+}
+
+export function checkVxlan6Device(f: DoctorFacts): CheckResult {
+  const v = verdicts('vxlan6-device');
+  const view = overlayView(f);
+  if (view.backend === 'host-gw')
+    return v.ok('host-gw backend: IPv6 routes go via each peer’s PublicIPv6, no device');
+  const name = view.device6;
+  if (name === undefined) return v.warn('skipped: the backend is unknown');
+  if (!f.links.ok) return v.warn(`skipped: could not list links (${f.links.error})`);
+  const dev = f.links.value.find((l) => l.name === name);
+  const restart = `ip link del ${name}, then restart twill run (it creates the device again)`;
+  if (!dev)
+    return v.fail(
+      `${name} does not exist: IPv6 pod traffic to other nodes has no tunnel`,
+      'start twill run (it creates the device), and look for errors about it in its log',
+    );
+  if (dev.kind !== 'vxlan')
+    return v.fail(`${name} is a ${dev.kind ?? 'plain'} device, not vxlan`, restart);
+  const wrong: string[] = [];
+  const backend = f.store.ok ? f.store.value.config.backend : undefined;
+  if (backend?.type === 'vxlan' && dev.port !== backend.port)
+    wrong.push(`UDP port ${dev.port ?? '?'}, want ${backend.port}`);
+  const u6 = f.underlay6;
+  if (u6?.ok && dev.local !== u6.value.ip)
+    wrong.push(`local ${dev.local ?? 'none'}, the underlay's IPv6 address is ${u6.value.ip}`);
+  if (wrong.length > 0)
+    return v.fail(`${name}: ${wrong.join('; ')} (peers send to the wrong place)`, restart);
+  if (u6 && !u6.ok)
+    return v.warn(
+      `${name} exists (local ${dev.local ?? 'none'}); cannot tell the underlay's IPv6 address: ${u6.error}`,
+      'give the underlay interface a global IPv6 address, or pass the --iface twill run uses',
+    );
+  return v.ok(
+    `${name}: vxlan VNI ${dev.vni ?? '?'} port ${dev.port ?? '?'} local ${dev.local ?? '?'}`,
+  );
+}
+
+/** Our lease's IPv6 subnet: the store's valid record with our PublicIP and an IPv6 subnet. */
+function ownSubnet6(f: DoctorFacts): Cidr6 | undefined {
+  if (!f.store.ok || !f.underlay.ok) return undefined;
+  const ip = f.underlay.value.publicIp;
+  for (const r of f.store.value.leases)
+    if (r.ok && r.lease.attrs.publicIp === ip && r.lease.subnet6) return r.lease.subnet6;
+  return undefined;
+}
+
+/** The rules of one chain less `--random-fully` (which depends on the iptables version). */
+const plain = (rules: readonly string[] | null): string[] | null =>
+  rules === null ? null : rules.map((r) => r.replace(' --random-fully', ''));
+
+/** What is wrong with one observed ip6tables chain (nothing when it is as twill writes it). */
+function chainProblems(want: ChainSpec, seen: ObservedChain): string[] {
+  const out: string[] = [];
+  const rules = plain(want.rules);
+  if (rules === null) {
+    if (seen.rules !== null) out.push(`${want.chain} exists but --ip-masq is off`);
+    return out;
+  }
+  if (seen.rules === null) return [`no chain ${want.chain} in the ${want.table} table`];
+  if (seen.jumps.length !== 1)
+    out.push(`${seen.jumps.length} jumps from ${want.parent} to ${want.chain}, want one`);
+  const got = plain(seen.rules) ?? [];
+  const missing = rules.filter((r) => !got.includes(r));
+  if (missing.length > 0) out.push(`${want.chain} lacks \`${missing[0]}\``);
+  else if (got.join('\n') !== rules.join('\n'))
+    out.push(`${want.chain}'s rules are not in twill's order (or duplicated)`);
+  return out;
+}
+
+export function checkIp6tablesChains(f: DoctorFacts): CheckResult {
+  const v = verdicts('ip6tables-chains');
+  const c = f.ip6Chains;
+  if (c === undefined) return v.warn('not read');
+  if (!c.ok)
+    return v.warn(`could not list ip6tables chains: ${c.error}`, 'install ip6tables (iptables)');
+  const cfg = ipv6Config(f);
+  const env = f.subnetEnv.ok ? f.subnetEnv.value : undefined;
+  // the daemon writes the chains from its lease: the store's word first, subnet.env's second
+  const subnet6 = ownSubnet6(f) ?? env?.subnet6;
+  if (!cfg || !env || !subnet6)
+    return v.warn(
+      'skipped: needs the IPv6 network (from the store), our IPv6 subnet and --ip-masq (from subnet.env)',
+      'check that the lease store is reachable and twill run has written subnet.env',
+    );
+  const specs = chainSpecs6({
+    ipMasq: env.ipMasq,
+    network: cfg.network,
+    subnet: subnet6,
+    randomFully: false,
+  });
+  const problems = [
+    ...chainProblems(specs.postrouting, c.value.postrouting),
+    ...chainProblems(specs.forward, c.value.forward),
+  ];
+  if (problems.length > 0)
+    return v.fail(
+      `ip6tables: ${problems.join('; ')}: IPv6 pod traffic is ${env.ipMasq ? 'not masqueraded or ' : ''}not forwarded as twill means`,
+      'start twill run (it rewrites its chains within a second), and look for ip6tables-restore errors in its log',
+    );
+  return v.ok(
+    `ip6tables: ${env.ipMasq ? 'TWILL-POSTRTG and ' : ''}TWILL-FWD as twill writes them, one jump each`,
+  );
+}

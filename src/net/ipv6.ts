@@ -1,0 +1,134 @@
+// IPv6 addresses and CIDR blocks as plain data (bigints), with strict
+// parsing, the counterpart of ipv4.ts. Text comes from other nodes, so
+// parsing takes only hexadecimal groups (no zone, no embedded dotted quad),
+// and `formatIpv6` writes the one canonical form (RFC 5952, as Go's
+// net.IP.String() and so flannel write it): lower case, no leading zeros,
+// the longest run of two or more zero groups (the first of equals) as "::".
+
+export interface Cidr6 {
+  /** network address as an unsigned 128-bit number */
+  readonly base: bigint;
+  readonly prefix: number;
+}
+
+const GROUP = /^[0-9a-fA-F]{1,4}$/;
+const MAX = (1n << 128n) - 1n;
+
+function groups(text: string): string[] | undefined {
+  if (text === '') return [];
+  const parts = text.split(':');
+  return parts.every((p) => GROUP.test(p)) ? parts : undefined;
+}
+
+/** Parses an IPv6 address in any valid hexadecimal form; undefined for anything else. */
+export function parseIpv6(text: string): bigint | undefined {
+  if (text.length > 39 || text.length < 2) return undefined;
+  const halves = text.split('::');
+  if (halves.length > 2) return undefined;
+  const head = groups(halves[0] ?? '');
+  const tail = halves.length === 2 ? groups(halves[1] ?? '') : [];
+  if (!head || !tail) return undefined;
+  const given = head.length + tail.length;
+  if (halves.length === 2 ? given > 7 : given !== 8) return undefined;
+  const all = [...head, ...Array<string>(8 - given).fill('0'), ...tail];
+  let n = 0n;
+  for (const g of all) n = (n << 16n) | BigInt(parseInt(g, 16));
+  return n;
+}
+
+export function isIpv6(text: string): boolean {
+  return parseIpv6(text) !== undefined;
+}
+
+/** The canonical text of an address (RFC 5952). */
+export function formatIpv6(addr: bigint): string {
+  const g: number[] = [];
+  for (let i = 7; i >= 0; i--) g.push(Number((addr >> BigInt(i * 16)) & 0xffffn));
+  let best = -1;
+  let bestLen = 1;
+  for (let i = 0; i < 8;) {
+    if (g[i] !== 0) {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && g[j] === 0) j++;
+    if (j - i > bestLen) {
+      best = i;
+      bestLen = j - i;
+    }
+    i = j;
+  }
+  const hex = g.map((x) => x.toString(16));
+  if (best < 0) return hex.join(':');
+  return `${hex.slice(0, best).join(':')}::${hex.slice(best + bestLen).join(':')}`;
+}
+
+/** The canonical form of an address's text, or undefined when it is not one. */
+export function canonicalIpv6(text: string): string | undefined {
+  const n = parseIpv6(text);
+  return n === undefined ? undefined : formatIpv6(n);
+}
+
+/** Size of a block of the given prefix length, in addresses. */
+export function blockSize6(prefix: number): bigint {
+  return 1n << BigInt(128 - prefix);
+}
+
+/**
+ * Parses "addr/len". With `strict`, host bits must be zero (a network address); otherwise they
+ * are masked off. Returns undefined when malformed.
+ */
+export function parseCidr6(text: string, opts: { strict: boolean }): Cidr6 | undefined {
+  const m = /^([0-9a-fA-F:]+)\/(\d{1,3})$/.exec(text);
+  if (!m) return undefined;
+  const addr = parseIpv6(m[1] ?? '');
+  const prefix = Number(m[2]);
+  if (addr === undefined || prefix > 128 || String(prefix) !== m[2]) return undefined;
+  const base = addr - (addr % blockSize6(prefix));
+  if (opts.strict && base !== addr) return undefined;
+  return { base, prefix };
+}
+
+export function formatCidr6(c: Cidr6): string {
+  return `${formatIpv6(c.base)}/${c.prefix}`;
+}
+
+export function lastAddress6(c: Cidr6): bigint {
+  return c.base + blockSize6(c.prefix) - 1n;
+}
+
+export function containsAddr6(c: Cidr6, addr: bigint): boolean {
+  return addr >= c.base && addr <= lastAddress6(c);
+}
+
+/** True when `inner` lies entirely inside `outer`. */
+export function containsCidr6(outer: Cidr6, inner: Cidr6): boolean {
+  return inner.prefix >= outer.prefix && containsAddr6(outer, inner.base);
+}
+
+export function overlaps6(a: Cidr6, b: Cidr6): boolean {
+  return containsAddr6(a, b.base) || containsAddr6(b, a.base);
+}
+
+export function sameCidr6(a: Cidr6, b: Cidr6): boolean {
+  return a.base === b.base && a.prefix === b.prefix;
+}
+
+/** First usable host address of a subnet (network address + 1), as flannel's gateway. */
+export function firstHost6(c: Cidr6): bigint {
+  return c.base + 1n;
+}
+
+/**
+ * True for an address that may be a node's public IPv6 address: not unspecified, loopback,
+ * multicast, link-local or IPv4-mapped.
+ */
+export function isUnicastHost6(addr: bigint): boolean {
+  if (addr === 0n || addr === 1n || addr > MAX) return false;
+  const top16 = Number(addr >> 112n);
+  if (top16 >> 8 === 0xff) return false; // multicast ff00::/8
+  if ((top16 & 0xffc0) === 0xfe80) return false; // link-local fe80::/10
+  if (addr >> 32n === 0xffffn) return false; // ::ffff:0:0/96
+  return true;
+}
