@@ -3,11 +3,9 @@
 // pod's netns through `nsenter --net=<CNI_NETNS>`, the kind of an existing
 // link (and its addresses), the names of the links in the plugin's netns
 // (read from /proc/self/net/dev, no process), STATUS's throwaway bridge,
-// link deletion that treats "already gone" as done, and IPv6 forwarding for
-// the gateway bridge of a dual-stack node (IPv4's: src/dataplane/sysctl.ts).
-import { readFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { describeError, TwillError } from '../src/errors.ts';
+// and link deletion that treats "already gone" as done. Forwarding for the
+// gateway bridge (both families) is src/dataplane/sysctl.ts's.
+import { readFile } from 'node:fs/promises';
 import { failedLines } from '../src/exec/batch-errors.ts';
 import { CommandError, isNoDevice, type Runner } from '../src/exec/runner.ts';
 import { POD_IPV6_PRELUDE, batchWord, jsonOutputs } from './ip-batch.ts';
@@ -135,40 +133,6 @@ export async function linkAddrs(k: KernelDeps, dev: string): Promise<LinkAddrs |
     if (isNoDevice(err)) return undefined;
     throw err;
   }
-}
-
-/**
- * Sets net.ipv6.conf.all.forwarding to 1 under `dir` (the plugin's own /proc/sys/net) when it is
- * not, as the reference bridge plugin does for an IPv6 gateway; true when it had to. Failures throw
- * SYSCTL_FAILED (code 5) naming the file.
- */
-export async function ensureIpv6Forward(dir: string): Promise<boolean> {
-  const path = join(dir, 'ipv6/conf/all/forwarding');
-  let value: string;
-  try {
-    value = (await readFile(path, 'utf8')).trim();
-  } catch (err) {
-    throw new TwillError(
-      'SYSCTL_FAILED',
-      `cannot read net.ipv6.conf.all.forwarding: ${describeError(err)}`,
-      { cause: err },
-    );
-  }
-  if (value === '1') return false;
-  try {
-    await writeFile(path, '1\n');
-  } catch (err) {
-    const hint =
-      (err as NodeJS.ErrnoException).code === 'EROFS'
-        ? ' (read-only: the runtime must run CNI plugins with a writable /proc/sys)'
-        : '';
-    throw new TwillError(
-      'SYSCTL_FAILED',
-      `net.ipv6.conf.all.forwarding is ${value}, cannot set it to 1: ${describeError(err)}${hint}`,
-      { cause: err },
-    );
-  }
-  return true;
 }
 
 /**

@@ -12,6 +12,7 @@ import { pollChains, runMonitors, type FloodGuard, type Touch } from './dataplan
 import { detectIptables, type IptablesInfo } from './dataplane/observe.ts';
 import type { MasqSpec } from './dataplane/model.ts';
 import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
+import { forwardingSysctls } from './dataplane/sysctl.ts';
 import { DaemonProbe, type StartupProgress } from './health/probe.ts';
 import { serveHealth } from './health/server.ts';
 import { LeaseKeeper } from './lease/keeper.ts';
@@ -32,10 +33,9 @@ export interface DaemonDeps {
   readonly watch: LineWatcher;
   readonly logger: Logger;
   /**
-   * sets net.ipv4.ip_forward=1 when it is not (true when it had to); a throw fails the pass's
-   * report, not the pass
+   * keeps forwarding on: net.ipv4.ip_forward, and net.ipv6.conf.all.forwarding too on a
+   * dual-stack node (true when it had to set one); a throw fails the pass's report, not the pass
    */
-  /** keeps forwarding on: IPv4, and IPv6 too on a dual-stack node */
   readonly ensureForwarding: (o: { ipv6: boolean }) => Promise<boolean>;
   /** why bridged traffic would bypass iptables, if it would */
   readonly bridgeNetfilterProblem: () => Promise<string | undefined>;
@@ -339,6 +339,7 @@ async function runNode(
     logger,
     desired: () => desired.state(),
     ensureForwarding: () => deps.ensureForwarding({ ipv6: config.ipv6 !== null }),
+    forwardingSysctls: forwardingSysctls(config.ipv6 !== null),
     resyncMs: opts.resyncMs,
     ready: peers.listed,
     onPassStart: () => probe.passStarted(),

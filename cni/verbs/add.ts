@@ -28,7 +28,6 @@ import type { IpStore, Reserved } from '../ipam/store.ts';
 import { poolOf, poolOf6 } from '../ipam/pool.ts';
 import {
   deleteLink,
-  ensureIpv6Forward,
   hostBatch,
   linkKind,
   linkNames,
@@ -36,7 +35,7 @@ import {
   type KernelDeps,
   type LinkKind,
 } from '../kernel.ts';
-import { ensureIpForward, PROC_SYS_NET } from '../../src/dataplane/sysctl.ts';
+import { ensureIpForward, ensureIpv6Forward, PROC_SYS_NET } from '../../src/dataplane/sysctl.ts';
 import { hostVethName } from '../names.ts';
 import { renderResult, type Attachment, type ResultInterface } from '../result.ts';
 import { assertNetns, loadSubnet, storeFor, type PluginDeps, type Request } from './common.ts';
@@ -188,11 +187,11 @@ async function wire(
   const [podLink] = await podBatch(deps, env.netns, podAddBatch(pod), {
     ipv6Ifname: v6 ? env.ifname : undefined,
   });
-  if (conf.isGateway)
-    await ensureIpForward(PROC_SYS_NET, {
-      readOnlyHint: 'read-only: the runtime must run CNI plugins with a writable /proc/sys',
-    });
-  if (conf.isGateway && v6) await ensureIpv6Forward(PROC_SYS_NET);
+  const readOnly = {
+    readOnlyHint: 'read-only: the runtime must run CNI plugins with a writable /proc/sys',
+  };
+  if (conf.isGateway) await ensureIpForward(PROC_SYS_NET, readOnly);
+  if (conf.isGateway && v6) await ensureIpv6Forward(PROC_SYS_NET, readOnly);
   const gw = formatIpv4(gateway);
   const gw6 = v6 ? formatIpv6(v6.gateway) : '';
   const routes = [

@@ -145,19 +145,22 @@ function parseIpv6Config(obj: CiObject): Ipv6NetConfig | null {
     invalid(
       '"EnableIPv6" is true, so "IPv6Network" is required (an IPv6 CIDR such as "fd00:10:244::/56")',
     );
-  const network = parseCidr6(text, { strict: false });
-  if (!network) {
+  const masked = parseCidr6(text, { strict: false });
+  if (!masked) {
     invalid(
       `"IPv6Network" must be an IPv6 CIDR such as "fd00:10:244::/56", got ${JSON.stringify(text)}`,
     );
   }
-  if (formatCidr6(network) !== text) {
+  // any valid spelling (upper case, leading zeros, "0" groups) is the network flannel reads;
+  // host bits set are a mistake, as for "Network"
+  const network = parseCidr6(text, { strict: true });
+  if (!network) {
     invalid(
-      `"IPv6Network" ${JSON.stringify(text)} is not in canonical form or has host bits set; did you mean "${formatCidr6(network)}"?`,
+      `"IPv6Network" ${JSON.stringify(text)} has host bits set; did you mean "${formatCidr6(masked)}"?`,
     );
   }
   if (network.prefix > 124)
-    invalid(`"IPv6Network" ${text} is too small: it must be /124 or larger`);
+    invalid(`"IPv6Network" ${formatCidr6(network)} is too small: it must be /124 or larger`);
   const subnetLen = parseIpv6SubnetLen(obj, network);
   const size = blockSize6(subnetLen);
   const subnetMin = parseBound6(obj, 'IPv6SubnetMin', network, subnetLen) ?? network.base + size;
@@ -196,10 +199,12 @@ function parseBound6(
     invalid(
       `"${name}" must be an IPv6 address such as "fd00:10:244:1::", got ${JSON.stringify(text)}`,
     );
+  // any valid spelling; named canonically from here on
+  const shown = formatIpv6(addr);
   if (addr < network.base || addr > lastAddress6(network))
-    invalid(`"${name}" ${text} is not inside "IPv6Network" ${formatCidr6(network)}`);
+    invalid(`"${name}" ${shown} is not inside "IPv6Network" ${formatCidr6(network)}`);
   if ((addr - network.base) % blockSize6(subnetLen) !== 0n)
-    invalid(`"${name}" ${text} is not the start of a /${subnetLen} subnet ("IPv6SubnetLen")`);
+    invalid(`"${name}" ${shown} is not the start of a /${subnetLen} subnet ("IPv6SubnetLen")`);
   return addr;
 }
 

@@ -1,9 +1,10 @@
 // diff: desired vs observed → the ordered ops of one pass, pure. Only what
 // twill owns is ever deleted: routes with ROUTE_PROTOCOL, vxlan devices
 // named twill.* and twill-v6.*, permanent neighbour and FDB entries on
-// twill's devices, and twill's chains (in ip6tables too when IPv6 is on).
+// twill's devices, and twill's chains (in ip6tables too when IPv6 is on, or
+// when a pass without IPv6 read them to remove what a dual-stack run left).
 // An unchanged kernel gives an empty plan.
-import { chainSpecs, chainSpecs6, diffChain } from './masq.ts';
+import { chainSpecs, chainSpecs6, diffChain, noChainSpecs6 } from './masq.ts';
 import {
   type DesiredState,
   type LinkSetting,
@@ -217,7 +218,8 @@ export function diff(want: DesiredState, seen: ObservedState): Op[] {
   const devices = devicesOf(want);
   const links = diffLinks(devices, seen);
   const chains = chainSpecs(want.masq);
-  const chains6 = want.masq6 ? chainSpecs6(want.masq6) : undefined;
+  // IPv6 off: ip6tables chains that were read (the first pass after a start) must not exist
+  const chains6 = want.masq6 ? chainSpecs6(want.masq6) : noChainSpecs6();
   // a device that is (re)created comes back without the routes it carried
   const routes =
     links.fresh.size > 0 ? seen.routes.filter((r) => !links.fresh.has(r.dev)) : seen.routes;
@@ -230,8 +232,8 @@ export function diff(want: DesiredState, seen: ObservedState): Op[] {
     ...links.ops.filter((o) => o.phase === 'ip-post'),
     ...(seen.postrouting ? diffChain(chains.postrouting, seen.postrouting) : []),
     ...(seen.forward ? diffChain(chains.forward, seen.forward) : []),
-    // ip6tables' chains only when IPv6 is on (and they were read)
-    ...(chains6 && seen.postrouting6 ? diffChain(chains6.postrouting, seen.postrouting6) : []),
-    ...(chains6 && seen.forward6 ? diffChain(chains6.forward, seen.forward6) : []),
+    // ip6tables' chains only when they were read
+    ...(seen.postrouting6 ? diffChain(chains6.postrouting, seen.postrouting6) : []),
+    ...(seen.forward6 ? diffChain(chains6.forward, seen.forward6) : []),
   ];
 }

@@ -97,16 +97,27 @@ export function chainSpecs(spec: MasqSpec): { postrouting: ChainSpec; forward: C
 
 /** Both ip6tables chains as they should be, with the same names and rule order. */
 export function chainSpecs6(spec: MasqSpec6): { postrouting: ChainSpec; forward: ChainSpec } {
-  const s = specsOf(spec.ipMasq ? masqRules6(spec) : null, forwardRules6(spec));
-  return {
-    postrouting: { ipv6: true, ...s.postrouting },
-    forward: { ipv6: true, ...s.forward },
-  };
+  return inIp6tables(specsOf(spec.ipMasq ? masqRules6(spec) : null, forwardRules6(spec)));
+}
+
+/**
+ * The ip6tables chains when IPv6 is off: neither may exist, nor any jump to them (the first pass
+ * after a start without IPv6 removes what a dual-stack run left).
+ */
+export function noChainSpecs6(): { postrouting: ChainSpec; forward: ChainSpec } {
+  return inIp6tables(specsOf(null, null));
+}
+
+function inIp6tables(s: { postrouting: ChainSpec; forward: ChainSpec }): {
+  postrouting: ChainSpec;
+  forward: ChainSpec;
+} {
+  return { postrouting: { ipv6: true, ...s.postrouting }, forward: { ipv6: true, ...s.forward } };
 }
 
 function specsOf(
   masq: readonly string[] | null,
-  forward: readonly string[],
+  forward: readonly string[] | null,
 ): { postrouting: ChainSpec; forward: ChainSpec } {
   return {
     postrouting: {

@@ -1,11 +1,12 @@
 // Kernel event triggers: `ip monitor` (links, addresses, routes, neighbours
 // and FDB entries) and, when iptables uses the nf_tables backend,
-// `nft monitor rules`. Lines are filtered down to what concerns twill's own
-// objects, so a host whose other programs churn (pods, kube-proxy) does not
-// keep twill busy, and each line says what it touched (a Touch): one route,
-// neighbour or FDB entry, one table's chains, or "anything" (a link, an
-// address, a line twill does not read), so a known drift is repaired by
-// re-applying just what it touched and the rest gets a full pass. With
+// `nft monitor rules` (ip6tables' tables only on a dual-stack node). Lines
+// are filtered down to what concerns twill's own objects, so a host whose
+// other programs churn (pods, kube-proxy) does not keep twill busy, and each
+// line says what it touched (a Touch): one route, neighbour or FDB entry, one
+// table's chains, or "anything" (a link, an address, a line twill does not
+// read), so a known drift is repaired by re-applying just what it touched and
+// the rest gets a full pass. With
 // iptables-legacy there is no rule event stream, so twill's two chains are
 // polled instead (four `iptables -S`, by default every second; with IPv6
 // four `ip6tables -S` more). A monitor that dies is restarted with backoff,
@@ -45,16 +46,27 @@ export function ipEventMatters(line: string, ctx: MonitorContext): boolean {
   ).test(line);
 }
 
+/** The nft lines that matter in the given families: ip (iptables' tables), ip6 (ip6tables'). */
+function nftLines(family: string): { table: RegExp; chain: RegExp } {
+  return {
+    table: new RegExp(`^(flush|delete) (ruleset|table ${family} (nat|filter))\\b`),
+    chain: new RegExp(` ${family} (nat|filter) (POSTROUTING|FORWARD|TWILL-[A-Z]+) `),
+  };
+}
+const NFT_IP = nftLines('ip');
+const NFT_IP_IP6 = nftLines('ip6?');
+
 /**
  * Whether an `nft monitor rules` line concerns twill's chains or the built-in chains that jump to
- * them.
+ * them: iptables' tables (family ip), and on a dual-stack node (`ctx.ipv6`) ip6tables' (ip6)
+ * too; an IPv4-only node ignores kube-proxy's ip6tables churn.
  */
-export function nftEventMatters(line: string): boolean {
-  // ip: iptables' tables; ip6: ip6tables'
-  if (/^(flush|delete) (ruleset|table ip6? (nat|filter))\b/.test(line)) return true;
+export function nftEventMatters(line: string, ctx: Pick<MonitorContext, 'ipv6'> = {}): boolean {
+  const re = ctx.ipv6 === true ? NFT_IP_IP6 : NFT_IP;
+  if (re.table.test(line)) return true;
   // "# ERROR: We lost some netlink events!": anything may have changed meanwhile
   if (line.startsWith('# ERROR')) return true;
-  return / ip6? (nat|filter) (POSTROUTING|FORWARD|TWILL-[A-Z]+) /.test(`${line} `);
+  return re.chain.test(`${line} `);
 }
 
 /** What a kernel event touched, as far as twill can tell from its line. */
@@ -300,7 +312,7 @@ async function watchNft(o: MonitorOptions, signal: AbortSignal): Promise<void> {
         file: 'nft',
         args: ['monitor', 'rules'],
         needles: NFT_NEEDLES,
-        matters: nftEventMatters,
+        matters: (l) => nftEventMatters(l, o.ctx),
         touch: nftTouch,
         onBytes,
       },

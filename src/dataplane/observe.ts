@@ -2,7 +2,9 @@
 // number of processes run in parallel (ip -json link/addr, route, neigh,
 // bridge -json fdb, iptables -S of two built-in and two twill chains; with
 // IPv6 also ip -6 route, the IPv6 device's neighbours and FDB, and the same
-// four ip6tables -S), whatever the number of peers. Parsing is pure;
+// four ip6tables -S; without IPv6, the first pass after a start reads the
+// IPv6 routes and chains a dual-stack run may have left, a failure counting
+// as nothing there), whatever the number of peers. Parsing is pure;
 // `observe` does the reads.
 import { CommandError, isNoDevice, runJson, type Runner } from '../exec/runner.ts';
 import { canonicalIpv6 } from '../net/ipv6.ts';
@@ -143,15 +145,22 @@ export interface ObserveOptions {
    */
   readonly ipv6?: boolean;
   readonly dev6?: string | undefined;
+  /**
+   * IPv6 is off, but what a dual-stack run may have left is read too, tolerantly: the IPv6 routes
+   * and (with `chains`) the ip6tables chains. A read that fails (a kernel without IPv6, no
+   * ip6tables) counts as nothing there. For the first pass after a start only: a steady IPv4-only
+   * pass spawns what it always did.
+   */
+  readonly leftovers6?: boolean;
 }
 
 /**
  * Reads the kernel's view of what twill owns; `dev` is the vxlan device whose
  * entries matter. Without `chains`, the chains are not read (a lease change
  * cannot have changed them): `postrouting` and `forward` are then undefined.
- * Without `ipv6`, no IPv6 route or chain is read (IPv4-only passes spawn what
- * they always did); twill-v6.* devices are seen either way, so one left from
- * dual-stack is removed.
+ * Without `ipv6` (or `leftovers6`), no IPv6 route or chain is read (IPv4-only
+ * passes spawn what they always did); twill-v6.* devices are seen either way,
+ * so one left from dual-stack is removed.
  */
 export async function observe(
   runner: Runner,
@@ -164,6 +173,7 @@ export async function observe(
     await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show', 'type', 'vxlan'], opts),
   );
   const ipv6 = o.ipv6 === true;
+  const leftovers6 = !ipv6 && o.leftovers6 === true;
   const vanished = new Set<string>();
   // the device may go between the reads (deleted by hand): then it is absent, not a failed pass
   const ofDevice = <T>(d: string | undefined, read: (d: string) => Promise<T[]>): Promise<T[]> => {
@@ -190,28 +200,39 @@ export async function observe(
   const chain = (table: string, parent: string, name: string, v6: boolean) =>
     observeChain(runner, { table, parent, chain: name, ...(v6 ? { ipv6: true } : {}) }, signal);
   const dev6 = ipv6 ? o.dev6 : undefined;
+  // leftovers: a read that fails is nothing there (a chain not read is left alone)
+  const tolerant = <T>(read: Promise<T>, none: T): Promise<T> =>
+    read.catch((err: unknown) => {
+      if (signal.aborted) throw err;
+      return none;
+    });
+  const read6 = ipv6 || leftovers6;
+  const chain6 = (table: string, parent: string, name: string) =>
+    ipv6
+      ? chain(table, parent, name, true)
+      : tolerant<ObservedChain | undefined>(chain(table, parent, name, true), undefined);
   const [routes, routes6, neighs, neighs6, fdb, fdb6, postrouting, forward, post6, fwd6] =
     await Promise.all([
       routesOf([]),
-      ipv6 ? routesOf(['-6']) : [],
+      ipv6 ? routesOf(['-6']) : leftovers6 ? tolerant(routesOf(['-6']), []) : [],
       ofDevice(dev, neighsOf),
       ofDevice(dev6, neighsOf),
       ofDevice(dev, fdbOf),
       ofDevice(dev6, fdbOf),
       o.chains ? chain('nat', 'POSTROUTING', MASQ_CHAIN, false) : undefined,
       o.chains ? chain('filter', 'FORWARD', FWD_CHAIN, false) : undefined,
-      o.chains && ipv6 ? chain('nat', 'POSTROUTING', MASQ_CHAIN, true) : undefined,
-      o.chains && ipv6 ? chain('filter', 'FORWARD', FWD_CHAIN, true) : undefined,
+      o.chains && read6 ? chain6('nat', 'POSTROUTING', MASQ_CHAIN) : undefined,
+      o.chains && read6 ? chain6('filter', 'FORWARD', FWD_CHAIN) : undefined,
     ]);
   const gone = (x: { dev: string }): boolean => vanished.has(x.dev);
   return {
     links: links.filter((l) => !vanished.has(l.name)),
-    routes: ipv6 ? [...routes, ...routes6] : routes,
+    routes: read6 ? [...routes, ...routes6] : routes,
     neighs: [...neighs, ...neighs6].filter((n) => !gone(n)),
     fdb: [...fdb, ...fdb6].filter((f) => !gone(f)),
     postrouting,
     forward,
-    ...(ipv6 ? { postrouting6: post6, forward6: fwd6 } : {}),
+    ...(read6 ? { postrouting6: post6, forward6: fwd6 } : {}),
   };
 }
 

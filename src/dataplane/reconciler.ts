@@ -24,11 +24,15 @@
 // Failed passes, and full passes that keep finding work although the leases
 // did not change, back off and retry; a lease change cuts the back-off
 // short. Observed passes also keep forwarding on (ensureForwarding:
-// net.ipv4.ip_forward, with dual-stack net.ipv6.conf.all.forwarding too);
-// failing to (a read-only /proc/sys) fails the pass's report, never the rest
-// of it. With dual-stack (the desired state's masq6), observed passes read
-// the IPv6 routes, the twill-v6 device's entries and the ip6tables chains
-// too, and a chains pass looks at a table's chains in both families.
+// net.ipv4.ip_forward, with dual-stack net.ipv6.conf.all.forwarding too; the
+// log names what forwardingSysctls lists); failing to (a read-only
+// /proc/sys) fails the pass's report, never the rest of it. With dual-stack
+// (the desired state's masq6), observed passes read the IPv6 routes, the
+// twill-v6 device's entries and the ip6tables chains too, and a chains pass
+// looks at a table's chains in both families. Without IPv6, the first full
+// pass after a start (until one applies cleanly) also reads, tolerantly, the
+// IPv6 routes and ip6tables chains a dual-stack run may have left, and
+// removes them; later passes spawn what IPv4-only passes always did.
 // No pass runs before `ready` (the first complete peer list): a pass on an
 // empty peer set would sweep every peer's entries on a restart.
 import { describeError } from '../errors.ts';
@@ -104,10 +108,15 @@ export interface ReconcilerOptions {
   /** the desired state now (from our lease and the current peers) */
   readonly desired: () => DesiredState;
   /**
-   * sets net.ipv4.ip_forward=1 when it is not; true when it had to; a throw is reported as a
-   * failure of the pass, not its end
+   * sets the forwarding sysctls (`forwardingSysctls`) to 1 when they are not; true when it had
+   * to; a throw is reported as a failure of the pass, not its end
    */
   readonly ensureForwarding: () => Promise<boolean>;
+  /**
+   * the sysctls ensureForwarding keeps at 1, as the log names them (default
+   * ['net.ipv4.ip_forward']; a dual-stack node adds 'net.ipv6.conf.all.forwarding')
+   */
+  readonly forwardingSysctls?: readonly string[];
   /**
    * period of the safety-net full pass (jittered by ±10 %, so nodes started together spread out)
    */
@@ -156,6 +165,11 @@ export class Reconciler {
   private fullDueAt = 0;
   /** why ip_forward could not be kept at 1, as of the last observed pass */
   private forwardingFailure: string | undefined;
+  /**
+   * IPv6 is off and no full pass has yet removed what a dual-stack run may have left (IPv6 routes,
+   * ip6tables chains): the next full pass reads them too
+   */
+  private leftovers6 = true;
 
   constructor(o: ReconcilerOptions) {
     this.o = o;
@@ -225,15 +239,19 @@ export class Reconciler {
     await this.checkForwarding();
     if (o.chains)
       this.fullDueAt = performance.now() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
+    const leftovers6 = o.chains && !want.masq6 && this.leftovers6;
     const seen = await observe(this.runner, want.vxlan?.name, signal, {
       chains: o.chains,
       ...(want.masq6 ? { ipv6: true, dev6: want.vxlan6?.name } : {}),
+      ...(leftovers6 ? { leftovers6: true } : {}),
     });
     const observed = performance.now();
     const ops = diff(want, seen);
     const drift = ops.length > 0 && generation === this.convergedGeneration;
     const { failures } =
       ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
+    // removed, or there were none: later passes need not look
+    if (leftovers6 && failures.length === 0) this.leftovers6 = false;
     if (ops.length === 0) this.convergedGeneration = generation;
     return this.finish(
       {
@@ -346,22 +364,22 @@ export class Reconciler {
    * observed pass finds it fixed. Logged once per distinct error.
    */
   private async checkForwarding(): Promise<void> {
+    // the sysctls by name: "net.ipv4.ip_forward", or on a dual-stack node both
+    const names = this.o.forwardingSysctls ?? ['net.ipv4.ip_forward'];
+    const [one, all] = [names.join(' or '), names.join(' and ')];
     let failure: string | undefined;
     try {
-      if (await this.o.ensureForwarding())
-        this.o.logger.warn(
-          'forwarding was off (net.ipv4.ip_forward, or net.ipv6.conf.all.forwarding on a dual-stack node); set it to 1',
-        );
+      if (await this.o.ensureForwarding()) this.o.logger.warn(`${one} was 0; set it to 1`);
     } catch (err) {
       failure = `sysctl: ${describeError(err)}`;
     }
     if (failure !== undefined && failure !== this.forwardingFailure)
       this.o.logger.warn(
         { err: failure },
-        'cannot keep forwarding on (net.ipv4.ip_forward, and net.ipv6.conf.all.forwarding on a dual-stack node); the rest of the dataplane is programmed, and every observed pass tries again',
+        `cannot keep ${all} at 1; the rest of the dataplane is programmed, and every observed pass tries again`,
       );
     if (failure === undefined && this.forwardingFailure !== undefined)
-      this.o.logger.info('net.ipv4.ip_forward is 1 again');
+      this.o.logger.info(`${all} ${names.length > 1 ? 'are' : 'is'} 1 again`);
     this.forwardingFailure = failure;
   }
 

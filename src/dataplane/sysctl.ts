@@ -21,6 +21,12 @@ import { describeError, TwillError } from '../errors.ts';
 /** The default --proc-sys-net. */
 export const PROC_SYS_NET = '/proc/sys/net';
 
+const IP_FORWARD = 'ipv4/ip_forward';
+const IPV6_FORWARD = 'ipv6/conf/all/forwarding';
+
+/** A path under /proc/sys/net as sysctl names it: ipv4/ip_forward → net.ipv4.ip_forward. */
+const sysctlName = (rel: string): string => `net.${rel.replaceAll('/', '.')}`;
+
 /**
  * Sets ip_forward to 1 when it is not; true when it had to. A read or write
  * that fails throws SYSCTL_FAILED naming the file and, for a read-only
@@ -30,7 +36,7 @@ export async function ensureIpForward(
   dir: string,
   o: { readOnlyHint?: string } = {},
 ): Promise<boolean> {
-  return ensureOne(dir, 'ipv4/ip_forward', o);
+  return ensureOne(dir, IP_FORWARD, o);
 }
 
 /**
@@ -43,7 +49,7 @@ export async function ensureIpv6Forward(
   dir: string,
   o: { readOnlyHint?: string } = {},
 ): Promise<boolean> {
-  return ensureOne(dir, 'ipv6/conf/all/forwarding', o);
+  return ensureOne(dir, IPV6_FORWARD, o);
 }
 
 /**
@@ -61,9 +67,17 @@ export async function ensureForwarding(
   return v4 || v6;
 }
 
+/**
+ * The sysctls ensureForwarding keeps at 1, by name (the reconciler's log names them):
+ * net.ipv4.ip_forward, and with `ipv6` net.ipv6.conf.all.forwarding.
+ */
+export function forwardingSysctls(ipv6: boolean): string[] {
+  return (ipv6 ? [IP_FORWARD, IPV6_FORWARD] : [IP_FORWARD]).map(sysctlName);
+}
+
 /** `rel` under `dir` ("ipv4/ip_forward") set to 1 when it is not; true when it had to. */
 async function ensureOne(dir: string, rel: string, o: { readOnlyHint?: string }): Promise<boolean> {
-  const name = `net.${rel.replaceAll('/', '.')}`;
+  const name = sysctlName(rel);
   // Node's fs messages already name the errno and the path ("EROFS: read-only file system, open
   // '…'")
   const path = join(dir, rel);

@@ -3,7 +3,7 @@
 // chains in ip6tables. An IPv4-only node does not run them (checks.ts), so
 // its report is what it always was; the IPv6 side of the MTU and subnet.env
 // checks lives in those checks.
-import { chainSpecs6, type ChainSpec } from '../dataplane/masq.ts';
+import { chainSpecs6, diffChain, type ChainSpec } from '../dataplane/masq.ts';
 import type { ObservedChain } from '../dataplane/model.ts';
 import type { Cidr6 } from '../net/ipv6.ts';
 import { verdicts, type CheckResult, type DoctorFacts } from './facts.ts';
@@ -78,22 +78,32 @@ function ownSubnet6(f: DoctorFacts): Cidr6 | undefined {
 const plain = (rules: readonly string[] | null): string[] | null =>
   rules === null ? null : rules.map((r) => r.replace(' --random-fully', ''));
 
-/** What is wrong with one observed ip6tables chain (nothing when it is as twill writes it). */
+/**
+ * What is wrong with one observed ip6tables chain (nothing when it is as twill writes it): the ops
+ * the daemon's diff (diffChain) would apply to it, in words.
+ */
 function chainProblems(want: ChainSpec, seen: ObservedChain): string[] {
+  const { table, parent, chain } = want;
+  const ops = diffChain(
+    { ...want, rules: plain(want.rules) },
+    { jumps: seen.jumps, rules: plain(seen.rules) },
+  );
   const out: string[] = [];
-  const rules = plain(want.rules);
-  if (rules === null) {
-    if (seen.rules !== null) out.push(`${want.chain} exists but --ip-masq is off`);
-    return out;
+  for (const op of ops) {
+    if (op.kind !== 'chain') continue;
+    if (op.action === 'add') return [`no chain ${chain} in the ${table} table`];
+    if (op.action === 'delete') out.push(`${chain} exists but --ip-masq is off`);
+    else if (op.missing.length > 0) out.push(`${chain} lacks \`${op.missing[0]}\``);
+    else out.push(`${chain}'s rules are not in twill's order (or duplicated)`);
   }
-  if (seen.rules === null) return [`no chain ${want.chain} in the ${want.table} table`];
-  if (seen.jumps.length !== 1)
-    out.push(`${seen.jumps.length} jumps from ${want.parent} to ${want.chain}, want one`);
-  const got = plain(seen.rules) ?? [];
-  const missing = rules.filter((r) => !got.includes(r));
-  if (missing.length > 0) out.push(`${want.chain} lacks \`${missing[0]}\``);
-  else if (got.join('\n') !== rules.join('\n'))
-    out.push(`${want.chain}'s rules are not in twill's order (or duplicated)`);
+  if (ops.some((op) => op.kind === 'jump')) {
+    const n = seen.jumps.length;
+    out.push(
+      want.rules === null || n !== 1
+        ? `${n} jump${n === 1 ? '' : 's'} from ${parent} to ${chain}, want ${want.rules === null ? 'none' : 'one'}`
+        : `the jump from ${parent} to ${chain} is \`${seen.jumps[0] ?? ''}\`, not twill's \`${want.jump}\``,
+    );
+  }
   return out;
 }
 

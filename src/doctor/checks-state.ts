@@ -1,7 +1,7 @@
 // Doctor checks over twill's state (pure): subnet.env against our lease in
 // the store (on a dual-stack node FLANNEL_IPV6_* too), cni0 carrying an
-// address from an old subnet, owned routes no lease explains, and what
-// another overlay daemon (flannel) left behind.
+// address from an old subnet, owned routes no lease explains (IPv6 ones too on
+// a dual-stack node), and what another overlay daemon (flannel) left behind.
 import type { Lease } from '../lease/types.ts';
 import {
   containsAddr,
@@ -163,13 +163,26 @@ export function checkStaleRoutes(f: DoctorFacts): CheckResult {
       'check that the lease store is up and reachable: --etcd-endpoints and etcd, or with --kube-subnet-mgr the kubeconfig, the API server and RBAC',
     );
   const ip = f.underlay.ok ? f.underlay.value.publicIp : undefined;
+  // a dual-stack node's IPv6 routes too, each explained by a peer lease's IPv6 subnet
+  const routes6 = f.ownedRoutes6;
   const explained = new Set(
     f.store.value.leases.flatMap((r) =>
-      r.ok && r.lease.attrs.publicIp !== ip ? [formatCidr(r.lease.subnet)] : [],
+      r.ok && r.lease.attrs.publicIp !== ip
+        ? [
+            formatCidr(r.lease.subnet),
+            ...(routes6 && r.lease.subnet6 ? [formatCidr6(r.lease.subnet6)] : []),
+          ]
+        : [],
     ),
   );
-  const stale = f.ownedRoutes.value.filter((r) => !explained.has(r.dst));
-  const n = f.ownedRoutes.value.length;
+  const routes = routes6?.ok ? [...f.ownedRoutes.value, ...routes6.value] : f.ownedRoutes.value;
+  const stale = routes.filter((r) => !explained.has(r.dst));
+  const n = routes.length;
+  if (stale.length === 0 && routes6 && !routes6.ok)
+    return v.warn(
+      `${n} IPv4 route${n === 1 ? '' : 's'} with protocol 151, each explained by a peer's lease; could not list the IPv6 ones: ${routes6.error}`,
+      "run twill doctor as root, in the node's network namespace, on a kernel with IPv6",
+    );
   if (stale.length === 0)
     return v.ok(
       `${n} route${n === 1 ? '' : 's'} with protocol 151, each explained by a peer's lease`,

@@ -126,4 +126,6 @@ export interface DoctorFacts {
   readonly ipv6Forward?: Read<string | undefined>;
   readonly underlay6?: Read<Underlay6Fact>;
   readonly ip6Chains?: Read<Ip6ChainsFact>;
+  /** dual-stack only: main-table IPv6 routes carrying twill's protocol */
+  readonly ownedRoutes6?: Read<readonly RouteSpec[]>;
 }

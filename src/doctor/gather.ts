@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { describeError, hasCode, TwillError } from '../errors.ts';
 import { runJson, type Runner } from '../exec/runner.ts';
 import { FWD_CHAIN, MASQ_CHAIN } from '../dataplane/masq.ts';
-import { ROUTE_PROTOCOL } from '../dataplane/model.ts';
+import { ROUTE_PROTOCOL, type RouteSpec } from '../dataplane/model.ts';
 import { observeChain, parseIptablesVersion, parseRoutes } from '../dataplane/observe.ts';
 import { listLeases } from '../lease/snapshot.ts';
 import type { LeaseStore } from '../lease/types.ts';
@@ -171,21 +171,41 @@ async function ip6Chains(runner: Runner, signal: AbortSignal): Promise<Ip6Chains
   return { postrouting, forward };
 }
 
-/** The IPv6 facts of a dual-stack node: forwarding, the underlay's IPv6 address, the chains. */
+/** Main-table routes with twill's protocol, of one family (`family`: [] or ['-6']). */
+async function readOwnedRoutes(
+  runner: Runner,
+  family: readonly string[],
+  signal: AbortSignal,
+): Promise<RouteSpec[]> {
+  return parseRoutes(
+    await runJson(
+      runner,
+      'ip',
+      [...family, '-json', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)],
+      { signal, timeoutMs: 10_000 },
+    ),
+  );
+}
+
+/**
+ * The IPv6 facts of a dual-stack node: forwarding, the underlay's IPv6 address, the chains, the
+ * IPv6 routes with twill's protocol.
+ */
 async function ipv6Facts(
   deps: GatherDeps,
   o: GatherOptions,
   signal: AbortSignal,
-): Promise<Pick<DoctorFacts, 'ipv6Forward' | 'underlay6' | 'ip6Chains'>> {
-  const [ipv6Forward, underlay6, chains] = await Promise.all([
+): Promise<Pick<DoctorFacts, 'ipv6Forward' | 'underlay6' | 'ip6Chains' | 'ownedRoutes6'>> {
+  const [ipv6Forward, underlay6, chains, routes6] = await Promise.all([
     sysctl(deps, o, 'ipv6/conf/all/forwarding'),
     attempt(async (): Promise<Underlay6Fact> => {
       const c = await discoverInterface(deps.runner, { ...o.iface, ipv6: true }, signal);
       return { ip: c.ifaceIp6 ?? '', publicIp: c.publicIp6 ?? '' };
     }),
     attempt(() => ip6Chains(deps.runner, signal)),
+    attempt(() => readOwnedRoutes(deps.runner, ['-6'], signal)),
   ]);
-  return { ipv6Forward, underlay6, ip6Chains: chains };
+  return { ipv6Forward, underlay6, ip6Chains: chains, ownedRoutes6: routes6 };
 }
 
 /** Reads every fact the checks need. */
@@ -234,16 +254,7 @@ export async function gather(
             : `store: ${describeError(err)}`,
         ),
       ),
-    attempt(async () =>
-      parseRoutes(
-        await runJson(
-          runner,
-          'ip',
-          ['-json', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)],
-          opts,
-        ),
-      ),
-    ),
+    attempt(() => readOwnedRoutes(runner, [], signal)),
   ]);
   const facts: DoctorFacts = {
     ipForward,

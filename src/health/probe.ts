@@ -10,7 +10,7 @@ import { describeError } from '../errors.ts';
 import { REFUSAL_REASONS, type Refusal, type RefusalReason } from '../lease/admit.ts';
 import type { Lease, LeaseEvent } from '../lease/types.ts';
 import { formatCidr, sameCidr } from '../net/ipv4.ts';
-import { formatCidr6, sameCidr6, type Cidr6 } from '../net/ipv6.ts';
+import { formatCidr6, sameOptionalCidr6, type Cidr6 } from '../net/ipv6.ts';
 import { readSubnetEnv, type SubnetEnv } from '../subnetenv.ts';
 import type { HealthFacts, StartupFacts } from './health.ts';
 import { driftKind, TwillMetrics } from './metrics.ts';
@@ -187,7 +187,10 @@ export class DaemonProbe implements StartupProgress {
       ) {
         return `subnet.env ${path} says ${formatCidr(got.subnet)} MTU ${got.mtu}, the lease says ${formatCidr(want.subnet)} MTU ${want.mtu}`;
       }
-      if (!sameOptional(got.subnet6, want.subnet6) || !sameOptional(got.network6, want.network6)) {
+      if (
+        !sameOptionalCidr6(got.subnet6, want.subnet6) ||
+        !sameOptionalCidr6(got.network6, want.network6)
+      ) {
         return `subnet.env ${path} says IPv6 ${text6(got.subnet6)} in ${text6(got.network6)}, the lease says ${text6(want.subnet6)} in ${text6(want.network6)}`;
       }
       return undefined;
@@ -206,11 +209,6 @@ export class DaemonProbe implements StartupProgress {
       ? `underlay interface ${this.underlay} is gone`
       : `underlay interface ${this.underlay} is ${state}`;
   }
-}
-
-/** Both absent (IPv4 only), or the same IPv6 block. */
-function sameOptional(a: Cidr6 | null | undefined, b: Cidr6 | null | undefined): boolean {
-  return a && b ? sameCidr6(a, b) : !a && !b;
 }
 
 function text6(c: Cidr6 | null | undefined): string {

@@ -16,9 +16,12 @@
 //     refuses the same peers. Conflicts are found per family: overlapping
 //     in IPv4 or in IPv6 is a conflict.
 // A record is admitted or refused whole: a dual-stack peer with a bad IPv6
-// half is refused with its reason, never routed for IPv4 alone (its pods
-// would be half reachable, the refusal visible only by an absence). A peer's
-// IPv6 half is ignored when our config has no IPv6 (forOurFamilies).
+// half (including unreadable IPv6 fields, its `v6Problem`) is refused with its
+// reason, never routed for IPv4 alone (its pods would be half reachable, the
+// refusal visible only by an absence). A peer's IPv6 half is ignored when our
+// config has no IPv6, and when the peer publishes no PublicIPv6 at all (a node
+// not running dual-stack yet, while the cluster already gives it an IPv6
+// podCIDR: a rolling upgrade); see forOurFamilies.
 // Every refusal has a short `reason` (the metric's label) and a detail for
 // people, with values from the store truncated.
 import type { NetConfig } from '../config/netconf.ts';
@@ -182,6 +185,8 @@ function checkPeer6(lease: Lease, subnet6: Cidr6, ctx: PeerContext): Refusal | u
   const { config } = ctx;
   const ipv6 = config.ipv6;
   if (!ipv6) return undefined;
+  if (lease.attrs.v6Problem !== undefined)
+    return refuse('malformed', truncated(lease.attrs.v6Problem, 200));
   const subnet = formatCidr6(subnet6);
   if (!ctx.anySubnetSize && subnet6.prefix !== ipv6.subnetLen)
     return refuse(
@@ -246,10 +251,16 @@ function checkPeer6(lease: Lease, subnet6: Cidr6, ctx: PeerContext): Refusal | u
 /**
  * The lease as far as our config can use it: a dual-stack peer's IPv6 half is dropped when our
  * config has no IPv6 (flannel, with EnableIPv6 false, reads only the IPv4 half too), so that it
- * neither routes nor conflicts over a family we do not run.
+ * neither routes nor conflicts over a family we do not run; and when the peer publishes no
+ * PublicIPv6 (nor an unreadable one): it does not run dual-stack yet, though its Node already has
+ * an IPv6 podCIDR (a rolling upgrade), and is reachable over IPv4 as before.
  */
 export function forOurFamilies(lease: Lease, config: NetConfig): Lease {
-  if (config.ipv6 || !lease.subnet6) return lease;
+  if (!lease.subnet6) return lease;
+  const published =
+    (lease.attrs.publicIpv6 !== null && lease.attrs.publicIpv6 !== undefined) ||
+    lease.attrs.v6Problem !== undefined;
+  if (config.ipv6 && published) return lease;
   const { subnet6: _, ...v4 } = lease;
   return v4;
 }

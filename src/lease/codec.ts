@@ -3,7 +3,9 @@
 // values with PublicIP, PublicIPv6, BackendType, BackendData and, for IPv6
 // vxlan, BackendV6Data. Decoding treats the text as
 // untrusted: anything malformed becomes a LEASE_INVALID error naming the
-// field and value, never a half-parsed lease.
+// field and value, never a half-parsed lease; except that a malformed IPv6
+// field (PublicIPv6, BackendV6Data) is kept apart as the lease's `v6Problem`,
+// since a node running IPv4 only ignores those fields (admit.ts decides).
 import { CiObject } from '../config/json-object.ts';
 import { BACKEND_TYPES, type BackendType } from '../config/netconf.ts';
 import { TwillError } from '../errors.ts';
@@ -103,7 +105,6 @@ export function decodeLeaseObject(raw: unknown): LeaseAttrs {
   const publicIp = obj.string('PublicIP');
   if (publicIp === undefined || !isIpv4(publicIp))
     invalid(`PublicIP ${JSON.stringify(publicIp ?? null)} is not an IPv4 address`);
-  const publicIpv6 = decodePublicIpv6(obj.get('PublicIPv6'));
   const backendType = obj.string('BackendType') ?? '';
   if (!BACKEND_TYPES.includes(backendType as BackendType)) {
     invalid(`BackendType ${JSON.stringify(backendType)} is not one of ${BACKEND_TYPES.join(', ')}`);
@@ -111,9 +112,7 @@ export function decodeLeaseObject(raw: unknown): LeaseAttrs {
   const type = backendType as BackendType;
   const backendData =
     type === 'vxlan' ? decodeVxlanData(obj.get('BackendData'), 'BackendData') : null;
-  const v6Raw = obj.get('BackendV6Data');
-  const backendData6 =
-    type === 'vxlan' && v6Raw !== undefined ? decodeVxlanData(v6Raw, 'BackendV6Data') : null;
+  const { publicIpv6, backendData6, v6Problem } = decodeIpv6Fields(obj, type);
   const node = obj.get('TwillNode');
   if (node !== undefined && (typeof node !== 'string' || node === '' || node.length > 253))
     invalid('TwillNode is not a node name (a string of 1 to 253 characters)');
@@ -123,8 +122,29 @@ export function decodeLeaseObject(raw: unknown): LeaseAttrs {
     backendType: type,
     backendData,
     ...(backendData6 ? { backendData6 } : {}),
+    ...(v6Problem === undefined ? {} : { v6Problem }),
     ...(node === undefined ? {} : { node }),
   };
+}
+
+/**
+ * PublicIPv6 and BackendV6Data. A malformed one does not make the lease invalid: its problem is
+ * returned apart (both fields then absent), for admission to weigh against our own config.
+ */
+function decodeIpv6Fields(
+  obj: CiObject,
+  type: BackendType,
+): { publicIpv6: string | null; backendData6: VxlanLeaseData | null; v6Problem?: string } {
+  try {
+    const publicIpv6 = decodePublicIpv6(obj.get('PublicIPv6'));
+    const raw = obj.get('BackendV6Data');
+    const backendData6 =
+      type === 'vxlan' && raw !== undefined ? decodeVxlanData(raw, 'BackendV6Data') : null;
+    return { publicIpv6, backendData6 };
+  } catch (err) {
+    if (!(err instanceof TwillError)) throw err;
+    return { publicIpv6: null, backendData6: null, v6Problem: err.message };
+  }
 }
 
 /** PublicIPv6: null or absent, or an IPv6 address, kept in canonical form. */

@@ -14,6 +14,13 @@
 //   - a peer: its IPv4 half alone (a lease without subnet6: routed for IPv4,
 //     as flannel does with an empty IPv6 subnet), so a node that joined
 //     before the cluster went dual-stack keeps its IPv4 reachability.
+// A peer with an IPv6 podCIDR but no public-ipv6 annotation (its twill or
+// flannel does not run dual-stack yet, in a rolling upgrade, while the
+// cluster already allocates both families) is routed for IPv4 alone too:
+// admission drops its IPv6 subnet (admit.ts forOurFamilies). A malformed
+// public-ipv6 or backend-v6-data annotation does not make the record
+// invalid: it is the lease's v6Problem, a refusal only where our config has
+// IPv6 (a node running IPv4 only ignores those annotations, as flannel does).
 import type { NetConfig } from '../config/netconf.ts';
 import { TwillError } from '../errors.ts';
 import { containsCidr, formatCidr, isIpv4, parseCidr, type Cidr } from '../net/ipv4.ts';
@@ -151,9 +158,17 @@ export function nodeAttrs(node: NodeView, names: Annotations): LeaseAttrs {
   const backendType = a[names.backendType] ?? '';
   const data = jsonAnnotation(a, names.backendData);
   const publicIpv6 = a[names.publicIpv6];
-  const data6 = jsonAnnotation(a, names.backendV6Data);
+  // the IPv6 annotations' problems are kept apart (the lease's v6Problem), as the codec does
+  let data6: unknown = null;
+  let problem6: string | undefined;
   try {
-    return decodeLeaseObject({
+    data6 = jsonAnnotation(a, names.backendV6Data);
+  } catch (err) {
+    problem6 = (err as Error).message;
+  }
+  let attrs: LeaseAttrs;
+  try {
+    attrs = decodeLeaseObject({
       PublicIP: publicIp,
       BackendType: backendType,
       ...(data === null ? {} : { BackendData: data }),
@@ -162,14 +177,19 @@ export function nodeAttrs(node: NodeView, names: Annotations): LeaseAttrs {
       ...(data6 === null ? {} : { BackendV6Data: data6 }),
     });
   } catch (err) {
-    const which = [names.backendType, names.backendData];
-    if (publicIpv6 !== undefined) which.push(names.publicIpv6);
-    if (data6 !== null) which.push(names.backendV6Data);
     throw new TwillError(
       'LEASE_INVALID',
-      `node annotations (${which.join(', ')}): ${(err as Error).message}`,
+      `node annotations (${names.backendType}, ${names.backendData}): ${(err as Error).message}`,
     );
   }
+  const v6Problem =
+    problem6 ??
+    (attrs.v6Problem === undefined
+      ? undefined
+      : `node annotations (${names.publicIpv6}, ${names.backendV6Data}): ${attrs.v6Problem}`);
+  if (v6Problem === undefined) return attrs;
+  const { backendData6: _data6, v6Problem: _problem, ...v4 } = attrs;
+  return { ...v4, publicIpv6: null, v6Problem };
 }
 
 /** A JSON annotation's value; null when absent, empty or "null". */

@@ -9,7 +9,14 @@
 import { parseNetConfig, type NetConfig } from '../config/netconf.ts';
 import { TwillError, describeError } from '../errors.ts';
 import { formatCidr, overlaps, sameCidr, type Cidr } from '../net/ipv4.ts';
-import { formatCidr6, overlaps6, sameCidr6, type Cidr6 } from '../net/ipv6.ts';
+import {
+  formatCidr6,
+  overlaps6,
+  parseCidr6,
+  sameCidr6,
+  sameOptionalCidr6,
+  type Cidr6,
+} from '../net/ipv6.ts';
 import { pause } from '../util/abort.ts';
 import {
   fitsConfig,
@@ -245,13 +252,16 @@ export class KvLeaseStore implements LeaseStore {
     // IPv4 subnet and its pods' addresses. (flannel then takes a random IPv4 subnet as well.)
     const prev = [...replaced.map((r) => r.subnet), req.previous].find(free);
     const prev6 = [...replaced.map((r) => r.subnet6), req.previous6].find(free6);
+    let lost = false;
     if (prev && prev6) {
       const written = await this.createDual({ subnet: prev, subnet6: prev6 }, attrs, signal);
       if (written) return written;
+      // the pair went to someone else meanwhile: trying it again would lose again
+      lost = true;
     }
-    const pick = prev ?? pickFreeSubnet(config, taken, this.random);
+    const pick = (lost ? undefined : prev) ?? pickFreeSubnet(config, taken, this.random);
     if (!pick) throw exhausted(config, taken.length);
-    const pick6 = prev6 ?? pickFreeSubnet6(ipv6, taken6, this.random);
+    const pick6 = (lost ? undefined : prev6) ?? pickFreeSubnet6(ipv6, taken6, this.random);
     if (!pick6) {
       throw new TwillError(
         'SUBNETS_EXHAUSTED',
@@ -276,9 +286,9 @@ export class KvLeaseStore implements LeaseStore {
    * `create` for a dual-stack pair. Create-if-absent guards one key, but two nodes racing for one
    * IPv4 subnet with different IPv6 subnets write two keys ("10.244.3.0-24&fd00::-64" and
    * "10.244.3.0-24&fd00:0:0:1::-64"), and likewise for one IPv6 subnet. So after creating, the
-   * subnets are listed again: when another key that was created first overlaps ours in either
-   * family, ours is deleted and the race counts as lost (the caller tries again). Peers admit the
-   * first claim meanwhile (admit.ts), so the loser's brief key routes nothing.
+   * subnets are listed again: when another key that was created first claims one of ours, ours is
+   * deleted and the race counts as lost (the caller tries again). Peers admit the first claim
+   * meanwhile (admit.ts), so the loser's brief key routes nothing.
    */
   private async createDual(
     subnets: KeySubnets & { subnet6: Cidr6 },
@@ -287,21 +297,32 @@ export class KvLeaseStore implements LeaseStore {
   ): Promise<Lease | undefined> {
     const lease = await this.create(subnets, attrs, signal);
     if (!lease) return undefined;
+    if (!(await this.claimedEarlier(lease, signal))) return lease;
+    await this.kv.deleteIf(this.fullKey(lease.key), lease.version, signal);
+    return undefined;
+  }
+
+  /**
+   * The key of another lease, created before our just-written `lease`, that claims its IPv4 or its
+   * IPv6 subnet; undefined when there is none. Only a key naming the very same subnet counts: our
+   * subnets fit the config (aligned blocks of SubnetLen / IPv6SubnetLen), so of the keys that fit
+   * it (the only ones `taken` counts) those are the ones that overlap ours; a hostile "0.0.0.0-0"
+   * or "10.244.200.0-24&::-0" overlaps every lease but fits no config, and must not make every
+   * acquisition lose.
+   */
+  private async claimedEarlier(lease: Lease, signal: AbortSignal): Promise<string | undefined> {
     const ours = BigInt(lease.version);
     const listing = await this.kv.list(this.subnetsPrefix, signal);
     const earlier = listing.entries.find((e) => {
       const key = e.key.slice(this.subnetsPrefix.length);
       if (key === lease.key || BigInt(e.createRevision ?? e.modRevision) >= ours) return false;
-      const other = takenByKey(key)[0];
-      return (
-        other !== undefined &&
-        (overlaps(other.subnet, subnets.subnet) ||
-          (other.subnet6 !== null && overlaps6(other.subnet6, subnets.subnet6)))
+      return takenByKey(key).some(
+        (other) =>
+          sameCidr(other.subnet, lease.subnet) ||
+          (!!other.subnet6 && !!lease.subnet6 && sameCidr6(other.subnet6, lease.subnet6)),
       );
     });
-    if (!earlier) return lease;
-    await this.kv.deleteIf(this.fullKey(lease.key), lease.version, signal);
-    return undefined;
+    return earlier?.key.slice(this.subnetsPrefix.length);
   }
 
   async renewLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
@@ -324,7 +345,20 @@ export class KvLeaseStore implements LeaseStore {
     const key = this.fullKey(lease.key);
     for (let attempt = 0; attempt < 3; attempt++) {
       const written = await this.kv.create(key, encodeLeaseValue(lease.attrs), this.ttl, signal);
-      if (written) return this.toLease(subnetsOf(lease), lease.attrs, written);
+      if (written) {
+        const back = this.toLease(subnetsOf(lease), lease.attrs, written);
+        // A dual key guards only its own pair: while ours was gone, another node may have taken
+        // our IPv4 (or IPv6) subnet under a key with another half. The first claim keeps it, as
+        // a taken IPv4-only key does.
+        if (!back.subnet6) return back;
+        const holder = await this.claimedEarlier(back, signal);
+        if (holder === undefined) return back;
+        await this.kv.deleteIf(key, back.version, signal);
+        throw new TwillError(
+          'LEASE_TAKEN',
+          `subnet ${formatCidr(lease.subnet)} or ${formatCidr6(back.subnet6)} is now held by lease ${truncated(holder)}; twill will not take it over`,
+        );
+      }
       const current = await this.kv.get(key, signal);
       if (current) return this.adopt(lease, current, signal);
     }
@@ -347,7 +381,7 @@ export class KvLeaseStore implements LeaseStore {
       otherNode ||
       record.lease.attrs.publicIp !== lease.attrs.publicIp ||
       !sameCidr(record.lease.subnet, lease.subnet) ||
-      !sameSubnet6(record.lease.subnet6, lease.subnet6)
+      !sameOptionalCidr6(record.lease.subnet6, lease.subnet6)
     ) {
       const holder = record.ok
         ? `node ${record.lease.attrs.node !== undefined ? `${truncated(record.lease.attrs.node)} (${record.lease.attrs.publicIp})` : record.lease.attrs.publicIp}`
@@ -416,21 +450,28 @@ export class KvLeaseStore implements LeaseStore {
   }
 }
 
-/** A record whose value is bad still occupies its key, if the key names subnets. */
+/**
+ * A record whose value is bad still occupies its key, if the key names subnets. A dual key whose
+ * IPv6 half is not canonical (flannel reads it, twill's peers refuse it) still holds its IPv4
+ * subnet, and its IPv6 one when that half is a subnet at all.
+ */
 function takenByKey(key: string): KeySubnets[] {
   try {
     return [parseLeaseKey(key)];
   } catch {
-    return [];
+    const m = /^([0-9.]+-\d{1,2})&([0-9a-fA-F:]+)-(\d{1,3})$/.exec(key);
+    if (!m) return [];
+    try {
+      const { subnet } = parseLeaseKey(m[1] ?? '');
+      return [{ subnet, subnet6: parseCidr6(`${m[2]}/${m[3]}`, { strict: true }) ?? null }];
+    } catch {
+      return [];
+    }
   }
 }
 
 function subnetsOf(lease: Lease): KeySubnets {
   return { subnet: lease.subnet, subnet6: lease.subnet6 ?? null };
-}
-
-function sameSubnet6(a: Cidr6 | null | undefined, b: Cidr6 | null | undefined): boolean {
-  return a && b ? sameCidr6(a, b) : !a && !b;
 }
 
 function exhausted(config: NetConfig, leases: number): TwillError {

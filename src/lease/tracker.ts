@@ -12,7 +12,7 @@
 // deleted Node object) at once.
 import type { Logger } from '../log.ts';
 import { formatCidr, sameCidr } from '../net/ipv4.ts';
-import { sameCidr6 } from '../net/ipv6.ts';
+import { sameOptionalCidr6 } from '../net/ipv6.ts';
 import { describeLease, encodeLeaseValue } from './codec.ts';
 import {
   checkPeer,
@@ -221,9 +221,7 @@ export class PeerTracker {
     const same =
       encodeLeaseValue(before.attrs) === encodeLeaseValue(r.lease.attrs) &&
       sameCidr(before.subnet, r.lease.subnet) &&
-      (before.subnet6 && r.lease.subnet6
-        ? sameCidr6(before.subnet6, r.lease.subnet6)
-        : !before.subnet6 && !r.lease.subnet6) &&
+      sameOptionalCidr6(before.subnet6, r.lease.subnet6) &&
       before.claimedAt === r.lease.claimedAt;
     if (same) return false;
     this.peerLog(

@@ -20,6 +20,13 @@ export interface LeaseAttrs {
   /** vxlan with IPv6: the VNI + VtepMAC of the node's IPv6 vxlan device (BackendV6Data) */
   readonly backendData6?: VxlanLeaseData | null;
   /**
+   * Why a peer's IPv6 fields (PublicIPv6, BackendV6Data) could not be read, when they could not:
+   * they are then absent above. Kept apart from the IPv4 fields because a node running IPv4 only
+   * ignores them (as flannel does); admission refuses the peer for it only when our config has
+   * IPv6 (admit.ts). Never encoded.
+   */
+  readonly v6Problem?: string;
+  /**
    * etcd mode: the name of the twill node holding the lease (`TwillNode`
    * in the value, a key flannel ignores); absent in leases flannel wrote.
    * Two live nodes with one PublicIP are told apart by it.

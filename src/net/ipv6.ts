@@ -115,6 +115,14 @@ export function sameCidr6(a: Cidr6, b: Cidr6): boolean {
   return a.base === b.base && a.prefix === b.prefix;
 }
 
+/** Both absent (an IPv4-only lease or file), or the same IPv6 block. */
+export function sameOptionalCidr6(
+  a: Cidr6 | null | undefined,
+  b: Cidr6 | null | undefined,
+): boolean {
+  return a && b ? sameCidr6(a, b) : !a && !b;
+}
+
 /** First usable host address of a subnet (network address + 1), as flannel's gateway. */
 export function firstHost6(c: Cidr6): bigint {
   return c.base + 1n;

@@ -5,8 +5,9 @@
 // annotations and NetworkUnavailable=False, a deleted Node is gone from
 // every peer (how fast is the drill table's `met`), and `down` leaves no
 // namespace, process or file.
-// Over host-gw only what differs (the annotations, the matrix, a Node
-// deleted): the whole drill set costs 75 s a backend. Runs in the separate
+// Over host-gw, dual-stack, only what differs (the annotations with the IPv6
+// ones, the matrix in both families, a Node deleted, two IPv6 breaks): the
+// whole drill set costs 75 s a backend. Runs in the separate
 // e2e pass (see package.json).
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { NetnsCluster } from '../../lab/netns-cluster.ts';
@@ -38,7 +39,7 @@ const KUBE_DRILLS = [
  */
 async function upKube(
   name: string,
-  o: { backend: 'vxlan' | 'host-gw'; pods: number },
+  o: { backend: 'vxlan' | 'host-gw'; pods: number; dualStack?: boolean },
 ): Promise<void> {
   onTestFinished(async () => void (await lab('--name', name, 'down').catch(() => '')));
   const up = await lab(
@@ -53,7 +54,10 @@ async function upKube(
     String(o.pods),
     '--backend',
     o.backend,
+    ...(o.dualStack === true ? ['--dual-stack'] : []),
   );
+  // dual-stack: the matrix has each pod and the outside host twice, by IPv4 and by IPv6
+  if (o.dualStack === true) expect(up).toContain(`${2 * (3 * o.pods + 1)}=outside/6`);
   expect(up).toContain(
     `full connectivity: ${3 * o.pods} pods, every pod reaches every pod and outside`,
   );
@@ -123,27 +127,34 @@ describe('the netns lab in Kubernetes mode over vxlan', () => {
   );
 });
 
-describe('the netns lab in Kubernetes mode over host-gw', () => {
+describe('the netns lab in Kubernetes mode over host-gw, dual-stack', () => {
   it(
-    'comes up, the Nodes say host-gw, a deleted Node leaves every peer, and down leaves nothing',
+    'comes up in both families, the Nodes say host-gw with their IPv6 address, a deleted Node leaves every peer, IPv6 breaks heal, and down leaves nothing',
     { timeout: 300_000 },
     async () => {
       const name = `twk${process.pid % 100000}h`;
-      await upKube(name, { backend: 'host-gw', pods: 1 });
+      await upKube(name, { backend: 'host-gw', pods: 1, dualStack: true });
       for (const [node, v] of Object.entries(await nodeView(name))) {
+        const index = Number(node.slice(1));
         expect(v.annotations, node).toMatchObject({
           'backend-type': 'host-gw',
           'backend-data': 'null',
+          'public-ipv6': `fd00:123::${10 + index}`,
+          'backend-v6-data': 'null',
           'kube-subnet-manager': 'true',
         });
         expect(v.networkUnavailable, node).toBe('False');
       }
-      const [deleted] = await labDrills(name, 'node-deleted');
-      expect(deleted, deleted?.notes.join('; ')).toMatchObject({
-        name: 'node-deleted',
-        pass: true,
-        leftovers: [],
-      });
+      const results = [];
+      for (const drill of ['node-deleted', 'peer-route6', 'masq6-rule'])
+        results.push(...(await labDrills(name, drill)));
+      expect(results.map((r) => r.name)).toEqual(['node-deleted', 'peer-route6', 'masq6-rule']);
+      for (const r of results)
+        expect(r, `${r.name}: ${r.notes.join('; ')} ${r.leftovers.join('; ')}`).toMatchObject({
+          pass: true,
+          leftovers: [],
+          met: expect.any(Boolean),
+        });
       await lab('--name', name, 'down');
       expect(await labLeftovers(name)).toEqual([]);
     },

@@ -153,6 +153,10 @@ export function healthyDualFacts(): DoctorFacts {
       postrouting: { jumps: [specs.postrouting.jump], rules: specs.postrouting.rules },
       forward: { jumps: [specs.forward.jump], rules: specs.forward.rules },
     }),
+    // the peer's IPv6 route through twill-v6.1
+    ownedRoutes6: got([
+      { dst: 'fd00:10:244:1::/64', via: 'fd00:10:244:1::', dev: 'twill-v6.1', onlink: true },
+    ]),
   };
 }
 

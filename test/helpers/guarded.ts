@@ -61,6 +61,7 @@ export async function startGuardedNode(o: {
         runner,
         logger,
         masq: () => desiredState(o.input).masq,
+        masq6: () => desiredState(o.input).masq6,
         intervalMs: 1_000,
         onDrift: (x, t) => r.touch(x, t),
       },
@@ -70,7 +71,7 @@ export async function startGuardedNode(o: {
   const monitors = {
     watch: nsWatch(ns),
     logger,
-    ctx: { underlay: 'eth0' },
+    ctx: { underlay: 'eth0', ipv6: o.input.config.ipv6 !== null },
     nft: o.watch !== 'poll',
     onEvent: (s: string, t?: Touch) => (t ? r.touch(s, t) : r.trigger(s)),
   };

@@ -559,7 +559,7 @@ describe('Kubernetes lease store, dual-stack (spec.podCIDRs with both families)'
     });
   });
 
-  it('lists dual-stack peers with subnet6, PublicIPv6 and BackendV6Data; a peer without an IPv6 podCIDR is IPv4 only; a bad v6 annotation is an invalid record', async () => {
+  it('lists dual-stack peers with subnet6, PublicIPv6 and BackendV6Data; a peer without an IPv6 podCIDR is IPv4 only; a bad v6 annotation refuses a peer only where IPv6 is on', async () => {
     await admin.createNode('d7', {
       podCidrs: ['fd00:10:244:67::/64', '10.244.67.0/24'],
       annotations: v6annotations(dualAttrs(67)),
@@ -594,29 +594,45 @@ describe('Kubernetes lease store, dual-stack (spec.podCIDRs with both families)'
     expect(d7?.ok && pair(d7.lease)).toEqual(['10.244.67.0/24', 'fd00:10:244:67::/64']);
     const d8 = records.get('d8');
     expect(d8?.ok && pair(d8.lease)).toEqual(['10.244.68.0/24', null]);
+    // a bad IPv6 annotation leaves the record readable, its problem kept apart (v6Problem)
     const d9 = records.get('d9');
-    expect(!d9?.ok && d9?.reason).toMatch(/public-ipv6.*PublicIPv6 "fd00::zz"/);
+    expect(d9?.ok && d9.lease.attrs.v6Problem).toMatch(/public-ipv6.*PublicIPv6 "fd00::zz"/);
     const d10 = records.get('d10');
-    expect(!d10?.ok && d10?.reason).toContain(`annotation ${P}/backend-v6-data is not JSON`);
-    // the peers our own dual-stack lease admits: d7 with both families, d8 with IPv4 only
+    expect(d10?.ok && d10.lease.attrs.v6Problem).toContain(
+      `annotation ${P}/backend-v6-data is not JSON`,
+    );
+    // the peers our own dual-stack lease admits: d7 with both families, d8 with IPv4 only; d9
+    // and d10 are refused for their IPv6 annotations. A node running IPv4 only admits all four
+    // for IPv4, as flannel with IPv6 off does.
     const self = records.get('d1');
-    const tracker = new PeerTracker({
-      context: {
-        config: dual,
-        self: self?.ok ? self.lease.subnet : undefined,
-        self6: self?.ok ? self.lease.subnet6 : undefined,
-        anySubnetSize: true,
-      },
-      selfKey: 'd1',
-      selfAttrs: () => dualAttrs(61),
-      logger: captureLog().logger,
-      onSelfLost: () => undefined,
-    });
-    if (snap) tracker.handle(snap);
-    const admitted = new Map(tracker.list().map((l) => [l.key, pair(l)]));
+    const tracker = (netconf: typeof dual): PeerTracker =>
+      new PeerTracker({
+        context: {
+          config: netconf,
+          self: self?.ok ? self.lease.subnet : undefined,
+          self6: netconf.ipv6 && self?.ok ? self.lease.subnet6 : undefined,
+          anySubnetSize: true,
+        },
+        selfKey: 'd1',
+        selfAttrs: () => dualAttrs(61),
+        logger: captureLog().logger,
+        onSelfLost: () => undefined,
+      });
+    const on = tracker(dual);
+    if (snap) on.handle(snap);
+    const admitted = new Map(on.list().map((l) => [l.key, pair(l)]));
     expect(admitted.get('d7')).toEqual(['10.244.67.0/24', 'fd00:10:244:67::/64']);
     expect(admitted.get('d8')).toEqual(['10.244.68.0/24', null]);
     expect(admitted.has('d9')).toBe(false);
+    expect(admitted.has('d10')).toBe(false);
+    expect(on.skipped().get('d9')?.reason).toBe('malformed');
+    expect(on.skipped().get('d10')?.detail).toContain(`${P}/backend-v6-data`);
+    const off = tracker(config);
+    if (snap) off.handle(snap);
+    const admitted4 = new Map(off.list().map((l) => [l.key, pair(l)]));
+    expect(admitted4.get('d9')).toEqual(['10.244.69.0/24', null]);
+    expect(admitted4.get('d10')).toEqual(['10.244.70.0/24', null]);
+    expect(admitted4.get('d7')).toEqual(['10.244.67.0/24', null]);
     await w.stop();
   });
 

@@ -4,7 +4,9 @@
 // key back within 2 s after `etcdctl del`; clean exit on SIGTERM without
 // revoking; clear start-up errors for a missing or bad config. Dual-stack:
 // flannel's refusal to start without an IPv6 address, then the lease key and
-// value and subnet.env with both families, --public-ipv6 in the lease.
+// value and subnet.env with both families, --public-ipv6 in the lease; and a
+// dual-stack lease in flannel's exact format, put by hand, routed in both
+// families (twill.1 and twill-v6.1).
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -205,6 +207,51 @@ describe('twill run in a network namespace', () => {
     );
     const log = await readFile(join(dir, 'dual.log'), 'utf8');
     expect(log).toContain(`"subnet6":"fd00:10:244:${v6}::/64"`);
+    twill.kill('SIGTERM');
+    expect(await exited(twill)).toBe(0);
+  });
+  it('dual-stack: a lease flannel wrote (its fixture, put by hand) is routed in both families', async () => {
+    const fixtures = JSON.parse(
+      await readFile(resolve(import.meta.dirname, '../fixtures/flannel-leases.json'), 'utf8'),
+    ) as { leases: { name: string; key: string; value: string }[] };
+    const lease = fixtures.leases.find((l) => l.name.startsWith('dual-stack vxlan'));
+    if (!lease) throw new Error('no dual-stack vxlan fixture');
+    await etcdctl(
+      'put',
+      '/flannel6/config',
+      '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}',
+    );
+    // the key and value exactly as flannel's etcd manager writes them
+    await etcdctl('put', `/flannel6/subnets/${lease.key}`, lease.value);
+    await lab.exec(nodeNs, 'ip', ['addr', 'replace', 'fd00:123::2/64', 'dev', 'eth0', 'nodad']);
+    const subnetFile = join(dir, 'flannel6-subnet.env');
+    const twill = startTwill(
+      ['--etcd-prefix', '/flannel6', '--subnet-file', subnetFile],
+      'flannel6.log',
+    );
+    const sh = (args: string[]): Promise<string> => lab.exec(nodeNs, args[0] ?? '', args.slice(1));
+    // the fixture: 10.244.5.0/24 & fd00:10:244:5::/64 at 192.168.56.13 / fd00:56::13, VtepMACs
+    // 7e:1b:4f:9a:2c:03 (twill.1) and 9a:41:e0:11:6b:03 (twill-v6.1)
+    await waitFor(
+      async () =>
+        (await sh(['ip', '-6', 'route', 'show', 'fd00:10:244:5::/64']).catch(() => '')) !== '',
+      { timeoutMs: slowBound(5000), what: "the flannel lease's IPv6 route" },
+    );
+    expect(await sh(['ip', '-6', 'route', 'show', 'fd00:10:244:5::/64'])).toContain(
+      'via fd00:10:244:5:: dev twill-v6.1 proto 151',
+    );
+    expect(await sh(['ip', '-6', 'neigh', 'show', 'fd00:10:244:5::', 'dev', 'twill-v6.1'])).toMatch(
+      /lladdr 9a:41:e0:11:6b:03 PERMANENT/,
+    );
+    expect(await sh(['bridge', 'fdb', 'show', 'dev', 'twill-v6.1'])).toContain(
+      '9a:41:e0:11:6b:03 dst fd00:56::13 self permanent',
+    );
+    expect(await sh(['ip', 'route', 'show', '10.244.5.0/24'])).toContain(
+      'via 10.244.5.0 dev twill.1 proto 151 onlink',
+    );
+    expect(await sh(['bridge', 'fdb', 'show', 'dev', 'twill.1'])).toContain(
+      '7e:1b:4f:9a:2c:03 dst 192.168.56.13 self permanent',
+    );
     twill.kill('SIGTERM');
     expect(await exited(twill)).toBe(0);
   });

@@ -183,6 +183,66 @@ describe('dual-stack dataplane on a real kernel', () => {
     expect((await v4.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);
   });
 
+  it('a restart without IPv6 removes what dual-stack left on its first pass (IPv6 host-gw routes, ip6tables chains and jumps), and later passes read no IPv6', async () => {
+    const hostPeers = [1, 5].map((n) => peerLease(n, { vxlan: false, ipv6: true }));
+    const ds = await reconciler(() => dual(hostPeers, 'host-gw')).pass(AbortSignal.timeout(20_000));
+    expect(ds.failures).toEqual([]);
+    const before = await kernelView(runner, { ipv6: true });
+    expect(before.v6?.routes).toHaveLength(2);
+    expect(before.v6?.postrouting).toContain('-j TWILL-POSTRTG');
+    expect(before.v6?.forward).toContain('-j TWILL-FWD');
+    // what is not twill's stays: an IPv6 route of another protocol, another FORWARD rule
+    await runner('ip', ['-6', 'route', 'add', 'fd00:99::/64', 'via', 'fd7b::1', 'dev', 'eth0']);
+    await runner('ip6tables', ['-A', 'FORWARD', '-s', 'fd00:99::/64', '-j', 'ACCEPT']);
+    onTestFinished(async () => {
+      await runner('ip', ['-6', 'route', 'del', 'fd00:99::/64']).catch(() => undefined);
+      await runner('ip6tables', ['-D', 'FORWARD', '-s', 'fd00:99::/64', '-j', 'ACCEPT']);
+    });
+    const calls: string[] = [];
+    const counted: Runner = (file, args, opts) => {
+      calls.push([file, ...args].join(' '));
+      return runner(file, args, opts);
+    };
+    const v4 = reconciler(() => backendInput({ backend: 'host-gw', peers: hostPeers }), {
+      r: counted,
+    });
+    const first = await v4.pass(AbortSignal.timeout(20_000));
+    expect(first.failures).toEqual([]);
+    const after = await kernelView(runner, { ipv6: true });
+    expect(after.v6?.routes).toEqual([]);
+    expect(after.v6?.postrtg).toBe('');
+    expect(after.v6?.fwd).toBe('');
+    expect(after.v6?.postrouting).not.toContain('TWILL');
+    expect(after.v6?.forward).not.toContain('TWILL');
+    expect(after.v6?.forward).toContain('-A FORWARD -s fd00:99::/64 -j ACCEPT');
+    expect((await runner('ip', ['-6', 'route', 'show', 'fd00:99::/64'])).stdout).toContain(
+      'via fd7b::1',
+    );
+    // the IPv4 side is an IPv4-only node's
+    expect(after.routes).toEqual([
+      '10.244.1.0/24 via 10.123.0.1 dev eth0 proto 151',
+      '10.244.5.0/24 via 10.123.0.5 dev eth0 proto 151',
+    ]);
+    expect(after.fwd).toContain('-A TWILL-FWD');
+    // converged, and the passes after the first spawn what an IPv4-only pass always did
+    calls.length = 0;
+    expect((await v4.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);
+    expect(calls.filter((c) => c.startsWith('ip6tables') || c.startsWith('ip -6'))).toEqual([]);
+  });
+
+  it('a node without ip6tables: the first pass without IPv6 treats the chains as not there, and does not fail', async () => {
+    // ip6tables cannot be started (not installed): the runner fails to spawn it
+    const noIp6tables: Runner = (file, args, opts) =>
+      runner(file === 'ip6tables' ? '/nonexistent/ip6tables' : file, args, opts);
+    const r = reconciler(() => backendInput({ backend: 'vxlan', peers: PEERS }), {
+      r: noIp6tables,
+    });
+    const first = await r.pass(AbortSignal.timeout(20_000));
+    expect(first.failures).toEqual([]);
+    expect(first.ops.some((op) => 'ipv6' in op)).toBe(false);
+    expect((await kernelView(runner)).routes).toHaveLength(3);
+  });
+
   it('carries pod-to-pod IPv6 between two nodes through their twill-v6 devices', async () => {
     // this node is node 3 (fd00:0:0:3::/64 at fd7b::2); the peer namespace is node 1
     const here = dual([peerLease(1, { vxlan: true, ipv6: true })]);

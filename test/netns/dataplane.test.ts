@@ -360,7 +360,9 @@ describe('dataplane programmer on a real kernel', () => {
     });
     expect(r.lastPass()?.failures).toEqual([erofs]);
     expect((await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout).toContain('proto 151');
-    expect(log.lines.filter((l) => l.msg.startsWith('cannot keep forwarding on'))).toHaveLength(1);
+    expect(
+      log.lines.filter((l) => l.msg.startsWith('cannot keep net.ipv4.ip_forward at 1')),
+    ).toHaveLength(1);
     // writable again: the next observed pass sets it, and the failure is gone
     await sys.readOnly(false);
     r.trigger('test');
@@ -371,7 +373,7 @@ describe('dataplane programmer on a real kernel', () => {
     expect((await readFile(join(sys.dir, 'ipv4/ip_forward'), 'utf8')).trim()).toBe('1');
     expect(log.lines.map((l) => l.msg)).toEqual(
       expect.arrayContaining([
-        'forwarding was off (net.ipv4.ip_forward, or net.ipv6.conf.all.forwarding on a dual-stack node); set it to 1',
+        'net.ipv4.ip_forward was 0; set it to 1',
         'net.ipv4.ip_forward is 1 again',
       ]),
     );
@@ -380,20 +382,21 @@ describe('dataplane programmer on a real kernel', () => {
   it('spawns the same few processes per pass whatever the number of peers', async () => {
     const spawned = async (peers: number): Promise<string[]> => {
       const calls: string[] = [];
-      const counting: Runner = (file, args, opts) => {
-        calls.push(file);
+      let counting = false;
+      const counted: Runner = (file, args, opts) => {
+        if (counting) calls.push(file);
         return runner(file, args, opts);
       };
       const list = Array.from({ length: peers }, (_, i) =>
         peerLease(i < 2 ? i + 1 : i + 2, { vxlan: true }),
       );
-      await reconciler(() => backendInput({ backend: 'host-gw', peers: [], ipMasq: false })).pass(
-        AbortSignal.timeout(20_000),
-      );
-      const report = await reconciler(
-        () => backendInput({ backend: 'vxlan', peers: list }),
-        counting,
-      ).pass(AbortSignal.timeout(30_000));
+      let input = backendInput({ backend: 'host-gw', peers: [], ipMasq: false });
+      const r = reconciler(() => input, counted);
+      // not counted: the first pass after a start also reads what a dual-stack run may have left
+      await r.pass(AbortSignal.timeout(20_000));
+      input = backendInput({ backend: 'vxlan', peers: list });
+      counting = true;
+      const report = await r.pass(AbortSignal.timeout(30_000));
       expect(report.failures).toEqual([]);
       expect((await kernelView(runner)).routes).toHaveLength(peers);
       return calls.sort();

@@ -74,11 +74,7 @@ describe('--proc-sys-net', () => {
       what: 'ip_forward set back to 1',
     });
     expect(
-      (await logLines(n1)).some(
-        (l) =>
-          l.msg ===
-          'forwarding was off (net.ipv4.ip_forward, or net.ipv6.conf.all.forwarding on a dual-stack node); set it to 1',
-      ),
+      (await logLines(n1)).some((l) => l.msg === 'net.ipv4.ip_forward was 0; set it to 1'),
     ).toBe(true);
     expect((await readFile('/proc/sys/net/ipv4/ip_forward', 'utf8')).trim()).toBe(host);
     expect((await get(n1, '/readyz')).status).toBe(200);
@@ -117,7 +113,7 @@ describe('--proc-sys-net', () => {
       { timeoutMs: slowBound(10_000), what: 'three failed passes' },
     );
     expect(
-      (await logLines(n2)).filter((l) => l.msg?.startsWith('cannot keep forwarding on')),
+      (await logLines(n2)).filter((l) => l.msg?.startsWith('cannot keep net.ipv4.ip_forward at 1')),
     ).toHaveLength(1);
     // set by hand (as an init container would): the next pass finds it and /readyz recovers
     await c.sh(n2.ns, 'sysctl', '-qw', 'net.ipv4.ip_forward=1');

@@ -14,7 +14,7 @@ import {
   truncated,
   type PeerContext,
 } from '../../src/lease/admit.ts';
-import { parseCidr, type Cidr } from '../../src/net/ipv4.ts';
+import { formatCidr, parseCidr, type Cidr } from '../../src/net/ipv4.ts';
 import { parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 
 const VXLAN_CFG = parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":1}}');
@@ -510,7 +510,7 @@ describe('dual-stack peers', () => {
   it('our config without IPv6: the IPv6 half is ignored (forOurFamilies), the IPv4 half admitted', () => {
     const ctx: PeerContext = { config: VXLAN_CFG, self: SELF };
     // even a hostile IPv6 half does not matter: it is not used
-    const peer = dual('10.244.4.0-24&fd00:10:244:3::-64', { publicIpv6: null, backendData6: null });
+    const peer = dual('10.244.4.0-24&fd00:10:244:3::-64', { backendData6: null });
     const only4 = forOurFamilies(peer, VXLAN_CFG);
     expect(only4.subnet6).toBeUndefined();
     expect(only4.subnet).toStrictEqual(peer.subnet);
@@ -519,6 +519,38 @@ describe('dual-stack peers', () => {
     const a = admitPeers([peer], ctx);
     expect(a.admitted.map((l) => [l.key, l.subnet6])).toEqual([[peer.key, undefined]]);
     expect(a.refused).toEqual([]);
+  });
+
+  it('a peer with an IPv6 subnet but no PublicIPv6 (not dual-stack yet) is admitted for IPv4 alone', () => {
+    const peer = dual(GOOD, { publicIpv6: null, backendData6: null });
+    const a = admitPeers([peer], CTX);
+    expect(a.admitted.map((l) => [l.key, formatCidr(l.subnet), l.subnet6])).toEqual([
+      [GOOD, '10.244.4.0/24', undefined],
+    ]);
+    expect(a.refused).toEqual([]);
+    // and it claims no IPv6 subnet: another peer's claim to the same one is not a conflict
+    const other = dual('10.244.5.0-24&fd00:10:244:4::-64', {
+      publicIpv6: 'fd00:56::15',
+      backendData: { vni: 1, vtepMac: '7e:00:00:00:00:05' },
+      backendData6: { vni: 1, vtepMac: '9a:00:00:00:00:05' },
+    });
+    expect(admitPeers([peer, other], CTX).refused).toEqual([]);
+  });
+
+  it('unreadable IPv6 fields (v6Problem): refused as malformed with IPv6 on, ignored with IPv6 off', () => {
+    const problem = `PublicIPv6 "${'z'.repeat(500)}" is not an IPv6 address`;
+    const peer = dual(GOOD, { publicIpv6: null, backendData6: null, v6Problem: problem });
+    const a = admitPeers([peer], CTX);
+    expect(a.admitted).toEqual([]);
+    expect(a.refused.map((r) => [r.lease.key, r.refusal.reason])).toEqual([[GOOD, 'malformed']]);
+    expect(a.refused[0]?.refusal.detail).toContain('PublicIPv6 "zzz');
+    expect(a.refused[0]?.refusal.detail.length).toBeLessThan(230);
+    const off = admitPeers([peer], { config: VXLAN_CFG, self: SELF });
+    expect(off.admitted.map((l) => [l.key, l.subnet6])).toEqual([[GOOD, undefined]]);
+    expect(off.refused).toEqual([]);
+    // an IPv4-only peer's unused IPv6 fields do not refuse it either
+    const v4 = { ...lease('10.244.4.0-24'), attrs: { ...VXLAN_ATTRS, v6Problem: problem } };
+    expect(checkPeer(v4, CTX)).toBeUndefined();
   });
 
   describe('conflicts', () => {

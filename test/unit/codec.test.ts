@@ -317,7 +317,7 @@ describe('dual-stack keys: refusals', () => {
 const v6value = (fields: string): string =>
   `{"PublicIP":"10.0.0.5",${fields},"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"0a:58:0a:f4:01:01"}}`;
 
-describe('dual-stack values: refusals', () => {
+describe('dual-stack values: unreadable IPv6 fields are kept apart (v6Problem)', () => {
   it.each([
     ['PublicIPv6 not an address', v6value('"PublicIPv6":"fd00::g"'), ['PublicIPv6', '"fd00::g"']],
     [
@@ -371,15 +371,26 @@ describe('dual-stack values: refusals', () => {
       ['"VNI"', '16777216'],
     ],
   ])('%s', (_name, text, parts) => {
-    const err = failure(() => decodeLeaseValue(text));
-    expect(err.code).toBe('LEASE_INVALID');
-    for (const part of parts) expect(err.message).toContain(part);
+    // a node running IPv4 only ignores these fields, as flannel does: the lease stays readable,
+    // without IPv6 data, and admission weighs the problem against our own config (admit.ts)
+    const attrs = decodeLeaseValue(text);
+    expect(attrs.publicIpv6).toBeNull();
+    expect(attrs.backendData6).toBeUndefined();
+    expect(attrs.publicIp).toBe('10.0.0.5');
+    expect(attrs.backendData).toStrictEqual({ vni: 1, vtepMac: '0a:58:0a:f4:01:01' });
+    for (const part of parts) expect(attrs.v6Problem).toContain(part);
+    // never written back
+    expect(encodeLeaseValue(attrs)).not.toContain('v6Problem');
   });
 
-  it('cuts a long PublicIPv6 short in the message', () => {
-    const err = failure(() => decodeLeaseValue(v6value(`"PublicIPv6":"${'a'.repeat(5000)}"`)));
-    expect(err.message).toContain('PublicIPv6');
-    expect(err.message.length).toBeLessThan(200);
+  it('cuts a long PublicIPv6 short in the problem', () => {
+    const attrs = decodeLeaseValue(v6value(`"PublicIPv6":"${'a'.repeat(5000)}"`));
+    expect(attrs.v6Problem).toContain('PublicIPv6');
+    expect(attrs.v6Problem?.length).toBeLessThan(200);
+  });
+
+  it('a readable lease has no v6Problem', () => {
+    expect(decodeLeaseValue(v6value('"PublicIPv6":"fd00::5"')).v6Problem).toBeUndefined();
   });
 
   it('keeps PublicIPv6 in canonical form whatever form the store has', () => {

@@ -2,9 +2,10 @@
 // routes via PublicIPv6; vxlan's twill-v6.<VNI> device, neighbours, FDB
 // entries and onlink routes; DirectRouting), the golden batches of a cold
 // start for both families, IPv4-only plans unchanged byte for byte when IPv6
-// is off (even with peers that carry IPv6 subnets), a twill-v6 device removed
-// when IPv6 is off, ip6tables chains, and the readers of kernel output and
-// monitor lines for IPv6.
+// is off (even with peers that carry IPv6 subnets), what dual-stack left
+// (twill-v6, IPv6 routes, ip6tables chains) removed when IPv6 is off,
+// ip6tables chains, and the readers of kernel output and monitor lines for
+// IPv6.
 import { describe, expect, it } from 'vitest';
 import { desiredState } from '../../src/dataplane/desired.ts';
 import { assumedFrom, assumedWithout, diff } from '../../src/dataplane/diff.ts';
@@ -272,12 +273,51 @@ describe('dual-stack diff and render', () => {
     expect(lines.filter((l) => l.includes('twill.1'))).toEqual([]);
   });
 
-  it('removes a twill-v6 device (and its entries with it) when IPv6 is off, and touches no ip6tables chain', () => {
+  it('IPv6 off: the first pass removes what dual-stack left (twill-v6, IPv6 routes, ip6tables chains and jumps); a pass that did not read them touches only the device', () => {
     const v4 = desiredState(
       backendInput({ backend: 'vxlan', peers: PEERS6.map((p) => ({ ...p, subnet6: null })) }),
     );
     const seen = matching(vxlan6);
-    // an IPv4-only pass reads no IPv6 route or chain (observe without ipv6)
+    // the first pass after a start without IPv6 reads the IPv6 routes and chains too
+    // (observe with leftovers6): all of it goes, the IPv4 side stays
+    expect(renderBatches(diff(v4, seen)).map((b) => [b.file, b.input])).toEqual([
+      [
+        'ip',
+        'route del fd00:0:0:1::/64 via fd00:0:0:1:: dev twill-v6.1 onlink proto 151\n' +
+          'route del fd00:0:0:4::/64 via fd00:0:0:4:: dev twill-v6.1 onlink proto 151\n',
+      ],
+      ['ip', 'link del twill-v6.1\n'],
+      [
+        'ip6tables-restore',
+        [
+          '*nat',
+          '-D POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG',
+          ':TWILL-POSTRTG - [0:0]',
+          '-X TWILL-POSTRTG',
+          'COMMIT',
+          '*filter',
+          '-D FORWARD -m comment --comment "twill forward" -j TWILL-FWD',
+          ':TWILL-FWD - [0:0]',
+          '-X TWILL-FWD',
+          'COMMIT',
+          '',
+        ].join('\n'),
+      ],
+    ]);
+    // host-gw: the IPv6 routes via PublicIPv6 (no device to take them) go the same way
+    const hostGw6 = desiredState(backendInput({ backend: 'host-gw', ipv6: true, peers: PEERS6 }));
+    const hostGw4 = desiredState(
+      backendInput({ backend: 'host-gw', peers: PEERS6.map((p) => ({ ...p, subnet6: null })) }),
+    );
+    expect(
+      diff(hostGw4, matching(hostGw6))
+        .filter((o) => o.kind === 'route')
+        .flatMap(opLines),
+    ).toEqual([
+      'route del fd00:0:0:1::/64 via fd7b::1 dev eth0 proto 151',
+      'route del fd00:0:0:4::/64 via fd7b::4 dev eth0 proto 151',
+    ]);
+    // later IPv4-only passes read no IPv6 route or chain: only the device is theirs to see
     const v4seen: ObservedState = {
       ...seen,
       routes: seen.routes.filter((r) => !r.dst.includes(':')),
@@ -482,6 +522,67 @@ describe('reading IPv6 kernel output', () => {
     expect(ds.postrouting6).toEqual({ jumps: [], rules: [] });
   });
 
+  it('IPv6 off, leftovers6: reads the IPv6 routes and ip6tables chains (not the IPv6 device entries), and a read that fails is nothing there', async () => {
+    const calls: string[] = [];
+    let noIpv6 = false;
+    const runner: Runner = async (file, args) => {
+      calls.push([file, ...args].join(' '));
+      if (file === 'ip' && args[0] === '-6') {
+        if (noIpv6) throw new Error('ip -6: Address family not supported by protocol');
+        return {
+          stdout: JSON.stringify([{ dst: 'fd00:0:0:1::/64', gateway: 'fd7b::1', dev: 'eth0' }]),
+          stderr: '',
+        };
+      }
+      if (file === 'ip6tables') {
+        if (noIpv6) throw new Error('spawn ip6tables ENOENT');
+        const chain = args.at(-1) ?? '';
+        const jump = '-m comment --comment "twill forward" -j TWILL-FWD';
+        return {
+          stdout:
+            chain === 'FORWARD'
+              ? `-P FORWARD ACCEPT\n-A FORWARD ${jump}\n`
+              : `-N ${chain}\n-A ${chain} -s fd00::/56 -j ACCEPT\n`,
+          stderr: '',
+        };
+      }
+      if (file === 'iptables') return { stdout: '', stderr: '' };
+      return { stdout: '[]', stderr: '' };
+    };
+    const o = { chains: true, leftovers6: true };
+    const left = await observe(runner, 'twill.1', AbortSignal.timeout(1_000), o);
+    expect(calls.filter((c) => c.startsWith('ip6tables') || c.startsWith('ip -6')).sort()).toEqual([
+      'ip -6 -json route show table main proto 151',
+      'ip6tables -w 5 -t filter -S FORWARD',
+      'ip6tables -w 5 -t filter -S TWILL-FWD',
+      'ip6tables -w 5 -t nat -S POSTROUTING',
+      'ip6tables -w 5 -t nat -S TWILL-POSTRTG',
+    ]);
+    expect(left.routes).toEqual([
+      { dst: 'fd00:0:0:1::/64', via: 'fd7b::1', dev: 'eth0', onlink: false },
+    ]);
+    expect(left.forward6).toEqual({
+      jumps: ['-m comment --comment "twill forward" -j TWILL-FWD'],
+      rules: ['-A TWILL-FWD -s fd00::/56 -j ACCEPT'],
+    });
+    // diffed against "no IPv6": the route, the chain and its jump go
+    const v4 = desiredState(backendInput({ backend: 'host-gw', peers: [] }));
+    expect(diff(v4, left).flatMap(opLines)).toEqual(
+      expect.arrayContaining([
+        'route del fd00:0:0:1::/64 via fd7b::1 dev eth0 proto 151',
+        '-D FORWARD -m comment --comment "twill forward" -j TWILL-FWD',
+        '-X TWILL-FWD',
+      ]),
+    );
+    // a kernel without IPv6, no ip6tables: nothing there, and the observation stands
+    noIpv6 = true;
+    const none = await observe(runner, 'twill.1', AbortSignal.timeout(1_000), o);
+    expect(none.routes).toEqual([]);
+    expect(none.postrouting6).toBeUndefined();
+    expect(none.forward6).toBeUndefined();
+    expect(diff(v4, none).filter((op) => 'ipv6' in op || op.kind === 'route')).toEqual([]);
+  });
+
   it('lets through monitor events about twill-v6 devices, IPv6 routes of its protocol and ip6tables chains', () => {
     const ctx = { underlay: 'eth0' };
     expect(ipNeedles(ctx)).toContain('twill-v6.');
@@ -504,10 +605,31 @@ describe('reading IPv6 kernel output', () => {
     expect(ipEventMatters('3: eth0    inet6 fe80::1/64 scope link', { ...ctx, ipv6: true })).toBe(
       false,
     );
-    expect(nftEventMatters('delete rule ip6 nat TWILL-POSTRTG handle 2')).toBe(true);
-    expect(nftEventMatters('delete rule ip6 filter FORWARD handle 4')).toBe(true);
-    expect(nftEventMatters('delete table ip6 nat')).toBe(true);
-    expect(nftEventMatters('add rule ip6 nat KUBE-SERVICES handle 9')).toBe(false);
+    // ip6tables' tables matter only with IPv6 on: an IPv4-only node ignores kube-proxy's IPv6 churn
+    const v6 = { ipv6: true };
+    const ip6Lines = [
+      'delete rule ip6 nat TWILL-POSTRTG handle 2',
+      'delete rule ip6 filter FORWARD handle 4',
+      'add rule ip6 nat POSTROUTING counter jump KUBE-POSTROUTING',
+      'delete table ip6 nat',
+      'flush table ip6 filter',
+    ];
+    for (const line of ip6Lines) {
+      expect(nftEventMatters(line, v6), line).toBe(true);
+      expect(nftEventMatters(line), line).toBe(false);
+      expect(nftEventMatters(line, { ipv6: false }), line).toBe(false);
+    }
+    expect(nftEventMatters('add rule ip6 nat KUBE-SERVICES handle 9', v6)).toBe(false);
+    // iptables' tables, flushing everything and lost events matter either way
+    for (const line of [
+      'delete rule ip nat TWILL-POSTRTG handle 2',
+      'delete table ip filter',
+      'flush ruleset',
+      '# ERROR: We lost some netlink events!',
+    ]) {
+      expect(nftEventMatters(line), line).toBe(true);
+      expect(nftEventMatters(line, v6), line).toBe(true);
+    }
     expect(nftTouch('delete rule ip6 nat TWILL-POSTRTG handle 2')).toEqual({
       kind: 'chains',
       tables: ['nat'],

@@ -481,6 +481,43 @@ describe('doctor checks, dual-stack', () => {
     expect(resultOf(r, 'vxlan6-device')).toMatchObject({ verdict: 'ok' });
   });
 
+  it("stale-routes: a dual-stack node's IPv6 proto 151 routes are explained by peers' IPv6 subnets", () => {
+    expect(resultOf(runChecks(healthyDualFacts()), 'stale-routes').detail).toBe(
+      "2 routes with protocol 151, each explained by a peer's lease",
+    );
+    const routes6 = [
+      { dst: 'fd00:10:244:1::/64', via: 'fd00:10:244:1::', dev: 'twill-v6.1', onlink: true },
+      { dst: 'fd00:10:244:9::/64', via: 'fd00:123::9', dev: 'eth0', onlink: false },
+    ];
+    const r = only6({ ownedRoutes6: got(routes6) }, 'stale-routes', 'fail');
+    expect(r.detail).toContain('1 route with');
+    expect(r.detail).toContain('fd00:10:244:9::/64 via fd00:123::9 dev eth0');
+    expect(r.fix).toContain('ip route del fd00:10:244:9::/64 proto 151');
+    expect(
+      only6({ ownedRoutes6: failed('ip: not found') }, 'stale-routes', 'warn').detail,
+    ).toContain('could not list the IPv6 ones: ip: not found');
+  });
+
+  it('ip6tables: a jump that is not the one twill writes fails, as the daemon would replace it', () => {
+    const f = healthyDualFacts();
+    if (!f.ip6Chains?.ok) throw new Error('fixture');
+    const { forward } = f.ip6Chains.value;
+    expect(
+      only6(
+        {
+          ip6Chains: got({
+            ...f.ip6Chains.value,
+            forward: { ...forward, jumps: ['-j TWILL-FWD'] },
+          }),
+        },
+        'ip6tables-chains',
+        'fail',
+      ).detail,
+    ).toContain(
+      'the jump from FORWARD to TWILL-FWD is `-j TWILL-FWD`, not twill\'s `-m comment --comment "twill forward" -j TWILL-FWD`',
+    );
+  });
+
   it('ip6tables: a missing chain, a missing rule, a missing jump or rules out of order fail', () => {
     const f = healthyDualFacts();
     if (!f.ip6Chains?.ok) throw new Error('fixture');

@@ -17,6 +17,7 @@ import {
   parseCidr6,
   parseIpv6,
   sameCidr6,
+  sameOptionalCidr6,
   type Cidr6,
 } from '../../src/net/ipv6.ts';
 
@@ -171,6 +172,16 @@ describe('sizes and containment', () => {
     expect(overlaps6(cidr('fd00:0:0:1::/64'), cidr('fd00:0:0:2::/64'))).toBe(false);
     expect(sameCidr6(cidr('fd00::/64'), cidr('fd00::/64'))).toBe(true);
     expect(sameCidr6(cidr('fd00::/64'), cidr('fd00::/63'))).toBe(false);
+  });
+
+  it('sameOptionalCidr6: both absent (null or undefined), or the same block', () => {
+    expect(sameOptionalCidr6(null, undefined)).toBe(true);
+    expect(sameOptionalCidr6(undefined, undefined)).toBe(true);
+    expect(sameOptionalCidr6(cidr('fd00::/64'), cidr('fd00::/64'))).toBe(true);
+    expect(sameOptionalCidr6(cidr('fd00::/64'), null)).toBe(false);
+    expect(sameOptionalCidr6(undefined, cidr('fd00::/64'))).toBe(false);
+    expect(sameOptionalCidr6(cidr('fd00::/64'), cidr('fd00::/63'))).toBe(false);
+    expect(sameOptionalCidr6(cidr('fd00::/64'), cidr('fd00:0:0:1::/64'))).toBe(false);
   });
 });
 

@@ -295,16 +295,42 @@ describe('dual-stack Nodes', () => {
       { 'flannel.alpha.coreos.com/backend-v6-data': '{"VNI":1,"VtepMAC":"33:33:00:00:00:01"}' },
       ['flannel.alpha.coreos.com/backend-v6-data', 'BackendV6Data.VtepMAC', 'multicast'],
     ],
-  ])('a hostile %s is an invalid record naming the annotation', (_name, bad, parts) => {
+  ])(
+    'a hostile %s leaves the IPv4 record readable, its problem (naming the annotation) kept apart',
+    (_name, bad, parts) => {
+      // a node running IPv4 only ignores flannel's IPv6 annotations; admission decides (admit.ts)
+      const r = nodeRecord(
+        node({
+          podCIDRs: ['10.244.9.0/24', 'fd00:10:244:9::/64'],
+          annotations: { ...good6, ...bad },
+        }),
+        names,
+      );
+      expect(r.ok).toBe(true);
+      if (!r.ok) return;
+      expect(formatCidr(r.lease.subnet)).toBe('10.244.9.0/24');
+      const { v6Problem, ...attrs } = r.lease.attrs;
+      expect(attrs).toStrictEqual({
+        publicIp: '10.0.0.5',
+        publicIpv6: null,
+        backendType: 'vxlan',
+        backendData: { vni: 1, vtepMac: '0a:58:0a:f4:01:01' },
+      });
+      for (const part of parts) expect(v6Problem).toContain(part);
+    },
+  );
+
+  it('a bad IPv4 annotation still makes an invalid record, naming only the IPv4 annotations', () => {
     const r = nodeRecord(
       node({
         podCIDRs: ['10.244.9.0/24', 'fd00:10:244:9::/64'],
-        annotations: { ...good6, ...bad },
+        annotations: { ...good6, 'flannel.alpha.coreos.com/backend-type': 'udp' },
       }),
       names,
     );
-    expect(r.ok).toBe(false);
-    for (const part of parts) expect(!r.ok && r.reason).toContain(part);
+    expect(!r.ok && r.reason).toContain(
+      'node annotations (flannel.alpha.coreos.com/backend-type, flannel.alpha.coreos.com/backend-data): BackendType "udp"',
+    );
   });
 
   it('our own subnet6: the IPv6 podCIDR inside IPv6Network; none is CONFIG_INVALID; null without IPv6', () => {

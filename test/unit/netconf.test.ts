@@ -223,16 +223,10 @@ function v6Bad(): [string, string, ErrorCode, string[]][] {
       ['"IPv6Network"', 'fe80::%eth0/64'],
     ],
     [
-      'IPv6Network not canonical (zeros written out)',
-      v6('"IPv6Network":"fd00:0:0:0::/56"'),
+      'IPv6Network with host bits, not canonical either',
+      v6('"IPv6Network":"FD00:0:0:0::1/56"'),
       'CONFIG_INVALID',
-      ['"IPv6Network"', '"fd00:0:0:0::/56"', 'canonical', 'did you mean "fd00::/56"'],
-    ],
-    [
-      'IPv6Network not canonical (upper case)',
-      v6('"IPv6Network":"FD00::/56"'),
-      'CONFIG_INVALID',
-      ['"IPv6Network"', '"FD00::/56"', 'did you mean "fd00::/56"'],
+      ['"IPv6Network"', '"FD00:0:0:0::1/56"', 'host bits', 'did you mean "fd00::/56"'],
     ],
     [
       'IPv6Network with host bits',
@@ -607,6 +601,16 @@ const GOOD6: Good6[] = [
     subnetLen: 60,
     min: 'fd00::',
     max: 'fd00:0:0:70::',
+  },
+  {
+    // flannel reads any valid spelling (Go's net.ParseCIDR); twill keeps the canonical one
+    name: 'IPv6Network not canonical (zeros written out, upper case) is taken canonicalised',
+    fields:
+      '"IPv6Network":"FD00:10:244:0::/56","IPv6SubnetMin":"FD00:10:244:0:0::","IPv6SubnetMax":"fd00:0010:244:00ff::"',
+    network: 'fd00:10:244::/56',
+    subnetLen: 64,
+    min: 'fd00:10:244::',
+    max: 'fd00:10:244:ff::',
   },
   {
     name: 'the whole space (::/0)',

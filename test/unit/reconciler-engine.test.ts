@@ -275,6 +275,8 @@ class FakeHost {
   frozen = false;
   /** how long (fake ms) every call takes */
   latencyMs = 0;
+  /** a kernel without IPv6 and no ip6tables: `ip -6` fails, ip6tables cannot be started */
+  noIpv6 = false;
   private failing: { match: (cmd: string) => boolean; times: number }[] = [];
   private holds: { match: (cmd: string) => boolean; hold: Hold }[] = [];
 
@@ -330,6 +332,33 @@ class FakeHost {
     if (cmd === LINKS) return json(this.kernel.linksJson());
     if (file === 'ip' && (m = /^-json route show table main proto (\d+)$/.exec(a)))
       return json(this.kernel.routesJson(Number(m[1])));
+    // IPv6: no route, no twill chain (what an IPv4-only node holds), or no IPv6 at all
+    if (file === 'ip' && /^-6 -json route show table main proto 151$/.test(a)) {
+      if (this.noIpv6)
+        throw new CommandError({
+          command,
+          exitCode: 2,
+          stderr: 'RTNETLINK answers: Address family not supported by protocol\n',
+          reason: 'exit code 2',
+        });
+      return json([]);
+    }
+    if (file === 'ip6tables' && (m = /^-w 5 -t \w+ -S (\S+)$/.exec(a))) {
+      if (this.noIpv6)
+        throw new CommandError({
+          command,
+          exitCode: undefined,
+          stderr: '',
+          reason: 'spawn ip6tables ENOENT',
+        });
+      if (BUILTIN.has(m[1] ?? '')) return { stdout: `-P ${m[1]} ACCEPT\n`, stderr: '' };
+      throw new CommandError({
+        command,
+        exitCode: 1,
+        stderr: 'ip6tables: No chain/target/match by that name.\n',
+        reason: 'exit code 1',
+      });
+    }
     if (file === 'ip' && (m = /^-json neigh show dev (\S+)$/.exec(a)))
       return json(this.kernel.neighsJson(m[1] ?? ''));
     if (file === 'bridge' && (m = /^-json fdb show dev (\S+)$/.exec(a)))
@@ -412,15 +441,23 @@ class Loop {
   private markCalls = 0;
   private markReports = 0;
 
-  constructor(o: { ready?: Promise<void> } = {}) {
+  constructor(
+    o: {
+      ready?: Promise<void>;
+      /** what ensureForwarding does (default: finds forwarding on) */
+      forwarding?: () => Promise<boolean>;
+      forwardingSysctls?: readonly string[];
+    } = {},
+  ) {
     this.reconciler = new Reconciler({
       runner: this.host.runner,
       logger: this.log.logger,
       desired: () => desiredState(backendInput({ backend: 'vxlan', peers: this.peers })),
       ensureForwarding: async () => {
         this.forwardingChecks++;
-        return false;
+        return o.forwarding ? o.forwarding() : false;
       },
+      ...(o.forwardingSysctls ? { forwardingSysctls: o.forwardingSysctls } : {}),
       resyncMs: RESYNC,
       settleMs: SETTLE,
       ...(o.ready ? { ready: o.ready } : {}),
@@ -524,6 +561,90 @@ describe('the pass loop', () => {
     await tick(RESYNC / 2);
     expect(l.newCalls()).toEqual([]);
     expect(l.newReports()).toEqual([]);
+  });
+});
+
+describe('forwarding', () => {
+  /** The forwarding messages a loop logs while ensureForwarding sets, fails, then finds it on. */
+  async function messages(forwardingSysctls?: readonly string[]): Promise<string[]> {
+    const results: (boolean | Error)[] = [true, new Error('EROFS'), new Error('EROFS'), false];
+    const l = new Loop({
+      forwarding: async () => {
+        const r = results.shift() ?? false;
+        if (r instanceof Error) throw r;
+        return r;
+      },
+      ...(forwardingSysctls ? { forwardingSysctls } : {}),
+    });
+    loop = l;
+    // the first pass sets it; two observed passes fail (a failed pass backs off), a third finds
+    // it on
+    await tick(2 * SETTLE);
+    for (const source of ['a', 'b']) {
+      l.reconciler.trigger(source);
+      await tick(1_000);
+    }
+    expect(results).toEqual([]);
+    return l.log.lines.map((x) => x.msg).filter((m) => /forward|again/.test(m));
+  }
+
+  it("an IPv4-only node logs net.ipv4.ip_forward's messages as it always did", async () => {
+    expect(await messages()).toEqual([
+      'net.ipv4.ip_forward was 0; set it to 1',
+      'cannot keep net.ipv4.ip_forward at 1; the rest of the dataplane is programmed, and every observed pass tries again',
+      'net.ipv4.ip_forward is 1 again',
+    ]);
+  });
+
+  it('a dual-stack node names both sysctls', async () => {
+    expect(await messages(['net.ipv4.ip_forward', 'net.ipv6.conf.all.forwarding'])).toEqual([
+      'net.ipv4.ip_forward or net.ipv6.conf.all.forwarding was 0; set it to 1',
+      'cannot keep net.ipv4.ip_forward and net.ipv6.conf.all.forwarding at 1; the rest of the dataplane is programmed, and every observed pass tries again',
+      'net.ipv4.ip_forward and net.ipv6.conf.all.forwarding are 1 again',
+    ]);
+  });
+});
+
+describe('IPv6 leftovers on an IPv4-only node', () => {
+  const ipv6Reads = (calls: readonly string[]): string[] =>
+    calls.filter((c) => c.startsWith('ip -6 ') || c.startsWith('ip6tables')).sort();
+
+  it('only the first full pass reads what a dual-stack run may have left; later passes spawn what they always did', async () => {
+    const l = new Loop();
+    loop = l;
+    await tick(SETTLE);
+    expect(ipv6Reads(l.host.calls.map((c) => c.cmd))).toEqual([
+      'ip -6 -json route show table main proto 151',
+      'ip6tables -w 5 -t filter -S FORWARD',
+      'ip6tables -w 5 -t filter -S TWILL-FWD',
+      'ip6tables -w 5 -t nat -S POSTROUTING',
+      'ip6tables -w 5 -t nat -S TWILL-POSTRTG',
+    ]);
+    l.mark();
+    // the verification pass, a resync and a triggered full pass: IPv4's reads only
+    await tick(SETTLE);
+    await tick(RESYNC + SETTLE);
+    l.reconciler.trigger('manual');
+    await tick(SETTLE);
+    expect(l.newReports().map((r) => r.kind)).toEqual(['full', 'full', 'full']);
+    expect(ipv6Reads(l.newCalls())).toEqual([]);
+    expect(l.newCalls().filter((c) => c === LINKS)).toHaveLength(3);
+  });
+
+  it('a kernel without IPv6 or ip6tables: the reads fail, the first pass does not', async () => {
+    const l = new Loop();
+    loop = l;
+    l.host.noIpv6 = true;
+    await tick(2 * SETTLE);
+    expect(ipv6Reads(l.host.calls.map((c) => c.cmd))).toHaveLength(5);
+    expect(l.errors).toEqual([]);
+    expect(l.reports.map(brief)).toEqual([
+      { kind: 'full', converged: false, trigger: 'start' },
+      { kind: 'full', converged: true, trigger: 'verification' },
+    ]);
+    expect(l.reports.map((r) => r.failures)).toEqual([[], []]);
+    // nothing there: not read again
+    expect(ipv6Reads(l.host.calls.map((c) => c.cmd))).toHaveLength(5);
   });
 });
 

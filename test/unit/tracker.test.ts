@@ -254,8 +254,13 @@ describe('PeerTracker: dual-stack records', () => {
     '{"PublicIP":"192.168.56.13","PublicIPv6":"fd00:56::13","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"7e:1b:4f:9a:2c:03"},"BackendV6Data":{"VNI":1,"VtepMAC":"9a:41:e0:11:6b:03"}}';
   const self = node('self', '10.244.3.0/24', 'fd00:10:244:3::/64', VALUE.replace(/13/g, '11'));
 
-  function dualTracker(config = DUAL): { t: PeerTracker; changes: () => number } {
+  function dualTracker(config = DUAL): {
+    t: PeerTracker;
+    changes: () => number;
+    log: ReturnType<typeof captureLog>;
+  } {
     let changes = 0;
+    const log = captureLog();
     const t = new PeerTracker({
       context: {
         config,
@@ -264,7 +269,7 @@ describe('PeerTracker: dual-stack records', () => {
       },
       selfKey: 'self',
       selfAttrs: () => (self.ok ? self.lease.attrs : NO_ATTRS),
-      logger: captureLog().logger,
+      logger: log.logger,
       onSelfLost: () => undefined,
       lingerMs: 0,
       deleteLingerMs: 0,
@@ -272,7 +277,7 @@ describe('PeerTracker: dual-stack records', () => {
     t.subscribe((peersChanged) => {
       if (peersChanged) changes++;
     });
-    return { t, changes: () => changes };
+    return { t, changes: () => changes, log };
   }
 
   it('admits a dual-stack peer with its IPv6 subnet, and a change of only that subnet is a change', () => {
@@ -295,9 +300,10 @@ describe('PeerTracker: dual-stack records', () => {
     );
   });
 
-  it('refuses a peer whose IPv6 subnet is ours, and one with no PublicIPv6', () => {
-    const { t } = dualTracker();
-    const noIpv6 = VALUE.replace('"fd00:56::13"', 'null');
+  it('refuses a peer whose IPv6 subnet is ours; admits one with no PublicIPv6 for IPv4 alone', () => {
+    const { t, log } = dualTracker();
+    // a rolling upgrade: the cluster gave the Node an IPv6 podCIDR, its twill is not dual yet
+    const noIpv6 = VALUE.replace('"fd00:56::13"', 'null').replace(/,"BackendV6Data":\{[^}]*\}/, '');
     t.handle({
       type: 'snapshot',
       records: [
@@ -307,11 +313,50 @@ describe('PeerTracker: dual-stack records', () => {
       ],
       reason: 'initial list',
     });
-    expect(t.list()).toEqual([]);
+    expect(t.list().map((l) => [l.key, formatCidr(l.subnet), l.subnet6])).toEqual([
+      ['mute', '10.244.6.0/24', undefined],
+    ]);
     expect(Object.fromEntries([...t.skipped()].map(([k, r]) => [k, r.reason]))).toEqual({
       thief: 'overlaps-own',
-      mute: 'public-ip',
     });
+    // nothing alarming about it: the only warning is the thief's
+    expect(log.lines.filter((l) => l.level >= 40).map((l) => l.key)).toEqual(['thief']);
+  });
+
+  it('a malformed PublicIPv6 or BackendV6Data: refused (malformed, naming the field) with IPv6 on, admitted for IPv4 with IPv6 off', () => {
+    const bad = VALUE.replace('"fd00:56::13"', `"${'z'.repeat(300)}"`);
+    const badMac = VALUE.replace('9a:41:e0:11:6b:03', '33:33:00:00:00:01')
+      .replace('7e:1b:4f:9a:2c:03', '7e:1b:4f:9a:2c:04')
+      .replace('192.168.56.13', '192.168.56.14');
+    const records: LeaseRecord[] = [
+      self,
+      node('b', '10.244.5.0/24', 'fd00:10:244:5::/64', bad),
+      node('c', '10.244.6.0/24', 'fd00:10:244:6::/64', badMac),
+    ];
+    const on = dualTracker();
+    on.t.handle({ type: 'snapshot', records, reason: 'initial list' });
+    expect(on.t.list()).toEqual([]);
+    const b = on.t.skipped().get('b');
+    expect(b?.reason).toBe('malformed');
+    expect(b?.detail).toContain('PublicIPv6 "zzz');
+    expect(b?.detail.length).toBeLessThan(230);
+    expect(on.t.skipped().get('c')).toMatchObject({
+      reason: 'malformed',
+      detail: expect.stringContaining('BackendV6Data.VtepMAC 33:33:00:00:00:01'),
+    });
+    const warned = on.log.lines.filter((l) => l.msg === 'skipping invalid peer lease');
+    expect(warned.map((l) => [l.key, l.reason])).toEqual([
+      ['b', 'malformed'],
+      ['c', 'malformed'],
+    ]);
+
+    const off = dualTracker(V4);
+    off.t.handle({ type: 'snapshot', records, reason: 'initial list' });
+    expect(off.t.list().map((l) => [l.key, formatCidr(l.subnet), l.subnet6])).toEqual([
+      ['b', '10.244.5.0/24', undefined],
+      ['c', '10.244.6.0/24', undefined],
+    ]);
+    expect(off.t.skipped().size).toBe(0);
   });
 
   it('with an IPv4-only config keeps only the IPv4 half of a dual-stack peer', () => {
