@@ -89,7 +89,14 @@ export function parseNetConfig(text: string): NetConfig {
   checkAddressFamilies(obj);
   const ipv6 = parseIpv6Config(obj);
   const network = parseNetwork(obj);
-  const subnetLen = parseSubnetLen(obj, network);
+  const subnetLen = subnetLenOf({
+    len: obj.int('SubnetLen', { min: 0, max: 32 }),
+    key: 'SubnetLen',
+    netKey: 'Network',
+    prefix: network.prefix,
+    netText: formatCidr(network),
+    bits: 32,
+  });
   const subnetMin = parseBound(obj, {
     name: 'SubnetMin',
     network,
@@ -161,7 +168,16 @@ function parseIpv6Config(obj: CiObject): Ipv6NetConfig | null {
   }
   if (network.prefix > 124)
     invalid(`"IPv6Network" ${formatCidr6(network)} is too small: it must be /124 or larger`);
-  const subnetLen = parseIpv6SubnetLen(obj, network);
+  // 0 is unset, as flannel reads it
+  const len6 = obj.int('IPv6SubnetLen', { min: 0, max: 128 });
+  const subnetLen = subnetLenOf({
+    len: len6 === 0 ? undefined : len6,
+    key: 'IPv6SubnetLen',
+    netKey: 'IPv6Network',
+    prefix: network.prefix,
+    netText: formatCidr6(network),
+    bits: 128,
+  });
   const size = blockSize6(subnetLen);
   const subnetMin = parseBound6(obj, 'IPv6SubnetMin', network, subnetLen) ?? network.base + size;
   const subnetMax =
@@ -172,18 +188,6 @@ function parseIpv6Config(obj: CiObject): Ipv6NetConfig | null {
     );
   }
   return { network, subnetLen, subnetMin, subnetMax };
-}
-
-function parseIpv6SubnetLen(obj: CiObject, network: Cidr6): number {
-  const len = obj.int('IPv6SubnetLen', { min: 0, max: 128 });
-  if (len === undefined || len === 0) return network.prefix <= 62 ? 64 : network.prefix + 2;
-  if (len > 126) invalid(`"IPv6SubnetLen" is ${len}; it must be 126 or less`);
-  if (len < network.prefix + 2) {
-    invalid(
-      `"IPv6SubnetLen" is ${len}; with "IPv6Network" ${formatCidr6(network)} it must be at least ${network.prefix + 2} (room for four subnets)`,
-    );
-  }
-  return len;
 }
 
 function parseBound6(
@@ -223,16 +227,28 @@ function parseNetwork(obj: CiObject): Cidr {
   return network;
 }
 
-function parseSubnetLen(obj: CiObject, network: Cidr): number {
-  const len = obj.int('SubnetLen', { min: 0, max: 32 });
-  if (len === undefined) return network.prefix <= 22 ? 24 : network.prefix + 2;
-  if (len > 30) invalid(`"SubnetLen" is ${len}; it must be 30 or less`);
-  if (len < network.prefix + 2) {
+/**
+ * SubnetLen or IPv6SubnetLen: unset, a /24 (IPv6: /64) when the network has room for four of
+ * them, else four subnets' worth; at most 2 bits short of an address (room for a gateway and a
+ * pod), at least the network's prefix + 2.
+ */
+function subnetLenOf(o: {
+  len: number | undefined;
+  key: string;
+  netKey: string;
+  prefix: number;
+  netText: string;
+  bits: 32 | 128;
+}): number {
+  const usual = o.bits === 32 ? 24 : 64;
+  if (o.len === undefined) return o.prefix <= usual - 2 ? usual : o.prefix + 2;
+  if (o.len > o.bits - 2) invalid(`"${o.key}" is ${o.len}; it must be ${o.bits - 2} or less`);
+  if (o.len < o.prefix + 2) {
     invalid(
-      `"SubnetLen" is ${len}; with "Network" ${formatCidr(network)} it must be at least ${network.prefix + 2} (room for four subnets)`,
+      `"${o.key}" is ${o.len}; with "${o.netKey}" ${o.netText} it must be at least ${o.prefix + 2} (room for four subnets)`,
     );
   }
-  return len;
+  return o.len;
 }
 
 function parseBound(

@@ -251,20 +251,21 @@ export function buildStatus(i: StatusInput): StatusReport {
         : {}),
     };
   });
-  const specs = want ? chainSpecs(want.masq) : undefined;
-  const post =
-    specs && i.observed.postrouting
-      ? chainDiff(specs.postrouting, i.observed.postrouting)
-      : undefined;
-  const fwd =
-    specs && i.observed.forward ? chainDiff(specs.forward, i.observed.forward) : undefined;
-  const specs6 = want?.masq6 ? chainSpecs6(want.masq6) : undefined;
-  const post6 =
-    specs6 && i.observed.postrouting6
-      ? chainDiff(specs6.postrouting, i.observed.postrouting6)
-      : undefined;
-  const fwd6 =
-    specs6 && i.observed.forward6 ? chainDiff(specs6.forward, i.observed.forward6) : undefined;
+  const diffs = (
+    specs: ReturnType<typeof chainSpecs> | undefined,
+    post: ObservedChain | undefined,
+    fwd: ObservedChain | undefined,
+  ): [ChainDiff | undefined, ChainDiff | undefined] => [
+    specs && post ? chainDiff(specs.postrouting, post) : undefined,
+    specs && fwd ? chainDiff(specs.forward, fwd) : undefined,
+  ];
+  const o = i.observed;
+  const [post, fwd] = diffs(want ? chainSpecs(want.masq) : undefined, o.postrouting, o.forward);
+  const [post6, fwd6] = diffs(
+    want?.masq6 ? chainSpecs6(want.masq6) : undefined,
+    o.postrouting6,
+    o.forward6,
+  );
   return {
     daemon: i.daemon,
     lease: self
