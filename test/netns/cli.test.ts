@@ -6,7 +6,7 @@
 // flannel's refusal to start without an IPv6 address, then the lease key and
 // value and subnet.env with both families, --public-ipv6 in the lease; and a
 // dual-stack lease in flannel's exact format, put by hand, routed in both
-// families (twill.1 and twill-v6.1).
+// families (twill.1 and twill-v6.1), and what twill status and twill doctor say of it.
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -252,6 +252,49 @@ describe('twill run in a network namespace', () => {
     expect(await sh(['bridge', 'fdb', 'show', 'dev', 'twill.1'])).toContain(
       '7e:1b:4f:9a:2c:03 dst 192.168.56.13 self permanent',
     );
+    // what an operator asks next, with the node's own flags: both families, nothing missing
+    const flags = ['--etcd-endpoints', etcd.endpoint, '--etcd-prefix', '/flannel6'];
+    const cmd = (verb: string): Promise<string> =>
+      lab.exec(nodeNs, process.execPath, [
+        MAIN,
+        verb,
+        ...flags,
+        '--subnet-file',
+        subnetFile,
+        '--json',
+      ]);
+    const status = JSON.parse(await cmd('status')) as {
+      lease: { subnet6?: string };
+      peers: { subnet: string; subnet6?: string; kernel: string; kernel6?: string }[];
+      masquerade6: unknown;
+    };
+    expect(status.lease.subnet6).toMatch(/^fd00:10:244:[0-9a-f]+::\/64$/);
+    expect(status.peers).toMatchObject([
+      { subnet: '10.244.5.0/24', subnet6: 'fd00:10:244:5::/64', kernel: 'ok', kernel6: 'ok' },
+    ]);
+    expect(status.masquerade6).not.toBeNull();
+    // doctor exits 1 here for checks of this bare namespace (br_netfilter, cni0…): read its JSON
+    const doctor = JSON.parse(
+      await lab
+        .exec(nodeNs, 'sh', [
+          '-c',
+          `"$@"; exit 0`,
+          'sh',
+          process.execPath,
+          MAIN,
+          'doctor',
+          ...flags,
+          '--subnet-file',
+          subnetFile,
+          '--json',
+        ])
+        .catch((err: { stdout?: string }) => err.stdout ?? ''),
+    ) as { checks: { check: string; verdict: string }[] };
+    const verdict = (c: string): string | undefined =>
+      doctor.checks.find((d) => d.check === c)?.verdict;
+    expect(verdict('ipv6-forward'), JSON.stringify(doctor.checks)).toBe('ok');
+    expect(verdict('vxlan6-device'), JSON.stringify(doctor.checks)).toBe('ok');
+    expect(verdict('stale-routes'), JSON.stringify(doctor.checks)).toBe('ok');
     twill.kill('SIGTERM');
     expect(await exited(twill)).toBe(0);
   });
