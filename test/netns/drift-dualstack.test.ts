@@ -134,9 +134,17 @@ describe('dual-stack drift repair with kernel monitors', () => {
         { timeoutMs: 10_000, what: `repair of ${what}` },
       );
       const first = node.repairPasses()[before];
-      expect(first?.kind, `${what}: ${JSON.stringify(node.repairPasses().slice(before))}`).toBe(
-        kind,
-      );
+      const seen = `${what}: ${JSON.stringify(node.repairPasses().slice(before))}`;
+      // A chains drift coalesced with an unrelated kernel event (the IPv6 devices' own churn, late
+      // on a loaded machine) is repaired by a full pass that the ip monitor triggered: still
+      // only chain ops. Triggered by the rule event itself, it must be a chains pass.
+      const coalesced =
+        kind === 'chains' && first?.kind === 'full' && first.trigger === 'ip monitor';
+      if (coalesced)
+        expect(Object.keys(first.ops as Record<string, number>), seen).toEqual([
+          expect.stringMatching(/^masquerade /),
+        ]);
+      else expect(first?.kind, seen).toBe(kind);
       // a repair re-applies what it touched: one ip or bridge batch, nothing read back
       if (kind === 'repair') expect(first?.spawns, what).toBe(1);
     });
