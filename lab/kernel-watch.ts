@@ -6,6 +6,7 @@
 // repair event minus the break event, whatever observing costs; and the
 // drill checks the node's state only once the streams have gone quiet, so
 // the check does not compete with twill for the CPU while it repairs.
+import { KERNEL_IPV6 } from '../src/dataplane/monitor.ts';
 import { pause } from '../src/util/abort.ts';
 import type { Cluster } from './cluster.ts';
 import { goneEverywhere, type DrillOutcome } from './drill-kit.ts';
@@ -37,7 +38,7 @@ export function parseStamped(raw: string): { at: number; line: string } | undefi
  * (fe80::/10, ff00::/8, the local table) are the kernel's own churn on twill's devices.
  */
 export function concernsTwill(line: string): boolean {
-  if (/\bfe[89ab][0-9a-f]:|\bff[0-9a-f]{2}:|\btable local\b/.test(line)) return false;
+  if (KERNEL_IPV6.test(line)) return false;
   return /\btwill(-v6)?\.\d+\b|\bproto 151\b|TWILL-|\b(nat|filter) (POSTROUTING|FORWARD)\b/.test(
     line,
   );

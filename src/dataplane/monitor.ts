@@ -33,8 +33,18 @@ const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 /** twill's device names in a line: twill.<VNI> and twill-v6.<VNI>. */
 const DEVICE_WORD = /\btwill(-v6)?\.\d+\b/;
 
+/**
+ * The kernel's own IPv6 objects on a device: link-local addresses and routes (fe80::/10), multicast
+ * (ff00::/8) and the local table. twill.<VNI> keeps the kernel's default address generation, so
+ * each time it is (re)created these come and go (the link-local about a second later, when its
+ * duplicate address detection ends); none of them is twill's (it writes global addresses, and its
+ * devices' own events are link lines).
+ */
+export const KERNEL_IPV6 = /\bfe[89ab][0-9a-f]:|\bff[0-9a-f]{2}:|\btable local\b/;
+
 /** Whether an `ip monitor` line concerns twill's objects. */
 export function ipEventMatters(line: string, ctx: MonitorContext): boolean {
+  if (KERNEL_IPV6.test(line)) return false;
   if (DEVICE_WORD.test(line)) return true;
   if (new RegExp(`\\bproto ${ROUTE_PROTOCOL}\\b`).test(line)) return true;
   // the underlay's link and IPv4 address events ("3: eth0@if9: <…>", "Deleted 3: eth0    inet …"),

@@ -605,6 +605,21 @@ describe('reading IPv6 kernel output', () => {
     expect(ipEventMatters('3: eth0    inet6 fe80::1/64 scope link', { ...ctx, ipv6: true })).toBe(
       false,
     );
+    // the kernel's own IPv6 churn on twill's devices (link-local, multicast, local table) is not
+    // twill's: a (re)created twill.1 would otherwise trigger a pass when its DAD ends
+    for (const kernel of [
+      '5: twill.1    inet6 fe80::2c3a:bff:fefc:c61b/64 scope link ',
+      'Deleted 5: twill.1    inet6 fe80::2c3a:bff:fefc:c61b/64 scope link tentative ',
+      'fe80::/64 dev twill.1 proto kernel metric 256 pref medium',
+      'multicast ff00::/8 dev twill-v6.1 table local proto kernel metric 256 pref medium',
+      'local fe80::2c3a:bff:fefc:c61b dev twill.1 table local proto kernel metric 0 pref medium',
+    ])
+      expect(ipEventMatters(kernel, { ...ctx, ipv6: true }), kernel).toBe(false);
+    // twill's own lines on the same devices still matter, MACs that start fe:8… included
+    expect(
+      ipEventMatters('fd00:0:0:1:: dev twill-v6.1 lladdr fe:80:00:06:00:01 PERMANENT', ctx),
+    ).toBe(true);
+    expect(ipEventMatters('Deleted 5: twill.1: <BROADCAST,MULTICAST> mtu 1450', ctx)).toBe(true);
     // ip6tables' tables matter only with IPv6 on: an IPv4-only node ignores kube-proxy's IPv6 churn
     const v6 = { ipv6: true };
     const ip6Lines = [
