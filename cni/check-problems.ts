@@ -2,20 +2,25 @@
 // show` print inside the pod against what ADD set up (link up, MTU, the
 // address, the route to the cluster network and the default route via the
 // gateway; on a dual-stack node the same for IPv6, whose address must also
-// be usable: not "tentative" or "dadfailed"). Returns every difference as a
-// readable sentence.
+// be usable: not "tentative" or "dadfailed"; on an IPv6-only node the IPv6
+// side alone). Returns every difference as a readable sentence.
 
 export interface Expected {
   readonly ifname: string;
-  /** "10.244.3.5/24" */
-  readonly address: string;
   readonly mtu: number;
-  readonly gateway: string;
-  /** "10.244.0.0/16" */
-  readonly network: string;
   readonly defaultRoute: boolean;
-  /** dual-stack: the IPv6 side ("fd00:0:0:3::2/64", gateway, IPv6 network) */
-  readonly v6?: { readonly address: string; readonly gateway: string; readonly network: string };
+  /** the IPv4 side ("10.244.3.5/24", gateway, "10.244.0.0/16"); not on an IPv6-only node */
+  readonly v4?: ExpectedFamily | undefined;
+  /** dual-stack, IPv6 only: the IPv6 side ("fd00:0:0:3::2/64", gateway, IPv6 network) */
+  readonly v6?: ExpectedFamily | undefined;
+}
+
+export interface ExpectedFamily {
+  /** the address with its prefix length */
+  readonly address: string;
+  readonly gateway: string;
+  /** the cluster network of that family */
+  readonly network: string;
 }
 
 interface AddrInfo {
@@ -45,11 +50,13 @@ function linkProblems(e: Expected, link: AddrLink | undefined): string[] {
   const out: string[] = [];
   if (!link.flags?.includes('UP')) out.push(`interface ${e.ifname} is down`);
   if (link.mtu !== e.mtu) out.push(`interface ${e.ifname} has MTU ${link.mtu}, expected ${e.mtu}`);
-  const v4 = (link.addr_info ?? [])
-    .filter((a) => a.family === 'inet')
-    .map((a) => `${a.local}/${a.prefixlen}`);
-  if (!v4.includes(e.address))
-    out.push(`interface ${e.ifname} has addresses [${v4.join(', ')}], expected ${e.address}`);
+  if (e.v4) {
+    const v4 = (link.addr_info ?? [])
+      .filter((a) => a.family === 'inet')
+      .map((a) => `${a.local}/${a.prefixlen}`);
+    if (!v4.includes(e.v4.address))
+      out.push(`interface ${e.ifname} has addresses [${v4.join(', ')}], expected ${e.v4.address}`);
+  }
   if (e.v6) out.push(...addr6Problems(e.ifname, e.v6.address, link.addr_info ?? []));
   return out;
 }
@@ -83,14 +90,22 @@ export function checkProblems(
   e: Expected,
   observed: {
     readonly addrs: unknown[] | undefined;
-    readonly routes: unknown[] | undefined;
-    /** dual-stack: `route show table all dev <ifname>` (both families, every table) */
+    /** `route show dev <ifname>` (IPv4 routes; with `e.v4`) */
+    readonly routes?: unknown[] | undefined;
+    /** `route show table all dev <ifname>` (both families, every table; with `e.v6`) */
     readonly allRoutes?: unknown[] | undefined;
   },
 ): string[] {
   const link = (observed.addrs ?? []).find((l) => (l as AddrLink).ifname === e.ifname) as
     AddrLink | undefined;
-  const out = [...linkProblems(e, link), ...routeProblems(e, (observed.routes ?? []) as Route[])];
+  const out = linkProblems(e, link);
+  if (e.v4)
+    out.push(
+      ...routeProblems(
+        { ...e.v4, defaultRoute: e.defaultRoute },
+        (observed.routes ?? []) as Route[],
+      ),
+    );
   if (e.v6) {
     const main = ((observed.allRoutes ?? []) as Route[]).filter(
       (r) => r.table === undefined || r.table === 'main',

@@ -5,7 +5,9 @@
 // src/exec/batch-errors.ts). Every value put into batch text goes through
 // `batchWord`. On a dual-stack node the IPv6 lines go into the same two
 // batches (no process more than IPv4 alone), and the pod batch runs behind a
-// few shell lines that prepare the pod's IPv6 settings (POD_IPV6_PRELUDE).
+// few shell lines that prepare the pod's IPv6 settings (POD_IPV6_PRELUDE). An
+// IPv6-only node's batches are a dual-stack node's without the IPv4 lines.
+import { createHash } from 'node:crypto';
 import { formatCidr, formatIpv4, type Cidr } from '../src/net/ipv4.ts';
 import { formatCidr6, formatIpv6, type Cidr6 } from '../src/net/ipv6.ts';
 
@@ -17,9 +19,9 @@ export interface HostWiring {
   readonly ifname: string;
   readonly netns: string;
   readonly mtu: number;
-  /** gateway address and prefix to hold on the bridge (isGateway) */
+  /** gateway address and prefix to hold on the bridge (isGateway; not on an IPv6-only node) */
   readonly gateway: { readonly addr: number; readonly prefix: number } | undefined;
-  /** dual-stack: the IPv6 gateway address and prefix to hold on the bridge (isGateway) */
+  /** dual-stack, IPv6 only: the IPv6 gateway address and prefix for the bridge (isGateway) */
   readonly gateway6?: { readonly addr: bigint; readonly prefix: number } | undefined;
   readonly hairpin: boolean;
 }
@@ -35,6 +37,19 @@ export function bridgeMac(gateway: number): string {
     gateway & 0xff,
   ];
   return bytes.map((b) => b.toString(16).padStart(2, '0')).join(':');
+}
+
+/**
+ * An IPv6-only node's bridge MAC: 0a:58 + the first four bytes of the SHA-256 of the IPv6 gateway
+ * (its 16 bytes). Stable for the node's subnet like bridgeMac, and unlike the gateway's last four
+ * bytes (::1 in every /64) not the same on every node.
+ */
+export function bridgeMac6(gateway: bigint): string {
+  const addr = Buffer.from(gateway.toString(16).padStart(32, '0'), 'hex');
+  const digest = createHash('sha256').update(addr).digest();
+  return [0x0a, 0x58, ...digest.subarray(0, 4)]
+    .map((b) => b.toString(16).padStart(2, '0'))
+    .join(':');
 }
 
 export interface HostBatch {
@@ -91,13 +106,18 @@ export function hostAddBatch(w: HostWiring, createBridge: boolean): HostBatch {
 
 export interface PodWiring {
   readonly ifname: string;
+  readonly defaultRoute: boolean;
+  /** the pod's IPv4 address, the node's subnet, gateway and network; not on an IPv6-only node */
+  readonly v4?: PodWiring4 | undefined;
+  /** dual-stack, IPv6 only: the pod's IPv6 address, the node's IPv6 subnet, gateway and network */
+  readonly v6?: PodWiring6 | undefined;
+}
+
+export interface PodWiring4 {
   readonly address: number;
   readonly subnet: Cidr;
   readonly gateway: number;
   readonly network: Cidr;
-  readonly defaultRoute: boolean;
-  /** dual-stack: the pod's IPv6 address, the node's IPv6 subnet, gateway and network */
-  readonly v6?: PodWiring6 | undefined;
 }
 
 export interface PodWiring6 {
@@ -109,23 +129,24 @@ export interface PodWiring6 {
 
 /** The batch run inside the pod's netns (through nsenter). */
 export function podAddBatch(p: PodWiring): string[] {
-  const gw = formatIpv4(p.gateway);
   const gw6 = p.v6 ? formatIpv6(p.v6.gateway) : '';
   batchWord(p.ifname);
-  const lines = [
-    'link set dev lo up',
-    `addr add ${formatIpv4(p.address)}/${p.subnet.prefix} broadcast + dev ${p.ifname}`,
-  ];
+  const lines = ['link set dev lo up'];
+  if (p.v4)
+    lines.push(
+      `addr add ${formatIpv4(p.v4.address)}/${p.v4.subnet.prefix} broadcast + dev ${p.ifname}`,
+    );
   // nodad: IPAM hands each address out once, so duplicate address detection would only keep it
   // "tentative" (unusable) for a second or more after the pod starts; and with hairpin on, the
   // bridge echoes the pod's own neighbour solicitations back, which DAD takes for a duplicate
   if (p.v6)
     lines.push(`addr add ${formatIpv6(p.v6.address)}/${p.v6.subnet.prefix} dev ${p.ifname} nodad`);
-  lines.push(
-    `link set dev ${p.ifname} up`,
-    `route add ${formatCidr(p.network)} via ${gw} dev ${p.ifname}`,
-  );
-  if (p.defaultRoute) lines.push(`route add default via ${gw} dev ${p.ifname}`);
+  lines.push(`link set dev ${p.ifname} up`);
+  if (p.v4) {
+    const gw = formatIpv4(p.v4.gateway);
+    lines.push(`route add ${formatCidr(p.v4.network)} via ${gw} dev ${p.ifname}`);
+    if (p.defaultRoute) lines.push(`route add default via ${gw} dev ${p.ifname}`);
+  }
   if (p.v6) {
     lines.push(`route add ${formatCidr6(p.v6.network)} via ${gw6} dev ${p.ifname}`);
     if (p.defaultRoute) lines.push(`route add ::/0 via ${gw6} dev ${p.ifname}`);
@@ -155,12 +176,19 @@ export const POD_IPV6_PRELUDE = [
   'exec ip -json -batch -',
 ].join('\n');
 
-/** The batch CHECK runs inside the pod's netns. */
-export function podCheckBatch(ifname: string, dualStack = false): string[] {
-  const lines = [`addr show dev ${batchWord(ifname)}`, `route show dev ${ifname}`];
+/**
+ * The batch CHECK runs inside the pod's netns: the addresses, then the IPv4 routes (`route show`)
+ * when the node has IPv4, then every route (`route show table all`) when it has IPv6.
+ */
+export function podCheckBatch(
+  ifname: string,
+  families: { readonly ipv4: boolean; readonly ipv6: boolean } = { ipv4: true, ipv6: false },
+): string[] {
+  const lines = [`addr show dev ${batchWord(ifname)}`];
+  if (families.ipv4) lines.push(`route show dev ${ifname}`);
   // `route show` lists IPv4 routes only, and a batch line takes no -6; `table all` lists both
   // families (the main table's routes are the ones without a "table" key)
-  if (dualStack) lines.push(`route show table all dev ${ifname}`);
+  if (families.ipv6) lines.push(`route show table all dev ${ifname}`);
   return lines;
 }
 

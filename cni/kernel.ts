@@ -32,7 +32,7 @@ export async function hostBatch(k: KernelDeps, lines: readonly string[]): Promis
 }
 
 /**
- * Runs a batch inside the netns at `netns` (a path). With `ipv6Ifname` (a dual-stack ADD), the
+ * Runs a batch inside the netns at `netns` (a path). With `ipv6Ifname` (an ADD giving IPv6), the
  * same one process first prepares IPv6 in that netns for that interface (POD_IPV6_PRELUDE).
  */
 export async function podBatch(

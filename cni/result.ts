@@ -1,6 +1,7 @@
 // ADD results in the shape each spec version asks for (0.3.x and 0.4.0 carry
 // `version: "4"` or `"6"` on every IP, 1.1.0 adds interface MTUs; a
-// dual-stack pod's IPv6 address follows its IPv4 one), and the reading of
+// dual-stack pod's IPv6 address follows its IPv4 one, an IPv6-only pod's is
+// the only one), and the reading of
 // a previous result (CHECK, chained plugins) whatever its version.
 import { atLeast, type CniVersion } from './version.ts';
 
@@ -15,12 +16,16 @@ export interface Attachment {
   readonly bridge: ResultInterface;
   readonly host: ResultInterface;
   readonly pod: ResultInterface;
-  /** "10.244.3.5/24" */
+  /** the pod's IPv4 address ("10.244.3.5/24") and gateway; not on an IPv6-only node */
+  readonly ip4?: ResultIp | undefined;
+  /** dual-stack, IPv6 only: the pod's IPv6 address ("fd00:0:0:3::2/64") and gateway */
+  readonly ip6?: ResultIp | undefined;
+  readonly routes: readonly { readonly dst: string; readonly gw: string }[];
+}
+
+export interface ResultIp {
   readonly address: string;
   readonly gateway: string;
-  /** dual-stack: the pod's IPv6 address ("fd00:0:0:3::2/64") and gateway */
-  readonly ip6?: { readonly address: string; readonly gateway: string } | undefined;
-  readonly routes: readonly { readonly dst: string; readonly gw: string }[];
 }
 
 function iface(v: CniVersion, i: ResultInterface): Record<string, unknown> {
@@ -34,7 +39,7 @@ function iface(v: CniVersion, i: ResultInterface): Record<string, unknown> {
 
 /** The ADD result for `version`; the pod interface is index 2, as the bridge plugin has it. */
 export function renderResult(version: CniVersion, a: Attachment): Record<string, unknown> {
-  const ip = (family: '4' | '6', address: string, gateway: string) => ({
+  const ip = (family: '4' | '6', { address, gateway }: ResultIp) => ({
     ...(atLeast(version, '1.0.0') ? {} : { version: family }),
     interface: 2,
     address,
@@ -43,7 +48,7 @@ export function renderResult(version: CniVersion, a: Attachment): Record<string,
   return {
     cniVersion: version,
     interfaces: [a.bridge, a.host, a.pod].map((i) => iface(version, i)),
-    ips: [ip('4', a.address, a.gateway), ...(a.ip6 ? [ip('6', a.ip6.address, a.ip6.gateway)] : [])],
+    ips: [...(a.ip4 ? [ip('4', a.ip4)] : []), ...(a.ip6 ? [ip('6', a.ip6)] : [])],
     routes: a.routes.map((r) => ({ dst: r.dst, gw: r.gw })),
     dns: {},
   };

@@ -12,15 +12,24 @@ export type Target = { readonly node: string } | { readonly pod: string } | 'etc
 export interface LabPod {
   readonly name: string;
   readonly node: string;
+  /**
+   * the pod's primary address, as Kubernetes' status.podIP: its IPv4 address, or on an IPv6-only
+   * lab (which gives pods no IPv4 address) its IPv6 address, the same as `ip6`
+   */
   readonly ip: string;
-  /** the pod's IPv6 address on a dual-stack lab */
+  /** the pod's IPv6 address on a lab with IPv6 (dual-stack or IPv6-only) */
   readonly ip6?: string;
 }
 
 export interface LabNode {
   readonly name: string;
-  /** the node's underlay address (its PublicIP) */
+  /**
+   * the node's IPv4 underlay address: its PublicIP (on an IPv6-only lab only the lab's own
+   * plumbing uses it; twill, with IPv4 off, ignores it)
+   */
   readonly ip: string;
+  /** the node's IPv6 underlay address (its PublicIPv6) on a lab with IPv6 */
+  readonly ip6?: string;
 }
 
 export interface ShOptions {
@@ -77,10 +86,18 @@ export interface KubeletControl {
 export interface Cluster {
   /** a short description for tables and logs ("netns lab twlab", "vagrant lab") */
   readonly description: string;
-  /** the address every pod must reach outside the cluster */
+  /**
+   * the address every pod must reach outside the cluster (IPv4: not on an IPv6-only lab, whose
+   * pods have no IPv4 address and reach `outsideIp6` only)
+   */
   readonly outsideIp: string;
-  /** a dual-stack lab: the outside host's IPv6 address, which pods must reach too */
+  /** a lab with IPv6 (dual-stack or IPv6-only): the outside host's IPv6 address, pods reach it */
   readonly outsideIp6?: string;
+  /**
+   * an IPv6-only lab (`up --store kube --ipv6-only`): twill runs with IPv4 off, pods have IPv6
+   * alone, and the matrix and the drills are IPv6 only
+   */
+  readonly ipv6Only?: boolean;
   /** the etcd endpoint as nodes see it */
   readonly etcdEndpoint: string;
   /** the etcd key prefix twill uses */

@@ -4,8 +4,8 @@
 // event, log counts, and names for new nodes. The leases come from
 // store-view.ts, whichever the store.
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
-import type { Cluster, LabMode } from './cluster.ts';
-import { backendOf, leases } from './store-view.ts';
+import type { Cluster, LabMode, LabNode } from './cluster.ts';
+import { backendOf, isLeaseOf, leases, subnetsOf, type LeaseView } from './store-view.ts';
 
 export interface DrillOutcome {
   /** ms until the drill's own recovery condition held (undefined: never, within the bound) */
@@ -27,8 +27,16 @@ export interface Drill {
   readonly targetMs: number;
   /** only for this backend (others report "n/a") */
   readonly only?: 'vxlan';
-  /** only on a dual-stack lab (`up --dual-stack`; others report "n/a") */
+  /**
+   * breaks IPv6: only on a lab with IPv6, dual-stack (`up --dual-stack`) or IPv6-only (`up
+   * --ipv6-only`); an IPv4 lab reports "n/a"
+   */
   readonly dualStackOnly?: boolean;
+  /**
+   * breaks IPv4 (its rules, routes, neighbours, FDB entries, device): an IPv6-only lab, where
+   * twill keeps none of them, reports "n/a"
+   */
+  readonly ipv4Only?: boolean;
   /** the lab modes it applies to (`drill all` runs these; others report "n/a") */
   readonly stores: readonly LabMode[];
   /**
@@ -45,7 +53,7 @@ export interface Entries {
   /** on twill.1 */
   readonly neighs: string[];
   readonly fdb: string[];
-  /** on twill-v6.1 (dual-stack vxlan) */
+  /** on twill-v6.1 (vxlan with IPv6: dual-stack or IPv6-only) */
   readonly neighs6: string[];
   readonly fdb6: string[];
 }
@@ -74,7 +82,7 @@ export async function ownRoutes(c: Cluster, node: string): Promise<string[]> {
 
 /**
  * A node's owned entries: routes with twill's protocol, permanent neighbours and FDB entries on
- * twill.1 and (dual-stack) twill-v6.1; a device that is not there has none.
+ * twill.1 and (with IPv6) twill-v6.1; a device that is not there (IPv6-only: twill.1) has none.
  */
 export async function entries(c: Cluster, node: string): Promise<Entries> {
   const sh = (argv: string[]): Promise<string> => c.sh({ node }, argv).catch(() => '');
@@ -128,20 +136,22 @@ export async function ownState(c: Cluster, node: string): Promise<string> {
 export async function leftovers(c: Cluster): Promise<string[]> {
   const [nodes, all, backend] = await Promise.all([c.nodes(), leases(c), backendOf(c)]);
   const problems: string[] = [];
-  const ips = new Set(nodes.map((n) => n.ip));
+  const live = all.filter((l) => nodes.some((n) => isLeaseOf(l, n)));
   for (const l of all)
-    if (!ips.has(l.publicIp))
-      problems.push(`lease ${l.key} of a node that is gone (${l.publicIp})`);
+    if (!live.includes(l))
+      problems.push(`lease ${l.key} of a node that is gone (${l.publicIp ?? l.publicIp6})`);
   for (const n of nodes) {
-    const peers = all.filter((l) => l.publicIp !== n.ip && ips.has(l.publicIp));
+    const peers = live.filter((l) => !isLeaseOf(l, n));
     const e = await entries(c, n.name);
+    // an IPv6-only lease has no IPv4 half: nothing on twill.1 for it (nor a twill.1 at all)
+    const peers4 = peers.filter((p) => p.subnet !== null);
     const peers6 = peers.filter((p) => p.subnet6 !== undefined);
-    const want = new Set(peers.flatMap((p) => [p.subnet, ...(p.subnet6 ? [p.subnet6] : [])]));
+    const want = new Set(peers.flatMap(subnetsOf));
     const have = e.routes.map((r) => r.split(' ')[0] ?? '');
     for (const r of have)
       if (!want.has(r)) problems.push(`${n.name}: route ${r} that no live peer explains`);
     for (const w of want) if (!have.includes(w)) problems.push(`${n.name}: no route to ${w}`);
-    const perPeer = backend === 'vxlan' ? peers.length : 0;
+    const perPeer = backend === 'vxlan' ? peers4.length : 0;
     if (e.neighs.length !== perPeer)
       problems.push(
         `${n.name}: ${e.neighs.length} permanent neighbours on twill.1, want ${perPeer}`,
@@ -155,14 +165,47 @@ export async function leftovers(c: Cluster): Promise<string[]> {
       );
     if (e.fdb6.length !== perPeer6)
       problems.push(`${n.name}: ${e.fdb6.length} FDB entries on ${VXLAN6_DEV}, want ${perPeer6}`);
-    const own = all.find((l) => l.publicIp === n.ip);
-    for (const cmd of own?.subnet6 === undefined ? ['iptables'] : ['iptables', 'ip6tables']) {
-      const chain = await c
-        .sh({ node: n.name }, [cmd, '-t', 'nat', '-S', 'TWILL-POSTRTG'])
-        .catch(() => '');
-      if (chain.split('\n').filter((l) => l.startsWith('-A')).length !== 6)
-        problems.push(`${n.name}: ${cmd}'s TWILL-POSTRTG does not hold its 6 rules`);
-    }
+    problems.push(
+      ...(await familyLeftovers(
+        c,
+        n,
+        live.find((l) => isLeaseOf(l, n)),
+      )),
+    );
+  }
+  return problems;
+}
+
+/**
+ * Each family the node's lease has holds twill's 6 masquerade rules; an IPv6-only node (no IPv4
+ * half) holds no IPv4 rule and no twill.1 at all. A node without a lease yet: as the lab's
+ * families say.
+ */
+async function familyLeftovers(
+  c: Cluster,
+  n: LabNode,
+  lease: LeaseView | undefined,
+): Promise<string[]> {
+  const problems: string[] = [];
+  const v4 = lease === undefined ? c.ipv6Only !== true : lease.subnet !== null;
+  const v6 = lease === undefined ? c.outsideIp6 !== undefined : lease.subnet6 !== undefined;
+  const rules = async (cmd: 'iptables' | 'ip6tables'): Promise<number> =>
+    (await c.sh({ node: n.name }, [cmd, '-t', 'nat', '-S', 'TWILL-POSTRTG']).catch(() => ''))
+      .split('\n')
+      .filter((l) => l.startsWith('-A')).length;
+  const v4Rules = await rules('iptables');
+  if (v4 && v4Rules !== 6)
+    problems.push(`${n.name}: iptables's TWILL-POSTRTG does not hold its 6 rules`);
+  if (!v4 && v4Rules !== 0)
+    problems.push(`${n.name}: ${v4Rules} IPv4 masquerade rule(s) on a node without IPv4`);
+  if (v6 && (await rules('ip6tables')) !== 6)
+    problems.push(`${n.name}: ip6tables's TWILL-POSTRTG does not hold its 6 rules`);
+  if (!v4) {
+    const dev = await c.sh({ node: n.name }, ['ip', '-o', 'link', 'show', 'dev', VXLAN_DEV]).then(
+      () => true,
+      () => false,
+    );
+    if (dev) problems.push(`${n.name}: ${VXLAN_DEV} on a node without IPv4`);
   }
   return problems;
 }
@@ -272,19 +315,48 @@ export async function podsPerNode(c: Cluster): Promise<number> {
  * its subnet. Routes first (one `ip route` per node, cheap enough to poll
  * every few ms without slowing the nodes down); the rest once they are gone.
  */
-export async function goneEverywhere(
-  c: Cluster,
-  victim: { name: string; ip: string; subnet: string },
-): Promise<boolean> {
-  const net = victim.subnet.split('/')[0] ?? '?';
+export async function goneEverywhere(c: Cluster, victim: GoneNode): Promise<boolean> {
+  const net = (cidr: string | null | undefined): string | undefined =>
+    cidr == null ? undefined : (cidr.split('/')[0] ?? '?');
+  const [net4, net6] = [net(victim.subnet), net(victim.subnet6)];
+  const nets = [net4, net6].filter((x) => x !== undefined);
+  const routed = (rs: readonly string[]): boolean =>
+    rs.some((r) => nets.some((x) => r.startsWith(`${x}/`)));
   const others = (await c.nodes()).filter((n) => n.name !== victim.name);
   const routes = await Promise.all(others.map((n) => ownRoutes(c, n.name)));
-  if (routes.some((rs) => rs.some((r) => r.startsWith(`${net}/`)))) return false;
+  if (routes.some(routed)) return false;
   const all = await Promise.all(others.map((n) => entries(c, n.name)));
   return all.every(
     (e) =>
-      !e.routes.some((r) => r.startsWith(`${net}/`)) &&
-      !e.neighs.some((x) => x.startsWith(`${net} `)) &&
-      !e.fdb.some((f) => f.includes(`dst ${victim.ip} `)),
+      !routed(e.routes) &&
+      (net4 === undefined ||
+        (!e.neighs.some((x) => x.startsWith(`${net4} `)) &&
+          !e.fdb.some((f) => f.includes(`dst ${victim.ip} `)))) &&
+      (net6 === undefined ||
+        (!e.neighs6.some((x) => x.startsWith(`${net6} `)) &&
+          !e.fdb6.some((f) => victim.ip6 !== undefined && f.includes(`dst ${victim.ip6} `)))),
   );
+}
+
+/**
+ * A node that went away, as goneEverywhere looks for it: its underlay addresses and its lease's
+ * subnets (null: an IPv6-only lease's IPv4 half).
+ */
+export interface GoneNode {
+  readonly name: string;
+  readonly ip: string;
+  readonly ip6?: string;
+  readonly subnet: string | null;
+  readonly subnet6?: string;
+}
+
+/** Node `n` gone with lease `l`, for goneEverywhere and timeGoneFromPeers. */
+export function goneNode(n: LabNode, l: LeaseView): GoneNode {
+  return {
+    name: n.name,
+    ip: n.ip,
+    ...(n.ip6 === undefined ? {} : { ip6: n.ip6 }),
+    subnet: l.subnet,
+    ...(l.subnet6 === undefined ? {} : { subnet6: l.subnet6 }),
+  };
 }

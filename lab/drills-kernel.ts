@@ -1,9 +1,10 @@
 // Drills that break a node's kernel state or its twill process: the
 // masquerade rule, the nat table, a peer's route, neighbour and FDB entry,
 // the vxlan device; twill killed and restarted under a steady ping; on a
-// dual-stack lab the same breaks again in IPv6 (ip6tables, the IPv6 route,
-// neighbour and FDB entry, twill-v6.1). They apply to both store modes.
-import type { Cluster } from './cluster.ts';
+// lab with IPv6 the same breaks again in IPv6 (ip6tables, the IPv6 route,
+// neighbour and FDB entry, twill-v6.1); on an IPv6-only lab those alone, the
+// IPv4 ones say n/a. They apply to both store modes.
+import type { Cluster, LabNode } from './cluster.ts';
 import {
   BOTH_STORES,
   entries,
@@ -15,7 +16,7 @@ import {
 } from './drill-kit.ts';
 import { QUIET_MS, timeRepair, watchKernel, type Healing } from './kernel-watch.ts';
 import { passesBetween, renderStages } from './pass-log.ts';
-import { leaseOf } from './store-view.ts';
+import { leaseOf, subnetsOf, type LeaseView } from './store-view.ts';
 import { SLOW_MACHINE_FACTOR, until } from './kit/wait.ts';
 
 export const first = async (c: Cluster, i: number): Promise<string> =>
@@ -32,6 +33,7 @@ function kernelDrill(o: {
   broke: string;
   only?: 'vxlan';
   dualStackOnly?: boolean;
+  ipv4Only?: boolean;
   argv: (c: Cluster) => Promise<string[]>;
 }): Drill {
   return {
@@ -41,6 +43,7 @@ function kernelDrill(o: {
     stores: BOTH_STORES,
     ...(o.only ? { only: o.only } : {}),
     ...(o.dualStackOnly === true ? { dualStackOnly: true } : {}),
+    ...(o.ipv4Only === true ? { ipv4Only: true } : {}),
     async run(c) {
       const node = await first(c, 0);
       const argv = await o.argv(c);
@@ -77,18 +80,22 @@ function observed(h: Healing): string {
   return `timed by ip/nft monitors in the node's namespace: ${lag}; ${h.checks} state check(s), each after ${QUIET_MS} ms without events`;
 }
 
-const peerSubnet = async (c: Cluster): Promise<string> =>
-  (await leaseOf(c, (await c.nodes())[1]?.ip ?? ''))?.subnet ?? '';
+/** The second node's lease's IPv4 subnet (an IPv4 or dual-stack lab). */
+const peerSubnet = async (c: Cluster): Promise<string> => {
+  const l = await leaseOf(c, (await c.nodes())[1]);
+  if (l?.subnet == null) throw new Error('the second node holds no lease with an IPv4 subnet');
+  return l.subnet;
+};
 
-/** The second node's lease's IPv6 subnet and PublicIPv6 (a dual-stack lab). */
+/** The second node's lease's IPv6 subnet and PublicIPv6 (a dual-stack or IPv6-only lab). */
 const peer6 = async (c: Cluster): Promise<{ subnet6: string; ip6: string }> => {
-  const l = await leaseOf(c, (await c.nodes())[1]?.ip ?? '');
+  const l = await leaseOf(c, (await c.nodes())[1]);
   if (l?.subnet6 === undefined || l.publicIp6 === undefined)
-    throw new Error('the second node holds no dual-stack lease');
+    throw new Error('the second node holds no lease with IPv6');
   return { subnet6: l.subnet6, ip6: l.publicIp6 };
 };
 
-/** The same breaks as the IPv4 drills, in IPv6: a dual-stack lab only. */
+/** The same breaks as the IPv4 drills, in IPv6: on a lab with IPv6 (dual-stack or IPv6-only). */
 const IPV6_DRILLS: readonly Drill[] = [
   kernelDrill({
     name: 'masq6-rule',
@@ -142,21 +149,25 @@ const IPV6_DRILLS: readonly Drill[] = [
 export const KERNEL_DRILLS: readonly Drill[] = [
   kernelDrill({
     name: 'masq-rule',
+    ipv4Only: true,
     broke: 'MASQUERADE rule deleted',
     argv: async () => ['iptables', '-t', 'nat', '-D', 'TWILL-POSTRTG', '5'],
   }),
   kernelDrill({
     name: 'nat-flush',
+    ipv4Only: true,
     broke: 'whole nat table flushed',
     argv: async () => ['iptables', '-t', 'nat', '-F'],
   }),
   kernelDrill({
     name: 'peer-route',
+    ipv4Only: true,
     broke: 'a peer route deleted',
     argv: async (c) => ['ip', 'route', 'del', await peerSubnet(c)],
   }),
   kernelDrill({
     name: 'peer-neigh',
+    ipv4Only: true,
     broke: 'a peer neighbour deleted',
     only: 'vxlan',
     argv: async (c) => [
@@ -170,6 +181,7 @@ export const KERNEL_DRILLS: readonly Drill[] = [
   }),
   kernelDrill({
     name: 'peer-fdb',
+    ipv4Only: true,
     broke: 'a peer FDB entry deleted',
     only: 'vxlan',
     argv: async (c) => {
@@ -193,6 +205,7 @@ export const KERNEL_DRILLS: readonly Drill[] = [
   }),
   kernelDrill({
     name: 'vxlan-device',
+    ipv4Only: true,
     broke: 'the vxlan device deleted',
     only: 'vxlan',
     argv: async () => ['ip', 'link', 'del', 'twill.1'],
@@ -205,8 +218,11 @@ export const KERNEL_DRILLS: readonly Drill[] = [
     stores: BOTH_STORES,
     async run(c) {
       const [a, b] = await c.pods().then((ps) => [ps[0], ps.find((p) => p.node !== ps[0]?.node)]);
+      // b.ip: its primary address, IPv6 on an IPv6-only lab (LabPod)
       const victim = b?.node ?? '';
-      const before = await leaseOf(c, (await c.nodes()).find((n) => n.name === victim)?.ip ?? '');
+      const victimNode = async (): Promise<LabNode | undefined> =>
+        (await c.nodes()).find((n) => n.name === victim);
+      const before = await leaseOf(c, await victimNode());
       const acquired = await logCount(c, victim, 'lease acquired');
       const ping = steadyPing(c, { from: a?.name ?? '', to: b?.ip ?? '', ms: 4_000 });
       await new Promise((r) => setTimeout(r, 500));
@@ -218,10 +234,12 @@ export const KERNEL_DRILLS: readonly Drill[] = [
         { timeoutMs: 20_000, since },
       );
       const stats = await ping;
-      const after = await leaseOf(c, (await c.nodes()).find((n) => n.name === victim)?.ip ?? '');
+      const after = await leaseOf(c, await victimNode());
+      const subnets = (l: LeaseView | undefined): string =>
+        l === undefined ? '(no lease)' : subnetsOf(l).join(' + ');
       const notes = [
-        `${victim} back in ${Math.round(healedMs ?? -1)} ms; steady ping ${a?.name} → ${b?.name}: ${stats.received}/${stats.sent}`,
-        `subnet ${before?.subnet} → ${after?.subnet}`,
+        `${victim} back in ${Math.round(healedMs ?? -1)} ms; steady ping ${a?.name} → ${b?.name} (${b?.ip}): ${stats.received}/${stats.sent}`,
+        `subnet ${subnets(before)} → ${subnets(after)}`,
       ];
       return {
         healedMs,

@@ -3,7 +3,7 @@
 // and the kube-apiserver stopped for 20 s while the pods keep talking, with
 // a node added after it came back.
 import type { Cluster } from './cluster.ts';
-import { nextNames, podsPerNode, stillSince, type Drill } from './drill-kit.ts';
+import { goneNode, nextNames, podsPerNode, stillSince, type Drill } from './drill-kit.ts';
 import { timeGoneFromPeers } from './kernel-watch.ts';
 import { connectivity, untilFull } from './matrix.ts';
 import { leaseOf } from './store-view.ts';
@@ -17,13 +17,13 @@ const nodeDeleted: Drill = {
   stores: ['kube'],
   async run(c) {
     const victim = (await c.nodes()).at(-1);
-    const lease = await leaseOf(c, victim?.ip ?? '');
+    const lease = await leaseOf(c, victim);
     if (!victim || !lease)
       throw new Error(`no node with a Node object to delete (last node ${victim?.name ?? '-'})`);
     // the machine goes away first: peers notice nothing until its Node object is deleted
     await c.stopTwill(victim.name, 'term');
     const outcome = await timeGoneFromPeers(c, {
-      victim: { ...victim, subnet: lease.subnet },
+      victim: goneNode(victim, lease),
       remove: () => c.kubectl(['delete', 'node', victim.name]),
       what: 'kubectl delete node',
       graceMs: 0,

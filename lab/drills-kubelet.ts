@@ -9,6 +9,7 @@ import { rm } from 'node:fs/promises';
 import type { Cluster, KubeletControl, LabPod } from './cluster.ts';
 import {
   goneEverywhere,
+  goneNode,
   nextNames,
   podsPerNode,
   type Drill,
@@ -16,7 +17,7 @@ import {
 } from './drill-kit.ts';
 import { timeGoneFromPeers } from './kernel-watch.ts';
 import { ping, untilFull } from './matrix.ts';
-import { leaseOf, leases } from './store-view.ts';
+import { isLeaseOf, leaseOf, leases } from './store-view.ts';
 import { SLOW_MACHINE_FACTOR, until } from './kit/wait.ts';
 import { pause } from '../src/util/abort.ts';
 import { containsAddr, parseCidr, parseIpv4 } from '../src/net/ipv4.ts';
@@ -229,8 +230,9 @@ async function inOwnSubnets(c: Cluster, pods: readonly LabPod[]): Promise<string
   const all = await leases(c);
   const problems: string[] = [];
   for (const p of pods) {
-    const ip = nodes.find((n) => n.name === p.node)?.ip;
-    const subnet = all.find((l) => l.publicIp === ip)?.subnet;
+    const node = nodes.find((n) => n.name === p.node);
+    const subnet =
+      node === undefined ? undefined : (all.find((l) => isLeaseOf(l, node))?.subnet ?? undefined);
     const cidr = subnet === undefined ? undefined : parseCidr(subnet, { strict: true });
     const addr = parseIpv4(p.ip);
     if (!cidr || addr === undefined || !containsAddr(cidr, addr))
@@ -402,7 +404,7 @@ const nodeDrainDelete: Drill = {
   stores: ['kubelet'],
   async run(c) {
     const victim = (await c.nodes()).at(-1);
-    const lease = await leaseOf(c, victim?.ip ?? '');
+    const lease = await leaseOf(c, victim);
     if (!victim || !lease) throw new Error('no node with a lease to delete');
     await c.kubectl(
       [
@@ -417,14 +419,14 @@ const nodeDrainDelete: Drill = {
       { timeoutMs: 180_000 },
     );
     const outcome: DrillOutcome = await timeGoneFromPeers(c, {
-      victim: { ...victim, subnet: lease.subnet },
+      victim: goneNode(victim, lease),
       remove: () => c.kubectl(['delete', 'node', victim.name]),
       what: 'kubectl delete node',
       graceMs: 0,
     });
     // its processes go with the rest of the removal (the Node is gone already)
     await c.removeNode(victim.name);
-    const gone = await goneEverywhere(c, { ...victim, subnet: lease.subnet });
+    const gone = await goneEverywhere(c, goneNode(victim, lease));
     return { ...outcome, ok: outcome.ok && gone };
   },
 };
@@ -469,8 +471,8 @@ const nodeJoin: Drill = {
     await Promise.all([adding, watching]);
     const joinMs =
       createdAt !== undefined && firstPingAt !== undefined ? firstPingAt - createdAt : undefined;
-    const subnet = (await leaseOf(c, (await c.nodes()).find((n) => n.name === name)?.ip ?? ''))
-      ?.subnet;
+    const joined = (await c.nodes()).find((n) => n.name === name);
+    const subnet = (await leaseOf(c, joined))?.subnet ?? undefined;
     const notes = [
       `${name} joined with podCIDR ${subnet ?? '(none)'}; from its Node object's creation to the first ping from other nodes' pods to its pod: ${Math.round(joinMs ?? -1)} ms`,
     ];

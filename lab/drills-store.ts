@@ -10,6 +10,7 @@ import { DEFAULT_DELETE_LINGER_MS } from '../src/lease/tracker.ts';
 import type { Cluster } from './cluster.ts';
 import {
   BOTH_STORES,
+  goneNode,
   ownRoutes,
   churn,
   leftovers,
@@ -23,7 +24,7 @@ import {
 import { connectivity, untilFull } from './matrix.ts';
 import { timeGoneFromPeers } from './kernel-watch.ts';
 import { firstLogTime, passesBetween, renderStages } from './pass-log.ts';
-import { backendOf, leaseOf, leases } from './store-view.ts';
+import { backendOf, isLeaseOf, leaseOf, leases, subnetsOf, type LeaseView } from './store-view.ts';
 import { SLOW_MACHINE_FACTOR, until } from './kit/wait.ts';
 
 const ETCD_OUTAGE_MS = 60_000;
@@ -159,15 +160,16 @@ const ownLeaseDeleted: Drill = {
       pods.find((p) => p.node === node?.name),
       pods.find((p) => p.node === other?.name),
     ];
-    const before = await leaseOf(c, node?.ip ?? '');
+    const before = await leaseOf(c, node);
     const ping = steadyPing(c, { from: from?.name ?? '', to: to?.ip ?? '', ms: 3_000 });
     await pause(300);
     const since = performance.now();
     await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${before?.key ?? ''}`]);
-    const healedMs = await until(
-      async () => (await leaseOf(c, node?.ip ?? ''))?.key === before?.key,
-      { timeoutMs: 10_000, since, everyMs: 20 },
-    );
+    const healedMs = await until(async () => (await leaseOf(c, node))?.key === before?.key, {
+      timeoutMs: 10_000,
+      since,
+      everyMs: 20,
+    });
     const stats = await ping;
     const notes = [
       `${node?.name} took ${before?.key} back in ${Math.round(healedMs ?? -1)} ms; steady ping ${from?.name} → ${to?.name}: ${stats.received}/${stats.sent}`,
@@ -255,13 +257,13 @@ const nodeRemoved: Drill = {
   stores: ['etcd'],
   async run(c) {
     const victim = (await c.nodes()).at(-1);
-    const lease = await leaseOf(c, victim?.ip ?? '');
+    const lease = await leaseOf(c, victim);
     if (!victim || !lease)
       throw new Error(`no node with a lease to remove (last node ${victim?.name ?? '-'})`);
     await c.removeNode(victim.name);
     const del = (): Promise<string> => etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease.key}`]);
     return timeGoneFromPeers(c, {
-      victim: { ...victim, subnet: lease.subnet },
+      victim: goneNode(victim, lease),
       remove: del,
       what: 'etcdctl del',
       graceMs: DEFAULT_DELETE_LINGER_MS,
@@ -331,12 +333,20 @@ const twentyNodes: Drill = {
     );
     const all = await leases(c);
     const nodes = await c.nodes();
-    const duplicates = all.length - new Set(all.map((l) => l.subnet)).size;
-    const missing = nodes.filter((n) => !all.some((l) => l.publicIp === n.ip)).map((n) => n.name);
+    const duplicates = duplicateSubnets(all);
+    const missing = nodes.filter((n) => !all.some((l) => isLeaseOf(l, n))).map((n) => n.name);
     const notes = [
       `${nodes.length} nodes, ${all.length} leases, ${duplicates} duplicate subnets, full matrix in ${Math.round(healedMs ?? -1)} ms`,
     ];
     if (missing.length > 0) notes.push(`nodes without a lease: ${missing.join(', ')}`);
+    if (healedMs === undefined) {
+      // what never converged, for whoever reads a failed run
+      const gaps = await routesMissing(c);
+      if (gaps.length > 0)
+        notes.push(
+          `routes never made (${gaps.length}): ${gaps.slice(0, 10).join(', ')}${gaps.length > 10 ? ', …' : ''}; see each node's twill log for the failed route add`,
+        );
+    }
     if (healedMs !== undefined)
       notes.push(
         await idleCpu(
@@ -346,7 +356,10 @@ const twentyNodes: Drill = {
       );
     // leave the lab as it was: the twenty go, with their leases (kube: removeNode deletes the Node)
     for (const name of names) {
-      const lease = await leaseOf(c, nodes.find((n) => n.name === name)?.ip ?? '');
+      const lease = await leaseOf(
+        c,
+        nodes.find((n) => n.name === name),
+      );
       await c.removeNode(name);
       if (lease && c.store === 'etcd')
         await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease.key}`]);
@@ -360,14 +373,26 @@ const twentyNodes: Drill = {
 };
 
 /**
- * "n/a: …" when a dual-stack host-gw lab of `nodes` nodes cannot fit this machine's IPv6
- * neighbour table. The kernel keeps one table for all network namespaces (gc_thresh3, 1,024
- * entries by default, counts them all), and over host-gw every node resolves every peer's IPv6
- * address twice: its global one, and the link-local one its peer solicits from when it forwards
- * a pod's packet. 24 nodes need about 2 × 24 × 23 = 1,104 entries: the table overflows, and
- * packets wait on neighbours that are never made (a lab artifact: a real node has the table to
- * itself; vxlan's permanent entries are not counted). The drill says so, and changes nothing on
- * the host.
+ * How many leases share a subnet with another, each family apart (an IPv6-only lease has no IPv4
+ * subnet: its null is no duplicate).
+ */
+export function duplicateSubnets(all: readonly LeaseView[]): number {
+  const extra = (subnets: readonly string[]): number => subnets.length - new Set(subnets).size;
+  return (
+    extra(all.flatMap((l) => (l.subnet === null ? [] : [l.subnet]))) +
+    extra(all.flatMap((l) => (l.subnet6 === undefined ? [] : [l.subnet6])))
+  );
+}
+
+/**
+ * "n/a: …" when a host-gw lab with IPv6 (dual-stack or IPv6-only) of `nodes` nodes cannot fit
+ * this machine's IPv6 neighbour table. The kernel keeps one table for all network namespaces
+ * (gc_thresh3, 1,024 entries by default, counts them all), and over host-gw every node resolves
+ * every peer's IPv6 address twice: its global one, and the link-local one its peer solicits from
+ * when it forwards a pod's packet. 24 nodes need about 2 × 24 × 23 = 1,104 entries: the table
+ * overflows, and packets wait on neighbours that are never made (a lab artifact: a real node has
+ * the table to itself; vxlan's permanent entries are not counted). The drill says so, and changes
+ * nothing on the host.
  */
 async function neighbourTableTooSmall(c: Cluster, nodes: number): Promise<string | undefined> {
   if (c.outsideIp6 === undefined || (await backendOf(c)) !== 'host-gw') return undefined;
@@ -375,18 +400,28 @@ async function neighbourTableTooSmall(c: Cluster, nodes: number): Promise<string
   const limit = Number((await readFile(file, 'utf8').catch(() => '')).trim());
   const need = 2 * nodes * (nodes - 1);
   if (!Number.isFinite(limit) || limit >= need) return undefined;
-  return `n/a: ${nodes} dual-stack host-gw nodes need about ${need} IPv6 neighbour entries in this machine's one shared table, and ${file} is ${limit} (raise it with sysctl -w net.ipv6.neigh.default.gc_thresh3=${need * 2} to run this drill here)`;
+  return `n/a: ${nodes} host-gw nodes with IPv6 need about ${need} IPv6 neighbour entries in this machine's one shared table, and ${file} is ${limit} (raise it with sysctl -w net.ipv6.neigh.default.gc_thresh3=${need * 2} to run this drill here)`;
 }
 
-/** True when every node holds a route (twill's protocol) to every other node's leased subnet. */
-async function everyNodeRoutesEveryLease(c: Cluster): Promise<boolean> {
+/**
+ * True when every node holds a route (twill's protocol) to every other node's leased subnets,
+ * each family the lease has.
+ */
+export async function everyNodeRoutesEveryLease(c: Cluster): Promise<boolean> {
+  return (await routesMissing(c)).length === 0;
+}
+
+/** "node → subnet" for each leased subnet a node holds no route (twill's protocol) to. */
+async function routesMissing(c: Cluster): Promise<string[]> {
   const [nodes, all] = await Promise.all([c.nodes(), leases(c)]);
+  const missing: string[] = [];
   for (const n of nodes) {
-    const want = all.filter((l) => l.publicIp !== n.ip).map((l) => l.subnet);
+    const want = all.filter((l) => !isLeaseOf(l, n)).flatMap(subnetsOf);
     const have = await ownRoutes(c, n.name);
-    if (want.some((w) => !have.some((r) => r.startsWith(`${w} `)))) return false;
+    for (const w of want)
+      if (!have.some((r) => r.startsWith(`${w} `))) missing.push(`${n.name} → ${w}`);
   }
-  return true;
+  return missing;
 }
 
 /** How long the idle daemons are watched, after a short settle. */
@@ -524,7 +559,8 @@ const etcdLeaderLoss: Drill = {
         `${name} added after the kill: started, its pods wired and reachable from every pod in ${Math.round(healedMs ?? -1)} ms`,
       );
       // leave the lab as it was: the node goes with its lease, the member comes back with its data
-      const lease = await leaseOf(c, (await c.nodes()).find((n) => n.name === name)?.ip ?? '');
+      const added = (await c.nodes()).find((n) => n.name === name);
+      const lease = await leaseOf(c, added);
       await c.removeNode(name);
       if (lease) await etcdctl(c, ['del', `${c.etcdPrefix}/subnets/${lease.key}`]);
       const ok =

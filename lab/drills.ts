@@ -4,6 +4,8 @@
 // node holds exactly one entry set per live peer). Written against the
 // Cluster interface only, so the same drills run on the netns and Vagrant labs.
 // Each drill names the store modes it applies to; `all` is those of the lab's.
+// A drill that breaks one address family says n/a on a lab without it (the
+// IPv6 breaks on an IPv4 lab, the IPv4 ones on an IPv6-only lab).
 import type { Cluster, LabMode } from './cluster.ts';
 import { leftovers, type Drill, type DrillOutcome } from './drill-kit.ts';
 import { KERNEL_DRILLS } from './drills-kernel.ts';
@@ -49,8 +51,22 @@ export interface DrillResult {
 async function notApplicable(c: Cluster, d: Drill): Promise<string | undefined> {
   if (!d.stores.includes(c.mode)) return `n/a: ${d.stores.join(' or ')} lab only`;
   if (d.only && (await backendOf(c)) !== d.only) return `n/a: ${d.only} only`;
+  return familyNotApplicable(d, c);
+}
+
+/**
+ * "n/a: …" when the drill breaks an address family this lab's pods do not have: an IPv6 break
+ * on an IPv4 lab, an IPv4 break on an IPv6-only lab (where twill keeps no IPv4 rule, route,
+ * neighbour, FDB entry or device to break).
+ */
+export function familyNotApplicable(
+  d: Pick<Drill, 'dualStackOnly' | 'ipv4Only'>,
+  c: Pick<Cluster, 'outsideIp6' | 'ipv6Only'>,
+): string | undefined {
   if (d.dualStackOnly === true && c.outsideIp6 === undefined)
-    return 'n/a: dual-stack lab only (up --dual-stack)';
+    return 'n/a: dual-stack lab only (up --dual-stack) or IPv6-only (up --store kube --ipv6-only)';
+  if (d.ipv4Only === true && c.ipv6Only === true)
+    return 'n/a: breaks IPv4, and an IPv6-only lab has none (twill runs with EnableIPv4 false: no IPv4 rule, route, neighbour, FDB entry or device)';
   return undefined;
 }
 

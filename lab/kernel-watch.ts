@@ -9,7 +9,7 @@
 import { KERNEL_IPV6 } from '../src/dataplane/monitor.ts';
 import { pause } from '../src/util/abort.ts';
 import type { Cluster } from './cluster.ts';
-import { goneEverywhere, type DrillOutcome } from './drill-kit.ts';
+import { goneEverywhere, type DrillOutcome, type GoneNode } from './drill-kit.ts';
 import { SLOW_MACHINE_FACTOR } from './kit/wait.ts';
 import { passesBetween, renderStages } from './pass-log.ts';
 
@@ -219,7 +219,7 @@ export async function timeRepair(
 export async function timeGoneFromPeers(
   c: Cluster,
   o: {
-    victim: { name: string; ip: string; subnet: string };
+    victim: GoneNode;
     remove: () => Promise<unknown>;
     what: string;
     graceMs: number;
@@ -245,7 +245,7 @@ export async function timeGoneFromPeers(
         ? `; ${o.graceMs} ms of that is twill's delete grace (a running node re-creates a deleted key meanwhile)`
         : '';
     const notes = [
-      `${o.victim.name} (${o.victim.subnet}) gone from every peer ${Math.round(h.healedMs ?? -1)} ms after ${o.what} returned (it took ${Math.round(removeMs)} ms)${grace}`,
+      `${o.victim.name} (${[o.victim.subnet, o.victim.subnet6].filter((x) => x != null).join(' + ')}) gone from every peer ${Math.round(h.healedMs ?? -1)} ms after ${o.what} returned (it took ${Math.round(removeMs)} ms)${grace}`,
       `timed by ip monitors in the peers' namespaces; ${h.checks} state check(s), each after ${QUIET_MS} ms without events`,
     ];
     if (h.brokeAt !== undefined && h.healedAt !== undefined) {

@@ -1,10 +1,11 @@
 // `npm run lab -- <command>`: the netns lab (as root).
 //   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw] [--store etcd|kube] [--slow F]
-// [--etcd-members N] [--dual-stack]
+// [--etcd-members N] [--dual-stack | --ipv6-only]
 //                                                         bring it up, print the matrix
 //                                                         (--slow: as on a machine F times slower;
 //                                                         --etcd-members 3: an etcd cluster, twill
-// given every member; --dual-stack: IPv4 + IPv6 underlay, pods and matrix)
+// given every member; --dual-stack: IPv4 + IPv6 underlay, pods and matrix; --ipv6-only, with
+// --store kube: twill with EnableIPv4 false, pods and matrix IPv6 alone)
 //   up --kubelet [--nodes 3] [--pods 2]                   a real cluster: kubelet, containerd and
 //                                                         kube-proxy per node, deploy/ as shipped
 //   status                                                print the matrix and where the logs are
@@ -31,7 +32,7 @@ import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { run } from '../src/exec/runner.ts';
-import type { Cluster, StoreMode } from './cluster.ts';
+import type { Cluster, LabNode, StoreMode } from './cluster.ts';
 import type { Drill } from './drill-kit.ts';
 import {
   DRILLS,
@@ -44,6 +45,7 @@ import {
 } from './drills.ts';
 import { connectivity, renderMatrix, untilFull } from './matrix.ts';
 import { MAX_ETCD_MEMBERS, NetnsCluster } from './netns-cluster.ts';
+import { upConflict, type UpOptions } from './up-options.ts';
 import { VAGRANT_DRILLS } from './drills-vagrant.ts';
 import type { VagrantCluster } from './vagrant-cluster.ts';
 import {
@@ -101,8 +103,9 @@ async function printStatus(c: Cluster): Promise<boolean> {
   const nodes = await c.nodes();
   const kube =
     c instanceof NetnsCluster && c.mode === 'kubelet' ? `${await kubeletStatus(c)}\n` : '';
+  const addresses = (n: LabNode): string => (n.ip6 === undefined ? n.ip : `${n.ip}, ${n.ip6}`);
   process.stdout.write(
-    `${c.description}\n${kube}${renderMatrix(m)}\nlogs:\n${nodes.map((n) => `  ${n.name} (${n.ip}): ${c.logPath(n.name)}`).join('\n')}\n`,
+    `${c.description}\n${kube}${renderMatrix(m)}\nlogs:\n${nodes.map((n) => `  ${n.name} (${addresses(n)}): ${c.logPath(n.name)}`).join('\n')}\n`,
   );
   return m.failures.length === 0;
 }
@@ -126,19 +129,6 @@ function slowFactor(value: string): number {
   return n;
 }
 
-interface UpOptions {
-  readonly slow?: number;
-  readonly nodes: number;
-  readonly pods: number;
-  readonly backend: 'vxlan' | 'host-gw';
-  readonly store: StoreMode;
-  readonly kubelet?: boolean;
-  readonly etcdMembers?: number;
-  readonly vagrant?: boolean;
-  readonly spares?: number;
-  readonly dualStack?: boolean;
-}
-
 function etcdMembersOf(value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1 || n > MAX_ETCD_MEMBERS)
@@ -147,21 +137,14 @@ function etcdMembersOf(value: string): number {
 }
 
 async function up(o: UpOptions & { name: string }): Promise<number> {
+  const conflict = upConflict(o);
+  if (conflict !== undefined) throw new Error(conflict);
   if (o.vagrant === true) return upVagrant(o);
-  if (o.spares !== undefined) throw new Error('--spares is for the Vagrant lab (--vagrant)');
   if (await NetnsCluster.open(o.name))
     throw new Error(
       `a lab named ${o.name} is already up (npm run lab -- down${o.name === 'twlab' ? '' : ` --name ${o.name}`})`,
     );
   await ensureBuilt();
-  if (o.dualStack === true && o.kubelet === true)
-    throw new Error(
-      '--dual-stack is for the netns lab with either store (--store etcd|kube), not --kubelet: deploy/ as shipped is IPv4',
-    );
-  if (o.kubelet === true && (o.slow !== undefined || o.backend !== 'vxlan' || o.store !== 'etcd'))
-    throw new Error(
-      '--kubelet runs deploy/ as shipped (vxlan, the Kubernetes API as store) at full speed: no --backend, --store or --slow',
-    );
   const c = await NetnsCluster.create({
     name: o.name,
     backend: o.backend,
@@ -170,6 +153,7 @@ async function up(o: UpOptions & { name: string }): Promise<number> {
     ...(o.kubelet === true ? { kubelet: true } : {}),
     ...(o.etcdMembers === undefined ? {} : { etcdMembers: o.etcdMembers }),
     ...(o.dualStack === true ? { dualStack: true } : {}),
+    ...(o.ipv6Only === true ? { ipv6Only: true } : {}),
   });
   if (o.slow !== undefined)
     process.stderr.write(
@@ -188,16 +172,6 @@ async function up(o: UpOptions & { name: string }): Promise<number> {
  * when on lxc, `vagrant up`, then the matrix; how long each step took.
  */
 async function upVagrant(o: UpOptions): Promise<number> {
-  if (
-    o.kubelet === true ||
-    o.store !== 'etcd' ||
-    o.slow !== undefined ||
-    o.etcdMembers !== undefined ||
-    o.dualStack === true
-  )
-    throw new Error(
-      '--vagrant runs the etcd lab on Vagrant machines: no --kubelet, --store kube, --slow, --etcd-members or --dual-stack',
-    );
   if (await readSettings())
     throw new Error('a Vagrant lab is already up here (npm run lab -- down --vagrant)');
   const log = (line: string): void => void process.stderr.write(`${line}\n`);
@@ -348,6 +322,10 @@ async function main(argv: string[]): Promise<number> {
     .option(
       '--dual-stack',
       'IPv4 and IPv6: an IPv6 underlay beside the IPv4 one, EnableIPv6 in the network config, pods with both, the matrix in both families',
+    )
+    .option(
+      '--ipv6-only',
+      'IPv6 alone (with --store kube): EnableIPv4 false in net-conf.json, one IPv6 podCIDR per Node, pods with IPv6 only, the matrix and drills in IPv6 (the underlay keeps IPv4 for the apiserver)',
     )
     .option(
       '--kubelet',

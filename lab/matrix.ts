@@ -1,16 +1,50 @@
 // The connectivity matrix: every pod pings every other pod and the outside
 // host, once, with a short timeout, many at a time. `up`, `status` and every
-// drill use it as the definition of "the network works".
+// drill use it as the definition of "the network works". A dual-stack lab
+// adds every pod and the outside host by IPv6 ("n1-p1/6", "outside/6"); an
+// IPv6-only lab has those IPv6 columns alone.
 import type { Cluster, LabPod } from './cluster.ts';
 
 export interface Matrix {
   readonly pods: readonly LabPod[];
-  /** column names: every pod, then "outside" */
+  /** column names: every pod, then "outside" (then, with IPv6, each again with "/6") */
   readonly columns: readonly string[];
   /** reach[i][j]: pod i reached column j (null on the diagonal) */
   readonly reach: readonly (readonly (boolean | null)[])[];
   /** "n1-p1 → n2-p1 (10.244.5.2)" for each failed pair */
   readonly failures: readonly string[];
+  /** an IPv6-only lab's matrix: IPv6 columns alone */
+  readonly ipv6Only?: boolean;
+}
+
+/** A matrix column: what every pod pings. */
+export interface MatrixTarget {
+  readonly name: string;
+  readonly ip: string;
+  /** the pod this column is (a pod does not ping itself); absent for the outside host */
+  readonly pod?: string;
+}
+
+/**
+ * The columns: every pod and the outside host by IPv4 (not on an IPv6-only lab, whose pods have
+ * no IPv4 address), then each pod with IPv6 and the outside host by IPv6 ("/6").
+ */
+export function matrixTargets(
+  pods: readonly LabPod[],
+  c: Pick<Cluster, 'outsideIp' | 'outsideIp6' | 'ipv6Only'>,
+): MatrixTarget[] {
+  const v4: MatrixTarget[] =
+    c.ipv6Only === true
+      ? []
+      : [
+          ...pods.map((p) => ({ name: p.name, ip: p.ip, pod: p.name })),
+          { name: 'outside', ip: c.outsideIp },
+        ];
+  return [
+    ...v4,
+    ...pods.flatMap((p) => (p.ip6 ? [{ name: `${p.name}/6`, ip: p.ip6, pod: p.name }] : [])),
+    ...(c.outsideIp6 ? [{ name: 'outside/6', ip: c.outsideIp6 }] : []),
+  ];
 }
 
 /** Runs `jobs` with at most `limit` in flight. */
@@ -38,17 +72,11 @@ export async function ping(c: Cluster, from: string, ip: string, timeoutS = 0.3)
 
 export async function connectivity(c: Cluster, o: { timeoutS?: number } = {}): Promise<Matrix> {
   const pods = await c.pods();
-  // a dual-stack lab: every pod and the outside host once more by IPv6 ("n1-p1/6")
-  const targets = [
-    ...pods.map((p) => ({ name: p.name, ip: p.ip })),
-    { name: 'outside', ip: c.outsideIp },
-    ...pods.flatMap((p) => (p.ip6 ? [{ name: `${p.name}/6`, ip: p.ip6 }] : [])),
-    ...(c.outsideIp6 ? [{ name: 'outside/6', ip: c.outsideIp6 }] : []),
-  ];
+  const targets = matrixTargets(pods, c);
   const jobs = pods.flatMap((p) =>
     targets.map(
       (t) => async (): Promise<boolean | null> =>
-        t.name === p.name || t.name === `${p.name}/6` ? null : ping(c, p.name, t.ip, o.timeoutS),
+        t.pod === p.name ? null : ping(c, p.name, t.ip, o.timeoutS),
     ),
   );
   const flat = await pool(jobs, 24);
@@ -56,7 +84,13 @@ export async function connectivity(c: Cluster, o: { timeoutS?: number } = {}): P
   const failures = pods.flatMap((p, i) =>
     targets.filter((_, j) => reach[i]?.[j] === false).map((t) => `${p.name} → ${t.name} (${t.ip})`),
   );
-  return { pods, columns: targets.map((t) => t.name), reach, failures };
+  return {
+    pods,
+    columns: targets.map((t) => t.name),
+    reach,
+    failures,
+    ...(c.ipv6Only === true ? { ipv6Only: true } : {}),
+  };
 }
 
 /**
@@ -80,15 +114,18 @@ export async function untilFull(
 
 export function renderMatrix(m: Matrix): string {
   const width = Math.max(4, ...m.pods.map((p) => p.name.length));
-  const head = `${'from \\ to'.padEnd(width + 17)} ${m.columns.map((_, j) => String(j + 1).padStart(3)).join('')}`;
+  // an IPv6-only lab shows each pod's IPv6 address, longer than the 13 an IPv4 one gets
+  const ipWidth = Math.max(13, ...m.pods.map((p) => p.ip.length));
+  const head = `${'from \\ to'.padEnd(width + ipWidth + 4)} ${m.columns.map((_, j) => String(j + 1).padStart(3)).join('')}`;
   const rows = m.pods.map((p, i) => {
     const cells = (m.reach[i] ?? []).map((r) => (r === null ? '  -' : r ? '  .' : '  X')).join('');
-    return `${String(i + 1).padStart(2)} ${p.name.padEnd(width)} ${p.ip.padEnd(13)} ${cells}`;
+    return `${String(i + 1).padStart(2)} ${p.name.padEnd(width)} ${p.ip.padEnd(ipWidth)} ${cells}`;
   });
   const legend = `columns: ${m.columns.map((c, j) => `${j + 1}=${c}`).join(' ')}`;
+  const family = m.ipv6Only === true ? ', by IPv6 alone (an IPv6-only lab: no IPv4 columns)' : '';
   const verdict =
     m.failures.length === 0
-      ? `full connectivity: ${m.pods.length} pods, every pod reaches every pod and outside`
-      : `${m.failures.length} unreachable: ${m.failures.join(', ')}`;
+      ? `full connectivity: ${m.pods.length} pods, every pod reaches every pod and outside${family}`
+      : `${m.failures.length} unreachable${family}: ${m.failures.join(', ')}`;
   return [head, ...rows, legend, verdict].join('\n');
 }

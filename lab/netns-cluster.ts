@@ -9,8 +9,17 @@
 // and runs `twill run --ip-masq` as a real process; pods are namespaces wired
 // by the twill-cni executable, called as a runtime calls it. `up --dual-stack`
 // adds IPv6 everywhere: the underlay (kit/underlay.ts), EnableIPv6 in the
-// network config, both podCIDRs in kube mode, pods with both families. Every name
-// starts with the lab's name, so `down` finds everything, even after a crash.
+// network config, both podCIDRs in kube mode, pods with both families. `up
+// --store kube --ipv6-only` makes twill's and the pods' network IPv6 alone:
+// net-conf.json with EnableIPv4 false, one IPv6 podCIDR per Node, no --iface
+// (twill picks eth0 by its IPv6 default route, as a deployed twill with IPv4
+// off does), pods with an IPv6 address only, the matrix by IPv6. The underlay
+// keeps its IPv4 half there, for the lab's own plumbing alone: etcd and the
+// kube-apiserver serve on 10.123.0.1 (the apiserver's self-signed certificate
+// names its one advertise address, and its Service range is IPv4), and
+// twill's kubeconfig and kubectl reach it there; twill, with IPv4 off,
+// ignores the node's IPv4 address. Every name starts with the lab's name, so
+// `down` finds everything, even after a crash.
 import { mkdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { run, watchLines } from '../src/exec/runner.ts';
@@ -22,12 +31,14 @@ import {
   applyRbac,
   kubeLab,
   labNetConfig,
+  labPodCidrs,
   nodeObject,
   prepareKubeLab,
   spawnLabApiServer,
   twillKubeFlags,
   untilLabApiServerReady,
   type KubeLab,
+  type LabFamilies,
 } from './netns-kube.ts';
 import { callCni } from './kit/call-cni.ts';
 import { agreedLeader, etcdArgv, etcdHealthy } from './kit/etcd.ts';
@@ -91,13 +102,14 @@ export class NetnsCluster implements Cluster {
       (_, i) => `http://${ETCD_IP}:${etcdClientPort(i + 1)}`,
     );
     this.etcdEndpoint = this.etcdEndpoints.join(',');
-    this.outsideIp6 = state.dualStack === true ? OUTSIDE_IP6 : undefined;
+    this.outsideIp6 = this.hasIpv6 ? OUTSIDE_IP6 : undefined;
     const how = state.kubelet
       ? ', kubelet + DaemonSet'
       : state.store === 'kube'
         ? ', Kubernetes API'
         : '';
-    const family = state.dualStack === true ? ', dual-stack' : '';
+    const family =
+      state.dualStack === true ? ', dual-stack' : state.ipv6Only === true ? ', IPv6-only' : '';
     this.description = `netns lab ${state.name} (${state.backend}${how}${family})`;
     this.kubelet = state.kubelet
       ? new KubeletNodes({
@@ -123,6 +135,21 @@ export class NetnsCluster implements Cluster {
     return this.state.backend;
   }
 
+  /** `up --ipv6-only`: twill with IPv4 off, pods with IPv6 alone */
+  get ipv6Only(): boolean {
+    return this.state.ipv6Only === true;
+  }
+
+  /** which families the pods get (net-conf.json, the podCIDRs) */
+  private get families(): LabFamilies {
+    return { dualStack: this.state.dualStack === true, ipv6Only: this.ipv6Only };
+  }
+
+  /** the underlay, the pods and the matrix have IPv6: a dual-stack or IPv6-only lab */
+  private get hasIpv6(): boolean {
+    return this.state.dualStack === true || this.state.ipv6Only === true;
+  }
+
   /** The lab `up` made, or undefined. */
   static async open(name: string): Promise<NetnsCluster | undefined> {
     const state = await readState(name);
@@ -142,8 +169,13 @@ export class NetnsCluster implements Cluster {
     kubelet?: boolean;
     etcdMembers?: number;
     dualStack?: boolean;
+    ipv6Only?: boolean;
   }): Promise<NetnsCluster> {
     const store = o.kubelet === true ? 'kube' : (o.store ?? 'etcd');
+    if (o.ipv6Only === true && (store !== 'kube' || o.kubelet === true || o.dualStack === true))
+      throw new Error(
+        "--ipv6-only: twill's Kubernetes store by hand (--store kube), without --kubelet or --dual-stack",
+      );
     const kubelet = o.kubelet === true ? { kubelet: KubeletNodes.initialState() } : {};
     const members = o.etcdMembers ?? 1;
     if (!Number.isInteger(members) || members < 1 || members > MAX_ETCD_MEMBERS)
@@ -166,15 +198,17 @@ export class NetnsCluster implements Cluster {
       nextIndex: 1,
       ...(o.slow === undefined ? {} : { slow: o.slow }),
       ...(o.dualStack === true ? { dualStack: true } : {}),
+      ...(o.ipv6Only === true ? { ipv6Only: true } : {}),
       ...kubelet,
       ...etcd,
     });
     await mkdir(c.dir, { recursive: true });
     await writeState(c.state);
     if (o.slow !== undefined) await createThrottle(o.name, o.slow);
-    const dual = { dualStack: o.dualStack === true };
-    await buildRouter(await c.addNs('rt'), await c.addNs('out'), { ipv6: dual.dualStack });
-    await c.attach('etcd', ETCD_IP, dual.dualStack ? ETCD_IP6 : undefined);
+    const families = c.families;
+    await buildRouter(await c.addNs('rt'), await c.addNs('out'), { ipv6: c.hasIpv6 });
+    // IPv6-only too: the control plane keeps serving on its IPv4 address (the header says why)
+    await c.attach('etcd', ETCD_IP, c.hasIpv6 ? ETCD_IP6 : undefined);
     await c.startEtcd({ wipe: true });
     if (store === 'etcd') {
       await c.sh('etcd', [
@@ -183,11 +217,11 @@ export class NetnsCluster implements Cluster {
         c.etcdEndpoint,
         'put',
         `${c.etcdPrefix}/config`,
-        JSON.stringify(labNetConfig(o.backend, dual)),
+        JSON.stringify(labNetConfig(o.backend, families)),
       ]);
       return c;
     }
-    await prepareKubeLab(c.kube, o.backend, dual);
+    await prepareKubeLab(c.kube, o.backend, families);
     if (c.kubelet) await c.kubelet.prepare();
     await c.startApiServer();
     if (c.kubelet) await c.kubelet.startControlPlane();
@@ -266,7 +300,11 @@ export class NetnsCluster implements Cluster {
   }
 
   async nodes(): Promise<LabNode[]> {
-    return this.state.nodes.map((n) => ({ name: n.name, ip: n.ip }));
+    return this.state.nodes.map((n) => ({
+      name: n.name,
+      ip: n.ip,
+      ...(this.hasIpv6 ? { ip6: nodeIp6(n.index) } : {}),
+    }));
   }
 
   async pods(): Promise<LabPod[]> {
@@ -344,6 +382,9 @@ export class NetnsCluster implements Cluster {
       store,
       subnetFile: join(this.dir, name, 'subnet.env'),
       flags: ['--ip-masq', '--healthz-port', String(HEALTHZ_PORT)],
+      // IPv6-only: no --iface, so twill finds eth0 by its IPv6 default route (IPv4 off), as a
+      // deployed twill (deploy/ gives none) does
+      ...(this.ipv6Only ? { iface: null } : {}),
     });
     n.pid = await this.spawnIn(this.nsOf(name), argv, this.logPath(name));
     await writeState(this.state);
@@ -527,7 +568,7 @@ export class NetnsCluster implements Cluster {
       const index = this.state.nextIndex++;
       const n: NodeState = { name, index, ip: nodeIp(index), pid: undefined, pods: [] };
       await mkdir(join(this.dir, name), { recursive: true });
-      await this.attach(name, n.ip, this.state.dualStack === true ? nodeIp6(index) : undefined);
+      await this.attach(name, n.ip, this.hasIpv6 ? nodeIp6(index) : undefined);
       this.state.nodes.push(n);
       added.push(n);
     }
@@ -537,11 +578,7 @@ export class NetnsCluster implements Cluster {
     for (const n of added)
       if (this.store === 'kube')
         await this.kubectl(['create', '-f', '-'], {
-          input: nodeObject(
-            n.name,
-            `10.244.${n.index}.0/24`,
-            this.state.dualStack === true ? `fd00:10:244:${n.index.toString(16)}::/64` : undefined,
-          ),
+          input: nodeObject(n.name, labPodCidrs(n.index, this.families)),
         });
     for (const n of added) await this.startTwill(n.name);
     for (const n of added) await this.wirePods(n, pods);
@@ -606,10 +643,16 @@ export class NetnsCluster implements Cluster {
         );
       const ips = (answer.json as { ips?: { address?: string }[] }).ips ?? [];
       const addrs = ips.map((a) => (a.address ?? '').split('/')[0] ?? '');
-      const ip = addrs.find((a) => !a.includes(':')) ?? '';
+      const ip4 = addrs.find((a) => !a.includes(':'));
       const ip6 = addrs.find((a) => a.includes(':'));
-      if (this.state.dualStack === true && ip6 === undefined)
-        throw new Error(`${pod}: twill-cni ADD gave no IPv6 address on a dual-stack lab`);
+      if (this.hasIpv6 && ip6 === undefined)
+        throw new Error(
+          `${pod}: twill-cni ADD gave no IPv6 address on a ${this.ipv6Only ? 'IPv6-only' : 'dual-stack'} lab`,
+        );
+      // IPv6-only: the pod's one address is IPv6, its primary one (LabPod.ip)
+      if (this.ipv6Only && ip4 !== undefined)
+        throw new Error(`${pod}: twill-cni ADD gave an IPv4 address (${ip4}) on an IPv6-only lab`);
+      const ip = this.ipv6Only ? (ip6 ?? '') : (ip4 ?? '');
       n.pods.push({ name: pod, ip, ...(ip6 === undefined ? {} : { ip6 }) });
       await writeState(this.state);
     }

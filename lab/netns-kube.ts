@@ -5,7 +5,9 @@
 // twill's ClusterRole (as deploy/ binds the ServiceAccount), an admin
 // kubeconfig for kubectl, net-conf.json as a file, and a Node object with a
 // podCIDR per lab node. Every file lives under the lab directory, so `down`
-// removes it with the lab.
+// removes it with the lab. An IPv6-only lab (`--ipv6-only`) has net-conf.json
+// with EnableIPv4 false and one IPv6 podCIDR per Node; its apiserver still
+// serves on the IPv4 underlay address (see netns-cluster.ts for why).
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { ShOptions } from './cluster.ts';
@@ -65,7 +67,7 @@ export function kubeLab(labDir: string, host: string): KubeLab {
 export async function prepareKubeLab(
   k: KubeLab,
   backend: 'vxlan' | 'host-gw',
-  o: { dualStack?: boolean } = {},
+  o: LabFamilies = {},
 ): Promise<void> {
   await mkdir(k.admin.cacheDir, { recursive: true });
   const creds = await writeCredentials(k.dir);
@@ -174,28 +176,59 @@ export async function applyRbac(k: KubeLab, exec: ControlPlaneExec): Promise<voi
     );
 }
 
-/** The lab's net-conf.json (etcd mode: its network config): dual-stack adds flannel's IPv6 keys. */
+/** Which address families a lab's pods get: `dualStack` both, `ipv6Only` IPv6 alone, else IPv4. */
+export interface LabFamilies {
+  readonly dualStack?: boolean;
+  readonly ipv6Only?: boolean;
+}
+
+/**
+ * The lab's net-conf.json (etcd mode: its network config): dual-stack adds flannel's IPv6 keys;
+ * IPv6-only has them with `EnableIPv4: false` and no Network (flannel refuses IPv4 keys then).
+ */
 export function labNetConfig(
   backend: 'vxlan' | 'host-gw',
-  o: { dualStack?: boolean } = {},
+  o: LabFamilies = {},
 ): Record<string, unknown> {
+  if (o.dualStack === true && o.ipv6Only === true)
+    throw new Error('a lab is dual-stack or IPv6-only, not both');
+  if (o.ipv6Only === true)
+    return {
+      EnableIPv4: false,
+      EnableIPv6: true,
+      IPv6Network: LAB_IPV6_NETWORK,
+      Backend: { Type: backend },
+    };
   const v6 = o.dualStack === true ? { EnableIPv6: true, IPv6Network: LAB_IPV6_NETWORK } : {};
   return { Network: '10.244.0.0/16', ...v6, Backend: { Type: backend } };
 }
 
-/** The dual-stack lab's IPv6 pod network: node k's subnet is fd00:10:244:<k>::/64. */
+/** The lab's IPv6 pod network (dual-stack, IPv6-only): node k's subnet is fd00:10:244:<k>::/64. */
 export const LAB_IPV6_NETWORK = 'fd00:10:244::/56';
 
 /**
- * The Node object of lab node `name`: the podCIDRs a controller-manager with one (or, dual-stack,
- * two) --cluster-cidr would allocate.
+ * Node k's podCIDRs, as a controller-manager with the lab's --cluster-cidr(s) would allocate
+ * them: 10.244.<k>.0/24, then (dual-stack) fd00:10:244:<k in hex>::/64; IPv6-only the IPv6 one
+ * alone.
  */
-export function nodeObject(name: string, podCIDR: string, podCIDR6?: string): string {
+export function labPodCidrs(k: number, o: LabFamilies = {}): string[] {
+  const v4 = `10.244.${k}.0/24`;
+  const v6 = `fd00:10:244:${k.toString(16)}::/64`;
+  if (o.ipv6Only === true) return [v6];
+  return o.dualStack === true ? [v4, v6] : [v4];
+}
+
+/**
+ * The Node object of lab node `name` with its podCIDRs (labPodCidrs): spec.podCIDR is the first,
+ * as the controller-manager sets it (on an IPv6-only cluster, the IPv6 one).
+ */
+export function nodeObject(name: string, podCIDRs: readonly string[]): string {
+  if (podCIDRs.length === 0) throw new Error(`Node ${name}: no podCIDR`);
   return JSON.stringify({
     apiVersion: 'v1',
     kind: 'Node',
     metadata: { name },
-    spec: { podCIDR, podCIDRs: podCIDR6 === undefined ? [podCIDR] : [podCIDR, podCIDR6] },
+    spec: { podCIDR: podCIDRs[0], podCIDRs },
   });
 }
 

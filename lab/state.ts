@@ -11,8 +11,9 @@ export const LAB_ROOT = '/run/twill-lab';
 
 export interface PodState {
   readonly name: string;
+  /** its primary address: IPv4, or on an IPv6-only lab its IPv6 address (as LabPod.ip) */
   readonly ip: string;
-  /** dual-stack lab: the pod's IPv6 address */
+  /** lab with IPv6 (dual-stack or IPv6-only): the pod's IPv6 address (IPv6-only: `ip` too) */
   readonly ip6?: string;
 }
 
@@ -67,6 +68,11 @@ export interface LabState {
   slow?: number;
   /** `up --dual-stack`: IPv6 underlay, EnableIPv6 in net-conf.json, pods with both families */
   dualStack?: boolean;
+  /**
+   * `up --store kube --ipv6-only`: IPv6 underlay beside the lab's IPv4 plumbing, EnableIPv4 false
+   * in net-conf.json, one IPv6 podCIDR per Node, pods with IPv6 alone
+   */
+  ipv6Only?: boolean;
   /** `up --kubelet`: real kubelets run twill's DaemonSet (kubelet-lab.ts, kubelet-node.ts) */
   kubelet?: KubeletLabState;
 }

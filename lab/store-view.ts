@@ -1,16 +1,19 @@
 // What the drills read from the lease store, in either store mode: every
 // node's lease (etcd: flannel's keys under <prefix>/subnets/; kube: the Node
 // objects twill annotated, with their podCIDR) and the backend type (etcd:
-// the network config; kube: the Nodes' backend-type annotation).
-import { etcdctl, type Cluster } from './cluster.ts';
+// the network config; kube: the Nodes' backend-type annotation). An
+// IPv6-only lease (kube store, EnableIPv4 false) has no IPv4 half: its subnet
+// and PublicIP are null, as twill's Lease's.
+import { etcdctl, type Cluster, type LabNode } from './cluster.ts';
 
 export interface LeaseView {
   /** etcd: the key's last part ("10.244.3.0-24"); kube: the Node's name */
   readonly key: string;
-  /** "10.244.3.0/24" */
-  readonly subnet: string;
-  readonly publicIp: string;
-  /** a dual-stack lease: its IPv6 subnet ("fd00:10:244:3::/64") and PublicIPv6 */
+  /** "10.244.3.0/24"; null on an IPv6-only lease */
+  readonly subnet: string | null;
+  /** null on an IPv6-only lease (flannel writes no public-ip annotation with IPv4 off) */
+  readonly publicIp: string | null;
+  /** a lease with IPv6: its IPv6 subnet ("fd00:10:244:3::/64") and PublicIPv6 */
   readonly subnet6?: string;
   readonly publicIp6?: string;
 }
@@ -37,26 +40,35 @@ export async function nodeObjects(c: Cluster): Promise<NodeObject[]> {
 const annotation = (n: NodeObject, key: string): string | undefined =>
   n.metadata.annotations?.[`${ANNOTATION_PREFIX}/${key}`];
 
-async function kubeLeases(c: Cluster): Promise<LeaseView[]> {
+/**
+ * The leases of the Nodes twill manages: each family's half where the Node has both its podCIDR
+ * and twill's address annotation of that family (IPv4: public-ip; IPv6: public-ipv6); a Node
+ * with neither half holds no lease yet.
+ */
+export function kubeLeaseViews(nodes: readonly NodeObject[]): LeaseView[] {
   const views: LeaseView[] = [];
-  for (const n of await nodeObjects(c)) {
+  for (const n of nodes) {
+    if (annotation(n, 'kube-subnet-manager') !== 'true') continue;
+    const cidrs = n.spec?.podCIDRs ?? (n.spec?.podCIDR === undefined ? [] : [n.spec.podCIDR]);
+    const subnet = cidrs.find((x) => !x.includes(':'));
+    const subnet6 = cidrs.find((x) => x.includes(':'));
     const publicIp = annotation(n, 'public-ip');
-    if (
-      annotation(n, 'kube-subnet-manager') !== 'true' ||
-      publicIp === undefined ||
-      n.spec?.podCIDR === undefined
-    )
-      continue;
-    const subnet6 = n.spec.podCIDRs?.find((c) => c.includes(':'));
     const publicIp6 = annotation(n, 'public-ipv6');
+    const v4 = subnet !== undefined && publicIp !== undefined;
+    const v6 = subnet6 !== undefined && publicIp6 !== undefined;
+    if (!v4 && !v6) continue;
     views.push({
       key: n.metadata.name,
-      subnet: n.spec.podCIDR,
-      publicIp,
-      ...(subnet6 === undefined || publicIp6 === undefined ? {} : { subnet6, publicIp6 }),
+      subnet: v4 ? subnet : null,
+      publicIp: v4 ? publicIp : null,
+      ...(v6 ? { subnet6, publicIp6 } : {}),
     });
   }
   return views;
+}
+
+async function kubeLeases(c: Cluster): Promise<LeaseView[]> {
+  return kubeLeaseViews(await nodeObjects(c));
 }
 
 async function etcdLeases(c: Cluster): Promise<LeaseView[]> {
@@ -86,9 +98,32 @@ export function leases(c: Cluster): Promise<LeaseView[]> {
   return c.store === 'kube' ? kubeLeases(c) : etcdLeases(c);
 }
 
-/** The lease of the node at `ip`, if any. */
-export async function leaseOf(c: Cluster, ip: string): Promise<LeaseView | undefined> {
-  return (await leases(c)).find((l) => l.publicIp === ip);
+/**
+ * Whether `l` is node `n`'s lease: its PublicIP is the node's IPv4 underlay address, or (a lease
+ * with IPv6, such as an IPv6-only one, which has no PublicIP) its PublicIPv6 the node's IPv6 one.
+ */
+export function isLeaseOf(l: LeaseView, n: Pick<LabNode, 'ip' | 'ip6'>): boolean {
+  return (
+    (l.publicIp !== null && l.publicIp === n.ip) ||
+    (l.publicIp6 !== undefined && l.publicIp6 === n.ip6)
+  );
+}
+
+/** The lease of node `node` (isLeaseOf), if any. */
+export async function leaseOf(
+  c: Cluster,
+  node: Pick<LabNode, 'ip' | 'ip6'> | undefined,
+): Promise<LeaseView | undefined> {
+  if (node === undefined) return undefined;
+  return (await leases(c)).find((l) => isLeaseOf(l, node));
+}
+
+/** A lease's subnets, IPv4 first, each it has. */
+export function subnetsOf(l: Pick<LeaseView, 'subnet' | 'subnet6'>): string[] {
+  return [
+    ...(l.subnet === null ? [] : [l.subnet]),
+    ...(l.subnet6 === undefined ? [] : [l.subnet6]),
+  ];
 }
 
 export async function backendOf(c: Cluster): Promise<string> {

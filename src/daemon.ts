@@ -3,11 +3,21 @@
 // keep the kernel matching them until the signal aborts. Shutdown neither
 // revokes the lease nor touches the dataplane, so a restart finds its subnet
 // again and pods keep talking meanwhile. Dependencies come in as a plain object.
+// IPv4 only, dual-stack, or IPv6 only (the network config's `ipv4` null: the
+// Kubernetes store only, whose lease then has no IPv4 subnet): each half the
+// config turns off is simply absent, from the interface choice and the lease
+// attributes to subnet.env and the dataplane.
 import { createHash } from 'node:crypto';
 import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { LineWatcher, Runner } from './exec/runner.ts';
-import { Desired, podMtu, vxlan6DeviceName, vxlanDeviceName } from './dataplane/desired.ts';
+import {
+  DEFAULT_CNI_BRIDGE,
+  Desired,
+  podMtu,
+  vxlan6DeviceName,
+  vxlanDeviceName,
+} from './dataplane/desired.ts';
 import { pollChains, runMonitors, type FloodGuard, type Touch } from './dataplane/monitor.ts';
 import { detectIptables, type IptablesInfo } from './dataplane/observe.ts';
 import type { MasqSpec } from './dataplane/model.ts';
@@ -33,12 +43,12 @@ export interface DaemonDeps {
   readonly watch: LineWatcher;
   readonly logger: Logger;
   /**
-   * keeps forwarding on: net.ipv4.ip_forward, and net.ipv6.conf.all.forwarding too on a
-   * dual-stack node (true when it had to set one); a throw fails the pass's report, not the pass
+   * keeps forwarding on: net.ipv4.ip_forward unless IPv4 is off, and net.ipv6.conf.all.forwarding
+   * when IPv6 is on (true when it had to set one); a throw fails the pass's report, not the pass
    */
-  readonly ensureForwarding: (o: { ipv6: boolean }) => Promise<boolean>;
-  /** why bridged traffic would bypass iptables, if it would */
-  readonly bridgeNetfilterProblem: () => Promise<string | undefined>;
+  readonly ensureForwarding: (o: { ipv4: boolean; ipv6: boolean }) => Promise<boolean>;
+  /** why bridged traffic would bypass iptables (ip6tables on an IPv6-only node), if it would */
+  readonly bridgeNetfilterProblem: (o: { ipv6Only: boolean }) => Promise<string | undefined>;
 }
 
 export interface DaemonOptions {
@@ -47,6 +57,8 @@ export interface DaemonOptions {
   readonly subnetFile: string;
   readonly renewMarginMs: number;
   readonly ipMasq: boolean;
+  /** the CNI plugin's bridge, the only device whose stale gateways are removed (default cni0) */
+  readonly cniBridge?: string;
   /** period of the safety-net dataplane pass */
   readonly resyncMs: number;
   /** where /healthz, /readyz and /metrics listen; none when undefined */
@@ -119,24 +131,27 @@ async function leaseAttrs(
   signal: AbortSignal,
 ): Promise<LeaseAttrs> {
   const backend = o.config.backend;
+  // IPv6 only: no PublicIP (nor BackendData below), as flannel publishes none with IPv4 off
+  const publicIp = o.config.ipv4 ? o.choice.publicIp : null;
   const publicIpv6 = o.config.ipv6 ? (o.choice.publicIp6 ?? null) : null;
   if (backend.type === 'host-gw') {
-    return { publicIp: o.choice.publicIp, publicIpv6, backendType: 'host-gw', backendData: null };
+    return { publicIp, publicIpv6, backendType: 'host-gw', backendData: null };
   }
   // Peers' FDB entries name our VtepMAC: keep an existing device's MAC, else a stable derived one.
   // The IPv6 device has its own (flannel's BackendV6Data), kept and derived the same way.
-  const vtepMac =
-    (await linkMac(deps.runner, vxlanDeviceName(backend.vni), signal)) ??
-    derivedVtepMac(o.nodeName, backend.vni);
+  const vtepMac = o.config.ipv4
+    ? ((await linkMac(deps.runner, vxlanDeviceName(backend.vni), signal)) ??
+      derivedVtepMac(o.nodeName, backend.vni))
+    : undefined;
   const vtepMac6 = o.config.ipv6
     ? ((await linkMac(deps.runner, vxlan6DeviceName(backend.vni), signal)) ??
       derivedVtepMac(o.nodeName, backend.vni, 6))
     : undefined;
   return {
-    publicIp: o.choice.publicIp,
+    publicIp,
     publicIpv6,
     backendType: 'vxlan',
-    backendData: { vni: backend.vni, vtepMac },
+    backendData: vtepMac === undefined ? null : { vni: backend.vni, vtepMac },
     ...(vtepMac6 === undefined ? {} : { backendData6: { vni: backend.vni, vtepMac: vtepMac6 } }),
   };
 }
@@ -156,10 +171,16 @@ function subnetEnvFor(
   lease: Lease,
   ipMasq: boolean,
 ): SubnetEnv {
+  // vxlan with IPv6 on (dual-stack or IPv6 only): the IPv6 tunnel's 70 bytes
   const mtu = podMtu(config.backend, choice.iface.mtu, { ipv6: config.ipv6 !== null });
+  // IPv6 only: no FLANNEL_NETWORK / FLANNEL_SUBNET, as flannel's WriteSubnetFile with IPv4 off
+  const v4 =
+    config.ipv4 && lease.subnet
+      ? { network: config.ipv4.network, subnet: lease.subnet }
+      : { network: null, subnet: null };
   const v6 =
     config.ipv6 && lease.subnet6 ? { network6: config.ipv6.network, subnet6: lease.subnet6 } : {};
-  return { network: config.network, subnet: lease.subnet, ...v6, mtu, ipMasq };
+  return { ...v4, ...v6, mtu, ipMasq };
 }
 
 /** The subnets subnet.env says we held, when it was written for this same network (each family). */
@@ -167,19 +188,33 @@ function previousSubnets(
   config: NetConfig,
   previous: SubnetEnv | undefined,
 ): Pick<AcquireRequest, 'previous' | 'previous6'> {
-  if (!previous || !sameCidr(previous.network, config.network)) return { previous: undefined };
+  const v4 =
+    config.ipv4 &&
+    previous?.network &&
+    previous.subnet &&
+    sameCidr(previous.network, config.ipv4.network)
+      ? previous.subnet
+      : undefined;
   const v6 =
     config.ipv6 &&
-    previous.network6 &&
+    previous?.network6 &&
     previous.subnet6 &&
     sameCidr6(previous.network6, config.ipv6.network)
       ? { previous6: previous.subnet6 }
       : {};
-  return { previous: previous.subnet, ...v6 };
+  return { previous: v4, ...v6 };
 }
 
-/** A dual-stack config needs a dual-stack lease: without subnet6, IPv6 pods are unroutable. */
+/**
+ * The lease must have a subnet in each family the config runs: without subnet6, IPv6 pods are
+ * unroutable; without an IPv4 subnet, IPv4 ones.
+ */
 function checkLeaseFamilies(config: NetConfig, lease: Lease): void {
+  if (config.ipv4 && !lease.subnet)
+    throw new TwillError(
+      'LEASE_INVALID',
+      `the lease store gave lease ${lease.key} without an IPv4 subnet, but the network config has IPv4 (Network ${formatCidr(config.ipv4.network)})`,
+    );
   if (config.ipv6 && !lease.subnet6)
     throw new TwillError(
       'LEASE_INVALID',
@@ -215,18 +250,19 @@ async function acquire(
       'net-conf.json has keys twill does not know; they are ignored',
     );
   progress.step('choosing the interface');
+  const ipv4 = config.ipv4 !== null;
   const ipv6 = config.ipv6 !== null;
   if (!ipv6 && opts.iface.publicIpv6 !== undefined)
     logger.warn(
       { publicIpv6: opts.iface.publicIpv6 },
       '--public-ipv6 is ignored: the network config does not set EnableIPv6',
     );
-  const choice = await discoverInterface(deps.runner, { ...opts.iface, ipv6 }, signal);
+  // IPv6 only: the IPv6 default route's interface, no IPv4 address needed, --public-ip refused
+  const choice = await discoverInterface(deps.runner, { ...opts.iface, ipv4, ipv6 }, signal);
   logger.info(
     {
       iface: choice.iface.name,
-      ifaceIp: choice.ifaceIp,
-      publicIp: choice.publicIp,
+      ...(ipv4 ? { ifaceIp: choice.ifaceIp, publicIp: choice.publicIp } : {}),
       ...(ipv6 ? { ifaceIp6: choice.ifaceIp6, publicIpv6: choice.publicIp6 } : {}),
       mtu: choice.iface.mtu,
     },
@@ -235,7 +271,9 @@ async function acquire(
   if (config.ipv6)
     logger.info(
       { network6: formatCidr6(config.ipv6.network), subnetLen6: config.ipv6.subnetLen },
-      'dual-stack: leasing an IPv6 subnet too',
+      ipv4
+        ? 'dual-stack: leasing an IPv6 subnet too'
+        : 'IPv6 only ("EnableIPv4": false): leasing an IPv6 subnet alone',
     );
   const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
   const previous = previousSubnets(config, await previousSubnet(deps, opts.subnetFile));
@@ -252,7 +290,7 @@ async function acquire(
   logger.info(
     {
       key: lease.key,
-      subnet: formatCidr(lease.subnet),
+      ...(lease.subnet ? { subnet: formatCidr(lease.subnet) } : {}),
       ...(lease.subnet6 ? { subnet6: formatCidr6(lease.subnet6) } : {}),
       expiresAt: new Date(lease.expiresAt).toISOString(),
       subnetFile: opts.subnetFile,
@@ -277,18 +315,22 @@ export async function runDaemon(
   await runTogether(signal, loops);
 }
 
-/** What admission checks peers against: our network, our lease, the underlay (admit.ts). */
+/**
+ * What admission checks peers against: our network, our lease, the underlay (admit.ts). With IPv4
+ * off, our lease's IPv4 half (none, from a store that follows the config) is not ours to defend.
+ */
 function peerContext(
   store: LeaseStore,
   lease: Lease,
   config: NetConfig,
   choice: IfaceChoice,
 ): PeerContext {
+  const v4 = config.ipv4 !== null;
   return {
     config,
-    self: lease.subnet,
-    selfPublicIp: lease.attrs.publicIp,
-    ...(lease.attrs.backendData ? { selfVtepMac: lease.attrs.backendData.vtepMac } : {}),
+    self: v4 ? lease.subnet : null,
+    ...(v4 && lease.attrs.publicIp !== null ? { selfPublicIp: lease.attrs.publicIp } : {}),
+    ...(v4 && lease.attrs.backendData ? { selfVtepMac: lease.attrs.backendData.vtepMac } : {}),
     ...(lease.subnet6
       ? { self6: lease.subnet6, selfPublicIpv6: lease.attrs.publicIpv6 ?? choice.publicIp6 ?? null }
       : {}),
@@ -312,8 +354,9 @@ async function runNode(
   const { probe } = opts;
   const { config, choice, lease } = await acquire(deps, opts, probe, signal);
   probe.step('detecting iptables');
-  const iptables = await detectIptables(runner, signal);
-  const brProblem = await deps.bridgeNetfilterProblem();
+  // IPv6 only: ip6tables is the one twill uses (and may be the one installed)
+  const iptables = await detectIptables(runner, signal, { ipv4: config.ipv4 !== null });
+  const brProblem = await deps.bridgeNetfilterProblem({ ipv6Only: config.ipv4 === null });
   if (brProblem !== undefined) logger.warn(brProblem);
 
   const { renewMarginMs, ipMasq } = opts;
@@ -327,7 +370,9 @@ async function runNode(
     logger,
   });
   const { randomFully } = iptables;
-  const desired = new Desired({ config, keeper, peers, choice, ipMasq, randomFully });
+  const families = { ipv4: config.ipv4 !== null, ipv6: config.ipv6 !== null };
+  const cniBridge = opts.cniBridge ?? DEFAULT_CNI_BRIDGE;
+  const desired = new Desired({ config, keeper, peers, choice, ipMasq, randomFully, cniBridge });
   const ready = new ReadyMark({ store, keeper, logger }, signal);
   const publish = (): void => {
     const [admitted, refused] = [peers.list(), peers.skipped()];
@@ -338,8 +383,8 @@ async function runNode(
     runner,
     logger,
     desired: () => desired.state(),
-    ensureForwarding: () => deps.ensureForwarding({ ipv6: config.ipv6 !== null }),
-    forwardingSysctls: forwardingSysctls(config.ipv6 !== null),
+    ensureForwarding: () => deps.ensureForwarding(families),
+    forwardingSysctls: forwardingSysctls(families),
     resyncMs: opts.resyncMs,
     ready: peers.listed,
     onPassStart: () => probe.passStarted(),
@@ -365,7 +410,7 @@ async function runNode(
     (s) => store.watchLeases({ signal: s, onEvent }),
     (s) => keeper.run(s),
     (s) => reconciler.run(s),
-    ...kernelWatchers({ deps, opts, choice, iptables, reconciler, desired, ipv6: !!config.ipv6 }),
+    ...kernelWatchers({ deps, opts, choice, iptables, reconciler, desired, ...families }),
   ]);
 }
 
@@ -380,15 +425,17 @@ function kernelWatchers(o: {
   iptables: IptablesInfo;
   reconciler: Reconciler;
   desired: Desired;
-  /** dual-stack: the IPv6 chains are polled too, and the underlay's IPv6 addresses matter */
+  /** IPv6 on (dual-stack or IPv6 only): the IPv6 chains are polled, IPv6 underlay events matter */
   ipv6: boolean;
+  /** false (IPv6 only): no iptables chain is polled, nor are iptables' events or IPv4 addresses */
+  ipv4: boolean;
 }): ((s: AbortSignal) => Promise<void>)[] {
   const { deps, reconciler } = o;
   const { runner, logger } = deps;
   const trigger = (source: string, touch?: Touch): void =>
     touch ? reconciler.touch(source, touch) : reconciler.trigger(source);
   // the poll needs only the chains' inputs, not the whole desired state (5,000 peers every second)
-  const masq = (): MasqSpec => o.desired.masq();
+  const masq = (): MasqSpec | null => o.desired.masq();
   const masq6 = o.ipv6 ? { masq6: () => o.desired.masq6() } : {};
   const poll = (s: AbortSignal): Promise<void> =>
     pollChains({ runner, logger, masq, ...masq6, intervalMs: 1_000, onDrift: trigger }, s);
@@ -397,7 +444,7 @@ function kernelWatchers(o: {
       {
         watch: deps.watch,
         logger,
-        ctx: { underlay: o.choice.iface.name, ipv6: o.ipv6 },
+        ctx: { underlay: o.choice.iface.name, ipv6: o.ipv6, ...(o.ipv4 ? {} : { ipv4: false }) },
         nft: o.iptables.nftables,
         onEvent: trigger,
         poll,

@@ -5,7 +5,9 @@
 // writes them) with their own hint, `last_reserved_ip.1` (host-local's name
 // for its second range set), under the same lock: one ADD reserves both in
 // one hold of it, and gives the IPv4 one back when the IPv6 one cannot be
-// had. A reservation is a hard
+// had. On an IPv6-only node IPv6 is the only range set, so as host-local
+// (configured by flannel's plugin with that one range) its hint is
+// `last_reserved_ip.0`, and no IPv4 address is reserved. A reservation is a hard
 // link of a complete temp file onto the address's name: exclusive (the link
 // fails when the name exists) and never seen half written, so concurrent
 // ADDs never share an address. Temp files have random names and are created
@@ -34,8 +36,9 @@ import {
   type Pool6,
 } from './pool.ts';
 
+/** host-local's hint for its first range set: IPv4's, or IPv6's on an IPv6-only node. */
 export const LAST_RESERVED = 'last_reserved_ip.0';
-/** The IPv6 round-robin hint: host-local's file for its second range set. */
+/** The IPv6 round-robin hint of a dual-stack node: host-local's file for its second range set. */
 export const LAST_RESERVED6 = 'last_reserved_ip.1';
 
 /** True for a store file name that is an address (IPv4 or IPv6), not a hint, lock or temp file. */
@@ -43,15 +46,19 @@ export function isAddressName(name: string): boolean {
   return parseIpv4(name) !== undefined || parseIpv6(name) !== undefined;
 }
 
-/** What one ADD reserved: an IPv4 address and, on a dual-stack node, an IPv6 one. */
+/**
+ * What one ADD reserved: an IPv4 address unless the node is IPv6-only, an IPv6 one on a dual-stack
+ * or IPv6-only node.
+ */
 export interface Reserved {
-  readonly addr: number;
+  readonly addr: number | undefined;
   readonly addr6: bigint | undefined;
 }
 
 interface ReserveRequest {
-  readonly pool: Pool;
-  /** the IPv6 pool of a dual-stack node */
+  /** the IPv4 pool; undefined on an IPv6-only node (then `pool6` is required) */
+  readonly pool: Pool | undefined;
+  /** the IPv6 pool of a dual-stack or IPv6-only node */
   readonly pool6?: Pool6 | undefined;
   readonly containerId: string;
   readonly ifname: string;
@@ -142,15 +149,18 @@ export class IpStore {
 
   /** Reserves the next free address of the pool for an attachment; code 103 when full. */
   async reserve(o: { pool: Pool; containerId: string; ifname: string }): Promise<number> {
-    return (await this.reserveAll(o)).addr;
+    const { addr } = await this.reserveAll(o);
+    if (addr === undefined) throw new Error('IpStore.reserve: no IPv4 address was reserved');
+    return addr;
   }
 
   /**
-   * Reserves the next free IPv4 address and, with `pool6`, the next free IPv6 address for an
-   * attachment, both under one hold of the lock; code 103 when either pool is full (nothing is
-   * left reserved then).
+   * Reserves the next free IPv4 address (with `pool`) and the next free IPv6 address (with
+   * `pool6`) for an attachment, both under one hold of the lock; code 103 when either pool is full
+   * (nothing is left reserved then).
    */
   async reserveAll(o: ReserveRequest): Promise<Reserved> {
+    if (!o.pool && !o.pool6) throw new Error('IpStore.reserveAll: no pool of either family');
     await mkdir(this.dir, { recursive: true });
     return this.lock.run(() => this.reserveLocked(o));
   }
@@ -177,6 +187,7 @@ export class IpStore {
 
   private async reserveLocked(o: ReserveRequest): Promise<Reserved> {
     const names = await readdir(this.dir);
+    if (!o.pool) return { addr: undefined, addr6: await this.reserveOnly6Locked(o, names) };
     const used = new Set(names.map(parseIpv4).filter((a) => a !== undefined));
     const last = await this.readLast(LAST_RESERVED, parseIpv4);
     const tmp = await this.writeTmp(formatOwner(o.containerId, o.ifname));
@@ -191,7 +202,7 @@ export class IpStore {
       if (!o.pool6) return { addr, addr6: undefined };
       let addr6: bigint | undefined;
       try {
-        addr6 = await this.reserve6Locked(tmp, names, o.pool6);
+        addr6 = await this.reserve6Locked(tmp, names, o.pool6, LAST_RESERVED6);
       } catch (err) {
         await this.unlinkIp(formatIpv4(addr));
         throw err;
@@ -202,16 +213,32 @@ export class IpStore {
     }
   }
 
-  private async reserve6Locked(tmp: string, names: string[], pool6: Pool6): Promise<bigint> {
+  /** An IPv6-only node's reservation: its one range set's hint is `last_reserved_ip.0`. */
+  private async reserveOnly6Locked(o: ReserveRequest, names: string[]): Promise<bigint> {
+    if (!o.pool6) throw new Error('IpStore.reserveAll: no pool of either family');
+    const tmp = await this.writeTmp(formatOwner(o.containerId, o.ifname));
+    try {
+      return await this.reserve6Locked(tmp, names, o.pool6, LAST_RESERVED);
+    } finally {
+      await unlink(tmp).catch(() => undefined);
+    }
+  }
+
+  private async reserve6Locked(
+    tmp: string,
+    names: string[],
+    pool6: Pool6,
+    hint: string,
+  ): Promise<bigint> {
     const used = new Set(names.map(parseIpv6).filter((a) => a !== undefined));
-    const last = await this.readLast(LAST_RESERVED6, parseIpv6);
+    const last = await this.readLast(hint, parseIpv6);
     const addr6 = await this.claim(tmp, candidates6(pool6, last), used, formatIpv6);
     if (addr6 === undefined)
       fail(
         CNI_CODES.exhausted,
         `no free IPv6 address in ${this.dir}: all ${poolSize6(pool6)} addresses of the node's IPv6 subnet are reserved`,
       );
-    await this.writeLast(LAST_RESERVED6, formatIpv6(addr6));
+    await this.writeLast(hint, formatIpv6(addr6));
     return addr6;
   }
 

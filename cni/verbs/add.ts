@@ -5,6 +5,9 @@
 // straight in the pod's netns, bridge port with hairpin, gateway addresses)
 // in one `ip` batch and the pod side (lo, addresses, routes) in one more,
 // and answer the result. Dual-stack adds lines to those batches, no process.
+// An IPv6-only node (subnet.env without the IPv4 pair) runs the dual-stack
+// ADD without its IPv4 lines: no IPv4 address is reserved, none is put on the
+// bridge or the pod, and IPv4 forwarding is left alone.
 // Whatever fails after the reservation rolls back what this call created,
 // and only that: the host veth did not exist when the call began (and the
 // runtime runs no other operation for this container meanwhile), so a veth
@@ -12,12 +15,13 @@
 // the call's signal, so that a SIGTERM still cleans up.
 import { formatCidr, formatIpv4 } from '../../src/net/ipv4.ts';
 import { formatCidr6, formatIpv6 } from '../../src/net/ipv6.ts';
-import type { SubnetEnv } from '../../src/subnetenv.ts';
+import { subnetFamilies, type SubnetEnv } from '../../src/subnetenv.ts';
 import { firstFailedLine } from '../../src/exec/batch-errors.ts';
 import { CommandError } from '../../src/exec/runner.ts';
 import { CNI_CODES, CniError, fail } from '../errors.ts';
 import {
   bridgeMac,
+  bridgeMac6,
   hostAddBatch,
   linkOf,
   podAddBatch,
@@ -132,17 +136,28 @@ async function wireHost(k: KernelDeps, w: HostWiring, bridgeExists: boolean): Pr
   return tryHost(k, w, false);
 }
 
+/** The bridge's MAC: from the IPv4 gateway, or the IPv6 one on an IPv6-only node. */
+function macOf(subnet: SubnetEnv): string {
+  const { v4, v6 } = subnetFamilies(subnet);
+  if (v4) return bridgeMac(poolOf(v4.subnet).gateway);
+  if (v6) return bridgeMac6(poolOf6(v6.subnet).gateway);
+  throw new Error('subnet.env gives the node no subnet');
+}
+
 function hostWiring(req: Request, subnet: SubnetEnv, mtu: number): HostWiring {
   const { env, conf } = req;
-  const gw = poolOf(subnet.subnet).gateway;
-  const gateway = conf.isGateway ? { addr: gw, prefix: subnet.subnet.prefix } : undefined;
+  const { v4, v6 } = subnetFamilies(subnet);
+  const gateway =
+    conf.isGateway && v4
+      ? { addr: poolOf(v4.subnet).gateway, prefix: v4.subnet.prefix }
+      : undefined;
   const gateway6 =
-    conf.isGateway && subnet.subnet6
-      ? { addr: poolOf6(subnet.subnet6).gateway, prefix: subnet.subnet6.prefix }
+    conf.isGateway && v6
+      ? { addr: poolOf6(v6.subnet).gateway, prefix: v6.subnet.prefix }
       : undefined;
   return {
     bridge: conf.bridge,
-    bridgeMac: bridgeMac(gw),
+    bridgeMac: macOf(subnet),
     hostVeth: hostVethName(env.containerId, env.ifname),
     ifname: env.ifname,
     netns: env.netns,
@@ -167,44 +182,50 @@ async function wire(
   o: { subnet: SubnetEnv; addrs: Reserved; w: HostWiring; bridgeExists: boolean },
 ): Promise<Attachment> {
   const { env, conf } = req;
-  const { subnet6, network6 } = o.subnet;
+  const fam = subnetFamilies(o.subnet);
   const { addr, addr6 } = o.addrs;
   const links = await wireHost(deps, o.w, o.bridgeExists);
-  const gateway = poolOf(o.subnet.subnet).gateway;
-  const v6 =
-    subnet6 && network6 && addr6 !== undefined
-      ? { address: addr6, subnet: subnet6, gateway: poolOf6(subnet6).gateway, network: network6 }
+  const v4 =
+    fam.v4 && addr !== undefined
+      ? {
+          address: addr,
+          subnet: fam.v4.subnet,
+          gateway: poolOf(fam.v4.subnet).gateway,
+          network: fam.v4.network,
+        }
       : undefined;
-  const pod = {
-    ifname: env.ifname,
-    address: addr,
-    subnet: o.subnet.subnet,
-    gateway,
-    network: o.subnet.network,
-    defaultRoute: conf.isDefaultGateway,
-    ...(v6 ? { v6 } : {}),
-  };
+  const v6 =
+    fam.v6 && addr6 !== undefined
+      ? {
+          address: addr6,
+          subnet: fam.v6.subnet,
+          gateway: poolOf6(fam.v6.subnet).gateway,
+          network: fam.v6.network,
+        }
+      : undefined;
+  const pod = { ifname: env.ifname, defaultRoute: conf.isDefaultGateway, v4, v6 };
   const [podLink] = await podBatch(deps, env.netns, podAddBatch(pod), {
     ipv6Ifname: v6 ? env.ifname : undefined,
   });
   const readOnly = {
     readOnlyHint: 'read-only: the runtime must run CNI plugins with a writable /proc/sys',
   };
-  if (conf.isGateway) await ensureIpForward(PROC_SYS_NET, readOnly);
+  if (conf.isGateway && v4) await ensureIpForward(PROC_SYS_NET, readOnly);
   if (conf.isGateway && v6) await ensureIpv6Forward(PROC_SYS_NET, readOnly);
-  const gw = formatIpv4(gateway);
+  const gw = v4 ? formatIpv4(v4.gateway) : '';
   const gw6 = v6 ? formatIpv6(v6.gateway) : '';
   const routes = [
-    { dst: formatCidr(o.subnet.network), gw },
-    ...(conf.isDefaultGateway ? [{ dst: '0.0.0.0/0', gw }] : []),
+    ...(v4 ? [{ dst: formatCidr(v4.network), gw }] : []),
+    ...(v4 && conf.isDefaultGateway ? [{ dst: '0.0.0.0/0', gw }] : []),
     ...(v6 ? [{ dst: formatCidr6(v6.network), gw: gw6 }] : []),
     ...(v6 && conf.isDefaultGateway ? [{ dst: '::/0', gw: gw6 }] : []),
   ];
   return {
     ...links,
     pod: { ...asInterface(linkOf(podLink, env.ifname)), sandbox: env.netns },
-    address: `${formatIpv4(addr)}/${o.subnet.subnet.prefix}`,
-    gateway: gw,
+    ...(v4
+      ? { ip4: { address: `${formatIpv4(v4.address)}/${v4.subnet.prefix}`, gateway: gw } }
+      : {}),
     ...(v6
       ? { ip6: { address: `${formatIpv6(v6.address)}/${v6.subnet.prefix}`, gateway: gw6 } }
       : {}),
@@ -227,7 +248,7 @@ async function rollback(
     );
   }
   const ips = [
-    formatIpv4(o.addrs.addr),
+    ...(o.addrs.addr === undefined ? [] : [formatIpv4(o.addrs.addr)]),
     ...(o.addrs.addr6 === undefined ? [] : [formatIpv6(o.addrs.addr6)]),
   ];
   await o.store
@@ -256,9 +277,10 @@ export async function cmdAdd(deps: PluginDeps, req: Request): Promise<Record<str
   const w = hostWiring(req, subnet, conf.mtu ?? subnet.mtu);
   const { bridgeExists } = await inspectHost(deps, w);
   const store = storeFor(conf, deps.log);
+  const { v4, v6 } = subnetFamilies(subnet);
   const addrs = await store.reserveAll({
-    pool: poolOf(subnet.subnet),
-    pool6: subnet.subnet6 ? poolOf6(subnet.subnet6) : undefined,
+    pool: v4 ? poolOf(v4.subnet) : undefined,
+    pool6: v6 ? poolOf6(v6.subnet) : undefined,
     containerId: env.containerId,
     ifname: env.ifname,
   });

@@ -2,7 +2,7 @@
 // code 50 ("not available") otherwise, with the reason:
 // - subnet.env exists and parses, and FLANNEL_SUBNET lies inside
 //   FLANNEL_NETWORK (and FLANNEL_IPV6_SUBNET inside FLANNEL_IPV6_NETWORK on a
-//   dual-stack node);
+//   dual-stack node; on an IPv6-only node only the IPv6 pair is there);
 // - subnet.env is current: it agrees with the node. The plugin cannot see
 //   when the daemon started, so "current" is what it can check on the
 //   node: the bridge, when it exists, carries no address of the cluster
@@ -12,7 +12,8 @@
 //   routes (or that the bridge does not serve). On a dual-stack node the
 //   same holds for the IPv6 network and gateway. A bridge without the IPv6
 //   gateway yet (made before the node was dual-stack) is no reason: the next
-//   ADD puts it there;
+//   ADD puts it there. An IPv6-only node looks at IPv6 addresses only, as an
+//   IPv4-only one looks at IPv4 addresses only;
 // - the bridge exists and is a bridge, or one can be created: a bridge of a
 //   throwaway name is created and deleted in one `ip` batch (this needs
 //   CAP_NET_ADMIN in the netns and the bridge module);
@@ -24,6 +25,7 @@ import {
   formatCidr,
   formatIpv4,
   parseIpv4,
+  type Cidr,
 } from '../../src/net/ipv4.ts';
 import {
   containsAddr6,
@@ -32,7 +34,7 @@ import {
   formatIpv6,
   parseIpv6,
 } from '../../src/net/ipv6.ts';
-import type { SubnetEnv } from '../../src/subnetenv.ts';
+import { subnetFamilies, type SubnetEnv, type SubnetPair } from '../../src/subnetenv.ts';
 import { CNI_CODES, asCniError, fail } from '../errors.ts';
 import { poolOf, poolOf6 } from '../ipam/pool.ts';
 import { linkAddrs, probeBridge } from '../kernel.ts';
@@ -62,13 +64,14 @@ async function subnetOf(file: string): Promise<SubnetEnv> {
   } catch (err) {
     notReady(asCniError(err).message);
   }
-  if (!containsCidr(env.network, env.subnet))
+  const { v4, v6 } = subnetFamilies(env);
+  if (v4 && !containsCidr(v4.network, v4.subnet))
     notReady(
-      `${file}: FLANNEL_SUBNET ${formatCidr(env.subnet)} is not inside FLANNEL_NETWORK ${formatCidr(env.network)}`,
+      `${file}: FLANNEL_SUBNET ${formatCidr(v4.subnet)} is not inside FLANNEL_NETWORK ${formatCidr(v4.network)}`,
     );
-  if (env.network6 && env.subnet6 && !containsCidr6(env.network6, env.subnet6))
+  if (v6 && !containsCidr6(v6.network, v6.subnet))
     notReady(
-      `${file}: FLANNEL_IPV6_SUBNET ${formatCidr6(env.subnet6)} is not inside FLANNEL_IPV6_NETWORK ${formatCidr6(env.network6)}`,
+      `${file}: FLANNEL_IPV6_SUBNET ${formatCidr6(v6.subnet)} is not inside FLANNEL_IPV6_NETWORK ${formatCidr6(v6.network)}`,
     );
   return env;
 }
@@ -99,20 +102,32 @@ async function bridgeProblem(
   }
   if (link.kind !== 'bridge')
     return `"bridge" ${JSON.stringify(bridge)} already exists but is not a bridge (it is a ${link.kind ?? link.linkType ?? 'plain'} device)`;
-  const gw = poolOf(env.subnet).gateway;
-  const foreign = link.inet.filter((a) => {
+  const { v4 } = subnetFamilies(env);
+  return (
+    (v4 ? foreign4Problem(link.inet, v4, bridge, file) : undefined) ??
+    foreign6Problem(link.inet6, env, bridge, file)
+  );
+}
+
+/** The IPv4 side of "current": no address of the network on the bridge but the gateway. */
+function foreign4Problem(
+  inet: readonly { local: string; prefixlen: number }[],
+  v4: SubnetPair<Cidr>,
+  bridge: string,
+  file: string,
+): string | undefined {
+  const gw = poolOf(v4.subnet).gateway;
+  const foreign = inet.filter((a) => {
     const addr = parseIpv4(a.local);
     return (
       addr !== undefined &&
-      containsAddr(env.network, addr) &&
-      !(addr === gw && a.prefixlen === env.subnet.prefix)
+      containsAddr(v4.network, addr) &&
+      !(addr === gw && a.prefixlen === v4.subnet.prefix)
     );
   });
-  if (foreign.length > 0) {
-    const list = foreign.map((a) => `${a.local}/${a.prefixlen}`).join(', ');
-    return `${file} is not current: it gives the node the subnet ${formatCidr(env.subnet)} (gateway ${formatIpv4(gw)}/${env.subnet.prefix}), but ${bridge} carries ${list} from the cluster network ${formatCidr(env.network)}: ${OLDER_LEASE(bridge)}`;
-  }
-  return foreign6Problem(link.inet6, env, bridge, file);
+  if (foreign.length === 0) return undefined;
+  const list = foreign.map((a) => `${a.local}/${a.prefixlen}`).join(', ');
+  return `${file} is not current: it gives the node the subnet ${formatCidr(v4.subnet)} (gateway ${formatIpv4(gw)}/${v4.subnet.prefix}), but ${bridge} carries ${list} from the cluster network ${formatCidr(v4.network)}: ${OLDER_LEASE(bridge)}`;
 }
 
 const OLDER_LEASE = (bridge: string): string =>

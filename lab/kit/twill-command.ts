@@ -34,18 +34,24 @@ export function etcdStoreFlags(endpoints: string, nodeName: string): string[] {
 
 /**
  * `twill run` (started by `command`) on a host of the underlay: its store flags, eth0 as its
- * interface, its subnet file, then `flags`.
+ * interface (`iface: null`: no --iface, twill picks the interface of the default route as a
+ * deployed one does), its subnet file, then `flags`.
  */
 export function twillRunArgv(
   command: readonly string[],
-  o: { store: readonly string[]; subnetFile: string; flags?: readonly string[] },
+  o: {
+    store: readonly string[];
+    subnetFile: string;
+    flags?: readonly string[];
+    iface?: string | null;
+  },
 ): string[] {
+  const iface = o.iface === undefined ? 'eth0' : o.iface;
   return [
     ...command,
     'run',
     ...o.store,
-    '--iface',
-    'eth0',
+    ...(iface === null ? [] : ['--iface', iface]),
     '--subnet-file',
     o.subnetFile,
     ...(o.flags ?? []),

@@ -8,7 +8,9 @@
 // underlay adds fd00:123::/64 beside it (router fd00:123::fe, node k at
 // fd00:123::<10+k>, its IPv4 address's last number) and the outside host at
 // 2001:db8:113::2, every address without duplicate address detection so that
-// it is usable at once.
+// it is usable at once. An IPv6-only lab wires the same two families: its
+// twill and pods use IPv6 alone, the IPv4 half carries only the lab's own
+// plumbing (see netns-cluster.ts).
 import { run } from '../../src/exec/runner.ts';
 import { addVeth, nsRun, vethPair } from './netns.ts';
 

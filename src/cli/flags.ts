@@ -121,7 +121,7 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     arg: 'name|ip',
     help: 'interface (name or address) for the underlay; repeatable, first found wins',
     doc: 'underlay interface, by name or address; repeatable, first found wins',
-    defaultText: "the default route's interface",
+    defaultText: "the default route's interface (IPv6 default route's when EnableIPv4 is false)",
   },
   {
     name: 'iface-regex',
@@ -134,7 +134,7 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     name: 'public-ip',
     kind: 'string',
     arg: 'ip',
-    help: 'IPv4 address peers reach this node at',
+    help: 'IPv4 address peers reach this node at (refused when EnableIPv4 is false)',
     defaultText: 'the interface address',
   },
   {
@@ -166,6 +166,14 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     kind: 'bool',
     help: 'masquerade traffic leaving the pod network (FLANNEL_IPMASQ)',
     doc: 'masquerade pod traffic leaving the network (`TWILL-POSTRTG`); written as `FLANNEL_IPMASQ`',
+  },
+  {
+    name: 'cni-bridge',
+    kind: 'string',
+    arg: 'name',
+    help: "the CNI plugin's bridge: twill removes the gateway of an earlier subnet of ours from it",
+    doc: "the CNI plugin's bridge (its config's `bridge`). After the node's subnet changes (a Node re-registered with a new podCIDR, a lease lost and taken), the old gateway stays on it and its connected route hides the subnet's new holder: twill deletes such an address (the first host of a block of our subnet's size, inside the pod network, outside our subnet) from this bridge only, never from another one",
+    default: 'cni0',
   },
   {
     name: 'iptables-resync',
@@ -279,6 +287,7 @@ export interface RunFlags {
   readonly subnetLeaseRenewMargin: number;
   readonly ipMasq: boolean;
   readonly iptablesResync: number;
+  readonly cniBridge: string;
   readonly procSysNet: string;
   readonly healthzIp: string;
   readonly healthzPort: number;
@@ -292,8 +301,8 @@ export interface RunFlags {
 }
 
 /**
- * The interface flags as `discoverInterface` takes them; `ipv6` is the network config's to set
- * (EnableIPv6), once it has been read.
+ * The interface flags as `discoverInterface` takes them; `ipv4` and `ipv6` are the network
+ * config's to set (EnableIPv4, EnableIPv6), once it has been read.
  */
 export function ifaceRequest(flags: RunFlags): IfaceRequest {
   return {
@@ -477,6 +486,9 @@ function checkFlags(flags: RunFlags): RunFlags {
   }
   if (flags.iptablesResync < 1)
     bad('iptables-resync', String(flags.iptablesResync), 'must be at least 1 second');
+  // an interface name as the kernel takes it (IFNAMSIZ)
+  if (!/^[A-Za-z0-9_.:-]{1,15}$/.test(flags.cniBridge) || /^\.\.?$/.test(flags.cniBridge))
+    bad('cni-bridge', flags.cniBridge, 'is not an interface name (1 to 15 of A-Z a-z 0-9 _ . : -)');
   if (!flags.procSysNet.startsWith('/'))
     bad('proc-sys-net', flags.procSysNet, 'must be an absolute path');
   for (const e of flags.etcdEndpoints) {

@@ -58,6 +58,7 @@ async function statusCommand(
       runner: run,
       iface: ifaceRequest(flags),
       subnetFile: flags.subnetFile,
+      cniBridge: flags.cniBridge,
       healthzPort: flags.healthzPort,
       signal: AbortSignal.timeout(20_000),
     });
@@ -97,7 +98,7 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
         watch: watchLines,
         logger,
         ensureForwarding: (o) => ensureForwarding(flags.procSysNet, o),
-        bridgeNetfilterProblem: () => bridgeNetfilterProblem(flags.procSysNet),
+        bridgeNetfilterProblem: (o) => bridgeNetfilterProblem(flags.procSysNet, o),
       },
       {
         nodeName,
@@ -105,6 +106,7 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
         subnetFile: flags.subnetFile,
         renewMarginMs: flags.subnetLeaseRenewMargin * 60_000,
         ipMasq: flags.ipMasq,
+        cniBridge: flags.cniBridge,
         resyncMs: flags.iptablesResync * 1000,
         version: packageVersion(),
         ...(flags.healthzPort > 0

@@ -51,13 +51,20 @@ export interface Ipv6NetConfig {
   readonly subnetMax: bigint;
 }
 
-export interface NetConfig {
+/** The IPv4 pod network (flannel's Network, SubnetLen, SubnetMin/Max). */
+export interface Ipv4NetConfig {
   readonly network: Cidr;
   readonly subnetLen: number;
   /** base addresses of the first and last subnet that may be leased */
   readonly subnetMin: number;
   readonly subnetMax: number;
-  /** the IPv6 network when "EnableIPv6" is true (dual-stack); null: IPv4 only */
+}
+
+/** At least one of the two families is set: IPv4 only, dual-stack, or IPv6 only. */
+export interface NetConfig {
+  /** the IPv4 network unless "EnableIPv4" is false (IPv6 only) */
+  readonly ipv4: Ipv4NetConfig | null;
+  /** the IPv6 network when "EnableIPv6" is true; null: IPv4 only */
   readonly ipv6: Ipv6NetConfig | null;
   readonly backend: BackendConfig;
   /** keys that were present but that twill does not know (for a warning) */
@@ -86,8 +93,40 @@ export function parseNetConfig(text: string): NetConfig {
     invalid(`not valid JSON (${(err as Error).message})`);
   }
   const obj = CiObject.from(WHERE, raw, 'CONFIG_INVALID');
-  checkAddressFamilies(obj);
+  const ipv4 = parseIpv4Config(obj);
   const ipv6 = parseIpv6Config(obj);
+  if (!ipv4 && !ipv6)
+    invalid(
+      '"EnableIPv4" is false and "EnableIPv6" is not true: no pod network is left; enable at least one family',
+    );
+  const backendObj = obj.get('Backend');
+  const backend = parseBackend(
+    backendObj === undefined
+      ? undefined
+      : CiObject.from(`${WHERE}: "Backend"`, backendObj, 'CONFIG_INVALID'),
+  );
+  return {
+    ipv4,
+    ipv6,
+    backend: backend.config,
+    unknownKeys: [...obj.unknownKeys(), ...backend.unknown],
+  };
+}
+
+/**
+ * flannel's IPv4 keys: read unless "EnableIPv4" is false (IPv6 only). Set while it is false, they
+ * are a mistake rather than something to ignore silently (as the IPv6 keys without EnableIPv6).
+ */
+function parseIpv4Config(obj: CiObject): Ipv4NetConfig | null {
+  if (obj.bool('EnableIPv4') === false) {
+    for (const key of ['Network', 'SubnetLen', 'SubnetMin', 'SubnetMax']) {
+      if (obj.has(key))
+        invalid(
+          `"${key}" is set but "EnableIPv4" is false (IPv6 only); remove "${key}", or set "EnableIPv4": true for dual-stack`,
+        );
+    }
+    return null;
+  }
   const network = parseNetwork(obj);
   const subnetLen = subnetLenOf({
     len: obj.int('SubnetLen', { min: 0, max: 32 }),
@@ -112,29 +151,7 @@ export function parseNetConfig(text: string): NetConfig {
   if (subnetMin > subnetMax) {
     invalid(`"SubnetMin" ${formatIpv4(subnetMin)} is above "SubnetMax" ${formatIpv4(subnetMax)}`);
   }
-  const backendObj = obj.get('Backend');
-  const backend = parseBackend(
-    backendObj === undefined
-      ? undefined
-      : CiObject.from(`${WHERE}: "Backend"`, backendObj, 'CONFIG_INVALID'),
-  );
-  return {
-    network,
-    subnetLen,
-    subnetMin,
-    subnetMax,
-    ipv6,
-    backend: backend.config,
-    unknownKeys: [...obj.unknownKeys(), ...backend.unknown],
-  };
-}
-
-function checkAddressFamilies(obj: CiObject): void {
-  if (obj.bool('EnableIPv4') === false) {
-    unsupported(
-      '"EnableIPv4" is false, but twill needs an IPv4 "Network" (IPv6-only is not supported yet); set "EnableIPv4" to true, or remove it',
-    );
-  }
+  return { network, subnetLen, subnetMin, subnetMax };
 }
 
 /** flannel's IPv6 keys: read only when "EnableIPv6" is true, as flannel does. */

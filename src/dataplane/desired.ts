@@ -6,12 +6,16 @@
 // IPv6 peer: host-gw a route via its PublicIPv6; vxlan a second device,
 // twill-v6.<VNI> over the IPv6 underlay (flannel-v6.<VNI>'s VNI, port and
 // learning, so the two talk), with its own neighbour, FDB entry and onlink
-// route per peer. `Desired` is the daemon's view: the same functions over the
-// keeper's lease and the tracker's peers now.
+// route per peer. With IPv4 off (IPv6 only) the IPv4 half is absent: no
+// twill.<VNI>, no IPv4 entry, no iptables chain (so what an IPv4 run left is
+// removed); the IPv6 half is dual-stack's. Each family's pod network and our
+// subnet in it also say which bridge addresses are CNI gateways of an earlier
+// lease of ours, to be removed (podRanges). `Desired` is the daemon's view: the
+// same functions over the keeper's lease and the tracker's peers now.
 import type { NetConfig, VxlanBackend } from '../config/netconf.ts';
 import type { Lease } from '../lease/types.ts';
 import { onLink, onLink6, type IfaceChoice } from '../net/iface.ts';
-import { formatCidr, formatIpv4 } from '../net/ipv4.ts';
+import { formatCidr, formatIpv4, type Cidr } from '../net/ipv4.ts';
 import { formatCidr6, formatIpv6 } from '../net/ipv6.ts';
 import {
   DEVICE_PREFIX,
@@ -23,6 +27,7 @@ import {
   type MasqSpec,
   type MasqSpec6,
   type NeighSpec,
+  type PodRange,
   type RouteSpec,
   type VxlanDevice,
 } from './model.ts';
@@ -36,7 +41,15 @@ export interface BackendInput {
   readonly ipMasq: boolean;
   /** whether MASQUERADE supports --random-fully here */
   readonly randomFully: boolean;
+  /**
+   * the CNI plugin's bridge (--cni-bridge, the CNI config's "bridge"), the only device whose
+   * stale gateways twill removes; DEFAULT_CNI_BRIDGE when not given
+   */
+  readonly cniBridge?: string;
 }
+
+/** The CNI bridge's name unless --cni-bridge says otherwise (the CNI plugin's default too). */
+export const DEFAULT_CNI_BRIDGE = 'cni0';
 
 /** The vxlan device name for a VNI (kernel objects carry twill's names). */
 export function vxlanDeviceName(vni: number): string {
@@ -50,9 +63,10 @@ export function vxlan6DeviceName(vni: number): string {
 
 /**
  * The pods' MTU (FLANNEL_MTU): the underlay's (or Backend.MTU), less the vxlan header with vxlan
- * — on a dual-stack node the IPv6 one (70 bytes, not 50): a pod's one interface carries both
- * families, and an IPv6 packet sized for the IPv4 tunnel would not fit twill-v6.<VNI> (flannel
- * writes the IPv4 figure and leaves such packets to path-MTU discovery).
+ * — on a dual-stack or IPv6-only node (`ipv6`) the IPv6 one (70 bytes, not 50): a pod's one
+ * interface carries both families, and an IPv6 packet sized for the IPv4 tunnel would not fit
+ * twill-v6.<VNI> (flannel writes the IPv4 figure on a dual-stack node and leaves such packets to
+ * path-MTU discovery).
  */
 export function podMtu(
   backend: NetConfig['backend'],
@@ -74,42 +88,74 @@ interface PeerEntries {
   fdb: FdbSpec[];
 }
 
-function directRoute(peer: Lease, choice: IfaceChoice): RouteSpec {
+/**
+ * The IPv4 side: on when the config has an IPv4 network and we hold an IPv4 subnet and an IPv4
+ * underlay address (off on an IPv6-only node); what the IPv4 entries are built from.
+ */
+interface V4 {
+  readonly underlayIp: string;
+  readonly self: Cidr;
+}
+
+function v4Of(input: Pick<BackendInput, 'config' | 'self' | 'choice'>): V4 | undefined {
+  const self = input.self.subnet;
+  const underlayIp = input.choice.ifaceIp;
+  if (!input.config.ipv4 || !self || !underlayIp) return undefined;
+  return { underlayIp, self };
+}
+
+/** A peer's IPv4 half: its subnet and PublicIP. */
+interface Peer4 {
+  readonly peer: Lease;
+  readonly subnet: Cidr;
+  readonly publicIp: string;
+}
+
+/** Peers with an IPv4 subnet and a PublicIP (an IPv6-only peer gets no IPv4 entries). */
+function v4Peers(input: BackendInput): Peer4[] {
+  return input.peers.flatMap((peer) =>
+    peer.subnet && peer.attrs.publicIp
+      ? [{ peer, subnet: peer.subnet, publicIp: peer.attrs.publicIp }]
+      : [],
+  );
+}
+
+function directRoute(p: Peer4, choice: IfaceChoice): RouteSpec {
   return {
-    dst: formatCidr(peer.subnet),
-    via: peer.attrs.publicIp,
+    dst: formatCidr(p.subnet),
+    via: p.publicIp,
     dev: choice.iface.name,
     onlink: false,
   };
 }
 
 function hostGwEntries(input: BackendInput): PeerEntries {
-  return { routes: input.peers.map((p) => directRoute(p, input.choice)), neighs: [], fdb: [] };
+  return { routes: v4Peers(input).map((p) => directRoute(p, input.choice)), neighs: [], fdb: [] };
 }
 
 function vxlanEntries(input: BackendInput, dev: VxlanDevice, backend: VxlanBackend): PeerEntries {
   const out: PeerEntries = { routes: [], neighs: [], fdb: [] };
-  for (const peer of input.peers) {
-    const mac = peer.attrs.backendData?.vtepMac;
-    if (backend.directRouting && onLink(input.choice.iface, peer.attrs.publicIp)) {
-      out.routes.push(directRoute(peer, input.choice));
+  for (const p of v4Peers(input)) {
+    const mac = p.peer.attrs.backendData?.vtepMac;
+    if (backend.directRouting && onLink(input.choice.iface, p.publicIp)) {
+      out.routes.push(directRoute(p, input.choice));
       continue;
     }
     // admission refused vxlan peers without a VtepMAC (admit.ts)
     if (mac === undefined) continue;
-    const gw = formatIpv4(peer.subnet.base);
+    const gw = formatIpv4(p.subnet.base);
     out.neighs.push({ dev: dev.name, ip: gw, mac });
-    out.fdb.push({ dev: dev.name, mac, dst: peer.attrs.publicIp });
-    out.routes.push({ dst: formatCidr(peer.subnet), via: gw, dev: dev.name, onlink: true });
+    out.fdb.push({ dev: dev.name, mac, dst: p.publicIp });
+    out.routes.push({ dst: formatCidr(p.subnet), via: gw, dev: dev.name, onlink: true });
   }
   return out;
 }
 
-function vxlanDevice(input: BackendInput, backend: VxlanBackend): VxlanDevice {
+function vxlanDevice(input: BackendInput, backend: VxlanBackend, v4: V4): VxlanDevice {
   return {
     name: vxlanDeviceName(backend.vni),
     vni: backend.vni,
-    local: input.choice.ifaceIp,
+    local: v4.underlayIp,
     underlay: input.choice.iface.name,
     port: backend.port,
     learning: backend.learning,
@@ -117,13 +163,13 @@ function vxlanDevice(input: BackendInput, backend: VxlanBackend): VxlanDevice {
     // the IPv4 device's own MTU: the 50-byte figure, whatever the pods use
     mtu: podMtu(backend, input.choice.iface.mtu),
     mac: input.self.attrs.backendData?.vtepMac ?? '',
-    address: `${formatIpv4(input.self.subnet.base)}/32`,
+    address: `${formatIpv4(v4.self.base)}/32`,
   };
 }
 
 /**
- * Dual-stack's IPv6 side: on when the config enables IPv6 and we hold an IPv6 subnet and an IPv6
- * underlay address; what the IPv6 entries are built from.
+ * The IPv6 side (dual-stack or IPv6 only): on when the config enables IPv6 and we hold an IPv6
+ * subnet and an IPv6 underlay address; what the IPv6 entries are built from.
  */
 interface V6 {
   readonly underlayIp: string;
@@ -204,22 +250,22 @@ function vxlan6Device(input: BackendInput, backend: VxlanBackend, v6: V6): Vxlan
   };
 }
 
-/** The masquerade and forward chains' inputs: cheap, for the chain poll that runs every second. */
+/**
+ * The masquerade and forward chains' inputs: cheap, for the chain poll that runs every second;
+ * null when IPv4 is off (IPv6 only: no iptables chain may exist).
+ */
 export function masqSpec(o: {
   config: NetConfig;
   self: Lease;
   ipMasq: boolean;
   randomFully: boolean;
-}): MasqSpec {
-  return {
-    ipMasq: o.ipMasq,
-    network: o.config.network,
-    subnet: o.self.subnet,
-    randomFully: o.randomFully,
-  };
+}): MasqSpec | null {
+  const subnet = o.self.subnet;
+  if (!o.config.ipv4 || !subnet) return null;
+  return { ipMasq: o.ipMasq, network: o.config.ipv4.network, subnet, randomFully: o.randomFully };
 }
 
-/** The ip6tables chains' inputs when dual-stack is on (null otherwise). */
+/** The ip6tables chains' inputs when IPv6 is on, dual-stack or IPv6 only (null otherwise). */
 export function masqSpec6(o: {
   config: NetConfig;
   self: Lease;
@@ -234,14 +280,36 @@ export function masqSpec6(o: {
 }
 
 /**
+ * The families whose pod network and our subnet in it are known: where a bridge's address is a
+ * stale gateway (PodRange). Only from the config and our lease: a family we hold no subnet of has
+ * none, so no bridge address of it is ever touched.
+ */
+export function podRanges(o: { config: NetConfig; self: Lease; cniBridge?: string }): PodRange[] {
+  const { ipv4, ipv6 } = o.config;
+  const { subnet, subnet6 } = o.self;
+  const bridge = o.cniBridge ?? DEFAULT_CNI_BRIDGE;
+  return [
+    ...(ipv4 && subnet ? [{ family: 4 as const, bridge, network: ipv4.network, subnet }] : []),
+    ...(ipv6 && subnet6
+      ? [{ family: 6 as const, bridge, network: ipv6.network, subnet: subnet6 }]
+      : []),
+  ];
+}
+
+/**
  * The whole desired state for one pass, from peers that passed admission (admit.ts, applied by
  * the peer tracker): every peer given becomes kernel entries.
  */
 export function desiredState(input: BackendInput): DesiredState {
   const backend = input.config.backend;
-  const vxlan = backend.type === 'vxlan' ? vxlanDevice(input, backend) : null;
-  const entries =
-    vxlan && backend.type === 'vxlan' ? vxlanEntries(input, vxlan, backend) : hostGwEntries(input);
+  // IPv4 off (IPv6 only): no twill.<VNI>, no IPv4 entry, and masq null below
+  const v4 = v4Of(input);
+  const vxlan = v4 && backend.type === 'vxlan' ? vxlanDevice(input, backend, v4) : null;
+  const entries: PeerEntries = !v4
+    ? { routes: [], neighs: [], fdb: [] }
+    : vxlan && backend.type === 'vxlan'
+      ? vxlanEntries(input, vxlan, backend)
+      : hostGwEntries(input);
   const v6 = v6Of(input);
   const vxlan6 = v6 && backend.type === 'vxlan' ? vxlan6Device(input, backend, v6) : null;
   const entries6 = !v6
@@ -257,6 +325,7 @@ export function desiredState(input: BackendInput): DesiredState {
     fdb: entries6 ? [...entries.fdb, ...entries6.fdb] : entries.fdb,
     masq: masqSpec(input),
     masq6: masqSpec6(input),
+    podRanges: podRanges(input),
   };
 }
 
@@ -279,8 +348,11 @@ export class Desired {
     return desiredState({ ...this.o, self: this.o.keeper.current(), peers: this.o.peers.list() });
   }
 
-  /** Only the chains' inputs: the chain poll runs every second, and needs no peer. */
-  masq(): MasqSpec {
+  /**
+   * Only the chains' inputs: the chain poll runs every second, and needs no peer (null when IPv4
+   * is off).
+   */
+  masq(): MasqSpec | null {
     return masqSpec({ ...this.o, self: this.o.keeper.current() });
   }
 

@@ -2,15 +2,21 @@
 // twill owns is ever deleted: routes with ROUTE_PROTOCOL, vxlan devices
 // named twill.* and twill-v6.*, permanent neighbour and FDB entries on
 // twill's devices, and twill's chains (in ip6tables too when IPv6 is on, or
-// when a pass without IPv6 read them to remove what a dual-stack run left).
-// An unchanged kernel gives an empty plan.
-import { chainSpecs, chainSpecs6, diffChain, noChainSpecs6 } from './masq.ts';
+// when a pass without IPv6 read them to remove what a dual-stack run left;
+// in iptables only when IPv4 is on, or when a pass with IPv4 off read them to
+// remove what an IPv4 run left). The one exception: a bridge's address in
+// the pod network and outside our subnet, a CNI gateway of an earlier lease
+// of ours (PodRange), is deleted. An unchanged kernel gives an empty plan.
+import { containsAddr, parseIpv4 } from '../net/ipv4.ts';
+import { containsAddr6, parseIpv6 } from '../net/ipv6.ts';
+import { chainSpecs, chainSpecs6, diffChain, noChainSpecs, noChainSpecs6 } from './masq.ts';
 import {
   type DesiredState,
   type LinkSetting,
   type ObservedLink,
   type ObservedState,
   type Op,
+  type PodRange,
   type RouteSpec,
   type VxlanDevice,
 } from './model.ts';
@@ -97,10 +103,67 @@ function diffRoutes(want: readonly RouteSpec[], seen: readonly RouteSpec[]): Op[
   for (const r of want) {
     const h = have.get(r.dst);
     if (!h) ops.push({ kind: 'route', action: 'add', phase: 'ip-post', route: r });
-    else if (!sameRoute(h, r))
+    else if (!sameRoute(h, r) && r.dst.includes(':') && h.dev !== r.dev) {
+      // IPv6 refuses to replace a route with an onlink one whose gateway the route being replaced
+      // covers through another device ("Nexthop has invalid gateway or device mismatch": host-gw's
+      // fd00:0:0:1::/64 via the underlay, to go through twill-v6.<VNI>), so such a replace would
+      // fail on every pass. The old route is deleted, as observed, in the first ip batch with the
+      // routes that go, and the new one added in the last with the routes that come (its device,
+      // neighbour and FDB entry exist by then); IPv4 replaces such a route in place, as always.
+      ops.push({ kind: 'route', action: 'delete', phase: 'ip-pre', route: h });
+      ops.push({ kind: 'route', action: 'add', phase: 'ip-post', route: r });
+    } else if (!sameRoute(h, r))
       ops.push({ kind: 'route', action: 'change', phase: 'ip-post', route: r });
   }
   return ops;
+}
+
+/** IPv6 link-local (fe80::/10): the kernel's on every device, never a stale gateway. */
+const linkLocal6 = (a: bigint): boolean => a >> 118n === 0x3fan;
+
+/**
+ * Whether an address on a bridge is a stale gateway: on the CNI bridge (never another bridge, such
+ * as docker0, lxdbr0 or virbr0, whose address may well lie inside a wide pod network), shaped as
+ * the CNI plugin makes a gateway (the first host of a block as long as our subnet, with that
+ * prefix), inside its family's pod network and outside our subnet of that family. A family without
+ * a PodRange (our subnet of it unknown) has none.
+ */
+export function isStaleGateway(
+  a: { readonly dev: string; readonly address: string },
+  ranges: readonly PodRange[],
+): boolean {
+  const [ip = '', lenText = ''] = a.address.split('/');
+  const len = Number(lenText);
+  for (const r of ranges) {
+    if (a.dev !== r.bridge || len !== r.subnet.prefix) continue;
+    if (r.family === 4) {
+      const x = parseIpv4(ip);
+      if (x === undefined || x % 2 ** (32 - len) !== 1) continue;
+      if (containsAddr(r.network, x) && !containsAddr(r.subnet, x)) return true;
+    } else {
+      const x = parseIpv6(ip);
+      if (x === undefined || linkLocal6(x) || x % (1n << BigInt(128 - len)) !== 1n) continue;
+      if (containsAddr6(r.network, x) && !containsAddr6(r.subnet, x)) return true;
+    }
+  }
+  return false;
+}
+
+/**
+ * Deletes the bridges' stale gateways (read only by observed passes): an address removed takes its
+ * connected route with it, before the batch that adds twill's route to that subnet's holder now.
+ */
+function diffBridgeAddrs(want: DesiredState, seen: ObservedState): Op[] {
+  return (seen.bridgeAddrs ?? [])
+    .filter((a) => isStaleGateway(a, want.podRanges))
+    .map((a) => ({
+      kind: 'addr',
+      action: 'delete',
+      phase: 'ip-pre',
+      dev: a.dev,
+      address: a.address,
+      stale: true,
+    }));
 }
 
 /** Which devices' entries are compared: twill's wanted devices, unless just (re)created. */
@@ -217,7 +280,9 @@ export function assumedWithout(want: DesiredState, r: Repairs): ObservedState {
 export function diff(want: DesiredState, seen: ObservedState): Op[] {
   const devices = devicesOf(want);
   const links = diffLinks(devices, seen);
-  const chains = chainSpecs(want.masq);
+  // IPv4 off (IPv6 only): iptables chains that were read (the first pass after a start) must not
+  // exist
+  const chains = want.masq ? chainSpecs(want.masq) : noChainSpecs();
   // IPv6 off: ip6tables chains that were read (the first pass after a start) must not exist
   const chains6 = want.masq6 ? chainSpecs6(want.masq6) : noChainSpecs6();
   // a device that is (re)created comes back without the routes it carried
@@ -226,10 +291,12 @@ export function diff(want: DesiredState, seen: ObservedState): Op[] {
   const scope = { devices: new Set(devices.map((d) => d.name)), fresh: links.fresh };
   return [
     ...links.ops.filter((o) => o.phase === 'ip-pre'),
+    ...diffBridgeAddrs(want, seen),
     ...diffRoutes(want.routes, routes),
     ...diffNeighs(want, seen, scope),
     ...diffFdb(want, seen, scope),
     ...links.ops.filter((o) => o.phase === 'ip-post'),
+    // iptables' chains only when they were read
     ...(seen.postrouting ? diffChain(chains.postrouting, seen.postrouting) : []),
     ...(seen.forward ? diffChain(chains.forward, seen.forward) : []),
     // ip6tables' chains only when they were read

@@ -51,7 +51,12 @@ export function judge(t: Touch, k: Known | undefined, generation: number): Work[
   if (t.kind === 'all' || k === undefined || k.generation !== generation) return ENTRIES;
   if (t.kind === 'route') {
     const want = k.routes.get(t.dst);
-    if (t.deleted) return want ? [{ kind: 'route', key: t.dst }] : [];
+    if (t.deleted) {
+      // a route going that is not the wanted one needs nothing (the old route an IPv6 pass deletes
+      // before it adds the new one through another device)
+      if (!want || (t.route && !sameRoute(want, t.route))) return [];
+      return [{ kind: 'route', key: t.dst }];
+    }
     // one of ours exactly as wanted (our own change coming back) needs nothing
     return want && t.route && sameRoute(want, t.route) ? [] : ENTRIES;
   }

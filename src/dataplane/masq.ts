@@ -6,7 +6,8 @@
 // is kept single and appended, like flannel's, so policy chains earlier in
 // FORWARD still apply. With IPv6 the same chains, rules and order live in
 // ip6tables (as flannel's v6 rules do), over the IPv6 network and our IPv6
-// subnet, multicast being ff00::/8 there.
+// subnet, multicast being ff00::/8 there; with IPv4 off (IPv6 only) only
+// there, the iptables chains having no spec (they must not exist).
 import { formatCidr } from '../net/ipv4.ts';
 import { formatCidr6 } from '../net/ipv6.ts';
 import type { MasqSpec, MasqSpec6, ObservedChain, Op } from './model.ts';
@@ -98,6 +99,14 @@ export function chainSpecs(spec: MasqSpec): { postrouting: ChainSpec; forward: C
 /** Both ip6tables chains as they should be, with the same names and rule order. */
 export function chainSpecs6(spec: MasqSpec6): { postrouting: ChainSpec; forward: ChainSpec } {
   return inIp6tables(specsOf(spec.ipMasq ? masqRules6(spec) : null, forwardRules6(spec)));
+}
+
+/**
+ * The iptables chains when IPv4 is off (IPv6 only): neither may exist, nor any jump to them (the
+ * first pass after a start with IPv4 off removes what an IPv4 or dual-stack run left).
+ */
+export function noChainSpecs(): { postrouting: ChainSpec; forward: ChainSpec } {
+  return specsOf(null, null);
 }
 
 /**

@@ -82,24 +82,53 @@ export interface MasqSpec6 {
   readonly randomFully: boolean;
 }
 
+/**
+ * One family's pod network and our subnet in it, when both are known. An address on a bridge inside
+ * the network and outside our subnet is a gateway the CNI plugin put there for an earlier lease of
+ * ours, which nothing else removes: its connected route would take that subnet's traffic and make
+ * twill's route to the peer that holds it now fail (IPv4: "File exists"; IPv6, onlink through
+ * twill-v6: "Nexthop has invalid gateway"), so an observed pass deletes it.
+ */
+export type PodRange =
+  | { readonly family: 4; readonly bridge: string; readonly network: Cidr; readonly subnet: Cidr }
+  | {
+      readonly family: 6;
+      readonly bridge: string;
+      readonly network: Cidr6;
+      readonly subnet: Cidr6;
+    };
+
 export interface DesiredState {
-  /** the vxlan device, or null for host-gw (any twill.* device is then removed) */
+  /**
+   * the IPv4 vxlan device twill.<VNI>, or null for host-gw or with IPv4 off (IPv6 only): any
+   * twill.* device is then removed
+   */
   readonly vxlan: VxlanDevice | null;
   /**
-   * dual-stack vxlan: the IPv6 device twill-v6.<VNI>; null otherwise (any twill-v6.* device is
-   * then removed)
+   * vxlan with IPv6 on (dual-stack or IPv6 only): the IPv6 device twill-v6.<VNI>; null otherwise
+   * (any twill-v6.* device is then removed)
    */
   readonly vxlan6: VxlanDevice | null;
   /** both families' routes, neighbours and FDB entries (IPv4 first) */
   readonly routes: readonly RouteSpec[];
   readonly neighs: readonly NeighSpec[];
   readonly fdb: readonly FdbSpec[];
-  readonly masq: MasqSpec;
   /**
-   * dual-stack: the ip6tables chains' inputs; null when IPv6 is off (then no IPv6 route or chain
-   * is read or touched)
+   * the iptables chains' inputs; null when IPv4 is off (IPv6 only): then the IPv4 chains must not
+   * exist, and no IPv4 route or chain is read but by the first full pass, which removes what an
+   * IPv4 or dual-stack run left
+   */
+  readonly masq: MasqSpec | null;
+  /**
+   * IPv6 on (dual-stack or IPv6 only): the ip6tables chains' inputs; null when IPv6 is off (then no
+   * IPv6 route or chain is read or touched but by the first full pass)
    */
   readonly masq6: MasqSpec6 | null;
+  /**
+   * the families whose pod network and our subnet in it are known (none: no bridge address is
+   * ever touched)
+   */
+  readonly podRanges: readonly PodRange[];
 }
 
 export interface ObservedLink {
@@ -118,6 +147,12 @@ export interface ObservedLink {
    * "addr/len" (twill-v6.*)
    */
   readonly addresses: readonly string[];
+}
+
+/** An address on a device that is not twill's (a bridge), as "addr/len" (IPv6 canonical). */
+export interface ObservedAddr {
+  readonly dev: string;
+  readonly address: string;
 }
 
 export interface ObservedNeigh extends NeighSpec {
@@ -143,7 +178,10 @@ export interface ObservedChain {
 export interface ObservedState {
   /** vxlan devices named twill.* or twill-v6.* */
   readonly links: readonly ObservedLink[];
-  /** routes in the main table with ROUTE_PROTOCOL (IPv6 ones only when IPv6 was read) */
+  /**
+   * routes in the main table with ROUTE_PROTOCOL (IPv6 ones only when IPv6 was read, IPv4 ones
+   * only when IPv4 was)
+   */
   readonly routes: readonly RouteSpec[];
   readonly neighs: readonly ObservedNeigh[];
   readonly fdb: readonly ObservedFdb[];
@@ -153,6 +191,11 @@ export interface ObservedState {
   /** the same chains in ip6tables; absent or undefined when not read (IPv6 off) */
   readonly postrouting6?: ObservedChain | undefined;
   readonly forward6?: ObservedChain | undefined;
+  /**
+   * the addresses on bridges (linkinfo kind "bridge"), both families, from the same read as
+   * `links`; absent when not read (then none is touched)
+   */
+  readonly bridgeAddrs?: readonly ObservedAddr[];
 }
 
 export type OpAction = 'add' | 'change' | 'delete';
@@ -192,8 +235,13 @@ export interface AddrOp extends OpBase {
   readonly kind: 'addr';
   readonly action: 'add' | 'delete';
   readonly dev: string;
-  /** "10.244.1.0/32" */
+  /** "10.244.1.0/32"; a stale gateway as the bridge holds it, "10.244.216.1/24" */
   readonly address: string;
+  /**
+   * a delete of a bridge's gateway from an earlier lease of ours (see PodRange), not of an
+   * address on twill's device
+   */
+  readonly stale?: true;
 }
 
 /** add, replace (change) or delete one route; a delete names the route as observed */
@@ -256,4 +304,12 @@ export type OpKind = Op['kind'];
 /** An op's kind as logs and metrics name it: the chains and their jumps are the masquerade. */
 export function opLabel(op: Op): 'link' | 'addr' | 'route' | 'neigh' | 'fdb' | 'masquerade' {
   return op.kind === 'chain' || op.kind === 'jump' ? 'masquerade' : op.kind;
+}
+
+/**
+ * An op's kind as the pass log names it: opLabel's, and a stale bridge gateway's delete as "stale
+ * address" (it is not an address of twill's device).
+ */
+export function opLogLabel(op: Op): string {
+  return op.kind === 'addr' && op.stale === true ? 'stale address' : opLabel(op);
 }

@@ -1,17 +1,17 @@
 // Kernel event triggers: `ip monitor` (links, addresses, routes, neighbours
 // and FDB entries) and, when iptables uses the nf_tables backend,
-// `nft monitor rules` (ip6tables' tables only on a dual-stack node). Lines
-// are filtered down to what concerns twill's own objects, so a host whose
-// other programs churn (pods, kube-proxy) does not keep twill busy, and each
-// line says what it touched (a Touch): one route, neighbour or FDB entry, one
-// table's chains, or "anything" (a link, an address, a line twill does not
-// read), so a known drift is repaired by re-applying just what it touched and
-// the rest gets a full pass. With
+// `nft monitor rules` (ip6tables' tables only on a dual-stack node, and only
+// they on an IPv6-only one). Lines are filtered down to what concerns twill's
+// own objects, so a host whose other programs churn (pods, kube-proxy) does
+// not keep twill busy, and each line says what it touched (a Touch): one
+// route, neighbour or FDB entry, one table's chains, or "anything" (a link,
+// an address, a line twill does not read), so a known drift is repaired by
+// re-applying just what it touched and the rest gets a full pass. With
 // iptables-legacy there is no rule event stream, so twill's two chains are
 // polled instead (four `iptables -S`, by default every second; with IPv6
-// four `ip6tables -S` more). A monitor that dies is restarted with backoff,
-// and every (re)start triggers a pass, since events may have been missed
-// meanwhile.
+// four `ip6tables -S` more, or instead with IPv4 off). A monitor that dies is
+// restarted with backoff, and every (re)start triggers a pass, since events
+// may have been missed meanwhile.
 import { describeError } from '../errors.ts';
 import type { LineWatcher, Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
@@ -24,8 +24,13 @@ import { observeChain } from './observe.ts';
 export interface MonitorContext {
   /** the underlay interface: its link going down or up matters (host-gw routes go with it) */
   readonly underlay: string;
-  /** dual-stack: the underlay's global IPv6 address events matter too */
+  /** dual-stack or IPv6 only: the underlay's global IPv6 address events matter too */
   readonly ipv6?: boolean;
+  /**
+   * false: IPv4 is off (IPv6 only): the underlay's IPv4 address events and iptables' tables do not
+   * matter
+   */
+  readonly ipv4?: boolean;
 }
 
 const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
@@ -49,11 +54,13 @@ export function ipEventMatters(line: string, ctx: MonitorContext): boolean {
   if (new RegExp(`\\bproto ${ROUTE_PROTOCOL}\\b`).test(line)) return true;
   // the underlay's link and IPv4 address events ("3: eth0@if9: <…>", "Deleted 3: eth0    inet …"),
   // and with IPv6 its global IPv6 ones ("… inet6 fd00::2/64 scope global"): losing either
-  // flushes the host-gw routes through it without a route event
+  // flushes the host-gw routes through it without a route event; with IPv4 off, its IPv4
+  // addresses carry nothing of twill's
+  const inet = ctx.ipv4 === false ? '' : '|\\s+inet ';
   const inet6 = ctx.ipv6 === true ? '|\\s+inet6 \\S+ scope global\\b' : '';
-  return new RegExp(
-    `^(Deleted )?\\d+: ${escape(ctx.underlay)}((@\\S+)?: <|\\s+inet ${inet6})`,
-  ).test(line);
+  return new RegExp(`^(Deleted )?\\d+: ${escape(ctx.underlay)}((@\\S+)?: <${inet}${inet6})`).test(
+    line,
+  );
 }
 
 /** The nft lines that matter in the given families: ip (iptables' tables), ip6 (ip6tables'). */
@@ -64,15 +71,20 @@ function nftLines(family: string): { table: RegExp; chain: RegExp } {
   };
 }
 const NFT_IP = nftLines('ip');
+const NFT_IP6 = nftLines('ip6');
 const NFT_IP_IP6 = nftLines('ip6?');
 
 /**
  * Whether an `nft monitor rules` line concerns twill's chains or the built-in chains that jump to
  * them: iptables' tables (family ip), and on a dual-stack node (`ctx.ipv6`) ip6tables' (ip6)
- * too; an IPv4-only node ignores kube-proxy's ip6tables churn.
+ * too; an IPv4-only node ignores kube-proxy's ip6tables churn, an IPv6-only one (`ctx.ipv4`
+ * false) its iptables churn.
  */
-export function nftEventMatters(line: string, ctx: Pick<MonitorContext, 'ipv6'> = {}): boolean {
-  const re = ctx.ipv6 === true ? NFT_IP_IP6 : NFT_IP;
+export function nftEventMatters(
+  line: string,
+  ctx: Pick<MonitorContext, 'ipv4' | 'ipv6'> = {},
+): boolean {
+  const re = ctx.ipv4 === false ? NFT_IP6 : ctx.ipv6 === true ? NFT_IP_IP6 : NFT_IP;
   if (re.table.test(line)) return true;
   // "# ERROR: We lost some netlink events!": anything may have changed meanwhile
   if (line.startsWith('# ERROR')) return true;
@@ -343,7 +355,8 @@ async function watchNft(o: MonitorOptions, signal: AbortSignal): Promise<void> {
 export interface ChainPollOptions {
   readonly runner: Runner;
   readonly logger: Logger;
-  readonly masq: () => MasqSpec;
+  /** the iptables chains' inputs, null while IPv4 is off (then only ip6tables is polled) */
+  readonly masq: () => MasqSpec | null;
   /** the ip6tables chains' inputs, null while IPv6 is off (then only iptables is polled) */
   readonly masq6?: () => MasqSpec6 | null;
   readonly intervalMs: number;
@@ -361,19 +374,21 @@ async function chainDrifted(
 
 /**
  * Where no `nft monitor` can see rule changes: checks twill's chains every `intervalMs` (with
- * IPv6, ip6tables' too: a drifted table of either family asks for a pass over that table).
+ * IPv6, ip6tables' too, and only they with IPv4 off: a drifted table of either family asks for a
+ * pass over that table).
  */
 export async function pollChains(o: ChainPollOptions, signal: AbortSignal): Promise<void> {
   await quietOnAbort(signal, async () => {
     for (;;) {
       await pause(o.intervalMs, signal);
       try {
-        const specs = chainSpecs(o.masq());
+        const spec4 = o.masq();
+        const specs = spec4 ? chainSpecs(spec4) : undefined;
         const spec6 = o.masq6?.() ?? null;
         const specs6 = spec6 ? chainSpecs6(spec6) : undefined;
         const [nat4, filter4, nat6, filter6] = await Promise.all([
-          chainDrifted(o.runner, specs.postrouting, signal),
-          chainDrifted(o.runner, specs.forward, signal),
+          specs ? chainDrifted(o.runner, specs.postrouting, signal) : false,
+          specs ? chainDrifted(o.runner, specs.forward, signal) : false,
           specs6 ? chainDrifted(o.runner, specs6.postrouting, signal) : false,
           specs6 ? chainDrifted(o.runner, specs6.forward, signal) : false,
         ]);

@@ -1,10 +1,13 @@
 // observe: what the kernel holds of what twill owns, read with a fixed
-// number of processes run in parallel (ip -json link/addr, route, neigh,
-// bridge -json fdb, iptables -S of two built-in and two twill chains; with
-// IPv6 also ip -6 route, the IPv6 device's neighbours and FDB, and the same
-// four ip6tables -S; without IPv6, the first pass after a start reads the
-// IPv6 routes and chains a dual-stack run may have left, a failure counting
-// as nothing there), whatever the number of peers. Parsing is pure;
+// number of processes run in parallel (ip -d -json addr of every link, which
+// gives twill's vxlan devices and the bridges' addresses, where a CNI gateway
+// of an earlier lease may linger; route, neigh, bridge -json fdb, iptables -S
+// of two built-in and two twill chains; with IPv6 also ip -6 route, the IPv6
+// device's neighbours and FDB, and the same four ip6tables -S; without IPv6,
+// the first pass after a start reads the IPv6 routes and chains a dual-stack
+// run may have left, a failure counting as nothing there; with IPv4 off (IPv6
+// only), the same the other way round: no IPv4 route or iptables chain but on
+// the first pass, tolerantly), whatever the number of peers. Parsing is pure;
 // `observe` does the reads.
 import { CommandError, isNoDevice, runJson, type Runner } from '../exec/runner.ts';
 import { canonicalIpv6 } from '../net/ipv6.ts';
@@ -13,6 +16,7 @@ import {
   DEVICE_PREFIX,
   DEVICE6_PREFIX,
   ROUTE_PROTOCOL,
+  type ObservedAddr,
   type ObservedChain,
   type ObservedFdb,
   type ObservedLink,
@@ -37,12 +41,23 @@ function canon(text: string | undefined): string | undefined {
   return len === undefined ? c : `${c}/${len}`;
 }
 
-/** `ip -d -json addr show type vxlan` → twill's devices (named twill.* or twill-v6.*). */
+/** A link's kind ("vxlan", "bridge", "veth"…) in `ip -d -json` output; undefined without -d. */
+function kindOf(l: Record<string, unknown>): string | undefined {
+  return str((l.linkinfo as { info_kind?: unknown } | undefined)?.info_kind);
+}
+
+/**
+ * `ip -d -json addr show` → twill's devices: vxlan devices named twill.* or twill-v6.* (a link of
+ * another kind with such a name is not twill's, and is not seen, as when only vxlan links were
+ * read).
+ */
 export function parseLinks(json: unknown): ObservedLink[] {
   return arr(json)
     .filter((l) => {
       const name = str(l.ifname);
-      return name?.startsWith(DEVICE_PREFIX) === true || name?.startsWith(DEVICE6_PREFIX) === true;
+      const ours =
+        name?.startsWith(DEVICE_PREFIX) === true || name?.startsWith(DEVICE6_PREFIX) === true;
+      return ours && kindOf(l) === 'vxlan';
     })
     .map((l) => {
       const info =
@@ -68,6 +83,25 @@ export function parseLinks(json: unknown): ObservedLink[] {
           (a) => canon(`${str(a.local) ?? ''}/${num(a.prefixlen) ?? (v6 ? 128 : 32)}`) ?? '',
         ),
       };
+    });
+}
+
+/**
+ * `ip -d -json addr show` → every address on a bridge (linkinfo kind "bridge", not its ports), both
+ * families, as "addr/len"; diff decides which are stale gateways.
+ */
+export function parseBridgeAddrs(json: unknown): ObservedAddr[] {
+  return arr(json)
+    .filter((l) => kindOf(l) === 'bridge')
+    .flatMap((l) => {
+      const dev = str(l.ifname) ?? '';
+      return arr(l.addr_info).flatMap((a) => {
+        const local = str(a.local);
+        const len = num(a.prefixlen);
+        if (dev === '' || local === undefined || len === undefined) return [];
+        if (a.family !== 'inet' && a.family !== 'inet6') return [];
+        return [{ dev, address: canon(`${local}/${len}`) ?? '' }];
+      });
     });
 }
 
@@ -152,6 +186,17 @@ export interface ObserveOptions {
    * pass spawns what it always did.
    */
   readonly leftovers6?: boolean;
+  /**
+   * false: IPv4 is off (IPv6 only): no IPv4 route, no iptables chain and no entry of `dev` (there
+   * is no IPv4 device whose entries matter) is read
+   */
+  readonly ipv4?: boolean;
+  /**
+   * IPv4 is off, but what an IPv4 or dual-stack run may have left is read too, tolerantly: the IPv4
+   * routes and (with `chains`) the iptables chains. A read that fails (no iptables, no IPv4
+   * netfilter) counts as nothing there. For the first pass after a start only.
+   */
+  readonly leftovers4?: boolean;
 }
 
 /**
@@ -160,7 +205,10 @@ export interface ObserveOptions {
  * cannot have changed them): `postrouting` and `forward` are then undefined.
  * Without `ipv6` (or `leftovers6`), no IPv6 route or chain is read (IPv4-only
  * passes spawn what they always did); twill-v6.* devices are seen either way,
- * so one left from dual-stack is removed.
+ * so one left from dual-stack is removed. With `ipv4` false (and no
+ * `leftovers4`), no IPv4 route or iptables chain is read, `postrouting` and
+ * `forward` are undefined; twill.* devices are seen either way, so one left
+ * from an IPv4 run is removed.
  */
 export async function observe(
   runner: Runner,
@@ -169,11 +217,13 @@ export async function observe(
   o: ObserveOptions = { chains: true },
 ): Promise<ObservedState> {
   const opts = { signal, timeoutMs: 30_000 };
-  const links = parseLinks(
-    await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show', 'type', 'vxlan'], opts),
-  );
+  // every link, not just vxlan ones: the bridges' addresses come with the same process
+  const all = await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show'], opts);
+  const links = parseLinks(all);
   const ipv6 = o.ipv6 === true;
   const leftovers6 = !ipv6 && o.leftovers6 === true;
+  const ipv4 = o.ipv4 !== false;
+  const leftovers4 = !ipv4 && o.leftovers4 === true;
   const vanished = new Set<string>();
   // the device may go between the reads (deleted by hand): then it is absent, not a failed pass
   const ofDevice = <T>(d: string | undefined, read: (d: string) => Promise<T[]>): Promise<T[]> => {
@@ -207,20 +257,27 @@ export async function observe(
       return none;
     });
   const read6 = ipv6 || leftovers6;
+  const read4 = ipv4 || leftovers4;
+  // a family that is on is read as always; its leftovers (the family off) tolerantly
+  const familyChain = (on: boolean, v6: boolean, table: string, parent: string, name: string) =>
+    on
+      ? chain(table, parent, name, v6)
+      : tolerant<ObservedChain | undefined>(chain(table, parent, name, v6), undefined);
+  const chain4 = (table: string, parent: string, name: string) =>
+    familyChain(ipv4, false, table, parent, name);
   const chain6 = (table: string, parent: string, name: string) =>
-    ipv6
-      ? chain(table, parent, name, true)
-      : tolerant<ObservedChain | undefined>(chain(table, parent, name, true), undefined);
+    familyChain(ipv6, true, table, parent, name);
+  const dev4 = ipv4 ? dev : undefined;
   const [routes, routes6, neighs, neighs6, fdb, fdb6, postrouting, forward, post6, fwd6] =
     await Promise.all([
-      routesOf([]),
+      ipv4 ? routesOf([]) : leftovers4 ? tolerant(routesOf([]), []) : [],
       ipv6 ? routesOf(['-6']) : leftovers6 ? tolerant(routesOf(['-6']), []) : [],
-      ofDevice(dev, neighsOf),
+      ofDevice(dev4, neighsOf),
       ofDevice(dev6, neighsOf),
-      ofDevice(dev, fdbOf),
+      ofDevice(dev4, fdbOf),
       ofDevice(dev6, fdbOf),
-      o.chains ? chain('nat', 'POSTROUTING', MASQ_CHAIN, false) : undefined,
-      o.chains ? chain('filter', 'FORWARD', FWD_CHAIN, false) : undefined,
+      o.chains && read4 ? chain4('nat', 'POSTROUTING', MASQ_CHAIN) : undefined,
+      o.chains && read4 ? chain4('filter', 'FORWARD', FWD_CHAIN) : undefined,
       o.chains && read6 ? chain6('nat', 'POSTROUTING', MASQ_CHAIN) : undefined,
       o.chains && read6 ? chain6('filter', 'FORWARD', FWD_CHAIN) : undefined,
     ]);
@@ -233,6 +290,7 @@ export async function observe(
     postrouting,
     forward,
     ...(read6 ? { postrouting6: post6, forward6: fwd6 } : {}),
+    bridgeAddrs: parseBridgeAddrs(all),
   };
 }
 
@@ -253,8 +311,17 @@ export function parseIptablesVersion(text: string): IptablesInfo {
   return { nftables: text.includes('nf_tables'), randomFully };
 }
 
-export async function detectIptables(runner: Runner, signal: AbortSignal): Promise<IptablesInfo> {
-  const info = parseIptablesVersion((await runner('iptables', ['--version'], { signal })).stdout);
+/**
+ * Which iptables this node has: asks `iptables --version`, or with IPv4 off (`ipv4` false: only
+ * ip6tables is used) `ip6tables --version`, which prints the same.
+ */
+export async function detectIptables(
+  runner: Runner,
+  signal: AbortSignal,
+  o: { ipv4?: boolean } = {},
+): Promise<IptablesInfo> {
+  const file = o.ipv4 === false ? 'ip6tables' : 'iptables';
+  const info = parseIptablesVersion((await runner(file, ['--version'], { signal })).stdout);
   // without the nft command there is no event stream: the chains are polled instead
   const nft =
     info.nftables &&

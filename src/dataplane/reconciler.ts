@@ -24,15 +24,21 @@
 // Failed passes, and full passes that keep finding work although the leases
 // did not change, back off and retry; a lease change cuts the back-off
 // short. Observed passes also keep forwarding on (ensureForwarding:
-// net.ipv4.ip_forward, with dual-stack net.ipv6.conf.all.forwarding too; the
-// log names what forwardingSysctls lists); failing to (a read-only
-// /proc/sys) fails the pass's report, never the rest of it. With dual-stack
-// (the desired state's masq6), observed passes read the IPv6 routes, the
-// twill-v6 device's entries and the ip6tables chains too, and a chains pass
-// looks at a table's chains in both families. Without IPv6, the first full
-// pass after a start (until one applies cleanly) also reads, tolerantly, the
-// IPv6 routes and ip6tables chains a dual-stack run may have left, and
-// removes them; later passes spawn what IPv4-only passes always did.
+// net.ipv4.ip_forward, with dual-stack net.ipv6.conf.all.forwarding too, and
+// with IPv4 off only the latter; the log names what forwardingSysctls lists);
+// failing to (a read-only /proc/sys) fails the pass's report, never the rest
+// of it. With dual-stack (the desired state's masq6), observed passes read the
+// IPv6 routes, the twill-v6 device's entries and the ip6tables chains too, and
+// a chains pass looks at a table's chains in both families. Without IPv6, the
+// first full pass after a start (until one applies cleanly) also reads,
+// tolerantly, the IPv6 routes and ip6tables chains a dual-stack run may have
+// left, and removes them; later passes spawn what IPv4-only passes always did.
+// With IPv4 off (IPv6 only: masq null), the same the other way round: observed
+// passes read no IPv4 route or iptables chain, but the first full pass reads,
+// tolerantly, those an IPv4 or dual-stack run may have left, and removes them
+// (and twill.<VNI>, which every pass sees). Observed passes also delete a
+// CNI gateway an earlier lease of ours left on a bridge (diff.ts: its
+// connected route would take the subnet of the peer that holds it now).
 // No pass runs before `ready` (the first complete peer list): a pass on an
 // empty peer set would sweep every peer's entries on a restart.
 import { describeError } from '../errors.ts';
@@ -52,7 +58,7 @@ import {
   type Pending,
 } from './judge.ts';
 import { chainSpecs, chainSpecs6, diffChain } from './masq.ts';
-import { opLabel, type DesiredState, type Op } from './model.ts';
+import { opLogLabel, type DesiredState, type Op } from './model.ts';
 import type { Touch } from './monitor.ts';
 import { observe, observeChain } from './observe.ts';
 import { opLines } from './render.ts';
@@ -114,7 +120,8 @@ export interface ReconcilerOptions {
   readonly ensureForwarding: () => Promise<boolean>;
   /**
    * the sysctls ensureForwarding keeps at 1, as the log names them (default
-   * ['net.ipv4.ip_forward']; a dual-stack node adds 'net.ipv6.conf.all.forwarding')
+   * ['net.ipv4.ip_forward']; a dual-stack node adds 'net.ipv6.conf.all.forwarding', which an
+   * IPv6-only node has alone)
    */
   readonly forwardingSysctls?: readonly string[];
   /**
@@ -170,6 +177,11 @@ export class Reconciler {
    * ip6tables chains): the next full pass reads them too
    */
   private leftovers6 = true;
+  /**
+   * IPv4 is off and no full pass has yet removed what an IPv4 run may have left (IPv4 routes,
+   * iptables chains): the next full pass reads them too
+   */
+  private leftovers4 = true;
 
   constructor(o: ReconcilerOptions) {
     this.o = o;
@@ -240,10 +252,13 @@ export class Reconciler {
     if (o.chains)
       this.fullDueAt = performance.now() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
     const leftovers6 = o.chains && !want.masq6 && this.leftovers6;
+    const leftovers4 = o.chains && !want.masq && this.leftovers4;
     const seen = await observe(this.runner, want.vxlan?.name, signal, {
       chains: o.chains,
       ...(want.masq6 ? { ipv6: true, dev6: want.vxlan6?.name } : {}),
       ...(leftovers6 ? { leftovers6: true } : {}),
+      ...(want.masq ? {} : { ipv4: false }),
+      ...(leftovers4 ? { leftovers4: true } : {}),
     });
     const observed = performance.now();
     const ops = diff(want, seen);
@@ -252,6 +267,7 @@ export class Reconciler {
       ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     // removed, or there were none: later passes need not look
     if (leftovers6 && failures.length === 0) this.leftovers6 = false;
+    if (leftovers4 && failures.length === 0) this.leftovers4 = false;
     if (ops.length === 0) this.convergedGeneration = generation;
     return this.finish(
       {
@@ -332,8 +348,12 @@ export class Reconciler {
   ): Promise<PassReport> {
     const started = this.begin();
     const want = this.known?.want ?? this.o.desired();
-    // a table's chains in both families (an event or the poll names the table, not the family)
-    const families = [chainSpecs(want.masq), ...(want.masq6 ? [chainSpecs6(want.masq6)] : [])];
+    // a table's chains in both families (an event or the poll names the table, not the family):
+    // those that are on
+    const families = [
+      ...(want.masq ? [chainSpecs(want.masq)] : []),
+      ...(want.masq6 ? [chainSpecs6(want.masq6)] : []),
+    ];
     const chosen = families.flatMap((specs) => [
       ...(tables.has('nat') ? [specs.postrouting] : []),
       ...(tables.has('filter') ? [specs.forward] : []),
@@ -364,7 +384,8 @@ export class Reconciler {
    * observed pass finds it fixed. Logged once per distinct error.
    */
   private async checkForwarding(): Promise<void> {
-    // the sysctls by name: "net.ipv4.ip_forward", or on a dual-stack node both
+    // the sysctls by name: "net.ipv4.ip_forward", on a dual-stack node both, on an IPv6-only node
+    // "net.ipv6.conf.all.forwarding"
     const names = this.o.forwardingSysctls ?? ['net.ipv4.ip_forward'];
     const [one, all] = [names.join(' or '), names.join(' and ')];
     let failure: string | undefined;
@@ -537,8 +558,11 @@ export class Reconciler {
   private logPass(r: PassReport, failures: readonly string[]): void {
     if (r.ops.length === 0) return;
     const byKind: Record<string, number> = {};
-    for (const op of r.ops)
-      byKind[`${opLabel(op)} ${op.action}`] = (byKind[`${opLabel(op)} ${op.action}`] ?? 0) + 1;
+    for (const op of r.ops) {
+      // a stale bridge gateway's delete shows as "stale address delete", not as twill's device's
+      const key = `${opLogLabel(op)} ${op.action}`;
+      byKind[key] = (byKind[key] ?? 0) + 1;
+    }
     const s = r.stages;
     const fields = {
       kind: r.kind,

@@ -1,5 +1,6 @@
 // Kernel settings the overlay depends on: net.ipv4.ip_forward must be 1
-// (twill sets it), with dual-stack net.ipv6.conf.all.forwarding too, and
+// (twill sets it), with dual-stack net.ipv6.conf.all.forwarding too (with
+// IPv4 off, IPv6-only, that one alone), and
 // bridged pod traffic must pass iptables (br_netfilter +
 // bridge-nf-call-iptables), which twill only checks and reports: loading
 // modules is the node's business. Read and written under `dir`, the node
@@ -53,26 +54,29 @@ export async function ensureIpv6Forward(
 }
 
 /**
- * Both families' forwarding, as the reconciler's `ensureForwarding` wants it: IPv4's always,
+ * Both families' forwarding, as the reconciler's `ensureForwarding` wants it: IPv4's unless
+ * `ipv4` is false (IPv6 only: nothing of twill's is routed in IPv4, so it is left as it is),
  * IPv6's when `ipv6`; true when either had to be set. IPv4's is set first, so a failure of
  * IPv6's does not cost it.
  */
 export async function ensureForwarding(
   dir: string,
-  o: { ipv6: boolean; readOnlyHint?: string },
+  o: { ipv4?: boolean; ipv6: boolean; readOnlyHint?: string },
 ): Promise<boolean> {
   const hint = o.readOnlyHint === undefined ? {} : { readOnlyHint: o.readOnlyHint };
-  const v4 = await ensureIpForward(dir, hint);
+  const v4 = o.ipv4 === false ? false : await ensureIpForward(dir, hint);
   const v6 = o.ipv6 ? await ensureIpv6Forward(dir, hint) : false;
   return v4 || v6;
 }
 
 /**
  * The sysctls ensureForwarding keeps at 1, by name (the reconciler's log names them):
- * net.ipv4.ip_forward, and with `ipv6` net.ipv6.conf.all.forwarding.
+ * net.ipv4.ip_forward unless `ipv4` is false, and with `ipv6` net.ipv6.conf.all.forwarding.
  */
-export function forwardingSysctls(ipv6: boolean): string[] {
-  return (ipv6 ? [IP_FORWARD, IPV6_FORWARD] : [IP_FORWARD]).map(sysctlName);
+export function forwardingSysctls(o: { ipv4?: boolean; ipv6: boolean }): string[] {
+  return [...(o.ipv4 === false ? [] : [IP_FORWARD]), ...(o.ipv6 ? [IPV6_FORWARD] : [])].map(
+    sysctlName,
+  );
 }
 
 /** `rel` under `dir` ("ipv4/ip_forward") set to 1 when it is not; true when it had to. */
@@ -106,17 +110,26 @@ async function ensureOne(dir: string, rel: string, o: { readOnlyHint?: string })
   return true;
 }
 
-/** Why bridged pod traffic would bypass iptables, or undefined when it does not. */
-export async function bridgeNetfilterProblem(dir: string): Promise<string | undefined> {
+/**
+ * Why bridged pod traffic would bypass iptables (an IPv6-only node: ip6tables), or undefined when
+ * it does not.
+ */
+export async function bridgeNetfilterProblem(
+  dir: string,
+  o: { ipv6Only?: boolean } = {},
+): Promise<string | undefined> {
+  const [tool, key] = o.ipv6Only
+    ? ['ip6tables', 'bridge-nf-call-ip6tables']
+    : ['iptables', 'bridge-nf-call-iptables'];
   let value: string;
   try {
-    value = (await readFile(join(dir, 'bridge/bridge-nf-call-iptables'), 'utf8')).trim();
+    value = (await readFile(join(dir, 'bridge', key), 'utf8')).trim();
   } catch {
-    return `br_netfilter is not loaded (no ${join(dir, 'bridge')}): pod-to-service traffic on the bridge bypasses iptables; run \`modprobe br_netfilter\``;
+    return `br_netfilter is not loaded (no ${join(dir, 'bridge')}): pod-to-service traffic on the bridge bypasses ${tool}; run \`modprobe br_netfilter\``;
   }
   return value === '1'
     ? undefined
-    : `net.bridge.bridge-nf-call-iptables is ${value}: set it to 1 (sysctl -w net.bridge.bridge-nf-call-iptables=1)`;
+    : `net.bridge.${key} is ${value}: set it to 1 (sysctl -w net.bridge.${key}=1)`;
 }
 
 function errnoOf(err: unknown): string | undefined {

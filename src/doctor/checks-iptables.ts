@@ -1,6 +1,8 @@
 // Doctor checks over iptables (pure): rules left in the iptables backend
 // the `iptables` command does not drive (legacy vs nf_tables), and an INPUT
-// rule or policy that drops vxlan's UDP port.
+// rule or policy that drops vxlan's UDP port. On an IPv6-only node the same
+// over ip6tables, the only tool whose rules its packets meet (gather.ts reads
+// ip6tables' facts there).
 import { verdicts, type CheckResult, type DoctorFacts } from './facts.ts';
 import {
   hitsUdpPort,
@@ -10,25 +12,26 @@ import {
   namesPort,
   type InputRule,
 } from './input-rules.ts';
-import { overlayView } from './overlay.ts';
+import { ipv6Only, overlayView } from './overlay.ts';
 
 export function checkIptablesBackend(f: DoctorFacts): CheckResult {
   const v = verdicts('iptables-backend');
+  const tool = ipv6Only(f) ? 'ip6tables' : 'iptables';
   if (!f.iptables.ok)
-    return v.warn(`could not run iptables --version: ${f.iptables.error}`, 'install iptables');
+    return v.warn(`could not run ${tool} --version: ${f.iptables.error}`, `install ${tool}`);
   const { backend, otherRules } = f.iptables.value;
   const other = backend === 'nf_tables' ? 'legacy' : 'nf_tables';
-  const save = backend === 'nf_tables' ? 'iptables-legacy-save' : 'iptables-nft-save';
+  const save = `${tool}-${backend === 'nf_tables' ? 'legacy' : 'nft'}-save`;
   if (!otherRules.ok)
     return v.warn(
-      `iptables drives ${backend}; skipped the ${other} backend: ${otherRules.error}`,
+      `${tool} drives ${backend}; skipped the ${other} backend: ${otherRules.error}`,
       `install ${save} (Debian: iptables) so doctor can look`,
     );
   if (otherRules.value === 0)
-    return v.ok(`iptables drives ${backend}; the ${other} backend holds no rules`);
+    return v.ok(`${tool} drives ${backend}; the ${other} backend holds no rules`);
   return v.fail(
-    `iptables drives ${backend}, but the ${other} backend holds ${otherRules.value} rules (${save}): a program on this node (kube-proxy, docker, an old flannel) uses the other backend, and both rule sets apply to every packet`,
-    `run every program with one backend (update-alternatives --set iptables /usr/sbin/iptables-${backend === 'nf_tables' ? 'nft' : 'legacy'}, and the same inside their images), then flush the stale ${other} rules (${save} shows them)`,
+    `${tool} drives ${backend}, but the ${other} backend holds ${otherRules.value} rules (${save}): a program on this node (kube-proxy, docker, an old flannel) uses the other backend, and both rule sets apply to every packet`,
+    `run every program with one backend (update-alternatives --set ${tool} /usr/sbin/${tool}-${backend === 'nf_tables' ? 'nft' : 'legacy'}, and the same inside their images), then flush the stale ${other} rules (${save} shows them)`,
   );
 }
 
@@ -93,16 +96,19 @@ export function checkVxlanPort(f: DoctorFacts): CheckResult {
   const v = verdicts('vxlan-port');
   const view = overlayView(f);
   if (view.backend === 'host-gw') return v.ok('host-gw backend: no vxlan port to keep open');
+  // IPv6 only: peers' vxlan packets come over IPv6, through ip6tables' INPUT
+  const tool = ipv6Only(f) ? 'ip6tables' : 'iptables';
   if (!f.inputChain.ok)
     return v.warn(
       `could not list INPUT: ${f.inputChain.error}`,
-      'run twill doctor as root with iptables installed',
+      `run twill doctor as root with ${tool} installed`,
     );
   const port = view.port;
   const walk = walkInput(inputRules(f.inputChain.value), inputPolicy(f.inputChain.value), port);
   const fix =
     walk.verdict === 'ok'
       ? ''
-      : `iptables -I INPUT -p udp --dport ${port} -s <underlay network> -j ACCEPT (or remove the rule), on every node`;
-  return v[walk.verdict](`UDP port ${port} (from ${view.source}): ${walk.detail}`, fix);
+      : `${tool} -I INPUT -p udp --dport ${port} -s <underlay network> -j ACCEPT (or remove the rule), on every node`;
+  const where = tool === 'ip6tables' ? 'ip6tables: ' : '';
+  return v[walk.verdict](`${where}UDP port ${port} (from ${view.source}): ${walk.detail}`, fix);
 }

@@ -1,13 +1,13 @@
-// Doctor checks a dual-stack node adds (pure): IPv6 forwarding, the IPv6
-// vxlan device twill-v6.<VNI> over the underlay's IPv6 address, and twill's
-// chains in ip6tables. An IPv4-only node does not run them (checks.ts), so
-// its report is what it always was; the IPv6 side of the MTU and subnet.env
-// checks lives in those checks.
+// Doctor checks a dual-stack or IPv6-only node adds (pure): IPv6 forwarding,
+// the IPv6 vxlan device twill-v6.<VNI> over the underlay's IPv6 address, and
+// twill's chains in ip6tables. An IPv4-only node does not run them
+// (checks.ts), so its report is what it always was; the IPv6 side of the MTU
+// and subnet.env checks lives in those checks.
 import { chainSpecs6, diffChain, type ChainSpec } from '../dataplane/masq.ts';
 import type { ObservedChain } from '../dataplane/model.ts';
 import type { Cidr6 } from '../net/ipv6.ts';
 import { verdicts, type CheckResult, type DoctorFacts } from './facts.ts';
-import { ipv6Config, overlayView } from './overlay.ts';
+import { ipv6Config, ipv6Only, ownLeases, overlayView } from './overlay.ts';
 
 const READ_FIX =
   "run twill doctor as root, in the node's network namespace, with the --proc-sys-net twill run has";
@@ -20,7 +20,9 @@ export function checkIpv6Forward(f: DoctorFacts): CheckResult {
   if (r.value === undefined)
     return v.fail(
       'the node has no IPv6 sysctls (IPv6 is disabled: ipv6.disable=1 on the kernel command line, or the module is not loaded), but the network config enables IPv6',
-      'enable IPv6 on the node (remove ipv6.disable=1 and reboot), or turn EnableIPv6 off in the network config',
+      ipv6Only(f)
+        ? 'enable IPv6 on the node (remove ipv6.disable=1 and reboot): the network config is IPv6 only'
+        : 'enable IPv6 on the node (remove ipv6.disable=1 and reboot), or turn EnableIPv6 off in the network config',
     );
   if (r.value === '1') return v.ok('net.ipv6.conf.all.forwarding is 1');
   return v.fail(
@@ -65,13 +67,12 @@ export function checkVxlan6Device(f: DoctorFacts): CheckResult {
   );
 }
 
-/** Our lease's IPv6 subnet: the store's valid record with our PublicIP and an IPv6 subnet. */
+/**
+ * Our lease's IPv6 subnet: the store's valid record with our PublicIP (PublicIPv6 on an IPv6-only
+ * node) and an IPv6 subnet.
+ */
 function ownSubnet6(f: DoctorFacts): Cidr6 | undefined {
-  if (!f.store.ok || !f.underlay.ok) return undefined;
-  const ip = f.underlay.value.publicIp;
-  for (const r of f.store.value.leases)
-    if (r.ok && r.lease.attrs.publicIp === ip && r.lease.subnet6) return r.lease.subnet6;
-  return undefined;
+  return ownLeases(f).find((l) => l.subnet6)?.subnet6 ?? undefined;
 }
 
 /** The rules of one chain less `--random-fully` (which depends on the iptables version). */

@@ -2,10 +2,11 @@
 // subnet.env, the vxlan device (underlay − 50, or Backend.MTU − 50), on a
 // dual-stack node the IPv6 vxlan device (− 70: IPv6's header is 20 bytes
 // longer), cni0 and the pods' host veths on it must agree, or large packets
-// are dropped (a pod MTU above the path) or fragmented.
+// are dropped (a pod MTU above the path) or fragmented. An IPv6-only node has
+// only the IPv6 device (an IPv4 one left behind is the ipv4-leftovers check's).
 import { VXLAN6_OVERHEAD, VXLAN_OVERHEAD } from '../dataplane/model.ts';
 import { verdicts, type CheckResult, type DoctorFacts, type LinkFact } from './facts.ts';
-import { dualStack, overlayView } from './overlay.ts';
+import { families, overlayView } from './overlay.ts';
 
 interface Problem {
   readonly verdict: 'warn' | 'fail';
@@ -33,9 +34,10 @@ function deviceProblems(
     view.backendMtu !== undefined
       ? `Backend.MTU ${view.backendMtu}`
       : `${underlay} MTU ${underlayMtu}`;
+  const fam = families(f);
   const devices = [
-    { name: view.device, overhead: VXLAN_OVERHEAD },
-    ...(dualStack(f) ? [{ name: view.device6, overhead: VXLAN6_OVERHEAD }] : []),
+    ...(fam.ipv4 ? [{ name: view.device, overhead: VXLAN_OVERHEAD }] : []),
+    ...(fam.ipv6 ? [{ name: view.device6, overhead: VXLAN6_OVERHEAD }] : []),
   ];
   for (const { name, overhead } of devices) {
     const dev = links.find((l) => l.name === name);
@@ -54,8 +56,8 @@ function deviceProblems(
 /** FLANNEL_MTU as it should be, when the backend is known. */
 function expectedPodMtu(f: DoctorFacts, underlayMtu: number): number | undefined {
   const view = overlayView(f);
-  // dual-stack: the IPv6 tunnel's smaller figure (podMtu in desired.ts)
-  const overhead = dualStack(f) ? VXLAN6_OVERHEAD : VXLAN_OVERHEAD;
+  // dual-stack or IPv6 only: the IPv6 tunnel's smaller figure (podMtu in desired.ts)
+  const overhead = families(f).ipv6 ? VXLAN6_OVERHEAD : VXLAN_OVERHEAD;
   if (view.backend === 'vxlan') return (view.backendMtu ?? underlayMtu) - overhead;
   return view.backend === 'host-gw' ? underlayMtu : undefined;
 }
@@ -116,7 +118,7 @@ export function checkMtu(f: DoctorFacts): CheckResult {
       `${f.bridge} and pods ${podMtu}`,
     ];
     const view = overlayView(f);
-    const dev6 = dualStack(f) ? links.find((l) => l.name === view.device6) : undefined;
+    const dev6 = families(f).ipv6 ? links.find((l) => l.name === view.device6) : undefined;
     if (dev6) parts.splice(1, 0, `${dev6.name} ${dev6.mtu}`);
     return v.ok(`consistent: ${parts.join(', ')}`);
   }

@@ -1,9 +1,11 @@
 // Doctor checks over kernel settings (pure): net.ipv4.ip_forward,
 // br_netfilter and bridge-nf-call-iptables, and rp_filter in strict mode on
 // the interfaces overlay traffic crosses. The values are read (gather.ts)
-// under --proc-sys-net, where the daemon reads and writes them.
-import { verdicts, type CheckResult, type DoctorFacts } from './facts.ts';
-import { overlayView } from './overlay.ts';
+// under --proc-sys-net, where the daemon reads and writes them. On an
+// IPv6-only node ip_forward and rp_filter (IPv4's) do not matter, and
+// bridge-nf-call-ip6tables is the setting that does.
+import { failed, verdicts, type CheckResult, type DoctorFacts } from './facts.ts';
+import { ipv6Only, overlayView } from './overlay.ts';
 
 /** A sysctl that cannot be read: not root, or --proc-sys-net not where twill run reads them. */
 const READ_FIX =
@@ -11,6 +13,10 @@ const READ_FIX =
 
 export function checkIpForward(f: DoctorFacts): CheckResult {
   const v = verdicts('ip-forward');
+  if (ipv6Only(f))
+    return v.ok(
+      'n/a: IPv4 is off (IPv6 only), so net.ipv4.ip_forward does not matter (ipv6-forward checks forwarding)',
+    );
   if (!f.ipForward.ok)
     return v.warn(`could not read net.ipv4.ip_forward: ${f.ipForward.error}`, READ_FIX);
   if (f.ipForward.value === '1') return v.ok('net.ipv4.ip_forward is 1');
@@ -33,18 +39,23 @@ export function checkBrNetfilter(f: DoctorFacts): CheckResult {
 }
 
 export function checkBridgeNfCall(f: DoctorFacts): CheckResult {
-  const v = verdicts('bridge-nf-call-iptables');
-  if (!f.bridgeNf.ok) return v.warn(`could not read it: ${f.bridgeNf.error}`, READ_FIX);
-  const value = f.bridgeNf.value;
+  // IPv6 only: bridged pod traffic is IPv6, which the ip6tables setting alone sends through
+  // netfilter
+  const tool = ipv6Only(f) ? 'ip6tables' : 'iptables';
+  const v = verdicts(`bridge-nf-call-${tool}`);
+  const read =
+    tool === 'iptables' ? f.bridgeNf : (f.bridgeNf6 ?? failed<string | undefined>('not read'));
+  if (!read.ok) return v.warn(`could not read it: ${read.error}`, READ_FIX);
+  const value = read.value;
   if (value === undefined)
     return v.warn(
       'skipped: br_netfilter is not loaded (see br-netfilter)',
       'modprobe br_netfilter first',
     );
-  if (value === '1') return v.ok('net.bridge.bridge-nf-call-iptables is 1');
+  if (value === '1') return v.ok(`net.bridge.bridge-nf-call-${tool} is 1`);
   return v.fail(
-    `net.bridge.bridge-nf-call-iptables is ${value}: bridged pod traffic bypasses iptables (service VIPs between pods on one node break)`,
-    'sysctl -w net.bridge.bridge-nf-call-iptables=1 (and persist it in /etc/sysctl.d/)',
+    `net.bridge.bridge-nf-call-${tool} is ${value}: bridged pod traffic bypasses ${tool} (service VIPs between pods on one node break)`,
+    `sysctl -w net.bridge.bridge-nf-call-${tool}=1 (and persist it in /etc/sysctl.d/)`,
   );
 }
 
@@ -61,6 +72,8 @@ function overlayInterfaces(f: DoctorFacts): { dev: string; role: string }[] {
 
 export function checkRpFilter(f: DoctorFacts): CheckResult {
   const v = verdicts('rp-filter');
+  if (ipv6Only(f))
+    return v.ok('n/a: rp_filter filters IPv4 packets only, and IPv4 is off (IPv6 only)');
   const all = f.rpFilter.get('all');
   const strict: string[] = [];
   const fixes: string[] = [];

@@ -44,6 +44,8 @@ export interface LinkFact {
   readonly master: string | undefined;
   /** IPv4 addresses as "a.b.c.d/len" */
   readonly addresses: readonly string[];
+  /** global IPv6 addresses as "addr/len" (absent: not read) */
+  readonly addresses6?: readonly string[];
   /** vxlan devices: VNI and UDP port */
   readonly vni: number | undefined;
   readonly port: number | undefined;
@@ -54,24 +56,29 @@ export interface LinkFact {
 export interface UnderlayFact {
   readonly name: string;
   readonly mtu: number;
-  /** the address peers reach us at (--public-ip or the interface's) */
-  readonly publicIp: string;
+  /** the address peers reach us at (--public-ip or the interface's); null when IPv4 is off */
+  readonly publicIp: string | null;
 }
 
-/** Dual-stack: the underlay's IPv6 address and the one peers are told (--public-ipv6). */
+/**
+ * Dual-stack or IPv6 only: the underlay's IPv6 address and the one peers are told (--public-ipv6).
+ */
 export interface Underlay6Fact {
   readonly ip: string;
   readonly publicIp: string;
 }
 
-/** twill's chains in ip6tables (dual-stack), as a pass reads them. */
-export interface Ip6ChainsFact {
+/** twill's two chains in one tool, as a pass reads them. */
+export interface ChainsFact {
   readonly postrouting: ObservedChain;
   readonly forward: ObservedChain;
 }
 
+/** twill's chains in ip6tables (dual-stack or IPv6 only). */
+export type Ip6ChainsFact = ChainsFact;
+
 export interface IptablesFact {
-  /** the backend the `iptables` command drives */
+  /** the backend the `iptables` command drives (`ip6tables` on an IPv6-only node) */
   readonly backend: 'nf_tables' | 'legacy';
   /** number of rules ("-A" lines) the other backend holds */
   readonly otherRules: Read<number>;
@@ -79,6 +86,8 @@ export interface IptablesFact {
 
 /** A chain another overlay daemon leaves behind (FLANNEL-POSTRTG, FLANNEL-FWD). */
 export interface ForeignChain {
+  /** in ip6tables (read on an IPv6-only node), not iptables */
+  readonly ipv6?: boolean;
   readonly table: string;
   readonly chain: string;
   readonly rules: number;
@@ -103,10 +112,11 @@ export interface DoctorFacts {
    * out
    */
   readonly rpFilter: ReadonlyMap<string, string>;
+  /** iptables' backend; ip6tables' on an IPv6-only node (its packets meet only ip6tables) */
   readonly iptables: Read<IptablesFact>;
-  /** `iptables -S INPUT` */
+  /** `iptables -S INPUT`; `ip6tables -S INPUT` on an IPv6-only node (vxlan runs over IPv6) */
   readonly inputChain: Read<string>;
-  /** the foreign chains that exist */
+  /** the foreign chains that exist (on an IPv6-only node those in ip6tables too) */
   readonly foreignChains: Read<readonly ForeignChain[]>;
   readonly links: Read<readonly LinkFact[]>;
   readonly underlay: Read<UnderlayFact>;
@@ -119,13 +129,19 @@ export interface DoctorFacts {
   /** the CNI bridge's name (cni0) */
   readonly bridge: string;
   /**
-   * dual-stack only (undefined on an IPv4-only node, or when it cannot be told): net.ipv6.conf.all
-   * .forwarding (undefined when the node has no IPv6 sysctls), the underlay's IPv6 address and
-   * twill's ip6tables chains
+   * IPv6 on (dual-stack or IPv6 only; undefined on an IPv4-only node, or when it cannot be told):
+   * net.ipv6.conf.all.forwarding (undefined when the node has no IPv6 sysctls), the underlay's
+   * IPv6 address and twill's ip6tables chains
    */
   readonly ipv6Forward?: Read<string | undefined>;
   readonly underlay6?: Read<Underlay6Fact>;
   readonly ip6Chains?: Read<Ip6ChainsFact>;
-  /** dual-stack only: main-table IPv6 routes carrying twill's protocol */
+  /** IPv6 on: main-table IPv6 routes carrying twill's protocol */
   readonly ownedRoutes6?: Read<readonly RouteSpec[]>;
+  /**
+   * IPv6 only: bridge-nf-call-ip6tables (undefined when /proc/sys/net/bridge is absent), and
+   * twill's chains in iptables, which an earlier IPv4 or dual-stack run may have left
+   */
+  readonly bridgeNf6?: Read<string | undefined>;
+  readonly ip4Chains?: Read<ChainsFact>;
 }

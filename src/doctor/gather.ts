@@ -2,8 +2,11 @@
 // --proc-sys-net, where the daemon reads them), runs `ip` and `iptables*`
 // through the process runner, reads subnet.env and asks the lease store, all
 // in parallel, and turns each answer (or its failure) into a fact. No check
-// runs here; a read that fails is recorded, not thrown. The IPv6 facts are
-// read once the store says the node is dual-stack (EnableIPv6).
+// runs here; a read that fails is recorded, not thrown. The reads that
+// depend on the node's address families wait for the store, subnet.env and
+// the links, which tell them (overlay.ts): the IPv6 facts when IPv6 is on
+// (dual-stack or IPv6 only), and on an IPv6-only node the underlay by its
+// IPv6 address, ip6tables instead of iptables, and the IPv4 leftovers.
 import { join } from 'node:path';
 import { describeError, hasCode, TwillError } from '../errors.ts';
 import { runJson, type Runner } from '../exec/runner.ts';
@@ -18,16 +21,17 @@ import { childController } from '../util/abort.ts';
 import {
   failed,
   got,
+  type ChainsFact,
   type DoctorFacts,
   type ForeignChain,
-  type Ip6ChainsFact,
   type IptablesFact,
   type LinkFact,
   type Read,
   type StoreFact,
+  type UnderlayFact,
   type Underlay6Fact,
 } from './facts.ts';
-import { dualStack, overlayView } from './overlay.ts';
+import { families, overlayView, type Families } from './overlay.ts';
 
 export interface GatherDeps {
   readonly runner: Runner;
@@ -59,7 +63,22 @@ async function attempt<T>(fn: () => Promise<T>): Promise<Read<T>> {
 const enoent = (err: unknown): boolean =>
   (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
 
-/** `ip -d -json addr show` → every link with its kind, master, vxlan VNI and port. */
+/** Global IPv6 addresses ("addr/len") of one link in `ip -json addr show` output, tentative too. */
+function global6(link: Record<string, unknown> | undefined): string[] {
+  const info = Array.isArray(link?.addr_info)
+    ? (link.addr_info as { family?: string; scope?: string; local?: string; prefixlen?: number }[])
+    : [];
+  return info.flatMap((a) =>
+    a.family === 'inet6' && a.scope === 'global' && typeof a.local === 'string'
+      ? [`${a.local}/${a.prefixlen ?? 128}`]
+      : [],
+  );
+}
+
+/**
+ * `ip -d -json addr show` → every link with its kind, master, vxlan VNI and port, IPv4 and global
+ * IPv6 addresses.
+ */
 export function parseLinkFacts(json: unknown): LinkFact[] {
   const raw = Array.isArray(json) ? (json as Record<string, unknown>[]) : [];
   return parseIpAddr(json).map((l, i) => {
@@ -74,6 +93,7 @@ export function parseLinkFacts(json: unknown): LinkFact[] {
       mtu: l.mtu,
       master: typeof master === 'string' ? master : undefined,
       addresses: l.networks,
+      addresses6: global6(raw[i]),
       vni: info.info_data?.id,
       port: info.info_data?.port,
       local: info.info_data?.local ?? info.info_data?.local6,
@@ -86,10 +106,15 @@ export function countSavedRules(dump: string): number {
   return dump.split('\n').filter((l) => l.startsWith('-A ')).length;
 }
 
-async function iptablesFact(runner: Runner, signal: AbortSignal): Promise<IptablesFact> {
-  const info = parseIptablesVersion((await runner('iptables', ['--version'], { signal })).stdout);
+/** The backend `tool` (iptables; ip6tables on an IPv6-only node) drives, and the other's rules. */
+async function iptablesFact(
+  runner: Runner,
+  tool: 'iptables' | 'ip6tables',
+  signal: AbortSignal,
+): Promise<IptablesFact> {
+  const info = parseIptablesVersion((await runner(tool, ['--version'], { signal })).stdout);
   const backend = info.nftables ? 'nf_tables' : 'legacy';
-  const save = info.nftables ? 'iptables-legacy-save' : 'iptables-nft-save';
+  const save = `${tool}-${info.nftables ? 'legacy' : 'nft'}-save`;
   const otherRules = await attempt(async () =>
     countSavedRules((await runner(save, [], { signal, timeoutMs: 10_000 })).stdout),
   );
@@ -101,14 +126,31 @@ const FOREIGN = [
   { table: 'filter', parent: 'FORWARD', chain: 'FLANNEL-FWD' },
 ] as const;
 
-async function foreignChains(runner: Runner, signal: AbortSignal): Promise<ForeignChain[]> {
+/** flannel's chains in iptables, and on an IPv6-only node (`ipv6`) in ip6tables too. */
+async function foreignChains(
+  runner: Runner,
+  o: { ipv6: boolean },
+  signal: AbortSignal,
+): Promise<ForeignChain[]> {
+  const where = [
+    ...FOREIGN.map((c) => ({ ...c, ipv6: false })),
+    ...(o.ipv6 ? FOREIGN.map((c) => ({ ...c, ipv6: true })) : []),
+  ];
   const seen = await Promise.all(
-    FOREIGN.map(async (c) => ({ c, o: await observeChain(runner, c, signal) })),
+    where.map(async (c) => ({ c, o: await observeChain(runner, c, signal) })),
   );
   return seen.flatMap(({ c, o }) =>
     o.rules === null && o.jumps.length === 0
       ? []
-      : [{ table: c.table, chain: c.chain, rules: o.rules?.length ?? 0, jumps: o.jumps.length }],
+      : [
+          {
+            ...(c.ipv6 ? { ipv6: true } : {}),
+            table: c.table,
+            chain: c.chain,
+            rules: o.rules?.length ?? 0,
+            jumps: o.jumps.length,
+          },
+        ],
   );
 }
 
@@ -154,17 +196,21 @@ async function rpFilters(
   );
 }
 
-/** twill's two chains in ip6tables. */
-async function ip6Chains(runner: Runner, signal: AbortSignal): Promise<Ip6ChainsFact> {
+/** twill's two chains in ip6tables (`ipv6`), or in iptables. */
+async function twillChains(
+  runner: Runner,
+  o: { ipv6: boolean },
+  signal: AbortSignal,
+): Promise<ChainsFact> {
   const [postrouting, forward] = await Promise.all([
     observeChain(
       runner,
-      { table: 'nat', parent: 'POSTROUTING', chain: MASQ_CHAIN, ipv6: true },
+      { table: 'nat', parent: 'POSTROUTING', chain: MASQ_CHAIN, ipv6: o.ipv6 },
       signal,
     ),
     observeChain(
       runner,
-      { table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN, ipv6: true },
+      { table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN, ipv6: o.ipv6 },
       signal,
     ),
   ]);
@@ -188,24 +234,70 @@ async function readOwnedRoutes(
 }
 
 /**
- * The IPv6 facts of a dual-stack node: forwarding, the underlay's IPv6 address, the chains, the
- * IPv6 routes with twill's protocol.
+ * The underlay: by its IPv4 address, or on an IPv6-only node by its IPv6 address and the IPv6
+ * default route (as the daemon picks it there), which one read gives with its IPv6 fact too.
+ */
+async function underlayFacts(
+  runner: Runner,
+  o: GatherOptions,
+  fam: Families,
+  signal: AbortSignal,
+): Promise<Pick<DoctorFacts, 'underlay' | 'underlay6'>> {
+  if (fam.ipv4)
+    return {
+      underlay: await attempt(async (): Promise<UnderlayFact> => {
+        const c = await discoverInterface(runner, o.iface, signal);
+        return { name: c.iface.name, mtu: c.iface.mtu, publicIp: c.publicIp };
+      }),
+    };
+  const req: IfaceRequest = { ...o.iface, ipv4: false, ipv6: true };
+  const c = await attempt(() => discoverInterface(runner, req, signal));
+  if (!c.ok) return { underlay: c, underlay6: c };
+  const { iface, ifaceIp6, publicIp6 } = c.value;
+  return {
+    underlay: got({ name: iface.name, mtu: iface.mtu, publicIp: null }),
+    underlay6: got({ ip: ifaceIp6 ?? '', publicIp: publicIp6 ?? '' }),
+  };
+}
+
+/**
+ * The IPv6 facts of a dual-stack or IPv6-only node: forwarding, the underlay's IPv6 address (read
+ * already on an IPv6-only node), the chains, the IPv6 routes with twill's protocol; on an
+ * IPv6-only node also bridge-nf-call-ip6tables and twill's iptables chains (leftovers there).
  */
 async function ipv6Facts(
   deps: GatherDeps,
   o: GatherOptions,
+  fam: Families,
+  underlay6: DoctorFacts['underlay6'],
   signal: AbortSignal,
-): Promise<Pick<DoctorFacts, 'ipv6Forward' | 'underlay6' | 'ip6Chains' | 'ownedRoutes6'>> {
-  const [ipv6Forward, underlay6, chains, routes6] = await Promise.all([
+): Promise<
+  Pick<
+    DoctorFacts,
+    'ipv6Forward' | 'underlay6' | 'ip6Chains' | 'ownedRoutes6' | 'bridgeNf6' | 'ip4Chains'
+  >
+> {
+  const only = !fam.ipv4;
+  const [ipv6Forward, u6, chains, routes6, bridgeNf6, chains4] = await Promise.all([
     sysctl(deps, o, 'ipv6/conf/all/forwarding'),
-    attempt(async (): Promise<Underlay6Fact> => {
-      const c = await discoverInterface(deps.runner, { ...o.iface, ipv6: true }, signal);
-      return { ip: c.ifaceIp6 ?? '', publicIp: c.publicIp6 ?? '' };
-    }),
-    attempt(() => ip6Chains(deps.runner, signal)),
+    underlay6 ??
+      attempt(async (): Promise<Underlay6Fact> => {
+        const c = await discoverInterface(deps.runner, { ...o.iface, ipv6: true }, signal);
+        return { ip: c.ifaceIp6 ?? '', publicIp: c.publicIp6 ?? '' };
+      }),
+    attempt(() => twillChains(deps.runner, { ipv6: true }, signal)),
     attempt(() => readOwnedRoutes(deps.runner, ['-6'], signal)),
+    only ? sysctl(deps, o, 'bridge/bridge-nf-call-ip6tables') : undefined,
+    only ? attempt(() => twillChains(deps.runner, { ipv6: false }, signal)) : undefined,
   ]);
-  return { ipv6Forward, underlay6, ip6Chains: chains, ownedRoutes6: routes6 };
+  return {
+    ipv6Forward,
+    underlay6: u6,
+    ip6Chains: chains,
+    ownedRoutes6: routes6,
+    ...(bridgeNf6 ? { bridgeNf6 } : {}),
+    ...(chains4 ? { ip4Chains: chains4 } : {}),
+  };
 }
 
 /** Reads every fact the checks need. */
@@ -216,55 +308,57 @@ export async function gather(
 ): Promise<DoctorFacts> {
   const { runner } = deps;
   const opts = { signal, timeoutMs: 10_000 };
-  const [
-    ipForward,
-    bridgeNf,
-    iptables,
-    inputChain,
-    foreign,
-    links,
-    underlay,
-    subnetEnv,
-    store,
-    ownedRoutes,
-  ] = await Promise.all([
+  const storeRead = deps
+    .readStore(signal)
+    .then(got, (err: unknown) =>
+      failed<StoreFact>(
+        hasCode(err, 'STORE_UNAVAILABLE')
+          ? `lease store unreachable (${describeError(err)})`
+          : `store: ${describeError(err)}`,
+      ),
+    );
+  const envRead = attempt(() => readSubnetEnv(o.subnetFile));
+  const linksRead = attempt(async () =>
+    parseLinkFacts(await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show'], opts)),
+  );
+  // the reads of one family or the other wait for what tells the node's families
+  const famRead = Promise.all([storeRead, envRead, linksRead]).then(([store, subnetEnv, links]) =>
+    families({ store, subnetEnv, links }),
+  );
+  const byFamily = famRead.then(async (fam) => {
+    // IPv6 only: its packets, vxlan's among them, meet ip6tables' rules alone
+    const tool = fam.ipv4 ? 'iptables' : 'ip6tables';
+    const [iptables, inputChain, foreign, under] = await Promise.all([
+      attempt(() => iptablesFact(runner, tool, signal)),
+      attempt(async () => (await runner(tool, ['-w', '5', '-S', 'INPUT'], opts)).stdout),
+      attempt(() => foreignChains(runner, { ipv6: !fam.ipv4 }, signal)),
+      underlayFacts(runner, o, fam, signal),
+    ]);
+    return { fam, iptables, inputChain, foreign, under };
+  });
+  const [ipForward, bridgeNf, links, subnetEnv, store, ownedRoutes, read] = await Promise.all([
     sysctl(deps, o, 'ipv4/ip_forward').then((r) =>
       r.ok && r.value === undefined
         ? failed<string>(`no ${join(o.procSysNet, 'ipv4/ip_forward')}`)
         : (r as Read<string>),
     ),
     sysctl(deps, o, 'bridge/bridge-nf-call-iptables'),
-    attempt(() => iptablesFact(runner, signal)),
-    attempt(async () => (await runner('iptables', ['-w', '5', '-S', 'INPUT'], opts)).stdout),
-    attempt(() => foreignChains(runner, signal)),
-    attempt(async () =>
-      parseLinkFacts(await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show'], opts)),
-    ),
-    attempt(async () => {
-      const c = await discoverInterface(runner, o.iface, signal);
-      return { name: c.iface.name, mtu: c.iface.mtu, publicIp: c.publicIp };
-    }),
-    attempt(() => readSubnetEnv(o.subnetFile)),
-    deps
-      .readStore(signal)
-      .then(got, (err: unknown) =>
-        failed<StoreFact>(
-          hasCode(err, 'STORE_UNAVAILABLE')
-            ? `lease store unreachable (${describeError(err)})`
-            : `store: ${describeError(err)}`,
-        ),
-      ),
+    linksRead,
+    envRead,
+    storeRead,
     attempt(() => readOwnedRoutes(runner, [], signal)),
+    byFamily,
   ]);
+  const { fam, under } = read;
   const facts: DoctorFacts = {
     ipForward,
     bridgeNf,
     rpFilter: new Map(),
-    iptables,
-    inputChain,
-    foreignChains: foreign,
+    iptables: read.iptables,
+    inputChain: read.inputChain,
+    foreignChains: read.foreign,
     links,
-    underlay,
+    underlay: under.underlay,
     subnetFile: o.subnetFile,
     subnetEnv,
     store,
@@ -272,8 +366,9 @@ export async function gather(
     bridge: o.bridge,
   };
   const [rpFilter, v6] = await Promise.all([
-    rpFilters(deps, o, facts),
-    dualStack(facts) ? ipv6Facts(deps, o, signal) : {},
+    // rp_filter filters IPv4 only: nothing to read with IPv4 off
+    fam.ipv4 ? rpFilters(deps, o, facts) : new Map<string, string>(),
+    fam.ipv6 ? ipv6Facts(deps, o, fam, under.underlay6, signal) : {},
   ]);
   return { ...facts, rpFilter, ...v6 };
 }

@@ -43,7 +43,7 @@ export class TwillMetrics {
     // a gauge of its own rather than a family label on twill_peers, whose series stay as they were
     this.peersIpv6 = new Gauge({
       name: 'twill_peers_ipv6',
-      help: 'valid peer leases that carry an IPv6 subnet (dual-stack), by backend type',
+      help: 'valid peer leases that carry an IPv6 subnet (dual-stack or IPv6 only), by backend type',
       labelNames: ['backend'],
       registers,
     });

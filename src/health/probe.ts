@@ -2,14 +2,15 @@
 // step and each retry of one (start-up's heartbeat), the lease keeper, the
 // expected subnet.env, the underlay, every pass and lease-store event. It
 // turns them into metrics as they happen, and into liveness/readiness facts
-// on request (reading subnet.env and the underlay's operstate then).
+// on request (reading subnet.env and the underlay's operstate then). subnet.env
+// is compared pair by pair: an IPv6-only node's has no IPv4 pair, and must not.
 import { readFile } from 'node:fs/promises';
 import { opLabel } from '../dataplane/model.ts';
 import type { PassReport } from '../dataplane/reconciler.ts';
 import { describeError } from '../errors.ts';
 import { REFUSAL_REASONS, type Refusal, type RefusalReason } from '../lease/admit.ts';
 import type { Lease, LeaseEvent } from '../lease/types.ts';
-import { formatCidr, sameCidr } from '../net/ipv4.ts';
+import { formatCidr, sameCidr, type Cidr } from '../net/ipv4.ts';
 import { formatCidr6, sameOptionalCidr6, type Cidr6 } from '../net/ipv6.ts';
 import { readSubnetEnv, type SubnetEnv } from '../subnetenv.ts';
 import type { HealthFacts, StartupFacts } from './health.ts';
@@ -181,17 +182,20 @@ export class DaemonProbe implements StartupProgress {
       const got = await readSubnetEnv(path);
       if (!got) return `subnet.env ${path} is missing`;
       if (
-        !sameCidr(got.subnet, want.subnet) ||
-        !sameCidr(got.network, want.network) ||
-        got.mtu !== want.mtu
+        !sameOptionalCidr(got.subnet, want.subnet) ||
+        !sameOptionalCidr(got.network, want.network) ||
+        (got.mtu !== want.mtu && want.subnet !== null)
       ) {
-        return `subnet.env ${path} says ${formatCidr(got.subnet)} MTU ${got.mtu}, the lease says ${formatCidr(want.subnet)} MTU ${want.mtu}`;
+        return `subnet.env ${path} says ${text4(got.subnet)} MTU ${got.mtu}, the lease says ${text4(want.subnet)} MTU ${want.mtu}`;
       }
       if (
         !sameOptionalCidr6(got.subnet6, want.subnet6) ||
-        !sameOptionalCidr6(got.network6, want.network6)
+        !sameOptionalCidr6(got.network6, want.network6) ||
+        got.mtu !== want.mtu
       ) {
-        return `subnet.env ${path} says IPv6 ${text6(got.subnet6)} in ${text6(got.network6)}, the lease says ${text6(want.subnet6)} in ${text6(want.network6)}`;
+        // the IPv6 pair; on an IPv6-only node (no IPv4 pair to show it with) the MTU too
+        const mtu = (e: SubnetEnv): string => (got.mtu !== want.mtu ? ` MTU ${e.mtu}` : '');
+        return `subnet.env ${path} says IPv6 ${text6(got.subnet6)} in ${text6(got.network6)}${mtu(got)}, the lease says ${text6(want.subnet6)} in ${text6(want.network6)}${mtu(want)}`;
       }
       return undefined;
     } catch (err) {
@@ -213,4 +217,14 @@ export class DaemonProbe implements StartupProgress {
 
 function text6(c: Cidr6 | null | undefined): string {
   return c ? formatCidr6(c) : 'none';
+}
+
+/** An IPv4 subnet for the message; "no IPv4 subnet" when the file or lease has none (IPv6 only). */
+function text4(c: Cidr | null): string {
+  return c ? formatCidr(c) : 'no IPv4 subnet';
+}
+
+/** Both absent (IPv4 off), or both the same. */
+function sameOptionalCidr(a: Cidr | null, b: Cidr | null): boolean {
+  return a === null || b === null ? a === b : sameCidr(a, b);
 }

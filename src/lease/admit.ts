@@ -22,9 +22,16 @@
 // config has no IPv6, and when the peer publishes no PublicIPv6 at all (a node
 // not running dual-stack yet, while the cluster already gives it an IPv6
 // podCIDR: a rolling upgrade); see forOurFamilies.
+// IPv6 only (our config's `ipv4` null): every IPv4 field of a peer (subnet,
+// PublicIP, BackendData) is ignored, as an IPv4-only node ignores the IPv6
+// ones, and a peer is checked on its IPv6 half alone. A peer with no subnet
+// in a family we run (an IPv4-only peer seen from an IPv6-only node, an
+// IPv6-only one from an IPv4-only node) is refused as `malformed`, saying so;
+// a dual-stack node routes an IPv6-only peer (Kubernetes: a Node with only an
+// IPv6 podCIDR) for IPv6, the only family its pods have.
 // Every refusal has a short `reason` (the metric's label) and a detail for
 // people, with values from the store truncated.
-import type { NetConfig } from '../config/netconf.ts';
+import type { Ipv4NetConfig, NetConfig } from '../config/netconf.ts';
 import {
   containsAddr,
   containsCidr,
@@ -71,10 +78,10 @@ export interface Refusal {
 
 export interface PeerContext {
   readonly config: NetConfig;
-  /** our own subnet, when we hold one */
-  readonly self: Cidr | undefined;
-  /** our own PublicIP: a peer claiming it would have us route to ourselves */
-  readonly selfPublicIp?: string;
+  /** our own subnet, when we hold one (null or undefined: none, or an IPv6-only lease) */
+  readonly self: Cidr | null | undefined;
+  /** our own PublicIP: a peer claiming it would have us route to ourselves (null: IPv6 only) */
+  readonly selfPublicIp?: string | null;
   /** our own VtepMAC (vxlan): a peer claiming it would take our FDB entry */
   readonly selfVtepMac?: string;
   /** dual-stack: our own IPv6 subnet, PublicIPv6 and IPv6 VtepMAC, the same checks per family */
@@ -102,48 +109,99 @@ function refuse(reason: RefusalReason, detail: string): Refusal {
   return { reason, detail };
 }
 
-function publicIpProblem(raw: string, ctx: PeerContext): Refusal | undefined {
+function publicIpProblem(
+  raw: string | null,
+  subnet: string,
+  ipv4: Ipv4NetConfig,
+  ctx: PeerContext,
+): Refusal | undefined {
+  if (raw === null)
+    return refuse('public-ip', `subnet ${subnet} without a PublicIP to reach it through`);
   const shown = truncated(raw);
   const ip = parseIpv4(raw);
   if (ip === undefined || !isUnicastHost(ip))
     return refuse('public-ip', `PublicIP ${shown} is not a unicast host address`);
-  if (ctx.selfPublicIp !== undefined && raw === ctx.selfPublicIp)
+  if (ctx.selfPublicIp !== undefined && ctx.selfPublicIp !== null && raw === ctx.selfPublicIp)
     return refuse('public-ip', `PublicIP ${shown} is this node's own address`);
-  if (containsAddr(ctx.config.network, ip))
+  if (containsAddr(ipv4.network, ip))
     return refuse(
       'public-ip',
-      `PublicIP ${shown} is inside the pod Network ${formatCidr(ctx.config.network)}`,
+      `PublicIP ${shown} is inside the pod Network ${formatCidr(ipv4.network)}`,
     );
   return undefined;
 }
 
+/**
+ * Why a peer has no subnet in a family our config runs: our IPv6-only node and an IPv4-only peer,
+ * our IPv4-only node and an IPv6-only peer, or a lease with no subnet at all.
+ */
+function noFamily(lease: Lease, config: NetConfig): Refusal {
+  const theirs = lease.subnet
+    ? `it leases IPv4 only (subnet ${formatCidr(lease.subnet)})`
+    : lease.subnet6
+      ? `it leases IPv6 only (IPv6 subnet ${formatCidr6(lease.subnet6)})`
+      : 'it leases no subnet at all';
+  const ours = !config.ipv4
+    ? 'this node runs IPv6 only ("EnableIPv4": false) and routes peers over IPv6 alone'
+    : !config.ipv6
+      ? 'this node runs IPv4 only (no "EnableIPv6")'
+      : 'this node routes IPv4 and IPv6';
+  return refuse('malformed', `no subnet in a family this node runs: ${theirs}; ${ours}`);
+}
+
 /** Why one peer lease must not reach the kernel, or undefined. */
 export function checkPeer(lease: Lease, ctx: PeerContext): Refusal | undefined {
-  const { config, self } = ctx;
-  const subnet = formatCidr(lease.subnet);
-  if (!ctx.anySubnetSize && lease.subnet.prefix !== config.subnetLen)
-    return refuse('subnet-size', `subnet ${subnet} is not a /${config.subnetLen} (SubnetLen)`);
-  if (!containsCidr(config.network, lease.subnet))
-    return refuse(
-      'outside-network',
-      `subnet ${subnet} is outside Network ${formatCidr(config.network)}`,
-    );
-  if (
-    !ctx.anySubnetSize &&
-    (lease.subnet.base < config.subnetMin || lease.subnet.base > config.subnetMax)
-  ) {
-    return refuse('outside-range', `subnet ${subnet} is outside SubnetMin..SubnetMax`);
+  const { config } = ctx;
+  // the families this peer is routed for: those it leases that we run (IPv4 fields are ignored on
+  // an IPv6-only node, even when the lease was not passed through forOurFamilies)
+  const subnet4 = config.ipv4 ? lease.subnet : null;
+  const subnet6 = config.ipv6 ? (lease.subnet6 ?? null) : null;
+  if (!subnet4 && !subnet6) return noFamily(lease, config);
+  if (subnet4 && config.ipv4) {
+    const bad = checkSubnet4(lease, subnet4, config.ipv4, ctx);
+    if (bad) return bad;
   }
-  if (self && overlaps(self, lease.subnet))
-    return refuse('overlaps-own', `subnet ${subnet} overlaps our own subnet ${formatCidr(self)}`);
-  const ip = publicIpProblem(lease.attrs.publicIp, ctx);
-  if (ip) return ip;
   if (lease.attrs.backendType !== config.backend.type) {
     return refuse(
       'backend-type',
       `BackendType ${truncated(lease.attrs.backendType)} differs from ours (${config.backend.type})`,
     );
   }
+  // (checkSubnet4 refused an IPv4 subnet without a PublicIP)
+  if (subnet4 && lease.attrs.publicIp !== null) {
+    const bad = checkBackend4(lease, lease.attrs.publicIp, ctx);
+    if (bad) return bad;
+  }
+  return subnet6 ? checkPeer6(lease, subnet6, ctx) : undefined;
+}
+
+/** The IPv4 subnet and PublicIP of a peer with one, when our config has IPv4. */
+function checkSubnet4(
+  lease: Lease,
+  subnet4: Cidr,
+  ipv4: Ipv4NetConfig,
+  ctx: PeerContext,
+): Refusal | undefined {
+  const { self } = ctx;
+  const subnet = formatCidr(subnet4);
+  if (!ctx.anySubnetSize && subnet4.prefix !== ipv4.subnetLen)
+    return refuse('subnet-size', `subnet ${subnet} is not a /${ipv4.subnetLen} (SubnetLen)`);
+  if (!containsCidr(ipv4.network, subnet4))
+    return refuse(
+      'outside-network',
+      `subnet ${subnet} is outside Network ${formatCidr(ipv4.network)}`,
+    );
+  if (!ctx.anySubnetSize && (subnet4.base < ipv4.subnetMin || subnet4.base > ipv4.subnetMax)) {
+    return refuse('outside-range', `subnet ${subnet} is outside SubnetMin..SubnetMax`);
+  }
+  if (self && overlaps(self, subnet4))
+    return refuse('overlaps-own', `subnet ${subnet} overlaps our own subnet ${formatCidr(self)}`);
+  return publicIpProblem(lease.attrs.publicIp, subnet, ipv4, ctx);
+}
+
+/** The IPv4 backend fields (BackendData; host-gw: PublicIP on-link) of a peer with a PublicIP. */
+function checkBackend4(lease: Lease, publicIp: string, ctx: PeerContext): Refusal | undefined {
+  const { config } = ctx;
   if (config.backend.type === 'vxlan') {
     const vni = lease.attrs.backendData?.vni;
     if (vni !== config.backend.vni)
@@ -153,8 +211,7 @@ export function checkPeer(lease: Lease, ctx: PeerContext): Refusal | undefined {
       );
     const mac = lease.attrs.backendData?.vtepMac;
     // without a VtepMAC a peer needs no FDB entry only when DirectRouting reaches it directly
-    const direct =
-      config.backend.directRouting && ctx.underlay && onLink(ctx.underlay, lease.attrs.publicIp);
+    const direct = config.backend.directRouting && ctx.underlay && onLink(ctx.underlay, publicIp);
     if (mac === undefined && !direct)
       return refuse('vtep-mac', 'vxlan lease without BackendData.VtepMAC');
     if (
@@ -166,20 +223,20 @@ export function checkPeer(lease: Lease, ctx: PeerContext): Refusal | undefined {
     }
   }
   const u = ctx.underlay;
-  if (config.backend.type === 'host-gw' && u && !onLink(u, lease.attrs.publicIp)) {
+  if (config.backend.type === 'host-gw' && u && !onLink(u, publicIp)) {
     const networks = u.networks.join(', ') || 'no IPv4 networks';
     return refuse(
       'not-on-link',
-      `PublicIP ${lease.attrs.publicIp} is not on-link on ${u.name} (${networks}); host-gw needs every node on one L2 network`,
+      `PublicIP ${publicIp} is not on-link on ${u.name} (${networks}); host-gw needs every node on one L2 network`,
     );
   }
-  return config.ipv6 && lease.subnet6 ? checkPeer6(lease, lease.subnet6, ctx) : undefined;
+  return undefined;
 }
 
 /**
- * The IPv6 half of `checkPeer`, for a dual-stack peer when our config has IPv6: the same checks as
- * for IPv4, on subnet6, PublicIPv6 (required: an IPv6 subnet is reached through it) and
- * BackendV6Data.
+ * The IPv6 half of `checkPeer`, for a dual-stack or IPv6-only peer when our config has IPv6: the
+ * same checks as for IPv4, on subnet6, PublicIPv6 (required: an IPv6 subnet is reached through it)
+ * and BackendV6Data.
  */
 function checkPeer6(lease: Lease, subnet6: Cidr6, ctx: PeerContext): Refusal | undefined {
   const { config } = ctx;
@@ -253,15 +310,24 @@ function checkPeer6(lease: Lease, subnet6: Cidr6, ctx: PeerContext): Refusal | u
  * config has no IPv6 (flannel, with EnableIPv6 false, reads only the IPv4 half too), so that it
  * neither routes nor conflicts over a family we do not run; and when the peer publishes no
  * PublicIPv6 (nor an unreadable one): it does not run dual-stack yet, though its Node already has
- * an IPv6 podCIDR (a rolling upgrade), and is reachable over IPv4 as before.
+ * an IPv6 podCIDR (a rolling upgrade), and is reachable over IPv4 as before. Likewise its IPv4 half
+ * (subnet, PublicIP, BackendData) is dropped when our config has no IPv4 (IPv6 only, as flannel
+ * with EnableIPv4 false). A lease with a single family is left as it is: there is nothing else to
+ * route it by, and checkPeer refuses it, naming that family, when we do not run it.
  */
 export function forOurFamilies(lease: Lease, config: NetConfig): Lease {
-  if (!lease.subnet6) return lease;
+  const v4Fields =
+    lease.subnet !== null || lease.attrs.publicIp !== null || !!lease.attrs.backendData;
+  const ours =
+    config.ipv4 || !lease.subnet6 || !v4Fields
+      ? lease
+      : { ...lease, subnet: null, attrs: { ...lease.attrs, publicIp: null, backendData: null } };
+  if (!ours.subnet6 || !ours.subnet) return ours;
   const published =
-    (lease.attrs.publicIpv6 !== null && lease.attrs.publicIpv6 !== undefined) ||
-    lease.attrs.v6Problem !== undefined;
-  if (config.ipv6 && published) return lease;
-  const { subnet6: _, ...v4 } = lease;
+    (ours.attrs.publicIpv6 !== null && ours.attrs.publicIpv6 !== undefined) ||
+    ours.attrs.v6Problem !== undefined;
+  if (config.ipv6 && published) return ours;
+  const { subnet6: _, ...v4 } = ours;
   return v4;
 }
 
@@ -312,14 +378,11 @@ interface Span {
   readonly text: string;
 }
 
-function span4(l: Lease): Span {
+function span4(l: Lease): Span | undefined {
   const c = l.subnet;
-  return {
-    base: BigInt(c.base),
-    prefix: c.prefix,
-    last: BigInt(lastAddress(c)),
-    text: formatCidr(c),
-  };
+  return c
+    ? { base: BigInt(c.base), prefix: c.prefix, last: BigInt(lastAddress(c)), text: formatCidr(c) }
+    : undefined;
 }
 
 function span6(l: Lease): Span | undefined {
@@ -331,7 +394,8 @@ function span6(l: Lease): Span | undefined {
 
 /**
  * Subnet conflicts among peers that each passed `checkPeer`, in one family
- * (`spanOf`: the IPv4 subnet, or the IPv6 one of dual-stack peers). CIDRs either
+ * (`spanOf`: the IPv4 subnet of peers with one, or the IPv6 one of dual-stack
+ * and IPv6-only peers). CIDRs either
  * nest or are disjoint: sorted by base, then wider first, every lease still
  * open on the stack when a later one starts contains it. A container is
  * refused (it would capture the narrower peers' traffic); of peers claiming
@@ -406,8 +470,16 @@ function macConflicts(
 export function withoutConflicts(peers: readonly Lease[], config: NetConfig): Admission {
   const none = new Map<string, Refusal>();
   const vxlan = config.backend.type === 'vxlan';
-  const conflicts = subnetConflicts(peers, span4, 'subnet');
-  const macs = vxlan ? macConflicts(peers, (l) => l.attrs.backendData?.vtepMac, 'VtepMAC') : none;
+  // the IPv4 halves, of peers that have one, unless we run IPv6 only (then none is used)
+  const conflicts = config.ipv4 ? subnetConflicts(peers, span4, 'subnet') : none;
+  const macs =
+    config.ipv4 && vxlan
+      ? macConflicts(
+          peers.filter((p) => p.subnet),
+          (l) => l.attrs.backendData?.vtepMac,
+          'VtepMAC',
+        )
+      : none;
   // the IPv6 halves (only peers that kept one: see forOurFamilies), checked the same way
   const conflicts6 = config.ipv6 ? subnetConflicts(peers, span6, 'IPv6 subnet') : none;
   const macs6 =

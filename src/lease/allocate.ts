@@ -4,7 +4,9 @@
 // supplies randomness. Nothing is materialised: a 10.0.0.0/8 range in /30s
 // is four million candidates, checked one set lookup each; IPv6 ranges
 // (bigints) are billions and more, scanned the same way from a random start.
-import type { Ipv6NetConfig, NetConfig } from '../config/netconf.ts';
+// IPv4 allocation takes the config's IPv4 half (`config.ipv4`), so it cannot
+// run for an IPv6-only config, which has none.
+import type { Ipv4NetConfig, Ipv6NetConfig, NetConfig } from '../config/netconf.ts';
 import { blockSize, overlaps, type Cidr } from '../net/ipv4.ts';
 import { blockSize6, overlaps6, type Cidr6 } from '../net/ipv6.ts';
 
@@ -15,7 +17,7 @@ interface Range {
   readonly prefix: number;
 }
 
-function rangeOf(config: NetConfig): Range {
+function rangeOf(config: Ipv4NetConfig): Range {
   const step = blockSize(config.subnetLen);
   return {
     first: config.subnetMin,
@@ -35,8 +37,8 @@ function freeTest(range: Range, taken: readonly Cidr[]): (c: Cidr) => boolean {
   return (c) => !sameSize.has(c.base) && !others.some((o) => overlaps(o, c));
 }
 
-/** Every subnet of the config's range that overlaps none of `taken`. */
-export function freeSubnets(config: NetConfig, taken: readonly Cidr[]): Cidr[] {
+/** Every subnet of the IPv4 config's range that overlaps none of `taken`. */
+export function freeSubnets(config: Ipv4NetConfig, taken: readonly Cidr[]): Cidr[] {
   const range = rangeOf(config);
   const isFree = freeTest(range, taken);
   const free: Cidr[] = [];
@@ -52,7 +54,7 @@ export function freeSubnets(config: NetConfig, taken: readonly Cidr[]): Cidr[] {
  * around), or undefined when the range is full. `random` returns [0, 1).
  */
 export function pickFreeSubnet(
-  config: NetConfig,
+  config: Ipv4NetConfig,
   taken: readonly Cidr[],
   random: () => number,
 ): Cidr | undefined {
@@ -69,8 +71,8 @@ export function pickFreeSubnet(
   return undefined;
 }
 
-/** True when `subnet` is one the config could hand out. */
-export function fitsConfig(config: NetConfig, subnet: Cidr): boolean {
+/** True when `subnet` is one the IPv4 config could hand out. */
+export function fitsConfig(config: Ipv4NetConfig, subnet: Cidr): boolean {
   return (
     subnet.prefix === config.subnetLen &&
     subnet.base >= config.subnetMin &&
@@ -140,14 +142,14 @@ export function fitsConfig6(ipv6: Ipv6NetConfig, subnet6: Cidr6): boolean {
 /**
  * True when a lease's pair of subnets suits the config in both families: without IPv6 in the config
  * a lease must have no IPv6 subnet, with it one that `fitsConfig6` (as flannel's
- * isSubnetConfigCompat && isIPv6SubnetConfigCompat).
+ * isSubnetConfigCompat && isIPv6SubnetConfigCompat); the same for IPv4.
  */
 export function fitsConfigPair(
   config: NetConfig,
-  subnet: Cidr,
+  subnet: Cidr | null,
   subnet6: Cidr6 | null | undefined,
 ): boolean {
-  if (!fitsConfig(config, subnet)) return false;
-  if (!config.ipv6) return !subnet6;
-  return subnet6 ? fitsConfig6(config.ipv6, subnet6) : false;
+  const fits4 = config.ipv4 ? !!subnet && fitsConfig(config.ipv4, subnet) : !subnet;
+  const fits6 = config.ipv6 ? !!subnet6 && fitsConfig6(config.ipv6, subnet6) : !subnet6;
+  return fits4 && fits6;
 }

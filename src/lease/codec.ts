@@ -6,6 +6,9 @@
 // field and value, never a half-parsed lease; except that a malformed IPv6
 // field (PublicIPv6, BackendV6Data) is kept apart as the lease's `v6Problem`,
 // since a node running IPv4 only ignores those fields (admit.ts decides).
+// etcd leases always have an IPv4 half (flannel's etcd subnet manager always
+// leases IPv4); only the Kubernetes store reads a lease without one, an
+// IPv6-only Node's (`decodeLeaseObject` with `ipv4: false`).
 import { CiObject } from '../config/json-object.ts';
 import { BACKEND_TYPES, type BackendType } from '../config/netconf.ts';
 import { TwillError } from '../errors.ts';
@@ -99,11 +102,17 @@ export function decodeLeaseValue(text: string): LeaseAttrs {
   return decodeLeaseObject(raw);
 }
 
-/** Decodes an already parsed lease value (Kubernetes annotations are assembled into one). */
-export function decodeLeaseObject(raw: unknown): LeaseAttrs {
+/**
+ * Decodes an already parsed lease value (Kubernetes annotations are assembled into one). With
+ * `ipv4: false` the IPv4 fields (PublicIP, BackendData) are not read at all, and the lease has
+ * none (publicIp and backendData null): an IPv6-only lease, as flannel's kube subnet manager
+ * reads a Node with EnableIPv4 false.
+ */
+export function decodeLeaseObject(raw: unknown, o: { ipv4?: boolean } = {}): LeaseAttrs {
+  const ipv4 = o.ipv4 !== false;
   const obj = CiObject.from('value', raw, 'LEASE_INVALID');
-  const publicIp = obj.string('PublicIP');
-  if (publicIp === undefined || !isIpv4(publicIp))
+  const publicIp = ipv4 ? obj.string('PublicIP') : null;
+  if (publicIp === undefined || (publicIp !== null && !isIpv4(publicIp)))
     invalid(`PublicIP ${JSON.stringify(publicIp ?? null)} is not an IPv4 address`);
   const backendType = obj.string('BackendType') ?? '';
   if (!BACKEND_TYPES.includes(backendType as BackendType)) {
@@ -111,7 +120,7 @@ export function decodeLeaseObject(raw: unknown): LeaseAttrs {
   }
   const type = backendType as BackendType;
   const backendData =
-    type === 'vxlan' ? decodeVxlanData(obj.get('BackendData'), 'BackendData') : null;
+    ipv4 && type === 'vxlan' ? decodeVxlanData(obj.get('BackendData'), 'BackendData') : null;
   const { publicIpv6, backendData6, v6Problem } = decodeIpv6Fields(obj, type);
   const node = obj.get('TwillNode');
   if (node !== undefined && (typeof node !== 'string' || node === '' || node.length > 253))
@@ -166,11 +175,29 @@ function decodeVxlanData(raw: unknown, field: 'BackendData' | 'BackendV6Data'): 
   return { vni, vtepMac: parseUnicastMac(mac, `${field}.VtepMAC`) };
 }
 
-/** A one-line description of a lease for logs. */
-export function describeLease(subnet: Cidr, attrs: LeaseAttrs, subnet6?: Cidr6 | null): string {
+/** A one-line description of a lease for logs (an IPv6-only lease: its IPv6 half alone). */
+export function describeLease(
+  subnet: Cidr | null,
+  attrs: LeaseAttrs,
+  subnet6?: Cidr6 | null,
+): string {
   const mac = attrs.backendData ? ` vtep ${attrs.backendData.vtepMac}` : '';
   const v6 = subnet6
-    ? `, ${formatCidr6(subnet6)} via ${attrs.publicIpv6 ?? 'no PublicIPv6'}${attrs.backendData6 ? ` vtep ${attrs.backendData6.vtepMac}` : ''}`
-    : '';
-  return `${formatCidr(subnet)} via ${attrs.publicIp}${v6} (${attrs.backendType}${mac})`;
+    ? `${formatCidr6(subnet6)} via ${attrs.publicIpv6 ?? 'no PublicIPv6'}${attrs.backendData6 ? ` vtep ${attrs.backendData6.vtepMac}` : ''}`
+    : undefined;
+  const v4 = subnet ? `${formatCidr(subnet)} via ${attrs.publicIp ?? 'no PublicIP'}` : undefined;
+  const both = [v4, v6].filter((s) => s !== undefined).join(', ') || 'no subnet';
+  return `${both} (${attrs.backendType}${mac})`;
+}
+
+/**
+ * A lease's subnet in one word, for log lines keyed on it: the IPv4 one, else the IPv6 one (an
+ * IPv6-only lease).
+ */
+export function leaseSubnetText(lease: {
+  readonly subnet: Cidr | null;
+  readonly subnet6?: Cidr6 | null;
+}): string {
+  if (lease.subnet) return formatCidr(lease.subnet);
+  return lease.subnet6 ? formatCidr6(lease.subnet6) : 'none';
 }

@@ -21,6 +21,22 @@
 // public-ipv6 or backend-v6-data annotation does not make the record
 // invalid: it is the lease's v6Problem, a refusal only where our config has
 // IPv6 (a node running IPv4 only ignores those annotations, as flannel does).
+//
+// IPv6-only ("EnableIPv4": false; spec.podCIDRs is one IPv6 CIDR): our own
+// Node must have an IPv6 podCIDR (none yet: a wait; only IPv4 ones:
+// CONFIG_INVALID naming the fix); our lease has no IPv4 subnet and no
+// PublicIP, and we publish backend-type, public-ipv6, backend-v6-data and
+// kube-subnet-manager but not public-ip or backend-data, as flannel's kube
+// subnet manager with enableIPv4 false. Peers are read the same way there
+// (`ipv4: false`): their IPv4 podCIDR and annotations are ignored, never
+// checked (subnet null, PublicIP null), and a peer without an IPv6 podCIDR is
+// an invalid record naming why. On a node running IPv4, a peer Node with no
+// IPv4 podCIDR but an IPv6 one (an IPv6-only node) is read as such an
+// IPv6-only lease too, not as an invalid record: a dual-stack node routes its
+// IPv6 half (its pods have IPv6 addresses only, so nothing is half
+// reachable; the mirror of a peer without an IPv6 podCIDR routed for IPv4),
+// and an IPv4-only node refuses it in admission, saying it is IPv6 only
+// (admit.ts). flannel with IPv4 on skips such a Node with an error instead.
 import type { NetConfig } from '../config/netconf.ts';
 import { TwillError } from '../errors.ts';
 import { containsCidr, formatCidr, isIpv4, parseCidr, type Cidr } from '../net/ipv4.ts';
@@ -145,18 +161,28 @@ function invalid(message: string): never {
 }
 
 /**
- * The lease attributes a managed Node publishes; LEASE_INVALID naming the annotation when one is
- * bad.
+ * Which of a Node's families a reader takes: `ipv4: false` on an IPv6-only node (net-conf.json's
+ * "EnableIPv4": false), which ignores the IPv4 podCIDR, public-ip and backend-data of every Node,
+ * as flannel's kube subnet manager with enableIPv4 false. Default: both.
  */
-export function nodeAttrs(node: NodeView, names: Annotations): LeaseAttrs {
+export interface NodeReadOptions {
+  readonly ipv4?: boolean;
+}
+
+/**
+ * The lease attributes a managed Node publishes; LEASE_INVALID naming the annotation when one is
+ * bad. With `ipv4: false` public-ip and backend-data are not read (publicIp, backendData null).
+ */
+export function nodeAttrs(node: NodeView, names: Annotations, o: NodeReadOptions = {}): LeaseAttrs {
+  const ipv4 = o.ipv4 !== false;
   const a = node.annotations;
-  const publicIp = a[names.publicIp];
-  if (publicIp === undefined || !isIpv4(publicIp))
+  const publicIp = ipv4 ? a[names.publicIp] : null;
+  if (publicIp === undefined || (publicIp !== null && !isIpv4(publicIp)))
     invalid(
       `annotation ${names.publicIp} ${JSON.stringify(publicIp ?? null)} is not an IPv4 address`,
     );
   const backendType = a[names.backendType] ?? '';
-  const data = jsonAnnotation(a, names.backendData);
+  const data = ipv4 ? jsonAnnotation(a, names.backendData) : null;
   const publicIpv6 = a[names.publicIpv6];
   // the IPv6 annotations' problems are kept apart (the lease's v6Problem), as the codec does
   let data6: unknown = null;
@@ -168,19 +194,20 @@ export function nodeAttrs(node: NodeView, names: Annotations): LeaseAttrs {
   }
   let attrs: LeaseAttrs;
   try {
-    attrs = decodeLeaseObject({
-      PublicIP: publicIp,
-      BackendType: backendType,
-      ...(data === null ? {} : { BackendData: data }),
-      // an empty public-ipv6 is flannel's "none" (it writes the annotations only with IPv6 on)
-      ...(publicIpv6 === undefined || publicIpv6 === '' ? {} : { PublicIPv6: publicIpv6 }),
-      ...(data6 === null ? {} : { BackendV6Data: data6 }),
-    });
-  } catch (err) {
-    throw new TwillError(
-      'LEASE_INVALID',
-      `node annotations (${names.backendType}, ${names.backendData}): ${(err as Error).message}`,
+    attrs = decodeLeaseObject(
+      {
+        ...(publicIp === null ? {} : { PublicIP: publicIp }),
+        BackendType: backendType,
+        ...(data === null ? {} : { BackendData: data }),
+        // an empty public-ipv6 is flannel's "none" (it writes the annotations only with IPv6 on)
+        ...(publicIpv6 === undefined || publicIpv6 === '' ? {} : { PublicIPv6: publicIpv6 }),
+        ...(data6 === null ? {} : { BackendV6Data: data6 }),
+      },
+      { ipv4 },
     );
+  } catch (err) {
+    const read = ipv4 ? `${names.backendType}, ${names.backendData}` : names.backendType;
+    throw new TwillError('LEASE_INVALID', `node annotations (${read}): ${(err as Error).message}`);
   }
   const v6Problem =
     problem6 ??
@@ -203,22 +230,44 @@ function jsonAnnotation(a: Readonly<Record<string, string>>, name: string): unkn
   }
 }
 
-/** The lease record a Node stands for; its key is the node name. */
-export function nodeRecord(node: NodeView, names: Annotations): LeaseRecord {
+/**
+ * The lease record a Node stands for; its key is the node name. `ipv4: false` (an IPv6-only node
+ * reading): the Node's IPv4 half is ignored. A Node with an IPv6 podCIDR but no IPv4 one is an
+ * IPv6-only lease (subnet null) for every reader (see the top of this file).
+ */
+export function nodeRecord(
+  node: NodeView,
+  names: Annotations,
+  o: NodeReadOptions = {},
+): LeaseRecord {
   const key = node.name;
-  const subnet = podCidr(node);
-  if (!subnet) {
+  const ipv4 = o.ipv4 !== false;
+  const subnet = ipv4 ? (podCidr(node) ?? null) : null;
+  // a peer without an IPv6 podCIDR is IPv4 only (see the top of this file)
+  const subnet6 = podCidr6(node) ?? null;
+  // an IPv4 podCIDR that does not parse (host bits set, say) keeps the Node a bad record, as before
+  // IPv6-only existed: its IPv4 half is not silently dropped to route it as IPv6-only
+  const badV4 = ipv4 && !subnet ? node.podCidrs.find((t) => !t.includes(':')) : undefined;
+  if (badV4 !== undefined)
+    return {
+      key,
+      ok: false,
+      reason: `node ${key}: spec.podCIDRs ${JSON.stringify(badV4.slice(0, 80))} is not an IPv4 network CIDR`,
+    };
+  if (!subnet && !subnet6) {
+    const listed = node.podCidrs.join(', ');
     const what =
       node.podCidrs.length === 0
         ? 'has no spec.podCIDR'
-        : `has no IPv4 spec.podCIDRs (${node.podCidrs.join(', ')})`;
+        : ipv4
+          ? `has no IPv4 (nor IPv6) spec.podCIDRs (${listed})`
+          : `has no IPv6 spec.podCIDRs (${listed}), and this node runs IPv6 only ("EnableIPv4": false)`;
     return { key, ok: false, reason: `node ${key} ${what}` };
   }
   try {
-    const attrs = nodeAttrs(node, names);
+    // no IPv4 subnet: the Node's IPv4 annotations are not ours to read (flannel writes none then)
+    const attrs = nodeAttrs(node, names, { ipv4: subnet !== null });
     const version = node.resourceVersion;
-    // a peer without an IPv6 podCIDR is IPv4 only (see the top of this file)
-    const subnet6 = podCidr6(node) ?? null;
     return peerRecord({ key, subnet, subnet6, attrs, version, claimedAt: node.createdAt });
   } catch (err) {
     return { key, ok: false, reason: `node ${key}: ${(err as Error).message}` };
@@ -229,19 +278,22 @@ export function nodeRecord(node: NodeView, names: Annotations): LeaseRecord {
  * Our subnet: the node's podCIDR, which must lie inside Network and leave
  * room for pods. No podCIDR yet is STORE_UNAVAILABLE (the daemon waits and
  * retries); a podCIDR outside Network is CONFIG_INVALID (an operator fixes it).
+ * null when the config has no IPv4 (IPv6-only: an IPv4 podCIDR is ignored).
  */
-export function ownSubnet(node: NodeView, config: NetConfig): Cidr {
+export function ownSubnet(node: NodeView, config: NetConfig): Cidr | null {
+  const ipv4 = config.ipv4;
+  if (!ipv4) return null;
   const subnet = podCidr(node);
   if (!subnet) {
     throw new TwillError(
       'STORE_UNAVAILABLE',
-      `node ${node.name} has no IPv4 spec.podCIDR yet: the controller-manager must allocate node CIDRs (kube-controller-manager --allocate-node-cidrs=true --cluster-cidr=${formatCidr(config.network)}), or set spec.podCIDR when creating the Node; twill waits for it`,
+      `node ${node.name} has no IPv4 spec.podCIDR yet: the controller-manager must allocate node CIDRs (kube-controller-manager --allocate-node-cidrs=true --cluster-cidr=${formatCidr(ipv4.network)}), or set spec.podCIDR when creating the Node; twill waits for it`,
     );
   }
-  if (!containsCidr(config.network, subnet)) {
+  if (!containsCidr(ipv4.network, subnet)) {
     throw new TwillError(
       'CONFIG_INVALID',
-      `node ${node.name} spec.podCIDR ${formatCidr(subnet)} is outside Network ${formatCidr(config.network)} of net-conf.json; make the controller-manager's --cluster-cidr and Network agree`,
+      `node ${node.name} spec.podCIDR ${formatCidr(subnet)} is outside Network ${formatCidr(ipv4.network)} of net-conf.json; make the controller-manager's --cluster-cidr and Network agree`,
     );
   }
   if (subnet.prefix > 30)
@@ -255,16 +307,31 @@ export function ownSubnet(node: NodeView, config: NetConfig): Cidr {
 /**
  * Our IPv6 subnet when IPv6 is enabled: the node's IPv6 podCIDR, which must lie inside IPv6Network.
  * null when the config has no IPv6. A node with an IPv4 podCIDR but no IPv6 one is CONFIG_INVALID:
- * spec.podCIDRs is set once, so it will not gain one by waiting (see the top of this file).
+ * spec.podCIDRs is set once, so it will not gain one by waiting (see the top of this file). IPv6
+ * only: a node with no podCIDR at all is STORE_UNAVAILABLE (not allocated yet), as `ownSubnet`'s.
  */
 export function ownSubnet6(node: NodeView, config: NetConfig): Cidr6 | null {
   const ipv6 = config.ipv6;
   if (!ipv6) return null;
   const subnet6 = podCidr6(node);
-  if (!subnet6) {
+  const network6 = formatCidr6(ipv6.network);
+  if (!subnet6 && !config.ipv4 && node.podCidrs.length === 0) {
+    throw new TwillError(
+      'STORE_UNAVAILABLE',
+      `node ${node.name} has no IPv6 spec.podCIDRs yet, and net-conf.json is IPv6 only ("EnableIPv4": false): the controller-manager must allocate IPv6 node CIDRs (kube-controller-manager --allocate-node-cidrs=true --cluster-cidr=${network6}), or set spec.podCIDRs when creating the Node; twill waits for it`,
+    );
+  }
+  if (!subnet6 && !config.ipv4) {
     throw new TwillError(
       'CONFIG_INVALID',
-      `node ${node.name} has no IPv6 spec.podCIDRs (${node.podCidrs.join(', ') || 'none'}), but net-conf.json has "EnableIPv6": true; give the controller-manager a dual-stack --cluster-cidr (e.g. --cluster-cidr=${formatCidr(config.network)},${formatCidr6(ipv6.network)}) and re-create the Node, or remove "EnableIPv6"`,
+      `node ${node.name} has no IPv6 spec.podCIDRs (${node.podCidrs.join(', ')}), but net-conf.json is IPv6 only ("EnableIPv4": false); give the controller-manager an IPv6 --cluster-cidr (e.g. --cluster-cidr=${network6}) and re-create the Node, or set "EnableIPv4": true with the IPv4 "Network"`,
+    );
+  }
+  if (!subnet6) {
+    const v4 = config.ipv4 ? `${formatCidr(config.ipv4.network)},` : '';
+    throw new TwillError(
+      'CONFIG_INVALID',
+      `node ${node.name} has no IPv6 spec.podCIDRs (${node.podCidrs.join(', ') || 'none'}), but net-conf.json has "EnableIPv6": true; give the controller-manager a dual-stack --cluster-cidr (e.g. --cluster-cidr=${v4}${network6}) and re-create the Node, or remove "EnableIPv6"`,
     );
   }
   if (!containsCidr6(ipv6.network, subnet6)) {
@@ -320,8 +387,9 @@ export function publishedVtepMac(
   family: 4 | 6 = 4,
 ): string | undefined {
   try {
-    // decoding checked and normalised the MAC
-    const attrs = nodeAttrs(node, names);
+    // decoding checked and normalised the MAC; only the family asked for is read (an IPv6-only
+    // Node publishes no IPv4 annotations)
+    const attrs = nodeAttrs(node, names, { ipv4: family === 4 });
     const data = family === 4 ? attrs.backendData : attrs.backendData6;
     return data?.vni === vni ? data.vtepMac : undefined;
   } catch {
@@ -329,11 +397,19 @@ export function publishedVtepMac(
   }
 }
 
-/** The annotation values twill publishes for `attrs`, exactly as flannel writes them. */
+/**
+ * The annotation values twill publishes for `attrs`, exactly as flannel writes them: the IPv4 pair
+ * (public-ip, backend-data) only with a PublicIP (none on an IPv6-only node, as flannel with
+ * enableIPv4 false), the IPv6 pair only with a PublicIPv6.
+ */
 export function annotationValues(attrs: LeaseAttrs, names: Annotations): Record<string, string> {
   const json = (d: LeaseAttrs['backendData'] | undefined): string =>
     d ? JSON.stringify({ VNI: d.vni, VtepMAC: d.vtepMac }) : 'null';
-  // the IPv6 pair only on a dual-stack node (flannel writes them only with EnableIPv6)
+  const v4 =
+    attrs.publicIp !== null
+      ? { [names.backendData]: json(attrs.backendData), [names.publicIp]: attrs.publicIp }
+      : {};
+  // the IPv6 pair only on a dual-stack or IPv6-only node (flannel writes them only with EnableIPv6)
   const v6 =
     attrs.publicIpv6 !== null && attrs.publicIpv6 !== undefined
       ? {
@@ -343,8 +419,7 @@ export function annotationValues(attrs: LeaseAttrs, names: Annotations): Record<
       : {};
   return {
     [names.backendType]: attrs.backendType,
-    [names.backendData]: json(attrs.backendData),
-    [names.publicIp]: attrs.publicIp,
+    ...v4,
     ...v6,
     [names.subnetManager]: 'true',
   };

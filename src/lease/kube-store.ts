@@ -8,7 +8,8 @@
 // annotations when someone changed them. Dual-stack: our IPv6 subnet is the
 // Node's IPv6 podCIDR, published with flannel's public-ipv6 and
 // backend-v6-data annotations (kube-node.ts says what a Node without one
-// means).
+// means). IPv6-only ("EnableIPv4": false): the IPv6 podCIDR alone, no IPv4
+// subnet, PublicIP or BackendData published or read (kube-node.ts).
 import { readFile } from 'node:fs/promises';
 import { parseNetConfig, type NetConfig } from '../config/netconf.ts';
 import { TwillError } from '../errors.ts';
@@ -68,6 +69,13 @@ export class KubeLeaseStore implements LeaseStore {
   private readonly netConfigPath: string;
   private readonly relistMs: number;
   private readonly watchTimeout: number;
+  /**
+   * Whether peers' IPv4 half is read: not when the config is IPv6 only, which ignores it as
+   * flannel's kube subnet manager with enableIPv4 false (kube-node.ts). Learnt from the config this
+   * store parsed (getNetworkConfig, which the daemon, status and doctor call before listing) or
+   * was given (acquireLease); until then both halves are read.
+   */
+  private readIpv4 = true;
 
   constructor(o: KubeLeaseStoreOptions) {
     this.api = o.api;
@@ -96,7 +104,9 @@ export class KubeLeaseStore implements LeaseStore {
       );
     }
     try {
-      return parseNetConfig(text);
+      const config = parseNetConfig(text);
+      this.readIpv4 = config.ipv4 !== null;
+      return config;
     } catch (err) {
       if (err instanceof TwillError)
         throw new TwillError(err.code, `${this.netConfigPath}: ${err.message}`, { cause: err });
@@ -116,11 +126,13 @@ export class KubeLeaseStore implements LeaseStore {
 
   /**
    * The attributes we publish: ours, with the node's public-ip-overwrite and already published
-   * VtepMAC.
+   * VtepMAC. IPv6 only (`ipv4` false): no PublicIP nor BackendData, whatever `attrs` says, and
+   * public-ip-overwrite is not read, as flannel with enableIPv4 false: our lease is then what
+   * peers (and our own watch) read back from the Node.
    */
-  private ownAttrs(node: NodeView, attrs: LeaseAttrs): LeaseAttrs {
-    const publicIp = publicIpOverwrite(node, this.names) ?? attrs.publicIp;
-    const data = attrs.backendData;
+  private ownAttrs(node: NodeView, attrs: LeaseAttrs, ipv4: boolean): LeaseAttrs {
+    const publicIp = ipv4 ? (publicIpOverwrite(node, this.names) ?? attrs.publicIp) : null;
+    const data = ipv4 ? attrs.backendData : null;
     const vtepMac = data
       ? (publishedVtepMac(node, this.names, data.vni) ?? data.vtepMac)
       : undefined;
@@ -146,7 +158,7 @@ export class KubeLeaseStore implements LeaseStore {
   /** Patches our annotations when they differ; the lease as it now stands. */
   private async publish(
     node: NodeView,
-    subnet: Cidr,
+    subnet: Cidr | null,
     subnet6: Cidr6 | null | undefined,
     attrs: LeaseAttrs,
     signal: AbortSignal,
@@ -170,35 +182,47 @@ export class KubeLeaseStore implements LeaseStore {
   }
 
   async acquireLease(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
+    const ipv4 = req.config.ipv4 !== null;
+    this.readIpv4 = ipv4;
     const node = await this.ownNode(signal);
     const subnet = ownSubnet(node, req.config);
     const subnet6 = ownSubnet6(node, req.config);
-    return this.publish(node, subnet, subnet6, this.ownAttrs(node, req.attrs), signal);
+    return this.publish(node, subnet, subnet6, this.ownAttrs(node, req.attrs, ipv4), signal);
   }
 
   /**
    * The node still has the podCIDR we hold: none yet (re-registered) is a wait, another one
-   * LEASE_TAKEN.
+   * LEASE_TAKEN. Nothing to check for an IPv6-only lease (no IPv4 subnet).
    */
   private sameSubnet(node: NodeView, lease: Lease): void {
+    const held = lease.subnet;
+    if (!held) return;
     const now = podCidr(node);
-    if (now && sameCidr(now, lease.subnet)) return;
+    if (now && sameCidr(now, held)) return;
     if (!now)
       throw new TwillError(
         'STORE_UNAVAILABLE',
-        `node ${this.nodeName} has no spec.podCIDR (registered again, not yet allocated); waiting for ${formatCidr(lease.subnet)}`,
+        `node ${this.nodeName} has no spec.podCIDR (registered again, not yet allocated); waiting for ${formatCidr(held)}`,
       );
     throw new TwillError(
       'LEASE_TAKEN',
-      `node ${this.nodeName} now has spec.podCIDR ${formatCidr(now)}, not ${formatCidr(lease.subnet)}; restart twill to take the node's new subnet`,
+      `node ${this.nodeName} now has spec.podCIDR ${formatCidr(now)}, not ${formatCidr(held)}; restart twill to take the node's new subnet`,
     );
   }
 
-  /** The same for the IPv6 podCIDR of a dual-stack lease (the IPv4 one was checked first). */
+  /**
+   * The same for the IPv6 podCIDR of a dual-stack or IPv6-only lease (a dual-stack one's IPv4
+   * podCIDR was checked first, so only an IPv6-only lease gets here with no podCIDR at all).
+   */
   private sameSubnet6(node: NodeView, lease: Lease): void {
     if (!lease.subnet6) return;
     const now = podCidr6(node);
     if (now && sameCidr6(now, lease.subnet6)) return;
+    if (!now && node.podCidrs.length === 0)
+      throw new TwillError(
+        'STORE_UNAVAILABLE',
+        `node ${this.nodeName} has no spec.podCIDRs (registered again, not yet allocated); waiting for ${formatCidr6(lease.subnet6)}`,
+      );
     throw new TwillError(
       'LEASE_TAKEN',
       `node ${this.nodeName} now has ${now ? `IPv6 spec.podCIDRs ${formatCidr6(now)}` : 'no IPv6 spec.podCIDRs'}, not ${formatCidr6(lease.subnet6)}; restart twill to take the node's new subnets`,
@@ -251,7 +275,7 @@ export class KubeLeaseStore implements LeaseStore {
         const managed = listing.nodes.filter((n) => isManaged(n, this.names));
         known = new Set(managed.map((n) => n.name));
         return {
-          records: managed.map((n) => nodeRecord(n, this.names)),
+          records: managed.map((n) => nodeRecord(n, this.names, { ipv4: this.readIpv4 })),
           detail: `listed ${listing.nodes.length} nodes`,
           cursor: listing.resourceVersion,
         };
@@ -321,7 +345,7 @@ export class KubeLeaseStore implements LeaseStore {
     const wasKnown = o.known.has(node.name) || node.name === this.nodeName;
     if (type === 'put' && isManaged(node, this.names)) {
       o.known.add(node.name);
-      o.onEvent({ type: 'put', record: nodeRecord(node, this.names) });
+      o.onEvent({ type: 'put', record: nodeRecord(node, this.names, { ipv4: this.readIpv4 }) });
     } else if (wasKnown) {
       // a deleted Node is gone for good; one that lost its annotation may be re-published by its
       // twill at once

@@ -5,8 +5,11 @@
 // <a.b.c.d>-<len>&<ipv6>-<len> (flannel's MakeSubnetKey), so one renewal keeps
 // both and a reclaim takes both back. This file
 // owns the acquisition order, renewal, reclaim, and the list+watch loop that
-// re-lists whenever changes may have been missed.
-import { parseNetConfig, type NetConfig } from '../config/netconf.ts';
+// re-lists whenever changes may have been missed. Every lease here has an
+// IPv4 subnet: flannel's etcd subnet manager always leases IPv4, so an
+// IPv6-only config ("EnableIPv4": false) is refused as soon as it is read
+// (CONFIG_UNSUPPORTED, pointing at the Kubernetes store).
+import { parseNetConfig, type Ipv4NetConfig, type NetConfig } from '../config/netconf.ts';
 import { TwillError, describeError } from '../errors.ts';
 import { formatCidr, overlaps, sameCidr, type Cidr } from '../net/ipv4.ts';
 import {
@@ -46,6 +49,9 @@ import {
 } from './types.ts';
 
 export const DEFAULT_ETCD_PREFIX = '/coreos.com/network';
+/** Why the etcd store refuses an IPv6-only config, and what to do instead. */
+const IPV6_ONLY_UNSUPPORTED =
+  'IPv6-only ("EnableIPv4": false) needs the Kubernetes store: run twill with --kube-subnet-mgr (net-conf.json from --net-config-path, subnets from the Nodes\' IPv6 podCIDRs), as flannel, whose etcd subnet manager always leases an IPv4 subnet; or, to keep etcd, set "EnableIPv4": true with an IPv4 "Network" and "EnableIPv6": true (dual-stack)';
 export const DEFAULT_LEASE_TTL_SECONDS = 24 * 60 * 60;
 const MAX_ACQUIRE_ATTEMPTS = 64;
 /** a flannel lease value is ~200 bytes; anything past this is refused unread */
@@ -103,13 +109,17 @@ export class KvLeaseStore implements LeaseStore {
         `${this.kv.description}: no network config at ${key}; write net-conf.json there, e.g. etcdctl put ${key} '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}'`,
       );
     }
+    let config: NetConfig;
     try {
-      return parseNetConfig(entry.value);
+      config = parseNetConfig(entry.value);
     } catch (err) {
       if (err instanceof TwillError)
         throw new TwillError(err.code, `${key}: ${err.message}`, { cause: err });
       throw err;
     }
+    // refused here, the first point that knows the config: before the daemon picks an interface
+    ipv4Config(config, key);
+    return config;
   }
 
   /** Decodes one stored entry into a lease or the reason it is not one. */
@@ -165,6 +175,8 @@ export class KvLeaseStore implements LeaseStore {
   }
 
   async acquireLease(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
+    // a config that did not come through getNetworkConfig is refused the same way, before any write
+    ipv4Config(req.config, this.description);
     for (let attempt = 0; attempt < MAX_ACQUIRE_ATTEMPTS; attempt++) {
       const lease = await this.tryAcquire(req, signal);
       if (lease) return lease;
@@ -181,6 +193,7 @@ export class KvLeaseStore implements LeaseStore {
    */
   private async tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<Lease | undefined> {
     const { config } = req;
+    const ipv4 = ipv4Config(config, this.description);
     // the lease names its node, so a second live node with our PublicIP cannot take it
     const attrs: LeaseAttrs =
       req.nodeName === undefined ? req.attrs : { ...req.attrs, node: req.nodeName };
@@ -195,10 +208,10 @@ export class KvLeaseStore implements LeaseStore {
         // clone, a wrong --public-ip
         throw new TwillError(
           'IDENTITY_CONFLICT',
-          `PublicIP ${attrs.publicIp} is already held by live node ${truncated(holder)} (subnet ${formatCidr(record.lease.subnet)}, ${this.kv.description}): two nodes cannot share one PublicIP; give this node (${truncated(attrs.node)}) its own --public-ip, or stop the other node (its lease ${record.key} goes when it expires or is deleted)`,
+          `PublicIP ${attrs.publicIp} is already held by live node ${truncated(holder)} (subnet ${formatCidr(subnetsOf(record.lease).subnet)}, ${this.kv.description}): two nodes cannot share one PublicIP; give this node (${truncated(attrs.node)}) its own --public-ip, or stop the other node (its lease ${record.key} goes when it expires or is deleted)`,
         );
       }
-      const held = { subnet: record.lease.subnet, subnet6: record.lease.subnet6 ?? null };
+      const held = subnetsOf(record.lease);
       if (!fitsConfigPair(config, held.subnet, held.subnet6)) {
         // Ours, but from an older config (in either family: an IPv4-only lease once IPv6 is
         // enabled, a dual one once it is disabled, as flannel's isIPv6SubnetConfigCompat): give
@@ -221,19 +234,15 @@ export class KvLeaseStore implements LeaseStore {
     // (our replaced lease's key is gone: its subnets are free for us again)
     const gone = new Set(replaced.map((r) => subnetKey(r.subnet, r.subnet6)));
     const named = records.flatMap(({ record }) =>
-      gone.has(record.key)
-        ? []
-        : record.ok
-          ? [{ subnet: record.lease.subnet, subnet6: record.lease.subnet6 ?? null }]
-          : takenByKey(record.key),
+      gone.has(record.key) ? [] : record.ok ? [subnetsOf(record.lease)] : takenByKey(record.key),
     );
-    const taken = named.map((k) => k.subnet).filter((s) => fitsConfig(config, s));
+    const taken = named.map((k) => k.subnet).filter((s) => fitsConfig(ipv4, s));
     const ipv6 = config.ipv6;
     const taken6 = ipv6
       ? named.flatMap((k) => (k.subnet6 && fitsConfig6(ipv6, k.subnet6) ? [k.subnet6] : []))
       : [];
     const free = (s: Cidr | undefined): s is Cidr =>
-      s !== undefined && fitsConfig(config, s) && !taken.some((t) => overlaps(t, s));
+      s !== undefined && fitsConfig(ipv4, s) && !taken.some((t) => overlaps(t, s));
     const free6 = (s: Cidr6 | null | undefined): s is Cidr6 =>
       !!ipv6 && !!s && fitsConfig6(ipv6, s) && !taken6.some((t) => overlaps6(t, s));
     if (!ipv6) {
@@ -243,8 +252,8 @@ export class KvLeaseStore implements LeaseStore {
         const written = await this.create({ subnet: prev, subnet6: null }, attrs, signal);
         if (written) return written;
       }
-      const pick = pickFreeSubnet(config, taken, this.random);
-      if (!pick) throw exhausted(config, taken.length);
+      const pick = pickFreeSubnet(ipv4, taken, this.random);
+      if (!pick) throw exhausted(ipv4, taken.length);
       return this.create({ subnet: pick, subnet6: null }, attrs, signal);
     }
     // Dual-stack: each family keeps the subnet we held if it is still free (our replaced lease's
@@ -259,8 +268,8 @@ export class KvLeaseStore implements LeaseStore {
       // the pair went to someone else meanwhile: trying it again would lose again
       lost = true;
     }
-    const pick = (lost ? undefined : prev) ?? pickFreeSubnet(config, taken, this.random);
-    if (!pick) throw exhausted(config, taken.length);
+    const pick = (lost ? undefined : prev) ?? pickFreeSubnet(ipv4, taken, this.random);
+    if (!pick) throw exhausted(ipv4, taken.length);
     const pick6 = (lost ? undefined : prev6) ?? pickFreeSubnet6(ipv6, taken6, this.random);
     if (!pick6) {
       throw new TwillError(
@@ -318,7 +327,7 @@ export class KvLeaseStore implements LeaseStore {
       if (key === lease.key || BigInt(e.createRevision ?? e.modRevision) >= ours) return false;
       return takenByKey(key).some(
         (other) =>
-          sameCidr(other.subnet, lease.subnet) ||
+          (!!lease.subnet && sameCidr(other.subnet, lease.subnet)) ||
           (!!other.subnet6 && !!lease.subnet6 && sameCidr6(other.subnet6, lease.subnet6)),
       );
     });
@@ -326,6 +335,7 @@ export class KvLeaseStore implements LeaseStore {
   }
 
   async renewLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
+    const subnets = subnetsOf(lease);
     const key = this.fullKey(lease.key);
     const written = await this.kv.replace({
       key,
@@ -334,7 +344,7 @@ export class KvLeaseStore implements LeaseStore {
       ttlSeconds: this.ttl,
       signal,
     });
-    if (written) return this.toLease(subnetsOf(lease), lease.attrs, written);
+    if (written) return this.toLease(subnets, lease.attrs, written);
     const current = await this.kv.get(key, signal);
     if (!current)
       throw new TwillError('LEASE_LOST', `lease ${key} is gone from ${this.kv.description}`);
@@ -342,11 +352,12 @@ export class KvLeaseStore implements LeaseStore {
   }
 
   async reclaimLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
+    const subnets = subnetsOf(lease);
     const key = this.fullKey(lease.key);
     for (let attempt = 0; attempt < 3; attempt++) {
       const written = await this.kv.create(key, encodeLeaseValue(lease.attrs), this.ttl, signal);
       if (written) {
-        const back = this.toLease(subnetsOf(lease), lease.attrs, written);
+        const back = this.toLease(subnets, lease.attrs, written);
         // A dual key guards only its own pair: while ours was gone, another node may have taken
         // our IPv4 (or IPv6) subnet under a key with another half. The first claim keeps it, as
         // a taken IPv4-only key does.
@@ -356,7 +367,7 @@ export class KvLeaseStore implements LeaseStore {
         await this.kv.deleteIf(key, back.version, signal);
         throw new TwillError(
           'LEASE_TAKEN',
-          `subnet ${formatCidr(lease.subnet)} or ${formatCidr6(back.subnet6)} is now held by lease ${truncated(holder)}; twill will not take it over`,
+          `subnet ${formatCidr(subnets.subnet)} or ${formatCidr6(back.subnet6)} is now held by lease ${truncated(holder)}; twill will not take it over`,
         );
       }
       const current = await this.kv.get(key, signal);
@@ -376,19 +387,20 @@ export class KvLeaseStore implements LeaseStore {
       record.lease.attrs.node !== undefined &&
       lease.attrs.node !== undefined &&
       record.lease.attrs.node !== lease.attrs.node;
+    const ours = subnetsOf(lease);
     if (
       !record.ok ||
       otherNode ||
       record.lease.attrs.publicIp !== lease.attrs.publicIp ||
-      !sameCidr(record.lease.subnet, lease.subnet) ||
-      !sameOptionalCidr6(record.lease.subnet6, lease.subnet6)
+      !sameCidr(subnetsOf(record.lease).subnet, ours.subnet) ||
+      !sameOptionalCidr6(record.lease.subnet6, ours.subnet6)
     ) {
       const holder = record.ok
         ? `node ${record.lease.attrs.node !== undefined ? `${truncated(record.lease.attrs.node)} (${record.lease.attrs.publicIp})` : record.lease.attrs.publicIp}`
         : `an unreadable record (${record.reason})`;
       throw new TwillError(
         'LEASE_TAKEN',
-        `subnet ${formatCidr(lease.subnet)} is now held by ${holder}; twill will not take it over`,
+        `subnet ${formatCidr(ours.subnet)} is now held by ${holder}; twill will not take it over`,
       );
     }
     const written = await this.kv.replace({
@@ -470,11 +482,27 @@ function takenByKey(key: string): KeySubnets[] {
   }
 }
 
+/**
+ * The subnets a lease of this store names in its key. Its IPv4 subnet is always there (every key
+ * names one); a lease without one is an IPv6-only lease, which only the Kubernetes store makes.
+ */
 function subnetsOf(lease: Lease): KeySubnets {
+  if (!lease.subnet)
+    throw new TwillError(
+      'CONFIG_UNSUPPORTED',
+      `lease ${truncated(lease.key)} has no IPv4 subnet: ${IPV6_ONLY_UNSUPPORTED}`,
+    );
   return { subnet: lease.subnet, subnet6: lease.subnet6 ?? null };
 }
 
-function exhausted(config: NetConfig, leases: number): TwillError {
+/** The config's IPv4 network; CONFIG_UNSUPPORTED for an IPv6-only config (`where`: its source). */
+function ipv4Config(config: NetConfig, where: string): Ipv4NetConfig {
+  if (!config.ipv4)
+    throw new TwillError('CONFIG_UNSUPPORTED', `${where}: ${IPV6_ONLY_UNSUPPORTED}`);
+  return config.ipv4;
+}
+
+function exhausted(config: Ipv4NetConfig, leases: number): TwillError {
   return new TwillError(
     'SUBNETS_EXHAUSTED',
     `out of subnets: all /${config.subnetLen} subnets of ${formatCidr(config.network)} between SubnetMin and SubnetMax are leased (${leases} leases)`,

@@ -11,9 +11,9 @@
 // gone is dropped well within a second, and one whose store says so (a
 // deleted Node object) at once.
 import type { Logger } from '../log.ts';
-import { formatCidr, sameCidr } from '../net/ipv4.ts';
+import { sameCidr, type Cidr } from '../net/ipv4.ts';
 import { sameOptionalCidr6 } from '../net/ipv6.ts';
-import { describeLease, encodeLeaseValue } from './codec.ts';
+import { describeLease, encodeLeaseValue, leaseSubnetText } from './codec.ts';
 import {
   checkPeer,
   forOurFamilies,
@@ -184,7 +184,8 @@ export class PeerTracker {
       this.checkSelf(record);
       return false;
     }
-    // a dual-stack peer's IPv6 half, when our config has no IPv6, is ignored from here on
+    // a dual-stack peer's IPv6 half, when our config has no IPv6 (or its IPv4 half, when we run
+    // IPv6 only), is ignored from here on
     const r: LeaseRecord = record.ok
       ? { ...record, lease: forOurFamilies(record.lease, this.opts.context.config) }
       : record;
@@ -220,7 +221,7 @@ export class PeerTracker {
     // anew (a deleted key re-created) is a change too: admission and the entries depend on both
     const same =
       encodeLeaseValue(before.attrs) === encodeLeaseValue(r.lease.attrs) &&
-      sameCidr(before.subnet, r.lease.subnet) &&
+      sameOptionalCidr(before.subnet, r.lease.subnet) &&
       sameOptionalCidr6(before.subnet6, r.lease.subnet6) &&
       before.claimedAt === r.lease.claimedAt;
     if (same) return false;
@@ -249,7 +250,7 @@ export class PeerTracker {
     const lease = this.peers.get(key);
     if (!lease) return false;
     this.peers.delete(key);
-    this.peerLog({ key, subnet: formatCidr(lease.subnet) }, 'peer left');
+    this.peerLog({ key, subnet: leaseSubnetText(lease) }, 'peer left');
     return true;
   }
 
@@ -309,7 +310,7 @@ export class PeerTracker {
     for (const [key, l] of [...this.lingering]) {
       if (l.until > now) continue;
       this.lingering.delete(key);
-      this.opts.logger.info({ key, subnet: formatCidr(l.lease.subnet) }, 'peer left');
+      this.opts.logger.info({ key, subnet: leaseSubnetText(l.lease) }, 'peer left');
       changed = true;
     }
     this.scheduleExpiry();
@@ -336,4 +337,9 @@ export class PeerTracker {
     if (connected) this.opts.logger.info({ detail }, 'lease store connected');
     else this.opts.logger.warn({ detail }, 'lease store unreachable; keeping the last known peers');
   }
+}
+
+/** Two IPv4 subnets the same, or both absent (IPv6-only leases). */
+function sameOptionalCidr(a: Cidr | null, b: Cidr | null): boolean {
+  return a && b ? sameCidr(a, b) : !a && !b;
 }

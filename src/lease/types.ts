@@ -12,7 +12,8 @@ export interface VxlanLeaseData {
 }
 
 export interface LeaseAttrs {
-  readonly publicIp: string;
+  /** the node's IPv4 underlay address; null on an IPv6-only lease (no PublicIP, as flannel) */
+  readonly publicIp: string | null;
   readonly publicIpv6: string | null;
   readonly backendType: BackendType;
   /** vxlan: VNI + VtepMAC; host-gw: null */
@@ -37,8 +38,9 @@ export interface LeaseAttrs {
 export interface Lease {
   /** the store's key for this lease, e.g. "10.244.3.0-24" or "10.244.3.0-24&fd00:0:0:3::-64" */
   readonly key: string;
-  readonly subnet: Cidr;
-  /** the IPv6 subnet of a dual-stack lease; absent or null: IPv4 only */
+  /** the IPv4 subnet; null on an IPv6-only lease (Kubernetes store only) */
+  readonly subnet: Cidr | null;
+  /** the IPv6 subnet of a dual-stack or IPv6-only lease; absent or null: IPv4 only */
   readonly subnet6?: Cidr6 | null;
   readonly attrs: LeaseAttrs;
   /** epoch milliseconds when the store drops the lease unless renewed */
@@ -64,7 +66,7 @@ export type LeaseRecord =
  */
 export function peerRecord(o: {
   key: string;
-  subnet: Cidr;
+  subnet: Cidr | null;
   subnet6?: Cidr6 | null;
   attrs: LeaseAttrs;
   version: string;

@@ -1,7 +1,9 @@
 // Which interface carries overlay traffic and which address peers reach us
 // at: flannel's --iface / --iface-regex / default-route rules, and on a
 // dual-stack node the same interface's IPv6 address (--public-ipv6 overrides
-// what peers are told). The selection is pure over `ip -json` output;
+// what peers are told). With IPv4 off (IPv6 only) the same rules over IPv6
+// addresses and the IPv6 default route, as flannel's LookupExtIface, and no
+// IPv4 address is needed. The selection is pure over `ip -json` output;
 // `discoverInterface` does the two reads.
 import { TwillError } from '../errors.ts';
 import { runJson, type Runner } from '../exec/runner.ts';
@@ -42,13 +44,13 @@ export function onLink6(iface: Pick<IfaceInfo, 'networks6'>, ip: string): boolea
 
 export interface IfaceChoice {
   readonly iface: IfaceInfo;
-  /** the interface address used for the underlay */
-  readonly ifaceIp: string;
-  /** what peers are told (--public-ip, or the interface address) */
-  readonly publicIp: string;
+  /** the interface's IPv4 address used for the underlay; null when IPv4 is off (IPv6 only) */
+  readonly ifaceIp: string | null;
+  /** what peers are told (--public-ip, or the interface address); null when IPv4 is off */
+  readonly publicIp: string | null;
   /**
-   * dual-stack: the interface's global IPv6 address used for the IPv6 underlay, and what peers
-   * are told (--public-ipv6, or that address); absent or null when IPv6 is off
+   * dual-stack or IPv6 only: the interface's global IPv6 address used for the IPv6 underlay, and
+   * what peers are told (--public-ipv6, or that address); absent or null when IPv6 is off
    */
   readonly ifaceIp6?: string | null;
   readonly publicIp6?: string | null;
@@ -60,6 +62,11 @@ export interface IfaceRequest {
   readonly publicIp: string | undefined;
   /** dual-stack (EnableIPv6): also pick the interface's IPv6 address, and fail without one */
   readonly ipv6?: boolean;
+  /**
+   * false: IPv4 is off ("EnableIPv4": false, IPv6 only): the interface is chosen by its IPv6
+   * addresses and the IPv6 default route, needs no IPv4 address, and --public-ip is an error
+   */
+  readonly ipv4?: boolean;
   /** --public-ipv6: what peers are told instead of the interface's IPv6 address */
   readonly publicIpv6?: string | undefined;
 }
@@ -115,7 +122,10 @@ export function parseIpAddr(json: unknown): IfaceInfo[] {
   });
 }
 
-/** The device of the first IPv4 default route in `ip -json route show default` output. */
+/**
+ * The device of the first default route in `ip -json route show default` output (`-4` or `-6`:
+ * the family is the listing's).
+ */
 export function defaultRouteDevice(json: unknown): string | undefined {
   if (!Array.isArray(json)) return undefined;
   const route = (json as { dst?: string; dev?: string }[]).find(
@@ -168,13 +178,15 @@ function byIpv6(links: readonly IfaceInfo[], wanted: string): [IfaceInfo, string
 }
 
 /**
- * Applies flannel's rules: each --iface in order, then each --iface-regex, then the default route.
+ * Applies flannel's rules: each --iface in order, then each --iface-regex, then the default route
+ * (`defaultDev`: the IPv4 default route's device, or with IPv4 off the IPv6 one's).
  */
 export function selectInterface(
   links: readonly IfaceInfo[],
   defaultDev: string | undefined,
   req: IfaceRequest,
 ): IfaceChoice {
+  if (req.ipv4 === false) return selectIpv6Only(links, defaultDev, req);
   for (const wanted of req.iface) {
     const v6 = byIpv6(links, wanted);
     if (v6 && v6[0].addrs.length > 0) return choose(v6[0], v6[0].addrs[0] as string, req, v6[1]);
@@ -221,20 +233,97 @@ export function selectInterface(
   return choose(iface, iface.addrs[0] as string, req);
 }
 
+/** With IPv4 off, what is chosen: the interface and its IPv6 address, no IPv4 one. */
+function chooseIpv6Only(iface: IfaceInfo, ip6: string, req: IfaceRequest): IfaceChoice {
+  const publicIp6 = req.publicIpv6 === undefined ? ip6 : (canonicalIpv6(req.publicIpv6) ?? ip6);
+  return { iface, ifaceIp: null, publicIp: null, ifaceIp6: ip6, publicIp6 };
+}
+
+/**
+ * flannel's rules with IPv4 off (LookupExtIface with only the IPv6 stack): --iface names an
+ * interface or one of its IPv6 addresses, --iface-regex matches IPv6 addresses then names, and
+ * without either the IPv6 default route's device is used. Only interfaces with a usable global
+ * IPv6 address count; none needs an IPv4 one.
+ */
+function selectIpv6Only(
+  links: readonly IfaceInfo[],
+  defaultDev: string | undefined,
+  req: IfaceRequest,
+): IfaceChoice {
+  if (req.publicIp !== undefined) {
+    throw new TwillError(
+      'CONFIG_INVALID',
+      `--public-ip ${req.publicIp}: the network config turns IPv4 off ("EnableIPv4": false), so no node has an IPv4 address to publish; use --public-ipv6 for the address peers reach this node at`,
+    );
+  }
+  for (const wanted of req.iface) {
+    const v6 = byIpv6(links, wanted);
+    if (v6) return chooseIpv6Only(v6[0], v6[1], req);
+    const hit = links.find((l) => l.name === wanted);
+    const ip6 = hit ? addrs6(hit)[0] : undefined;
+    if (hit && ip6 !== undefined) return chooseIpv6Only(hit, ip6, req);
+  }
+  if (req.iface.length > 0) {
+    throw new TwillError(
+      'IFACE_NOT_FOUND',
+      `--iface ${req.iface.join(',')}: none of these is an interface (by name or IPv6 address) with a global IPv6 address that is not deprecated, tentative or a duplicate; IPv4 is off, so an IPv4 address names no interface`,
+    );
+  }
+  for (const pattern of req.ifaceRegex) {
+    const re = new RegExp(pattern);
+    for (const l of links) {
+      const ip6 = addrs6(l).find((a) => re.test(a));
+      if (ip6 !== undefined) return chooseIpv6Only(l, ip6, req);
+    }
+    const named = links.find((l) => re.test(l.name) && addrs6(l).length > 0);
+    if (named) return chooseIpv6Only(named, addrs6(named)[0] as string, req);
+  }
+  if (req.ifaceRegex.length > 0) {
+    throw new TwillError(
+      'IFACE_NOT_FOUND',
+      `--iface-regex ${req.ifaceRegex.join(',')}: no interface name or global IPv6 address matches (IPv4 is off)`,
+    );
+  }
+  if (!defaultDev) {
+    throw new TwillError(
+      'IFACE_NOT_FOUND',
+      'no IPv6 default route to pick an interface from (IPv4 is off); pass --iface <name|ipv6>',
+    );
+  }
+  const iface = links.find((l) => l.name === defaultDev);
+  if (!iface)
+    throw new TwillError(
+      'IFACE_NOT_FOUND',
+      `IPv6 default route device ${defaultDev}: no such interface`,
+    );
+  const ip6 = addrs6(iface)[0];
+  if (ip6 === undefined) {
+    throw new TwillError(
+      'IFACE_NOT_FOUND',
+      `failed to find IPv6 address for interface ${iface.name}: IPv4 is off and it has no global IPv6 address that is not deprecated, tentative or a duplicate`,
+    );
+  }
+  return chooseIpv6Only(iface, ip6, req);
+}
+
 /** Reads the kernel's interfaces and default route, then selects. */
 export async function discoverInterface(
   runner: Runner,
   req: IfaceRequest,
   signal: AbortSignal,
 ): Promise<IfaceChoice> {
-  // without -4 the listing carries the IPv6 addresses a dual-stack request needs
-  const family = req.ipv6 === true ? [] : ['-4'];
+  const ipv4 = req.ipv4 !== false;
+  // without -4 the listing carries the IPv6 addresses a dual-stack or IPv6-only request needs
+  const family = ipv4 && req.ipv6 !== true ? ['-4'] : [];
   const links = parseIpAddr(
     await runJson(runner, 'ip', ['-json', ...family, 'addr', 'show'], { signal }),
   );
   const needDefault = req.iface.length === 0 && req.ifaceRegex.length === 0;
+  // with IPv4 off, the IPv6 default route's device, as flannel's LookupExtIface
   const routes = needDefault
-    ? await runJson(runner, 'ip', ['-json', '-4', 'route', 'show', 'default'], { signal })
+    ? await runJson(runner, 'ip', ['-json', ipv4 ? '-4' : '-6', 'route', 'show', 'default'], {
+        signal,
+      })
     : [];
   return selectInterface(links, defaultRouteDevice(routes), req);
 }

@@ -1,16 +1,20 @@
 // `twill status`, the reads: the network config and every lease from the
 // store (one listing), our subnet.env, the interface, the kernel's view of
 // twill's objects, and whether a `twill run` is running in this network
-// namespace (and what its /readyz says, when its health port is known).
+// namespace (and what its /readyz says, when its health port is known). An
+// IPv6-only node's interface is found by its IPv6 address, its lease by its
+// IPv6 subnet or PublicIPv6, and what an earlier IPv4 run left in the kernel
+// is read too (as the daemon's first pass reads it, to remove it).
 import { readdir, readFile, readlink } from 'node:fs/promises';
 import { vxlan6DeviceName, vxlanDeviceName } from '../dataplane/desired.ts';
 import { detectIptables, observe } from '../dataplane/observe.ts';
 import type { Runner } from '../exec/runner.ts';
 import { listLeases } from '../lease/snapshot.ts';
-import type { LeaseStore } from '../lease/types.ts';
-import { discoverInterface, type IfaceRequest } from '../net/iface.ts';
+import type { Lease, LeaseStore } from '../lease/types.ts';
+import { discoverInterface, type IfaceChoice, type IfaceRequest } from '../net/iface.ts';
 import { sameCidr } from '../net/ipv4.ts';
-import { readSubnetEnv } from '../subnetenv.ts';
+import { sameCidr6 } from '../net/ipv6.ts';
+import { readSubnetEnv, subnetFamilies, type SubnetEnv } from '../subnetenv.ts';
 import type { StatusInput } from './report.ts';
 
 export interface GatherOptions {
@@ -18,6 +22,8 @@ export interface GatherOptions {
   readonly runner: Runner;
   readonly iface: IfaceRequest;
   readonly subnetFile: string;
+  /** --cni-bridge (default cni0) */
+  readonly cniBridge?: string;
   /** the daemon's health port (0: unknown) */
   readonly healthzPort: number;
   readonly signal: AbortSignal;
@@ -62,31 +68,51 @@ async function daemonState(healthzPort: number): Promise<StatusInput['daemon']> 
   }
 }
 
+/**
+ * Whether a lease is this node's: the one subnet.env names (by its IPv4 subnet, or its IPv6 one on
+ * an IPv6-only node), else the one with our PublicIP (PublicIPv6 with IPv4 off, where no lease
+ * has a PublicIP).
+ */
+export function isOwnLease(
+  lease: Lease,
+  o: { ipv4: boolean; env: SubnetEnv | undefined; choice: IfaceChoice },
+): boolean {
+  if (o.env) {
+    const { v4, v6 } = subnetFamilies(o.env);
+    if (v4) return lease.subnet !== null && sameCidr(lease.subnet, v4.subnet);
+    return !!v6 && !!lease.subnet6 && sameCidr6(lease.subnet6, v6.subnet);
+  }
+  const ip = o.ipv4 ? o.choice.publicIp : o.choice.publicIp6;
+  if (ip === null || ip === undefined) return false;
+  return (o.ipv4 ? lease.attrs.publicIp : lease.attrs.publicIpv6) === ip;
+}
+
 export async function gatherStatus(o: GatherOptions): Promise<StatusInput> {
   const { store, runner, signal } = o;
   const config = await store.getNetworkConfig(signal);
+  const ipv4 = config.ipv4 !== null;
+  const ipv6 = config.ipv6 !== null;
   const [env, records, choice, iptables, daemon] = await Promise.all([
     readSubnetEnv(o.subnetFile).catch(() => undefined),
     listLeases(store, signal),
-    discoverInterface(runner, { ...o.iface, ipv6: config.ipv6 !== null }, signal),
-    detectIptables(runner, signal),
+    discoverInterface(runner, { ...o.iface, ipv6, ...(ipv4 ? {} : { ipv4: false }) }, signal),
+    detectIptables(runner, signal, { ipv4 }),
     daemonState(o.healthzPort),
   ]);
-  const mine = records.find(
-    (r) =>
-      r.ok &&
-      (env ? sameCidr(r.lease.subnet, env.subnet) : r.lease.attrs.publicIp === choice.publicIp),
-  );
+  const mine = records.find((r) => r.ok && isOwnLease(r.lease, { ipv4, env, choice }));
   const expiresAt = mine?.ok ? await store.leaseExpiry?.(mine.key, signal) : undefined;
   const self = mine?.ok ? { ...mine.lease, expiresAt: expiresAt ?? 0 } : undefined;
   const vxlan = config.backend.type === 'vxlan' ? config.backend : undefined;
   const device = vxlan ? vxlanDeviceName(vxlan.vni) : undefined;
-  // a dual-stack node's IPv6 routes, twill-v6 device entries and ip6tables chains, as a pass reads
-  const v6 =
-    config.ipv6 !== null
-      ? { ipv6: true, dev6: vxlan ? vxlan6DeviceName(vxlan.vni) : undefined }
-      : {};
-  const observed = await observe(runner, device, signal, { chains: true, ...v6 });
+  // a dual-stack or IPv6-only node's IPv6 routes, twill-v6 device entries and ip6tables chains, as
+  // a pass reads them; with IPv4 off, what an IPv4 run left (as the daemon's first pass reads it)
+  const v6 = ipv6 ? { ipv6: true, dev6: vxlan ? vxlan6DeviceName(vxlan.vni) : undefined } : {};
+  const v4 = ipv4 ? {} : { ipv4: false, leftovers4: true };
+  const observed = await observe(runner, ipv4 ? device : undefined, signal, {
+    chains: true,
+    ...v6,
+    ...v4,
+  });
   return {
     config,
     self,
@@ -94,6 +120,7 @@ export async function gatherStatus(o: GatherOptions): Promise<StatusInput> {
     choice,
     ipMasq: env?.ipMasq ?? false,
     randomFully: iptables.randomFully,
+    ...(o.cniBridge === undefined ? {} : { cniBridge: o.cniBridge }),
     observed,
     daemon,
     anySubnetSize: store.anySubnetSize === true,

@@ -4,11 +4,20 @@
 // kernel has each peer's entries, the diff between desired and actual
 // kernel state, and the masquerade chain state. A dual-stack node shows both
 // families: our IPv6 subnet, each peer's and whether the kernel holds its IPv6
-// entries, and the ip6tables chains.
+// entries, and the ip6tables chains. An IPv6-only node shows the IPv6 family
+// alone: its IPv4 fields are null (the keys stay, so a reader of the JSON of
+// an IPv4 or dual-stack node sees what it always did), and what an earlier
+// IPv4 run left in the kernel is in the diff as extra.
 import type { NetConfig } from '../config/netconf.ts';
 import { desiredState } from '../dataplane/desired.ts';
 import { diff } from '../dataplane/diff.ts';
-import { chainSpecs, chainSpecs6, diffChain, type ChainSpec } from '../dataplane/masq.ts';
+import {
+  chainSpecs,
+  chainSpecs6,
+  diffChain,
+  noChainSpecs,
+  type ChainSpec,
+} from '../dataplane/masq.ts';
 import type { ObservedChain, ObservedState, Op } from '../dataplane/model.ts';
 import { opLines } from '../dataplane/render.ts';
 import { admitPeers, truncated } from '../lease/admit.ts';
@@ -25,6 +34,8 @@ export interface StatusInput {
   readonly choice: IfaceChoice;
   readonly ipMasq: boolean;
   readonly randomFully: boolean;
+  /** --cni-bridge: where a stale gateway counts as extra (the daemon removes it); default cni0 */
+  readonly cniBridge?: string;
   readonly observed: ObservedState;
   /** is a `twill run` for this node running, and what its /readyz said if known */
   readonly daemon: { readonly running: boolean; readonly detail: string };
@@ -37,12 +48,16 @@ export interface StatusInput {
 
 export interface PeerRow {
   readonly key: string;
-  readonly subnet: string;
-  readonly publicIp: string;
+  /** the IPv4 subnet, PublicIP and VtepMAC; null on an IPv6-only node (IPv4 is off) */
+  readonly subnet: string | null;
+  readonly publicIp: string | null;
   readonly vtepMac: string | null;
-  /** "ok", or what is wrong: missing route/neigh/fdb, different …, or why it is skipped */
-  readonly kernel: string;
-  /** dual-stack peers: the IPv6 subnet, PublicIPv6 and IPv6 VtepMAC (null when absent) */
+  /**
+   * "ok", or what is wrong: missing route/neigh/fdb, different …, or why it is skipped; null on an
+   * IPv6-only node, where `kernel6` says it
+   */
+  readonly kernel: string | null;
+  /** dual-stack and IPv6-only peers: the IPv6 subnet, PublicIPv6 and IPv6 VtepMAC (null: absent) */
   readonly subnet6?: string | null;
   readonly publicIpv6?: string | null;
   readonly vtepMac6?: string | null;
@@ -54,12 +69,13 @@ export interface StatusReport {
   readonly daemon: { readonly running: boolean; readonly detail: string };
   readonly lease: {
     readonly key: string;
-    readonly subnet: string;
-    readonly publicIp: string;
+    /** our IPv4 subnet and PublicIP; null on an IPv6-only node */
+    readonly subnet: string | null;
+    readonly publicIp: string | null;
     readonly backend: string;
     readonly vtepMac: string | null;
     readonly expiresAt: string | null;
-    /** dual-stack: our IPv6 subnet, PublicIPv6 and IPv6 VtepMAC */
+    /** dual-stack and IPv6 only: our IPv6 subnet, PublicIPv6 and IPv6 VtepMAC */
     readonly subnet6?: string | null;
     readonly publicIpv6?: string | null;
     readonly vtepMac6?: string | null;
@@ -71,8 +87,9 @@ export interface StatusReport {
     readonly extra: readonly string[];
     readonly different: readonly string[];
   };
-  readonly masquerade: { readonly postrouting: string; readonly forward: string };
-  /** the same chains in ip6tables on a dual-stack node; null when IPv6 is off */
+  /** twill's chains in iptables; null when IPv4 is off (IPv6 only) */
+  readonly masquerade: { readonly postrouting: string; readonly forward: string } | null;
+  /** the same chains in ip6tables on a dual-stack or IPv6-only node; null when IPv6 is off */
   readonly masquerade6: { readonly postrouting: string; readonly forward: string } | null;
   readonly inSync: boolean;
 }
@@ -85,9 +102,14 @@ interface ChainDiff {
 
 /**
  * One chain for people, from the same typed ops a pass would apply: rules missing, extra
- * (duplicates included), out of order; the jump to it.
+ * (duplicates included), out of order; the jump to it. `off` says why a chain that must not exist
+ * must not (--ip-masq is off, or IPv4 is off).
  */
-export function chainDiff(want: ChainSpec, seen: ObservedChain): ChainDiff {
+export function chainDiff(
+  want: ChainSpec,
+  seen: ObservedChain,
+  off = '--ip-masq is off',
+): ChainDiff {
   const out: ChainDiff = { missing: [], extra: [], different: [] };
   const ops = diffChain(want, seen);
   // ip6tables' chains carry the same names: their lines say which tool they are in
@@ -96,7 +118,7 @@ export function chainDiff(want: ChainSpec, seen: ObservedChain): ChainDiff {
     if (op.kind === 'chain') {
       const name = `chain ${table} ${op.chain}`;
       if (op.action === 'add') out.missing.push(name);
-      else if (op.action === 'delete') out.extra.push(`${name} (--ip-masq is off)`);
+      else if (op.action === 'delete') out.extra.push(`${name} (${off})`);
       else {
         out.missing.push(...op.missing.map((r) => `${table}: ${r}`));
         out.extra.push(...op.extra.map((r) => `${table}: ${r}`));
@@ -109,7 +131,7 @@ export function chainDiff(want: ChainSpec, seen: ObservedChain): ChainDiff {
   const dropped = ops.filter((o) => o.kind === 'jump' && o.action === 'delete').length;
   if (dropped > 0)
     out.extra.push(
-      `${table}: ${seen.jumps.length} jump(s) from ${want.parent} to ${want.chain}, want one of ours`,
+      `${table}: ${seen.jumps.length} jump(s) from ${want.parent} to ${want.chain}, want ${want.rules === null ? 'none' : 'one of ours'}`,
     );
   return out;
 }
@@ -146,9 +168,13 @@ function opFamily(op: Op): Family | undefined {
 function forPeer(op: Op, lease: Lease, family: Family): boolean {
   if (op.action === 'delete' || opFamily(op) !== family) return false;
   const s6 = lease.subnet6;
-  if (family === 6 && !s6) return false;
-  const dst = family === 6 && s6 ? formatCidr6(s6) : formatCidr(lease.subnet);
-  const gw = family === 6 && s6 ? formatIpv6(s6.base) : formatIpv4(lease.subnet.base);
+  const s4 = lease.subnet;
+  const at =
+    family === 6
+      ? s6 && { dst: formatCidr6(s6), gw: formatIpv6(s6.base) }
+      : s4 && { dst: formatCidr(s4), gw: formatIpv4(s4.base) };
+  if (!at) return false;
+  const { dst, gw } = at;
   const data = family === 6 ? lease.attrs.backendData6 : lease.attrs.backendData;
   if (op.kind === 'route') return op.route.dst === dst;
   if (op.kind === 'neigh') return op.neigh.ip === gw;
@@ -213,20 +239,28 @@ export function buildStatus(i: StatusInput): StatusReport {
         choice: i.choice,
         ipMasq: i.ipMasq,
         randomFully: i.randomFully,
+        ...(i.cniBridge === undefined ? {} : { cniBridge: i.cniBridge }),
       })
     : undefined;
   const ops = want ? diff(want, i.observed) : [];
-  const dual = i.config.ipv6 !== null;
+  // the families the node runs: an IPv6-only node's rows and lease carry null IPv4 fields, and its
+  // kernel column is the IPv6 one
+  const v4 = i.config.ipv4 !== null;
+  const v6 = i.config.ipv6 !== null;
   const rows: PeerRow[] = peers.map((r) => {
-    if (!r.ok)
+    if (!r.ok) {
+      const malformed = `refused (malformed): ${truncated(r.reason, 200)}`;
       return {
         key: r.key,
-        subnet: '?',
-        publicIp: '?',
+        subnet: v4 ? '?' : null,
+        publicIp: v4 ? '?' : null,
         vtepMac: null,
-        kernel: `refused (malformed): ${truncated(r.reason, 200)}`,
-        ...(dual ? { subnet6: null, publicIpv6: null, vtepMac6: null, kernel6: null } : {}),
+        kernel: v4 ? malformed : null,
+        ...(v6
+          ? { subnet6: null, publicIpv6: null, vtepMac6: null, kernel6: v4 ? null : malformed }
+          : {}),
       };
+    }
     const bad = refusedBy.get(r.key);
     const kernelOf = (family: Family): string =>
       bad !== undefined
@@ -234,19 +268,25 @@ export function buildStatus(i: StatusInput): StatusReport {
         : want
           ? peerKernel(r.lease, ops, family)
           : 'unknown (no lease of ours)';
+    const s4 = v4 ? r.lease.subnet : null;
     const s6 = r.lease.subnet6;
+    // dual-stack: the refusal's detail is in the IPv4 column already
+    const kernel6 = (): string =>
+      v4 && bad !== undefined ? `refused (${bad.reason})` : kernelOf(6);
     return {
       key: r.key,
-      subnet: formatCidr(r.lease.subnet),
-      publicIp: r.lease.attrs.publicIp,
-      vtepMac: r.lease.attrs.backendData?.vtepMac ?? null,
-      kernel: kernelOf(4),
-      ...(dual
+      subnet: s4 ? formatCidr(s4) : null,
+      publicIp: v4 ? r.lease.attrs.publicIp : null,
+      vtepMac: (v4 ? r.lease.attrs.backendData?.vtepMac : undefined) ?? null,
+      // a dual-stack node's admitted IPv6-only peer has no IPv4 entries to judge: null, not "ok"
+      kernel: v4 && (s4 !== null || bad !== undefined) ? kernelOf(4) : null,
+      ...(v6
         ? {
             subnet6: s6 ? formatCidr6(s6) : null,
             publicIpv6: r.lease.attrs.publicIpv6,
             vtepMac6: r.lease.attrs.backendData6?.vtepMac ?? null,
-            kernel6: s6 ? (bad !== undefined ? `refused (${bad.reason})` : kernelOf(6)) : null,
+            // IPv6 only: a peer without an IPv6 subnet is refused, and says so here
+            kernel6: s6 || !v4 ? kernel6() : null,
           }
         : {}),
     };
@@ -255,12 +295,16 @@ export function buildStatus(i: StatusInput): StatusReport {
     specs: ReturnType<typeof chainSpecs> | undefined,
     post: ObservedChain | undefined,
     fwd: ObservedChain | undefined,
+    off?: string,
   ): [ChainDiff | undefined, ChainDiff | undefined] => [
-    specs && post ? chainDiff(specs.postrouting, post) : undefined,
-    specs && fwd ? chainDiff(specs.forward, fwd) : undefined,
+    specs && post ? chainDiff(specs.postrouting, post, off) : undefined,
+    specs && fwd ? chainDiff(specs.forward, fwd, off) : undefined,
   ];
   const o = i.observed;
-  const [post, fwd] = diffs(want ? chainSpecs(want.masq) : undefined, o.postrouting, o.forward);
+  // IPv4 off: twill's iptables chains must not exist; ones an earlier IPv4 run left show as extra
+  const [post, fwd] = want?.masq
+    ? diffs(chainSpecs(want.masq), o.postrouting, o.forward)
+    : diffs(want ? noChainSpecs() : undefined, o.postrouting, o.forward, 'IPv4 is off');
   const [post6, fwd6] = diffs(
     want?.masq6 ? chainSpecs6(want.masq6) : undefined,
     o.postrouting6,
@@ -271,12 +315,12 @@ export function buildStatus(i: StatusInput): StatusReport {
     lease: self
       ? {
           key: self.key,
-          subnet: formatCidr(self.subnet),
-          publicIp: self.attrs.publicIp,
+          subnet: v4 && self.subnet ? formatCidr(self.subnet) : null,
+          publicIp: v4 ? self.attrs.publicIp : null,
           backend: self.attrs.backendType,
-          vtepMac: self.attrs.backendData?.vtepMac ?? null,
+          vtepMac: (v4 ? self.attrs.backendData?.vtepMac : undefined) ?? null,
           expiresAt: expiry(self.expiresAt),
-          ...(dual
+          ...(v6
             ? {
                 subnet6: self.subnet6 ? formatCidr6(self.subnet6) : null,
                 publicIpv6: self.attrs.publicIpv6,
@@ -290,8 +334,8 @@ export function buildStatus(i: StatusInput): StatusReport {
       ops,
       [post, fwd, post6, fwd6].filter((c): c is ChainDiff => c !== undefined),
     ),
-    masquerade: { postrouting: chainState(post), forward: chainState(fwd) },
-    masquerade6: dual ? { postrouting: chainState(post6), forward: chainState(fwd6) } : null,
+    masquerade: v4 ? { postrouting: chainState(post), forward: chainState(fwd) } : null,
+    masquerade6: v6 ? { postrouting: chainState(post6), forward: chainState(fwd6) } : null,
     inSync: want !== undefined && ops.length === 0,
   };
 }

@@ -1,7 +1,9 @@
 // `twill status` as text for people (the JSON form is the report itself). A
 // dual-stack node gets an IPv6 line for the lease, IPv6 columns in the peer
-// table and a line for the ip6tables chains.
-import type { StatusReport } from './report.ts';
+// table and a line for the ip6tables chains. An IPv6-only node's lease line
+// says IPv4 is off, its peer table has the IPv6 columns alone, and its
+// masquerade line says IPv4 is off.
+import type { PeerRow, StatusReport } from './report.ts';
 
 function table(head: readonly string[], rows: readonly (readonly string[])[]): string[] {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
@@ -16,47 +18,40 @@ function table(head: readonly string[], rows: readonly (readonly string[])[]): s
 export function renderStatus(r: StatusReport): string {
   const out: string[] = [`daemon:     ${r.daemon.detail}`];
   const l = r.lease;
+  const v4 = r.masquerade !== null;
+  const v6 = r.masquerade6 !== null;
+  const vtep = l?.vtepMac ? `, VtepMAC ${l.vtepMac}` : '';
   out.push(
-    l
-      ? `lease:      ${l.subnet} (${l.key}), public IP ${l.publicIp}, ${l.backend}${l.vtepMac ? `, VtepMAC ${l.vtepMac}` : ''}, expires ${l.expiresAt ?? 'unknown'}`
-      : 'lease:      none found in the store for this node',
+    !l
+      ? 'lease:      none found in the store for this node'
+      : v4
+        ? `lease:      ${l.subnet ?? 'no IPv4 subnet'} (${l.key}), public IP ${l.publicIp ?? 'none'}, ${l.backend}${vtep}, expires ${l.expiresAt ?? 'unknown'}`
+        : `lease:      IPv4 off (${l.key}), ${l.backend}, expires ${l.expiresAt ?? 'unknown'}`,
   );
-  const dual = r.masquerade6 !== null;
-  if (l && dual)
+  if (l && v6)
     out.push(
       `lease IPv6: ${l.subnet6 ?? 'none'}, public IPv6 ${l.publicIpv6 ?? 'none'}${l.vtepMac6 ? `, VtepMAC ${l.vtepMac6}` : ''}`,
     );
   out.push(`peers:      ${r.peers.length}`);
-  if (r.peers.length > 0 && !dual)
+  const head4 = ['subnet', 'public IP', 'VtepMAC', 'kernel'];
+  const head6 = ['IPv6 subnet', 'public IPv6', 'VtepMAC v6', 'kernel v6'];
+  const cells4 = (p: PeerRow): string[] => [
+    p.subnet ?? '-',
+    p.publicIp ?? '-',
+    p.vtepMac ?? '-',
+    p.kernel ?? '-',
+  ];
+  const cells6 = (p: PeerRow): string[] => [
+    p.subnet6 ?? '-',
+    p.publicIpv6 ?? '-',
+    p.vtepMac6 ?? '-',
+    p.kernel6 ?? '-',
+  ];
+  if (r.peers.length > 0)
     out.push(
       ...table(
-        ['subnet', 'public IP', 'VtepMAC', 'kernel'],
-        r.peers.map((p) => [p.subnet, p.publicIp, p.vtepMac ?? '-', p.kernel]),
-      ),
-    );
-  if (r.peers.length > 0 && dual)
-    out.push(
-      ...table(
-        [
-          'subnet',
-          'public IP',
-          'VtepMAC',
-          'kernel',
-          'IPv6 subnet',
-          'public IPv6',
-          'VtepMAC v6',
-          'kernel v6',
-        ],
-        r.peers.map((p) => [
-          p.subnet,
-          p.publicIp,
-          p.vtepMac ?? '-',
-          p.kernel,
-          p.subnet6 ?? '-',
-          p.publicIpv6 ?? '-',
-          p.vtepMac6 ?? '-',
-          p.kernel6 ?? '-',
-        ]),
+        [...(v4 ? head4 : []), ...(v6 ? head6 : [])],
+        r.peers.map((p) => [...(v4 ? cells4(p) : []), ...(v6 ? cells6(p) : [])]),
       ),
     );
   const d = r.diff;
@@ -73,7 +68,9 @@ export function renderStatus(r: StatusReport): string {
   ] as const)
     for (const line of lines) out.push(`  ${what.padEnd(9)} ${line}`);
   out.push(
-    `masquerade: TWILL-POSTRTG ${r.masquerade.postrouting}; TWILL-FWD ${r.masquerade.forward}`,
+    r.masquerade
+      ? `masquerade: TWILL-POSTRTG ${r.masquerade.postrouting}; TWILL-FWD ${r.masquerade.forward}`
+      : 'masquerade: IPv4 off (twill keeps no iptables chain)',
   );
   if (r.masquerade6)
     out.push(

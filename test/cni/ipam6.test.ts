@@ -200,11 +200,13 @@ describe('dual-stack batches, result and CHECK', () => {
   it('gives the pod its IPv6 address (nodad) and routes in the same batch', () => {
     const base = {
       ifname: 'eth0',
-      address: parseIpv4('10.244.3.5') ?? 0,
-      subnet: cidr('10.244.3.0/24'),
-      gateway: parseIpv4('10.244.3.1') ?? 0,
-      network: cidr('10.244.0.0/16'),
       defaultRoute: true,
+      v4: {
+        address: parseIpv4('10.244.3.5') ?? 0,
+        subnet: cidr('10.244.3.0/24'),
+        gateway: parseIpv4('10.244.3.1') ?? 0,
+        network: cidr('10.244.0.0/16'),
+      },
     };
     const v6 = {
       address: ip6('fd00:0:0:3::5'),
@@ -228,7 +230,7 @@ describe('dual-stack batches, result and CHECK', () => {
     );
     expect(podAddBatch(base).join('\n')).not.toMatch(/fd00|nodad/);
     expect(podCheckBatch('eth0')).toEqual(['addr show dev eth0', 'route show dev eth0']);
-    expect(podCheckBatch('eth0', true)).toEqual([
+    expect(podCheckBatch('eth0', { ipv4: true, ipv6: true })).toEqual([
       'addr show dev eth0',
       'route show dev eth0',
       'route show table all dev eth0',
@@ -241,8 +243,7 @@ describe('dual-stack batches, result and CHECK', () => {
       bridge: iface,
       host: iface,
       pod: { ...iface, sandbox: '/var/run/netns/p' },
-      address: '10.244.3.5/24',
-      gateway: '10.244.3.1',
+      ip4: { address: '10.244.3.5/24', gateway: '10.244.3.1' },
       ip6: { address: 'fd00:0:0:3::5/64', gateway: 'fd00:0:0:3::1' },
       routes: [],
     };
@@ -259,11 +260,9 @@ describe('dual-stack batches, result and CHECK', () => {
   it('CHECK reports a missing, tentative or failed IPv6 address and missing IPv6 routes', () => {
     const expected = {
       ifname: 'eth0',
-      address: '10.244.3.5/24',
       mtu: 1450,
-      gateway: '10.244.3.1',
-      network: '10.244.0.0/16',
       defaultRoute: true,
+      v4: { address: '10.244.3.5/24', gateway: '10.244.3.1', network: '10.244.0.0/16' },
       v6: { address: 'fd00:0:0:3::5/64', gateway: 'fd00:0:0:3::1', network: 'fd00::/48' },
     };
     const link = (extra: Record<string, unknown>[]) => [

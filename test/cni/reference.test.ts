@@ -2,9 +2,10 @@
 // containernetworking-plugins): for the same subnet and inputs, twill's ADD
 // leaves the pod namespace with the same shape (interface, address, routes,
 // MTU) and the node with the same bridge as bridge + host-local; on a
-// dual-stack node too, beside host-local with two ranges (one per family).
-// And the reference portmap chains after twill, reading twill's result as
-// prevResult.
+// dual-stack node too, beside host-local with two ranges (one per family),
+// and on an IPv6-only node beside host-local with its one IPv6 range (as
+// flannel's plugin configures it). And the reference portmap chains after
+// twill, reading twill's result as prevResult.
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -18,6 +19,9 @@ const ref = new CniNode();
 const DUAL = { subnet: '10.244.5.0/24', network6: 'fd00::/48', subnet6: 'fd00:0:0:5::/64' };
 const twill6 = new CniNode(DUAL);
 const ref6 = new CniNode(DUAL);
+const V6ONLY = { ipv4: false, network6: 'fd00::/48', subnet6: 'fd00:0:0:6::/64' };
+const twillV6 = new CniNode(V6ONLY);
+const refV6 = new CniNode(V6ONLY);
 
 beforeAll(async () => {
   await sweepStaleNetns();
@@ -25,6 +29,8 @@ beforeAll(async () => {
   await ref.setup('ref-node');
   await twill6.setup('tw6-node');
   await ref6.setup('ref6-node');
+  await twillV6.setup('twv6-node');
+  await refV6.setup('refv6-node');
 });
 
 afterAll(async () => {
@@ -32,15 +38,21 @@ afterAll(async () => {
   await ref.destroy();
   await twill6.destroy();
   await ref6.destroy();
+  await twillV6.destroy();
+  await refV6.destroy();
 });
 
 function refConf(node: CniNode = ref): Record<string, unknown> {
-  const dual = node.subnet6 !== undefined && node.network6 !== undefined;
+  const v6 = node.subnet6 !== undefined && node.network6 !== undefined;
+  const v4 = node.ipv4;
   const ipam = {
     type: 'host-local',
     dataDir: join(node.dir, 'ipam'),
-    ranges: [[{ subnet: node.subnet }], ...(dual ? [[{ subnet: node.subnet6 }]] : [])],
-    routes: [{ dst: node.network }, ...(dual ? [{ dst: node.network6 }] : [])],
+    ranges: [
+      ...(v4 ? [[{ subnet: node.subnet }]] : []),
+      ...(v6 ? [[{ subnet: node.subnet6 }]] : []),
+    ],
+    routes: [...(v4 ? [{ dst: node.network }] : []), ...(v6 ? [{ dst: node.network6 }] : [])],
   };
   return {
     cniVersion: '1.0.0',
@@ -219,6 +231,46 @@ describe('twill-cni beside bridge + host-local', () => {
     const files = async (n: CniNode) =>
       (await readdir(n.storeDir)).filter((f) => !f.startsWith('.') && f !== 'lock').sort();
     expect(await files(twill6)).toEqual(await files(ref6));
+  });
+
+  it('leaves the same IPv6-only shape as bridge + host-local with one IPv6 range', async () => {
+    const twPod = await twillV6.pod('twv6-pod');
+    const refPod = await refV6.pod('refv6-pod');
+    const a = await twillV6.call({ verb: 'ADD', containerId: 'samev6', netns: twPod });
+    const b = await callCni({
+      nodeNs: refV6.nodeNs,
+      exe: join(REFERENCE_DIR, 'bridge'),
+      verb: 'ADD',
+      conf: refConf(refV6),
+      containerId: 'samev6',
+      netns: refPod,
+    });
+    expect([a.code, b.code]).toEqual([0, 0]);
+    expect((a.json as { ips: unknown }).ips).toEqual((b.json as { ips: unknown }).ips);
+    expect((a.json as { ips: unknown[] }).ips).toEqual([
+      { interface: 2, address: 'fd00:0:0:6::2/64', gateway: 'fd00:0:0:6::1' },
+    ]);
+    const dsts = (json: unknown) =>
+      (json as { routes: { dst: string }[] }).routes.map((r) => r.dst).sort();
+    expect(dsts(a.json)).toEqual(dsts(b.json));
+    // no IPv4 in either pod (address or route) nor on either bridge
+    const shape = await podShape(twillV6, twPod);
+    expect(shape).toEqual(await podShape(refV6, refPod));
+    expect(shape).toMatchObject({ eth0: { mtu: 1450, inet: [] }, routes: [] });
+    expect(await nodeShape(twillV6)).toEqual(await nodeShape(refV6));
+    expect(await nodeShape(twillV6)).toMatchObject({ bridge: { inet: [] } });
+    const shape6 = await ipv6Shape(twillV6, twPod);
+    expect(shape6).toEqual(await ipv6Shape(refV6, refPod));
+    expect(shape6).toMatchObject({
+      eth0: [{ local: 'fd00:0:0:6::2', prefixlen: 64 }],
+      bridge: [{ local: 'fd00:0:0:6::1', prefixlen: 64 }],
+    });
+    // same store layout: the IPv6 address file and host-local's hint for its only range set,
+    // last_reserved_ip.0
+    const files = async (n: CniNode) =>
+      (await readdir(n.storeDir)).filter((f) => !f.startsWith('.') && f !== 'lock').sort();
+    expect(await files(twillV6)).toEqual(await files(refV6));
+    expect(await files(twillV6)).toEqual(['fd00:0:0:6::2', 'last_reserved_ip.0']);
   });
 
   it('chains the reference portmap after twill: it reads twill’s result as prevResult', async () => {

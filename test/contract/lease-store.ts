@@ -8,8 +8,9 @@
 import { describe, expect, it } from 'vitest';
 import { parseNetConfig, type NetConfig } from '../../src/config/netconf.ts';
 import { encodeLeaseValue } from '../../src/lease/codec.ts';
-import type { LeaseAttrs, LeaseEvent, LeaseStore } from '../../src/lease/types.ts';
-import { containsCidr, formatCidr, parseCidr } from '../../src/net/ipv4.ts';
+import { listLeases } from '../../src/lease/snapshot.ts';
+import type { Lease, LeaseAttrs, LeaseEvent, LeaseStore } from '../../src/lease/types.ts';
+import { containsCidr, formatCidr, parseCidr, type Cidr } from '../../src/net/ipv4.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
 
 export interface TestNetwork {
@@ -45,6 +46,16 @@ export interface StoreHarness {
 }
 
 const NETCONF = '{"Network":"10.10.0.0/16","Backend":{"Type":"vxlan","VNI":1}}';
+/** The contract's configs are IPv4 (or dual-stack): their IPv4 half. */
+const ipv4Of = (config: NetConfig): NonNullable<NetConfig['ipv4']> => {
+  if (!config.ipv4) throw new Error('test setup: the contract config has no IPv4');
+  return config.ipv4;
+};
+/** A lease's IPv4 subnet, which every lease of an IPv4 config has. */
+const subnetOf = (lease: Lease): Cidr => {
+  if (!lease.subnet) throw new Error(`lease ${lease.key} has no IPv4 subnet`);
+  return lease.subnet;
+};
 const signal = new AbortController().signal;
 let seq = 0;
 
@@ -110,7 +121,7 @@ export function leaseStoreContract(name: string, harness: () => StoreHarness): v
     it('reads the network config, and names where it lives when it is missing or bad', async () => {
       const { net } = await setup();
       const store = await net.open(1);
-      expect(formatCidr((await store.getNetworkConfig(signal)).network)).toBe('10.10.0.0/16');
+      expect(formatCidr(ipv4Of(await store.getNetworkConfig(signal)).network)).toBe('10.10.0.0/16');
       await net.setConfig(undefined);
       await expect(store.getNetworkConfig(signal)).rejects.toMatchObject({
         code: 'CONFIG_MISSING',
@@ -131,8 +142,8 @@ export function leaseStoreContract(name: string, harness: () => StoreHarness): v
         { config, attrs: vxlanAttrs(1), previous: undefined },
         signal,
       );
-      expect(lease.subnet.prefix).toBe(24);
-      expect(containsCidr(config.network, lease.subnet)).toBe(true);
+      expect(subnetOf(lease).prefix).toBe(24);
+      expect(containsCidr(ipv4Of(config).network, subnetOf(lease))).toBe(true);
       expect(await net.read(lease.key)).toBe(
         '{"PublicIP":"192.0.2.1","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:01:01"}}',
       );
@@ -148,9 +159,9 @@ export function leaseStoreContract(name: string, harness: () => StoreHarness): v
       const again = await (
         await net.open(2)
       ).acquireLease({ config, attrs: vxlanAttrs(2), previous: undefined }, signal);
-      expect({ key: again.key, subnet: formatCidr(again.subnet) }).toEqual({
+      expect({ key: again.key, subnet: formatCidr(subnetOf(again)) }).toEqual({
         key: first.key,
-        subnet: formatCidr(first.subnet),
+        subnet: formatCidr(subnetOf(first)),
       });
       expect(await net.read(again.key)).toBe(encodeLeaseValue(vxlanAttrs(2)));
     });
@@ -238,9 +249,9 @@ function allocationContract(name: string, harness: () => StoreHarness): void {
         { config, attrs: vxlanAttrs(1), previous: undefined },
         signal,
       );
-      expect(lease.subnet.base).toBeGreaterThanOrEqual(config.subnetMin);
-      expect(lease.subnet.base).toBeLessThanOrEqual(config.subnetMax);
-      expect(lease.key).toBe(formatCidr(lease.subnet).replace('/', '-'));
+      expect(subnetOf(lease).base).toBeGreaterThanOrEqual(ipv4Of(config).subnetMin);
+      expect(subnetOf(lease).base).toBeLessThanOrEqual(ipv4Of(config).subnetMax);
+      expect(lease.key).toBe(formatCidr(subnetOf(lease)).replace('/', '-'));
       // the store tells when a lease runs out (twill status shows it)
       const expiry = await store.leaseExpiry?.(lease.key, signal);
       expect(Math.abs((expiry ?? 0) - lease.expiresAt)).toBeLessThan(3_000);
@@ -256,12 +267,12 @@ function allocationContract(name: string, harness: () => StoreHarness): void {
         { config, attrs: vxlanAttrs(3), previous: wanted },
         signal,
       );
-      expect(formatCidr(a.subnet)).toBe('10.10.77.0/24');
+      expect(formatCidr(subnetOf(a))).toBe('10.10.77.0/24');
       const b = await store.acquireLease(
         { config, attrs: vxlanAttrs(4), previous: wanted },
         signal,
       );
-      expect(formatCidr(b.subnet)).not.toBe('10.10.77.0/24');
+      expect(formatCidr(subnetOf(b))).not.toBe('10.10.77.0/24');
     });
 
     it('gives concurrent nodes distinct subnets', async () => {
@@ -285,8 +296,9 @@ function allocationContract(name: string, harness: () => StoreHarness): void {
       for (let n = 1; n <= 3; n++)
         got.push(
           formatCidr(
-            (await store.acquireLease({ config, attrs: hostGw(n), previous: undefined }, signal))
-              .subnet,
+            subnetOf(
+              await store.acquireLease({ config, attrs: hostGw(n), previous: undefined }, signal),
+            ),
           ),
         );
       expect(got.sort()).toEqual(['10.20.0.12/30', '10.20.0.4/30', '10.20.0.8/30']);
@@ -307,7 +319,9 @@ function allocationContract(name: string, harness: () => StoreHarness): void {
       const lease = await (
         await net.open(1)
       ).acquireLease({ config, attrs: hostGw(1), previous: undefined }, signal);
-      expect(['10.20.0.4/30', '10.20.0.8/30', '10.20.0.12/30']).toContain(formatCidr(lease.subnet));
+      expect(['10.20.0.4/30', '10.20.0.8/30', '10.20.0.12/30']).toContain(
+        formatCidr(subnetOf(lease)),
+      );
     });
 
     it('reports a deleted lease as lost, and names the holder of a taken one', async () => {
@@ -325,6 +339,34 @@ function allocationContract(name: string, harness: () => StoreHarness): void {
         code: 'LEASE_TAKEN',
         message: expect.stringContaining('192.0.2.6'),
       });
+    });
+
+    it('refuses an IPv6-only config (CONFIG_UNSUPPORTED, naming the Kubernetes store) and writes no lease', async () => {
+      // flannel's etcd subnet manager always leases an IPv4 subnet: IPv6-only is Kubernetes only
+      const { net, config } = await make(
+        '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:10::/56","Backend":{"Type":"vxlan","VNI":1}}',
+      );
+      const store = await net.open(1);
+      const refusal = {
+        code: 'CONFIG_UNSUPPORTED',
+        message: expect.stringMatching(/IPv6-only .*needs the Kubernetes store.*--kube-subnet-mgr/),
+      };
+      await expect(store.getNetworkConfig(signal)).rejects.toMatchObject({
+        ...refusal,
+        message: expect.stringContaining(`${net.configLocation}: IPv6-only`),
+      });
+      const attrs: LeaseAttrs = {
+        publicIp: null,
+        publicIpv6: 'fd00:192::1',
+        backendType: 'vxlan',
+        backendData: null,
+        backendData6: { vni: 1, vtepMac: '02:00:00:00:06:01' },
+      };
+      await expect(
+        store.acquireLease({ config, attrs, previous: undefined }, signal),
+      ).rejects.toMatchObject(refusal);
+      expect(await listLeases(store, signal)).toEqual([]);
+      await store.close();
     });
 
     it('drops a lease whose TTL runs out, and it can be reclaimed in place', async () => {

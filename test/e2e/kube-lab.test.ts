@@ -7,10 +7,15 @@
 // namespace, process or file.
 // Over host-gw, dual-stack, only what differs (the annotations with the IPv6
 // ones, the matrix in both families, a Node deleted, two IPv6 breaks): the
-// whole drill set costs 75 s a backend. Runs in the separate
-// e2e pass (see package.json).
+// whole drill set costs 75 s a backend. IPv6-only over vxlan (`--ipv6-only`:
+// EnableIPv4 false, one IPv6 podCIDR per Node), the whole drill set: the IPv4
+// breaks say n/a, the IPv6 ones and the store drills run and heal by IPv6.
+// Runs in the separate e2e pass (see package.json).
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { NetnsCluster } from '../../lab/netns-cluster.ts';
+import { labDir } from '../../lab/state.ts';
 import { ANNOTATION_PREFIX, nodeObjects } from '../../lab/store-view.ts';
 import { lab, labDrills, labLeftovers } from '../helpers/lab.ts';
 
@@ -39,8 +44,8 @@ const KUBE_DRILLS = [
  */
 async function upKube(
   name: string,
-  o: { backend: 'vxlan' | 'host-gw'; pods: number; dualStack?: boolean },
-): Promise<void> {
+  o: { backend: 'vxlan' | 'host-gw'; pods: number; dualStack?: boolean; ipv6Only?: boolean },
+): Promise<string> {
   onTestFinished(async () => void (await lab('--name', name, 'down').catch(() => '')));
   const up = await lab(
     '--name',
@@ -55,12 +60,20 @@ async function upKube(
     '--backend',
     o.backend,
     ...(o.dualStack === true ? ['--dual-stack'] : []),
+    ...(o.ipv6Only === true ? ['--ipv6-only'] : []),
   );
   // dual-stack: the matrix has each pod and the outside host twice, by IPv4 and by IPv6
   if (o.dualStack === true) expect(up).toContain(`${2 * (3 * o.pods + 1)}=outside/6`);
+  // IPv6-only: once, by IPv6 alone
+  if (o.ipv6Only === true) {
+    expect(up).toContain('columns: 1=n1-p1/6 ');
+    expect(up).toContain(` ${3 * o.pods + 1}=outside/6\n`);
+    expect(up).toContain(', by IPv6 alone (an IPv6-only lab: no IPv4 columns)');
+  }
   expect(up).toContain(
     `full connectivity: ${3 * o.pods} pods, every pod reaches every pod and outside`,
   );
+  return up;
 }
 
 /** Every Node's flannel annotations and NetworkUnavailable status, by name. */
@@ -155,6 +168,66 @@ describe('the netns lab in Kubernetes mode over host-gw, dual-stack', () => {
           leftovers: [],
           met: expect.any(Boolean),
         });
+      await lab('--name', name, 'down');
+      expect(await labLeftovers(name)).toEqual([]);
+    },
+  );
+});
+
+describe('the netns lab in Kubernetes mode over vxlan, IPv6-only', () => {
+  it(
+    'comes up by IPv6 alone, the Nodes carry no IPv4 annotation, the IPv4 breaks say n/a, every other kube drill passes by IPv6, and down leaves nothing',
+    { timeout: 600_000 },
+    async () => {
+      const name = `twk${process.pid % 100000}6`;
+      const up = await upKube(name, { backend: 'vxlan', pods: 2, ipv6Only: true });
+      expect(up).toContain('IPv6-only');
+      for (const [node, v] of Object.entries(await nodeView(name))) {
+        const index = Number(node.slice(1));
+        expect(v.annotations, node).toMatchObject({
+          'backend-type': 'vxlan',
+          'public-ipv6': `fd00:123::${10 + index}`,
+          'kube-subnet-manager': 'true',
+        });
+        // flannel's kube subnet manager with IPv4 off writes no IPv4 annotation
+        expect(v.annotations, node).not.toHaveProperty('public-ip');
+        expect(v.annotations, node).not.toHaveProperty('backend-data');
+        expect(JSON.parse(v.annotations['backend-v6-data'] ?? 'null'), node).toMatchObject({
+          VNI: 1,
+          VtepMAC: expect.stringMatching(/^([0-9a-f]{2}:){5}[0-9a-f]{2}$/),
+        });
+        expect(v.networkUnavailable, node).toBe('False');
+      }
+      const c = await NetnsCluster.open(name);
+      if (!c) throw new Error(`lab ${name} is not up`);
+      // the pods have one address each, IPv6, in their node's IPv6 subnet
+      for (const p of await c.pods()) {
+        const index = Number(p.node.slice(1)).toString(16);
+        expect(p.ip, p.name).toMatch(new RegExp(`^fd00:10:244:${index}::`));
+        expect(p.ip6, p.name).toBe(p.ip);
+      }
+      // subnet.env holds the IPv6 pair alone
+      const env = await readFile(join(labDir(name), 'n1', 'subnet.env'), 'utf8');
+      expect(env).toContain('FLANNEL_IPV6_NETWORK=fd00:10:244::/56');
+      expect(env).toContain('FLANNEL_IPV6_SUBNET=fd00:10:244:1::');
+      expect(env).not.toMatch(/^FLANNEL_(NETWORK|SUBNET)=/m);
+      const results = await labDrills(name);
+      expect(results.map((r) => r.name)).toEqual(KUBE_DRILLS);
+      for (const r of results)
+        expect(r, `${r.name}: ${r.notes.join('; ')} ${r.leftovers.join('; ')}`).toMatchObject({
+          pass: true,
+          ipChanged: [],
+          leftovers: [],
+        });
+      const ipv4Breaks = KUBE_DRILLS.slice(0, 6);
+      for (const r of results.filter((x) => ipv4Breaks.includes(x.name)))
+        expect(r.notes[0], r.name).toMatch(/^n\/a: breaks IPv4, and an IPv6-only lab has none/);
+      // the IPv6 breaks and the store drills really ran and healed (timed), not n/a
+      for (const r of results.filter((x) => !ipv4Breaks.includes(x.name)))
+        expect(typeof r.met, `${r.name}: ${r.notes.join('; ')}`).toBe('boolean');
+      const status = await lab('--name', name, 'status');
+      expect(status).toContain('full connectivity');
+      expect(status).toContain('by IPv6 alone');
       await lab('--name', name, 'down');
       expect(await labLeftovers(name)).toEqual([]);
     },

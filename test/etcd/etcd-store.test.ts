@@ -241,7 +241,7 @@ describe('etcd lease store, dual-stack (one key for both families, as flannel wr
     const attrs = dualAttrs(1);
     const lease = await store.acquireLease({ config: dual, attrs, previous: undefined }, signal);
     expect(lease.key).toMatch(KEY);
-    expect(lease.subnet6 && subnetKey(lease.subnet, lease.subnet6)).toBe(lease.key);
+    expect(lease.subnet && lease.subnet6 && subnetKey(lease.subnet, lease.subnet6)).toBe(lease.key);
     expect(await keysUnder(prefix)).toEqual([lease.key]);
     expect(await admin.get(`${prefix}/subnets/${lease.key}`).string()).toBe(
       encodeLeaseValue(attrs),

@@ -108,10 +108,13 @@ export class Cluster {
     node: ClusterNode,
   ): Promise<{ gateway: string; prefix: number; key: string; mtu: number }> {
     const env = parseSubnetEnv(await readFile(node.subnetFile, 'utf8'), node.subnetFile);
+    const subnet = env.subnet;
+    // the clusters these helpers make are IPv4 or dual-stack
+    if (!subnet) throw new Error(`${node.subnetFile} has no IPv4 subnet`);
     return {
-      gateway: formatIpv4(firstHost(env.subnet)),
-      prefix: env.subnet.prefix,
-      key: `${formatIpv4(env.subnet.base)}-${env.subnet.prefix}`,
+      gateway: formatIpv4(firstHost(subnet)),
+      prefix: subnet.prefix,
+      key: `${formatIpv4(subnet.base)}-${subnet.prefix}`,
       mtu: env.mtu,
     };
   }

@@ -7,6 +7,8 @@ import { callCni, subnetEnvText, type CniAnswer, type CniCall } from '../../lab/
 import { NetnsLab } from '../../lab/kit/netns.ts';
 import { TWILL_CNI } from '../../lab/kit/twill-command.ts';
 import { run } from '../../src/exec/runner.ts';
+import { parseCidr6 } from '../../src/net/ipv6.ts';
+import { renderSubnetEnv } from '../../src/subnetenv.ts';
 import { isAddressName } from '../../cni/ipam/store.ts';
 
 /**
@@ -16,10 +18,15 @@ import { isAddressName } from '../../cni/ipam/store.ts';
  */
 export class CniNode {
   readonly lab = new NetnsLab();
+  /** false: an IPv6-only node, whose subnet.env has no IPv4 pair (`network`, `subnet` unused) */
+  readonly ipv4: boolean;
   readonly network: string;
   readonly subnet: string;
   readonly mtu: number;
-  /** dual-stack: the IPv6 network and the node's IPv6 subnet ("fd00::/48", "fd00:0:0:3::/64") */
+  /**
+   * dual-stack, IPv6 only: the IPv6 network and the node's IPv6 subnet ("fd00::/48",
+   * "fd00:0:0:3::/64")
+   */
   readonly network6: string | undefined;
   readonly subnet6: string | undefined;
   dir = '';
@@ -27,6 +34,7 @@ export class CniNode {
 
   constructor(
     o: {
+      ipv4?: boolean;
       network?: string;
       subnet?: string;
       mtu?: number;
@@ -34,11 +42,14 @@ export class CniNode {
       subnet6?: string;
     } = {},
   ) {
+    this.ipv4 = o.ipv4 ?? true;
     this.network = o.network ?? '10.244.0.0/16';
     this.subnet = o.subnet ?? '10.244.3.0/24';
     this.mtu = o.mtu ?? 1450;
     this.network6 = o.network6;
     this.subnet6 = o.subnet6;
+    if (!this.ipv4 && (this.network6 === undefined || this.subnet6 === undefined))
+      throw new Error('test setup: an IPv6-only node needs network6 and subnet6');
   }
 
   get subnetFile(): string {
@@ -60,17 +71,31 @@ export class CniNode {
   }
 
   async writeSubnetEnv(text?: string): Promise<void> {
-    await writeFile(
-      this.subnetFile,
-      text ??
-        subnetEnvText({
-          network: this.network,
-          subnet: this.subnet,
-          mtu: this.mtu,
-          network6: this.network6,
-          subnet6: this.subnet6,
-        }),
-    );
+    await writeFile(this.subnetFile, text ?? this.subnetEnvText());
+  }
+
+  /** This node's subnet.env: IPv4 only, dual-stack, or (without `ipv4`) IPv6 only. */
+  subnetEnvText(): string {
+    if (this.ipv4)
+      return subnetEnvText({
+        network: this.network,
+        subnet: this.subnet,
+        mtu: this.mtu,
+        network6: this.network6,
+        subnet6: this.subnet6,
+      });
+    const network6 = parseCidr6(this.network6 ?? '', { strict: true });
+    const subnet6 = parseCidr6(this.subnet6 ?? '', { strict: true });
+    if (!network6 || !subnet6)
+      throw new Error(`test setup: ${this.network6} / ${this.subnet6} are not IPv6 network CIDRs`);
+    return renderSubnetEnv({
+      network: null,
+      subnet: null,
+      network6,
+      subnet6,
+      mtu: this.mtu,
+      ipMasq: false,
+    });
   }
 
   /** A network config as a runtime hands it to the plugin (name and cniVersion filled in). */

@@ -6,7 +6,8 @@ import { onTestFinished } from 'vitest';
 import { runDaemon, type DaemonState } from '../../src/daemon.ts';
 import type { LeaseStore } from '../../src/lease/types.ts';
 import { captureLog, type CapturedLog } from './log.ts';
-import { NetnsLab, nsForwarding, nsRunner, nsWatch } from '../../lab/kit/netns.ts';
+import { nsFamilyForwarding } from './sysctl.ts';
+import { NetnsLab, nsRunner, nsWatch } from '../../lab/kit/netns.ts';
 
 export interface TestNode {
   state: () => DaemonState | undefined;
@@ -21,13 +22,20 @@ let counter = 0;
 
 /**
  * Starts a daemon on `store` in a fresh namespace (or in `ns`, which the
- * caller owns), using loopback as its interface and `publicIp` as its
- * address. Call it inside a test: it is stopped when the test finishes.
+ * caller owns), using loopback (or `iface`) as its interface and `publicIp`
+ * (`publicIpv6`) as its address. Forwarding is kept for the families the
+ * network config runs. Call it inside a test: it is stopped when the test
+ * finishes.
  */
 export async function startTestDaemon(o: {
   store: LeaseStore;
   nodeName: string;
-  publicIp: string;
+  /** --public-ip; none on an IPv6-only node, where it is an error */
+  publicIp?: string;
+  /** --public-ipv6 */
+  publicIpv6?: string;
+  /** --iface (default: lo); an IPv6-only node needs one with a global IPv6 address */
+  iface?: string[];
   subnetFile: string;
   ipMasq?: boolean;
   ns?: string;
@@ -43,12 +51,17 @@ export async function startTestDaemon(o: {
       runner: nsRunner(ns),
       watch: nsWatch(ns),
       logger: log.logger,
-      ensureForwarding: nsForwarding(ns),
+      ensureForwarding: nsFamilyForwarding(ns),
       bridgeNetfilterProblem: async () => undefined,
     },
     {
       nodeName: o.nodeName,
-      iface: { iface: ['lo'], ifaceRegex: [], publicIp: o.publicIp },
+      iface: {
+        iface: o.iface ?? ['lo'],
+        ifaceRegex: [],
+        publicIp: o.publicIp,
+        ...(o.publicIpv6 === undefined ? {} : { publicIpv6: o.publicIpv6 }),
+      },
       subnetFile: o.subnetFile,
       renewMarginMs: 3_600_000,
       ipMasq: o.ipMasq ?? false,

@@ -1,10 +1,16 @@
-// Dataplane fixtures: backend inputs for N peers on a given backend (IPv4, or
-// dual-stack with `ipv6`), and a compact text view of what a namespace's
-// kernel holds of twill's objects (routes, neighbours, FDB entries, device,
-// chains; with `ipv6` the IPv6 ones too) for exact assertions.
+// Dataplane fixtures: backend inputs for N peers on a given backend (IPv4,
+// dual-stack with `ipv6`, or IPv6 only with `ipv4: false`), and a compact text
+// view of what a namespace's kernel holds of twill's objects (routes,
+// neighbours, FDB entries, device, chains; with `ipv6` the IPv6 ones too) for
+// exact assertions.
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import type { BackendInput } from '../../src/dataplane/desired.ts';
-import { ROUTE_PROTOCOL } from '../../src/dataplane/model.ts';
+import {
+  ROUTE_PROTOCOL,
+  type DesiredState,
+  type MasqSpec,
+  type MasqSpec6,
+} from '../../src/dataplane/model.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import type { Lease } from '../../src/lease/types.ts';
 import { formatIpv4, parseCidr, type Cidr } from '../../src/net/ipv4.ts';
@@ -34,31 +40,45 @@ function cidr(text: string): Cidr {
   return c;
 }
 
+/** The desired state's iptables chain inputs, which a fixture with IPv4 on always has. */
+export function masqOf(d: Pick<DesiredState, 'masq'>): MasqSpec {
+  if (!d.masq) throw new Error('a desired state with IPv4 off has no iptables chain inputs');
+  return d.masq;
+}
+
+/** The desired state's ip6tables chain inputs, which a fixture with IPv6 on always has. */
+export function masq6Of(d: Pick<DesiredState, 'masq6'>): MasqSpec6 {
+  if (!d.masq6) throw new Error('a desired state with IPv6 off has no ip6tables chain inputs');
+  return d.masq6;
+}
+
 /**
  * Peer n (1-based, n ≠ 3) has subnet 10.244.n.0/24 (n < 256) and PublicIP `ipBase`.n; with
  * `ipv6` also subnet6 fd00:0:0:n::/64, PublicIPv6 `ipBase6`n (hex) and an IPv6 VtepMAC
- * 02:00:00:06:…
+ * 02:00:00:06:…; with `ipv4` false (and `ipv6`) an IPv6-only lease as the Kubernetes store reads
+ * one: no subnet, PublicIP or BackendData, keyed by its IPv6 subnet.
  */
 export function peerLease(
   n: number,
-  o: { vxlan: boolean; ipBase?: string; ipv6?: boolean; ipBase6?: string },
+  o: { vxlan: boolean; ipBase?: string; ipv6?: boolean; ipBase6?: string; ipv4?: boolean },
 ): Lease {
+  const v4 = o.ipv4 !== false;
   const subnet = { base: cidr('10.244.0.0/16').base + n * 256, prefix: 24 };
   const publicIp = `${o.ipBase ?? '10.123.0'}.${n % 250}`;
   const tail = `${((n >> 8) & 0xff).toString(16).padStart(2, '0')}:${(n & 0xff).toString(16).padStart(2, '0')}`;
   const mac = `02:00:00:00:${tail}`;
   const subnet6 = o.ipv6 ? subnet6Of(n) : undefined;
+  const key4 = v4 ? `${formatIpv4(subnet.base)}-24` : '';
+  const key6 = subnet6 ? `${formatIpv6(subnet6.base)}-64` : '';
   return {
-    key: subnet6
-      ? `${formatIpv4(subnet.base)}-24&${formatIpv6(subnet6.base)}-64`
-      : `${formatIpv4(subnet.base)}-24`,
-    subnet,
+    key: [key4, key6].filter(Boolean).join('&'),
+    subnet: v4 ? subnet : null,
     ...(subnet6 ? { subnet6 } : {}),
     attrs: {
-      publicIp,
+      publicIp: v4 ? publicIp : null,
       publicIpv6: o.ipv6 ? `${o.ipBase6 ?? UNDERLAY6}${n.toString(16)}` : null,
       backendType: o.vxlan ? 'vxlan' : 'host-gw',
-      backendData: o.vxlan ? { vni: 1, vtepMac: mac } : null,
+      backendData: o.vxlan && v4 ? { vni: 1, vtepMac: mac } : null,
       ...(o.ipv6 && o.vxlan ? { backendData6: { vni: 1, vtepMac: `02:00:00:06:${tail}` } } : {}),
     },
     expiresAt: Date.now() + 86_400_000,
@@ -69,7 +89,9 @@ export function peerLease(
 /**
  * Backend input: our lease 10.244.3.0/24 at 10.123.0.2 on eth0 (10.123.0.2/24), plus `peers`;
  * with `ipv6` dual-stack: IPv6Network fd00::/48, our subnet6 fd00:0:0:3::/64, eth0 also at
- * fd7b::2/64 (`ifaceIp6`), our IPv6 VtepMAC SELF_MAC6.
+ * fd7b::2/64 (`ifaceIp6`), our IPv6 VtepMAC SELF_MAC6; with `ipv4` false as well, IPv6 only
+ * ("EnableIPv4": false): the same IPv6 half, and no IPv4 network, subnet, PublicIP, BackendData
+ * or interface address (eth0 has only its IPv6 one).
  */
 export function backendInput(o: {
   backend: 'vxlan' | 'host-gw';
@@ -78,24 +100,28 @@ export function backendInput(o: {
   extra?: string;
   network?: string;
   ipv6?: boolean;
+  /** false: IPv6 only (needs `ipv6`) */
+  ipv4?: boolean;
   /** our IPv6 underlay address when not fd7b::2 */
   ifaceIp6?: string;
 }): BackendInput {
+  const v4 = o.ipv4 !== false;
   const v6keys = o.ipv6 ? `,"EnableIPv6":true,"IPv6Network":"${NETWORK6}"` : '';
+  const v4keys = v4 ? `"Network":"${o.network ?? '10.244.0.0/16'}"` : '"EnableIPv4":false';
   const config = parseNetConfig(
-    `{"Network":"${o.network ?? '10.244.0.0/16'}"${v6keys},"Backend":{"Type":"${o.backend}"${o.extra ?? ''}}}`,
+    `{${v4keys}${v6keys},"Backend":{"Type":"${o.backend}"${o.extra ?? ''}}}`,
   );
   const vxlan = o.backend === 'vxlan';
   const ifaceIp6 = o.ifaceIp6 ?? `${UNDERLAY6}2`;
   const self: Lease = {
-    key: o.ipv6 ? '10.244.3.0-24&fd00:0:0:3::-64' : '10.244.3.0-24',
-    subnet: cidr('10.244.3.0/24'),
+    key: [v4 ? '10.244.3.0-24' : '', o.ipv6 ? 'fd00:0:0:3::-64' : ''].filter(Boolean).join('&'),
+    subnet: v4 ? cidr('10.244.3.0/24') : null,
     ...(o.ipv6 ? { subnet6: subnet6Of(3) } : {}),
     attrs: {
-      publicIp: '10.123.0.2',
+      publicIp: v4 ? '10.123.0.2' : null,
       publicIpv6: o.ipv6 ? ifaceIp6 : null,
       backendType: o.backend,
-      backendData: vxlan ? { vni: 1, vtepMac: SELF_MAC } : null,
+      backendData: vxlan && v4 ? { vni: 1, vtepMac: SELF_MAC } : null,
       ...(o.ipv6 && vxlan ? { backendData6: { vni: 1, vtepMac: SELF_MAC6 } } : {}),
     },
     expiresAt: Date.now() + 86_400_000,
@@ -105,8 +131,8 @@ export function backendInput(o: {
     name: 'eth0',
     mtu: 1500,
     mac: '02:fe:00:00:00:02',
-    addrs: ['10.123.0.2'],
-    networks: ['10.123.0.2/24'],
+    addrs: v4 ? ['10.123.0.2'] : [],
+    networks: v4 ? ['10.123.0.2/24'] : [],
     ...(o.ipv6 ? { networks6: [`${ifaceIp6}/64`] } : {}),
   };
   return {
@@ -115,8 +141,8 @@ export function backendInput(o: {
     peers: o.peers,
     choice: {
       iface,
-      ifaceIp: '10.123.0.2',
-      publicIp: '10.123.0.2',
+      ifaceIp: v4 ? '10.123.0.2' : null,
+      publicIp: v4 ? '10.123.0.2' : null,
       ...(o.ipv6 ? { ifaceIp6, publicIp6: ifaceIp6 } : {}),
     },
     ipMasq: o.ipMasq ?? true,

@@ -1,8 +1,10 @@
 // Doctor fixtures: the facts of a healthy vxlan node (10.244.3.0/24 at
 // 10.123.0.2 on eth0, MTU 1500; twill.1 at 1450; cni0 and one pod veth;
 // one peer 10.244.1.0/24 and its route), to be broken one fact at a time;
-// and of the same node dual-stack (fd00:10:244:3::/64 at fd00:123::2,
-// twill-v6.1 at 1430, IPv6 forwarding on, twill's ip6tables chains).
+// of the same node dual-stack (fd00:10:244:3::/64 at fd00:123::2,
+// twill-v6.1 at 1430, IPv6 forwarding on, twill's ip6tables chains); and of
+// it IPv6 only (the IPv6 half alone: no IPv4 network, lease half, address,
+// device, route or chain).
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { chainSpecs6 } from '../../src/dataplane/masq.ts';
 import { got, type CheckResult, type DoctorFacts, type LinkFact } from '../../src/doctor/facts.ts';
@@ -157,6 +159,63 @@ export function healthyDualFacts(): DoctorFacts {
     ownedRoutes6: got([
       { dst: 'fd00:10:244:1::/64', via: 'fd00:10:244:1::', dev: 'twill-v6.1', onlink: true },
     ]),
+  };
+}
+
+/** Lease `l` IPv6 only (as the Kubernetes store reads an IPv6-only Node): no IPv4 half. */
+export function v6OnlyLease(l: Lease): Lease {
+  return {
+    ...l,
+    key: l.key.split('&')[1] ?? l.key,
+    subnet: null,
+    attrs: { ...l.attrs, publicIp: null, backendData: null },
+  };
+}
+
+/** The network config of the IPv6-only node (vxlan unless said). */
+export const V6ONLY_CONFIG = `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"${DUAL.network6}","Backend":{"Type":"vxlan"}}`;
+
+/**
+ * The healthy node, IPv6 only (vxlan): the dual-stack node's IPv6 half alone. eth0 has no IPv4
+ * address, cni0 only its IPv6 gateway; net.ipv4.ip_forward is 0 and rp_filter unread, neither
+ * mattering; twill's iptables chains were read and are absent.
+ */
+export function healthyV6OnlyFacts(): DoctorFacts {
+  const dual = healthyDualFacts();
+  if (!dual.store.ok || !dual.links.ok || !dual.subnetEnv.ok || !dual.subnetEnv.value)
+    throw new Error('fixture');
+  // ours (fd00:10:244:3::/64) names the underlay's IPv6 address: an IPv6-only node finds it so
+  const ours = (l: Lease): Lease =>
+    l.subnet6?.base === cidr6(DUAL.subnet6).base
+      ? { ...l, attrs: { ...l.attrs, publicIpv6: DUAL.ip6 } }
+      : l;
+  const leases = dual.store.value.leases.map((r) =>
+    r.ok ? { ...r, key: v6OnlyLease(r.lease).key, lease: ours(v6OnlyLease(r.lease)) } : r,
+  );
+  return {
+    ...dual,
+    ipForward: got('0'),
+    rpFilter: new Map(),
+    links: got(
+      dual.links.value.flatMap((l) =>
+        l.name === 'twill.1'
+          ? []
+          : l.name === 'eth0'
+            ? [{ ...l, addresses: [], addresses6: [`${DUAL.ip6}/64`] }]
+            : l.name === 'cni0'
+              ? [{ ...l, addresses: [], addresses6: ['fd00:10:244:3::1/64'] }]
+              : [l],
+      ),
+    ),
+    underlay: got({ name: 'eth0', mtu: 1500, publicIp: null }),
+    subnetEnv: got({ ...dual.subnetEnv.value, network: null, subnet: null }),
+    store: got({ config: parseNetConfig(V6ONLY_CONFIG), leases }),
+    ownedRoutes: got([]),
+    bridgeNf6: got('1'),
+    ip4Chains: got({
+      postrouting: { jumps: [], rules: null },
+      forward: { jumps: [], rules: null },
+    }),
   };
 }
 

@@ -202,7 +202,42 @@ describe('deploy/overlays/dual-stack', () => {
     );
     const net = parseNetConfig(data['net-conf.json'] ?? '');
     expect(net.ipv6?.subnetLen).toBe(64);
-    expect(net.network.prefix).toBe(16);
+    expect(net.ipv4?.network.prefix).toBe(16);
+  });
+});
+
+describe('deploy/overlays/ipv6-only', () => {
+  it('renders the same objects with an IPv6-only net-conf.json that twill parses, for the Kubernetes store', async () => {
+    const dir = resolve(DEPLOY, 'overlays', 'ipv6-only');
+    const out = await kubectl(['apply', '--dry-run=server', '-k', dir, '-o', 'json']);
+    const list = JSON.parse(out) as {
+      items: { kind: string; data?: Record<string, string>; spec?: V1DaemonSet['spec'] }[];
+    };
+    expect(list.items.map((o) => o.kind).sort()).toEqual([
+      'ClusterRole',
+      'ClusterRoleBinding',
+      'ConfigMap',
+      'DaemonSet',
+      'Namespace',
+      'ServiceAccount',
+    ]);
+    const data = list.items.find((o) => o.kind === 'ConfigMap')?.data ?? {};
+    expect(data['net-conf.json']).toBe(await readFile(resolve(dir, 'net-conf.json'), 'utf8'));
+    // the CNI conflist is the base's, untouched
+    expect(data['cni-conf.json']).toBe(
+      await readFile(resolve(DEPLOY, 'base', 'cni-conf.json'), 'utf8'),
+    );
+    const net = parseNetConfig(data['net-conf.json'] ?? '');
+    expect(net.ipv4).toBeNull();
+    expect(net.ipv6?.subnetLen).toBe(64);
+    expect(net.backend.type).toBe('vxlan');
+    // IPv6 only needs the Kubernetes store, and no --public-ip (an error with IPv4 off)
+    const args =
+      list.items
+        .find((o) => o.kind === 'DaemonSet')
+        ?.spec?.template.spec?.containers.find((c) => c.name === 'twill')?.args ?? [];
+    expect(args).toContain('--kube-subnet-mgr');
+    expect(args.filter((a) => a.startsWith('--public-ip'))).toEqual([]);
   });
 });
 

@@ -8,6 +8,9 @@
 // short watches without loss, re-lists after a cut, and stops at once.
 // Dual-stack: both podCIDRs (either order), flannel's v6 annotations, and a
 // Node without an IPv6 podCIDR (ours: an error; a peer: IPv4 only).
+// IPv6-only: a Node whose spec.podCIDRs is one IPv6 CIDR leases it alone,
+// publishes no public-ip or backend-data, and is a peer with no IPv4 subnet:
+// admitted by IPv6-only and dual-stack nodes, refused by IPv4-only ones.
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
@@ -16,7 +19,7 @@ import { ClientKubeApi, type KubeApi } from '../../src/lease/kube-api.ts';
 import { KubeLeaseStore } from '../../src/lease/kube-store.ts';
 import { PeerTracker } from '../../src/lease/tracker.ts';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../../src/lease/types.ts';
-import { formatCidr } from '../../src/net/ipv4.ts';
+import { formatCidr, type Cidr } from '../../src/net/ipv4.ts';
 import { formatCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 import { captureLog } from '../helpers/log.ts';
 import { vxlanAttrs } from '../contract/lease-store.ts';
@@ -44,7 +47,12 @@ afterAll(() => kube?.stop());
 
 function store(
   nodeName: string,
-  o: { api?: KubeApi; watchTimeoutSeconds?: number; annotationPrefix?: string } = {},
+  o: {
+    api?: KubeApi;
+    watchTimeoutSeconds?: number;
+    annotationPrefix?: string;
+    netConfigPath?: string;
+  } = {},
 ): KubeLeaseStore {
   const { api, ...rest } = o;
   return new KubeLeaseStore({
@@ -82,12 +90,19 @@ function watch(s: KubeLeaseStore): { events: LeaseEvent[]; stop: () => Promise<v
 
 const annotations = (attrs: LeaseAttrs): Record<string, string> => ({
   [`${P}/backend-type`]: attrs.backendType,
-  [`${P}/backend-data`]: attrs.backendData
-    ? JSON.stringify({ VNI: attrs.backendData.vni, VtepMAC: attrs.backendData.vtepMac })
-    : 'null',
-  [`${P}/public-ip`]: attrs.publicIp,
+  // flannel writes no IPv4 pair for an IPv6-only node
+  ...(attrs.publicIp === null
+    ? {}
+    : {
+        [`${P}/backend-data`]: attrs.backendData
+          ? JSON.stringify({ VNI: attrs.backendData.vni, VtepMAC: attrs.backendData.vtepMac })
+          : 'null',
+        [`${P}/public-ip`]: attrs.publicIp,
+      }),
   [`${P}/kube-subnet-manager`]: 'true',
 });
+/** An IPv4 subnet as text; null for none (an IPv6-only lease). */
+const cidrText = (c: Cidr | null): string | null => (c ? formatCidr(c) : null);
 
 describe('Kubernetes lease store', () => {
   it('takes the podCIDR, publishes the flannel annotations, and marks the network available', async () => {
@@ -100,7 +115,7 @@ describe('Kubernetes lease store', () => {
       { config, attrs: vxlanAttrs(1), previous: undefined },
       signal,
     );
-    expect({ key: lease.key, subnet: formatCidr(lease.subnet) }).toEqual({
+    expect({ key: lease.key, subnet: cidrText(lease.subnet) }).toEqual({
       key: 'n1',
       subnet: '10.244.7.0/24',
     });
@@ -466,8 +481,8 @@ describe('Kubernetes lease store, dual-stack (spec.podCIDRs with both families)'
       ? JSON.stringify({ VNI: attrs.backendData6.vni, VtepMAC: attrs.backendData6.vtepMac })
       : 'null',
   });
-  const pair = (l: Lease): [string, string | null] => [
-    formatCidr(l.subnet),
+  const pair = (l: Lease): [string | null, string | null] => [
+    cidrText(l.subnet),
     l.subnet6 ? formatCidr6(l.subnet6) : null,
   ];
 
@@ -647,5 +662,162 @@ describe('Kubernetes lease store, dual-stack (spec.podCIDRs with both families)'
       code: 'LEASE_TAKEN',
       message: expect.stringContaining('IPv6 spec.podCIDRs fd00:10:244:71::/64'),
     });
+  });
+});
+
+describe('Kubernetes lease store, IPv6-only (spec.podCIDRs is one IPv6 CIDR)', () => {
+  const V6ONLY_TEXT =
+    '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}';
+  const v6only = parseNetConfig(V6ONLY_TEXT);
+  const dual = parseNetConfig(
+    '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}',
+  );
+  let v6conf: string;
+  beforeAll(async () => {
+    v6conf = join(dir, 'net-conf-v6only.json');
+    await writeFile(v6conf, V6ONLY_TEXT);
+  });
+  /** what twill on an IPv6-only node n publishes: no PublicIP, no BackendData */
+  function v6Attrs(n: number): LeaseAttrs {
+    const hex = n.toString(16).padStart(2, '0');
+    return {
+      publicIp: null,
+      publicIpv6: `fd00:192::${n.toString(16)}`,
+      backendType: 'vxlan',
+      backendData: null,
+      backendData6: { vni: 1, vtepMac: `02:00:00:00:06:${hex}` },
+    };
+  }
+  const v6store = (name: string): KubeLeaseStore => store(name, { netConfigPath: v6conf });
+
+  it('an IPv6-only Node takes its IPv6 podCIDR and publishes only the IPv6 annotations; a second IPv6-only node sees it as a peer with no IPv4 subnet', async () => {
+    await admin.createNode('s1', { podCidrs: ['fd00:10:244:81::/64'] });
+    await admin.createNode('s2', { podCidrs: ['fd00:10:244:82::/64'] });
+    // what a daemon built its attributes from: an IPv6-only lease drops the IPv4 ones
+    const given: LeaseAttrs = {
+      ...v6Attrs(0x81),
+      publicIp: '192.0.2.81',
+      backendData: { vni: 1, vtepMac: '02:00:00:00:01:81' },
+    };
+    const s1 = v6store('s1');
+    const lease = await s1.acquireLease(
+      { config: v6only, attrs: given, previous: undefined },
+      signal,
+    );
+    expect(lease.key).toBe('s1');
+    expect(lease.subnet).toBeNull();
+    expect(lease.subnet6 && formatCidr6(lease.subnet6)).toBe('fd00:10:244:81::/64');
+    expect(lease.attrs).toStrictEqual(v6Attrs(0x81));
+    const published = Object.entries((await admin.node('s1'))?.metadata?.annotations ?? {})
+      .filter(([k]) => k.startsWith(`${P}/`))
+      .sort();
+    expect(published).toEqual([
+      [`${P}/backend-type`, 'vxlan'],
+      [`${P}/backend-v6-data`, '{"VNI":1,"VtepMAC":"02:00:00:00:06:81"}'],
+      [`${P}/kube-subnet-manager`, 'true'],
+      [`${P}/public-ipv6`, 'fd00:192::81'],
+    ]);
+    // a renewal re-publishes nothing and keeps the lease
+    const renewed = await s1.renewLease(lease, signal);
+    expect(renewed.version).toBe((await admin.node('s1'))?.metadata?.resourceVersion);
+    expect(renewed.subnet).toBeNull();
+
+    const s2 = v6store('s2');
+    const config = await s2.getNetworkConfig();
+    expect(config.ipv4).toBeNull();
+    const own = await s2.acquireLease(
+      { config, attrs: v6Attrs(0x82), previous: undefined },
+      signal,
+    );
+    const w = watch(s2);
+    await waitFor(() => w.events.some((e) => e.type === 'snapshot'), {
+      timeoutMs: 5000,
+      what: 'snapshot',
+    });
+    const snap = w.events.find((e) => e.type === 'snapshot');
+    const records = new Map((snap?.type === 'snapshot' ? snap.records : []).map((r) => [r.key, r]));
+    const peer = records.get('s1');
+    expect(peer?.ok).toBe(true);
+    if (!peer?.ok) throw new Error('s1 is not a lease');
+    expect(peer.lease.subnet).toBeNull();
+    expect(peer.lease.subnet6 && formatCidr6(peer.lease.subnet6)).toBe('fd00:10:244:81::/64');
+    expect(peer.lease.attrs).toStrictEqual(v6Attrs(0x81));
+    // s2's own record reads back as the lease it holds, so its tracker does not see it as lost
+    const lost: string[] = [];
+    const tracker = new PeerTracker({
+      context: {
+        config,
+        self: own.subnet,
+        selfPublicIp: own.attrs.publicIp,
+        self6: own.subnet6,
+        selfPublicIpv6: own.attrs.publicIpv6,
+        anySubnetSize: true,
+      },
+      selfKey: 's2',
+      selfAttrs: () => own.attrs,
+      logger: captureLog().logger,
+      onSelfLost: (why) => lost.push(why),
+    });
+    if (snap) tracker.handle(snap);
+    expect(lost).toEqual([]);
+    const admitted = tracker.list().find((l) => l.key === 's1');
+    expect(admitted?.subnet).toBeNull();
+    expect(admitted?.attrs.publicIpv6).toBe('fd00:192::81');
+    expect(tracker.skipped().has('s1')).toBe(false);
+    await w.stop();
+  });
+
+  it('an IPv6-only Node seen from IPv4 nodes: a dual-stack node routes its IPv6 half, an IPv4-only one refuses it', async () => {
+    // a reader that has not read an IPv6-only config decodes the Node as it is: IPv6 only
+    const w = watch(store('d1'));
+    await waitFor(() => w.events.some((e) => e.type === 'snapshot'), {
+      timeoutMs: 5000,
+      what: 'snapshot',
+    });
+    const snap = w.events.find((e) => e.type === 'snapshot');
+    await w.stop();
+    const s1 = (snap?.type === 'snapshot' ? snap.records : []).find((r) => r.key === 's1');
+    expect(s1?.ok && s1.lease.subnet).toBeNull();
+    const tracker = (netconf: typeof dual, self: string): PeerTracker =>
+      new PeerTracker({
+        context: { config: netconf, self: undefined, anySubnetSize: true },
+        selfKey: self,
+        selfAttrs: () => vxlanAttrs(1),
+        logger: captureLog().logger,
+        onSelfLost: () => undefined,
+      });
+    const on = tracker(dual, 'd1');
+    if (snap) on.handle(snap);
+    const routed = on.list().find((l) => l.key === 's1');
+    expect(routed && routed.subnet6 && formatCidr6(routed.subnet6)).toBe('fd00:10:244:81::/64');
+    expect(routed?.subnet).toBeNull();
+    const off = tracker(config, 'n1');
+    if (snap) off.handle(snap);
+    expect(off.list().some((l) => l.key === 's1')).toBe(false);
+    expect(off.skipped().get('s1')).toEqual({
+      reason: 'malformed',
+      detail:
+        'no subnet in a family this node runs: it leases IPv6 only (IPv6 subnet fd00:10:244:81::/64); this node runs IPv4 only (no "EnableIPv6")',
+    });
+  });
+
+  it('waits for an IPv6 podCIDR, and refuses a Node with only an IPv4 one, naming the fix', async () => {
+    await admin.createNode('s3');
+    const s3 = v6store('s3');
+    const req = { config: v6only, attrs: v6Attrs(0x83), previous: undefined };
+    await expect(s3.acquireLease(req, signal)).rejects.toMatchObject({
+      code: 'STORE_UNAVAILABLE',
+      message: expect.stringContaining('--cluster-cidr=fd00:10:244::/56'),
+    });
+    await admin.patchNode('s3', {
+      spec: { podCIDR: '10.244.83.0/24', podCIDRs: ['10.244.83.0/24'] },
+    });
+    await expect(s3.acquireLease(req, signal)).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      message: expect.stringMatching(
+        /node s3 has no IPv6 spec\.podCIDRs \(10\.244\.83\.0\/24\), but net-conf\.json is IPv6 only/,
+      ),
+    });
+    expect((await admin.node('s3'))?.metadata?.annotations ?? {}).toEqual({});
   });
 });

@@ -2,7 +2,8 @@
 // namespace, against a real etcd in another namespace on the same link.
 // Lease and subnet.env within 5 s; same subnet after SIGKILL + restart; the
 // key back within 2 s after `etcdctl del`; clean exit on SIGTERM without
-// revoking; clear start-up errors for a missing or bad config. Dual-stack:
+// revoking; clear start-up errors for a missing or bad config, and for an
+// IPv6-only one, which needs the Kubernetes store. Dual-stack:
 // flannel's refusal to start without an IPv6 address, then the lease key and
 // value and subnet.env with both families, --public-ipv6 in the lease; and a
 // dual-stack lease in flannel's exact format, put by hand, routed in both
@@ -167,6 +168,19 @@ describe('twill run in a network namespace', () => {
     expect(await readFile(join(dir, 'bad.log'), 'utf8')).toContain(
       '/bad/config: net-conf.json: \\"SubnetLen\\" is 31; it must be 30 or less',
     );
+    // IPv6 only is the Kubernetes store's (as flannel's): etcd refuses it before anything else
+    await etcdctl(
+      'put',
+      '/v6only/config',
+      '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}',
+    );
+    const v6only = startTwill(['--etcd-prefix', '/v6only'], 'v6only.log');
+    expect(await exited(v6only)).toBe(2);
+    const log = await readFile(join(dir, 'v6only.log'), 'utf8');
+    expect(log).toContain('"code":"CONFIG_UNSUPPORTED"');
+    expect(log).toContain('/v6only/config: IPv6-only');
+    expect(log).toContain('needs the Kubernetes store: run twill with --kube-subnet-mgr');
+    expect(await subnetKeys('/v6only')).toEqual([]);
   });
 
   it('dual-stack: refuses to start without an IPv6 address, then leases both families', async () => {

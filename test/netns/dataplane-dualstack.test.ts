@@ -3,18 +3,21 @@
 // expected IPv6 device (twill-v6.<VNI>: VNI, port, learning off, IPv6 source
 // address, no link-local), neighbours, FDB entries, onlink routes and
 // ip6tables chains beside the IPv4 ones, and a second pass does nothing; a
-// new IPv6 peer is applied as a delta; host-gw routes via PublicIPv6; going
-// back to IPv4 only removes the IPv6 device; and pods on two nodes reach
-// each other over IPv6 through the two nodes' twill-v6 devices.
+// new IPv6 peer is applied as a delta, and so is an IPv6 host-gw peer's new
+// PublicIPv6 (delete, then add, no repair after); host-gw routes via
+// PublicIPv6; going back to vxlan moves the IPv6 routes onto twill-v6 without
+// a failure, and to IPv4 only removes the IPv6 device; CNI gateways of an
+// earlier lease on a bridge are removed in both families; and pods on two
+// nodes reach each other over IPv6 through the two nodes' twill-v6 devices.
 import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
 import { desiredState, type BackendInput } from '../../src/dataplane/desired.ts';
 import { forwardRules6, masqRules6 } from '../../src/dataplane/masq.ts';
-import { pollChains, type Touch } from '../../src/dataplane/monitor.ts';
+import { pollChains, runMonitors, type Touch } from '../../src/dataplane/monitor.ts';
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease, SELF_MAC6 } from '../helpers/dataplane.ts';
 import { captureLog } from '../helpers/log.ts';
-import { NetnsLab, nsForwarding, nsRunner, sweepStaleNetns } from '../../lab/kit/netns.ts';
+import { NetnsLab, nsForwarding, nsRunner, nsWatch, sweepStaleNetns } from '../../lab/kit/netns.ts';
 import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 
 const lab = new NetnsLab();
@@ -175,12 +178,132 @@ describe('dual-stack dataplane on a real kernel', () => {
       'fd00:0:0:5::/64 via fd7b::5 dev eth0 proto 151 metric 1024 pref medium',
     ]);
     expect((await hg.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);
-    // vxlan again, then IPv4 only: the IPv6 device goes, the IPv4 one stays
-    await reconciler(() => dual(PEERS)).pass(AbortSignal.timeout(20_000));
+    // vxlan again: peer 1's IPv6 route moves from the underlay to twill-v6.1, which IPv6 refuses
+    // to do by `route replace` (the old route covers the new one's onlink gateway through another
+    // device): deleted, then added, in one pass that reports no failure
+    const vx = reconciler(() => dual(PEERS));
+    const back = await vx.pass(AbortSignal.timeout(20_000));
+    expect(back.failures).toEqual([]);
+    expect(
+      back.ops.flatMap((o) =>
+        o.kind === 'route' && o.route.dst === 'fd00:0:0:1::/64'
+          ? [`${o.action} ${o.route.dev}`]
+          : [],
+      ),
+    ).toEqual(['delete eth0', 'add twill-v6.1']);
+    expect((await kernelView(runner, { ipv6: true })).v6?.routes).toEqual([
+      'fd00:0:0:1::/64 via fd00:0:0:1:: dev twill-v6.1 proto 151 metric 1024 onlink pref medium',
+      'fd00:0:0:2::/64 via fd00:0:0:2:: dev twill-v6.1 proto 151 metric 1024 onlink pref medium',
+      'fd00:0:0:4::/64 via fd00:0:0:4:: dev twill-v6.1 proto 151 metric 1024 onlink pref medium',
+    ]);
+    expect((await vx.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);
+    // then IPv4 only: the IPv6 device goes, the IPv4 one stays
     const v4 = reconciler(() => backendInput({ backend: 'vxlan', peers: PEERS }));
     expect((await v4.pass(AbortSignal.timeout(20_000))).failures).toEqual([]);
     expect((await kernelView(runner)).devices).toEqual(['twill.1']);
     expect((await v4.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);
+  });
+
+  it("applies an IPv6 host-gw peer's new PublicIPv6 by replacing its routes in place (same device), and their events ask for nothing", async () => {
+    let base6 = 'fd7b::';
+    const peers = () =>
+      [1, 5].map((n) => peerLease(n, { vxlan: false, ipv6: true, ipBase6: base6 }));
+    const log = captureLog();
+    const r = new Reconciler({
+      runner,
+      logger: log.logger,
+      desired: () => desiredState(dual(peers(), 'host-gw')),
+      ensureForwarding: nsForwarding(ns),
+      resyncMs: 600_000,
+      settleMs: 5,
+    });
+    const ctl = new AbortController();
+    const loops = Promise.all([
+      r.run(ctl.signal),
+      runMonitors(
+        {
+          watch: nsWatch(ns),
+          logger: log.logger,
+          ctx: { underlay: 'eth0', ipv6: true },
+          nft: false,
+          onEvent: (s: string, t?: Touch) => (t ? r.touch(s, t) : r.trigger(s)),
+        },
+        ctl.signal,
+      ),
+    ]);
+    onTestFinished(async () => {
+      ctl.abort();
+      await loops;
+    });
+    await waitFor(() => r.lastPass()?.converged === true, {
+      timeoutMs: slowBound(2_000),
+      what: 'converged',
+    });
+    // the passes the monitor's start asks for
+    await new Promise((res) => setTimeout(res, 300));
+    const mark = log.lines.length;
+    base6 = 'fd7b::1';
+    r.leasesChanged();
+    await waitFor(
+      async () =>
+        (await runner('ip', ['-6', 'route', 'show', 'fd00:0:0:1::/64'])).stdout.includes(
+          'via fd7b::11',
+        ),
+      { timeoutMs: slowBound(1_000), what: 'the new IPv6 route' },
+    );
+    // a gateway change on the same device is a replace (the kernel takes it in IPv6 too; only a
+    // change of device needs delete + add), made by a pass that reads the kernel; its own events
+    // ask for no repair and no further pass
+    await new Promise((res) => setTimeout(res, 300));
+    expect(
+      log.lines
+        .slice(mark)
+        .filter((l) => l.msg !== 'dataplane ops' && l.msg !== 'pass triggered')
+        .map((l) => [l.msg, l.kind, l.ops]),
+    ).toEqual([['dataplane updated', 'entries', { 'route change': 2 }]]);
+  });
+
+  it("removes CNI gateways of an earlier lease of ours from a bridge in both families, so the routes to those subnets' new holder go in", async () => {
+    // this node held 10.244.9.0/24 and fd00:0:0:9::/64 before: their gateways are still on cni0
+    // beside the current ones. The IPv4 one's connected route makes the route add fail ("File
+    // exists"); the IPv6 one's, the onlink route through twill-v6.1 ("Nexthop has invalid gateway
+    // or device mismatch")
+    await runner('ip', ['link', 'add', 'cni0', 'type', 'bridge']);
+    onTestFinished(async () => {
+      await runner('ip', ['link', 'del', 'cni0']).catch(() => undefined);
+    });
+    for (const a of ['10.244.9.1/24', '10.244.3.1/24', 'fd00:0:0:9::1/64', 'fd00:0:0:3::1/64'])
+      await runner('ip', ['addr', 'add', a, 'dev', 'cni0', ...(a.includes(':') ? ['nodad'] : [])]);
+    await runner('ip', ['link', 'set', 'cni0', 'up']);
+    const log = captureLog();
+    const r = new Reconciler({
+      runner,
+      logger: log.logger,
+      desired: () => desiredState(dual([...PEERS, peerLease(9, { vxlan: true, ipv6: true })])),
+      ensureForwarding: nsForwarding(ns),
+      resyncMs: 60_000,
+    });
+    const first = await r.pass(AbortSignal.timeout(20_000));
+    expect(first.failures).toEqual([]);
+    const view = await kernelView(runner, { ipv6: true });
+    expect(view.routes).toContain('10.244.9.0/24 via 10.244.9.0 dev twill.1 proto 151 onlink');
+    expect(view.v6?.routes).toContain(
+      'fd00:0:0:9::/64 via fd00:0:0:9:: dev twill-v6.1 proto 151 metric 1024 onlink pref medium',
+    );
+    const [link] = JSON.parse(
+      (await runner('ip', ['-json', 'addr', 'show', 'dev', 'cni0'])).stdout,
+    ) as { addr_info: { local: string; prefixlen: number; scope: string }[] }[];
+    const addrs = (link?.addr_info ?? []).map((a) => `${a.local}/${a.prefixlen}`);
+    // the old gateways gone, the current ones kept, the kernel's link-local too
+    expect(addrs.filter((a) => !a.startsWith('fe80:'))).toEqual([
+      '10.244.3.1/24',
+      'fd00:0:0:3::1/64',
+    ]);
+    expect(addrs.some((a) => a.startsWith('fe80:'))).toBe(true);
+    expect(log.lines.find((l) => l.msg === 'dataplane updated')?.ops).toMatchObject({
+      'stale address delete': 2,
+    });
+    expect((await r.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);
   });
 
   it('a restart without IPv6 removes what dual-stack left on its first pass (IPv6 host-gw routes, ip6tables chains and jumps), and later passes read no IPv6', async () => {

@@ -4,7 +4,9 @@
 // incompatible device is replaced; foreign routes and rules are never
 // touched; every pass spawns the same few processes whatever the peer count;
 // an ip_forward that cannot be set (a read-only sysctl directory) costs the
-// pass nothing else and stands in every report until it can be set.
+// pass nothing else and stands in every report until it can be set; a CNI
+// gateway of an earlier lease left on a bridge is removed, so the route to
+// its subnet's new holder goes in.
 import { admitPeers } from '../../src/lease/admit.ts';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -14,7 +16,7 @@ import { masqRules, forwardRules } from '../../src/dataplane/masq.ts';
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
 import { ensureIpForward } from '../../src/dataplane/sysctl.ts';
 import type { Runner } from '../../src/exec/runner.ts';
-import { backendInput, kernelView, peerLease, SELF_MAC } from '../helpers/dataplane.ts';
+import { backendInput, kernelView, masqOf, peerLease, SELF_MAC } from '../helpers/dataplane.ts';
 import { captureLog } from '../helpers/log.ts';
 import { NetnsLab, nsForwarding, nsRunner, sweepStaleNetns } from '../../lab/kit/netns.ts';
 import { slowBound, waitFor } from '../../lab/kit/wait.ts';
@@ -129,7 +131,7 @@ describe('dataplane programmer on a real kernel', () => {
     expect(link?.addr_info.filter((a) => a.family === 'inet')).toMatchObject([
       { local: '10.244.3.0', prefixlen: 32 },
     ]);
-    const masq = desiredState(input).masq;
+    const masq = masqOf(desiredState(input));
     expect(view.postrtg).toBe(['-N TWILL-POSTRTG', ...masqRules(masq), ''].join('\n'));
     expect(view.fwd).toBe(['-N TWILL-FWD', ...forwardRules(masq), ''].join('\n'));
     expect(view.postrouting.match(/-j TWILL-POSTRTG/g)).toHaveLength(1);
@@ -449,5 +451,58 @@ describe('dataplane programmer on a real kernel', () => {
         (await kernelView(runner)).fdb.length === 3,
       { timeoutMs: slowBound(1_000), what: 'its neighbour and FDB entry gone' },
     );
+  });
+
+  it("removes a CNI gateway of an earlier lease of ours from a bridge, so the route to that subnet's new holder goes in", async () => {
+    // this node held 10.244.216.0/24 before 10.244.3.0/24: the CNI plugin put a gateway for each on
+    // cni0 and removed neither; the old one's connected route would make twill's route to the
+    // peer that holds 10.244.216.0/24 now fail ("File exists") on every pass
+    await runner('ip', ['link', 'add', 'cni0', 'type', 'bridge']);
+    // a device that is not a bridge, with an address in the pod network outside our subnet
+    await runner('ip', ['link', 'add', 'podx', 'type', 'veth', 'peer', 'name', 'podxp']);
+    onTestFinished(async () => {
+      for (const dev of ['cni0', 'podx'])
+        await runner('ip', ['link', 'del', dev]).catch(() => undefined);
+    });
+    for (const a of ['10.244.216.1/24', '10.244.3.1/24'])
+      await runner('ip', ['addr', 'add', a, 'dev', 'cni0']);
+    await runner('ip', ['addr', 'add', '10.244.217.5/24', 'dev', 'podx']);
+    for (const dev of ['cni0', 'podx', 'podxp']) await runner('ip', ['link', 'set', dev, 'up']);
+    expect((await runner('ip', ['route', 'show', '10.244.216.0/24'])).stdout).toContain(
+      'dev cni0 proto kernel',
+    );
+    const log = captureLog();
+    const r = new Reconciler({
+      runner,
+      logger: log.logger,
+      desired: () =>
+        desiredState(
+          backendInput({
+            backend: 'vxlan',
+            peers: [...VXLAN_PEERS, peerLease(216, { vxlan: true })],
+          }),
+        ),
+      ensureForwarding: nsForwarding(ns),
+      resyncMs: 60_000,
+    });
+    const first = await r.pass(AbortSignal.timeout(20_000));
+    expect(first.failures).toEqual([]);
+    expect((await kernelView(runner)).routes).toContain(
+      '10.244.216.0/24 via 10.244.216.0 dev twill.1 proto 151 onlink',
+    );
+    const inet = async (dev: string): Promise<string[]> => {
+      const [link] = JSON.parse(
+        (await runner('ip', ['-4', '-json', 'addr', 'show', 'dev', dev])).stdout,
+      ) as { addr_info: { local: string; prefixlen: number }[] }[];
+      return (link?.addr_info ?? []).map((a) => `${a.local}/${a.prefixlen}`);
+    };
+    // the old gateway is gone, the current one kept; the veth's address is not twill's business
+    expect(await inet('cni0')).toEqual(['10.244.3.1/24']);
+    expect(await inet('podx')).toEqual(['10.244.217.5/24']);
+    // the pass log names what it removed
+    expect(log.lines.find((l) => l.msg === 'dataplane updated')?.ops).toMatchObject({
+      'stale address delete': 1,
+    });
+    expect((await r.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);
   });
 });

@@ -524,7 +524,7 @@ describe('dual-stack peers', () => {
   it('a peer with an IPv6 subnet but no PublicIPv6 (not dual-stack yet) is admitted for IPv4 alone', () => {
     const peer = dual(GOOD, { publicIpv6: null, backendData6: null });
     const a = admitPeers([peer], CTX);
-    expect(a.admitted.map((l) => [l.key, formatCidr(l.subnet), l.subnet6])).toEqual([
+    expect(a.admitted.map((l) => [l.key, l.subnet && formatCidr(l.subnet), l.subnet6])).toEqual([
       [GOOD, '10.244.4.0/24', undefined],
     ]);
     expect(a.refused).toEqual([]);

@@ -3,7 +3,11 @@
 // pick does the same over bigints without listing a range (a /32 in /64s is
 // four billion subnets).
 import { describe, expect, it } from 'vitest';
-import { parseNetConfig, type Ipv6NetConfig } from '../../src/config/netconf.ts';
+import {
+  parseNetConfig,
+  type Ipv4NetConfig,
+  type Ipv6NetConfig,
+} from '../../src/config/netconf.ts';
 import {
   fitsConfig,
   fitsConfig6,
@@ -24,13 +28,20 @@ function cidr(text: string): Cidr {
 const texts = (list: readonly Cidr[]): string[] => list.map(formatCidr);
 const cidrs = (...list: string[]): Cidr[] => list.map(cidr);
 
+/** The IPv4 half of a net-conf.json: what IPv4 allocation works on. */
+function ipv4Of(text: string): Ipv4NetConfig {
+  const cfg = parseNetConfig(text);
+  if (!cfg.ipv4) throw new Error('test setup: no IPv4 in the config');
+  return cfg.ipv4;
+}
+
 // 10.1.0.0/28 in /30s: subnets .0 .4 .8 .12; defaults SubnetMin .4, SubnetMax .12
-const TINY = parseNetConfig('{"Network":"10.1.0.0/28"}');
+const TINY = ipv4Of('{"Network":"10.1.0.0/28"}');
 // 10.244.0.0/16 in /24s restricted to 10.244.10.0 .. 10.244.14.0
-const RANGE = parseNetConfig(
+const RANGE = ipv4Of(
   '{"Network":"10.244.0.0/16","SubnetMin":"10.244.10.0","SubnetMax":"10.244.14.0"}',
 );
-const DEFAULT16 = parseNetConfig('{"Network":"10.244.0.0/16"}');
+const DEFAULT16 = ipv4Of('{"Network":"10.244.0.0/16"}');
 
 describe('freeSubnets', () => {
   it('lists the default range, skipping the first subnet', () => {
@@ -145,7 +156,7 @@ describe('fitsConfig', () => {
 });
 
 describe('pickFreeSubnet on a huge range', () => {
-  const HUGE = parseNetConfig('{"Network":"10.0.0.0/8","SubnetLen":30}');
+  const HUGE = ipv4Of('{"Network":"10.0.0.0/8","SubnetLen":30}');
 
   it('finds a free /30 in 10.0.0.0/8 without listing four million subnets', () => {
     const first = pickFreeSubnet(HUGE, [], () => 0);
@@ -306,5 +317,17 @@ describe('fitsConfig6 and fitsConfigPair', () => {
     expect(fitsConfigPair(v4only, s4, null)).toBe(true);
     expect(fitsConfigPair(v4only, s4, undefined)).toBe(true);
     expect(fitsConfigPair(v4only, s4, s6)).toBe(false);
+  });
+
+  it('fitsConfigPair: an IPv6-only config takes no IPv4 subnet, and an IPv4 one needs its subnet', () => {
+    const v6only = parseNetConfig(
+      '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/56"}',
+    );
+    const s6 = cidr6('fd00:0:0:3::/64');
+    expect(fitsConfigPair(v6only, null, s6)).toBe(true);
+    expect(fitsConfigPair(v6only, cidr('10.244.3.0/24'), s6)).toBe(false);
+    expect(fitsConfigPair(v6only, null, null)).toBe(false);
+    expect(fitsConfigPair(parseNetConfig(DUAL('"IPv6Network":"fd00::/56"')), null, s6)).toBe(false);
+    expect(fitsConfigPair(parseNetConfig('{"Network":"10.244.0.0/16"}'), null, null)).toBe(false);
   });
 });

@@ -119,11 +119,13 @@ describe('ip batches', () => {
   it('wires the pod side in one batch', () => {
     const lines = podAddBatch({
       ifname: 'eth0',
-      address: ip('10.244.3.7'),
-      subnet: cidr('10.244.3.0/24'),
-      gateway: ip('10.244.3.1'),
-      network: cidr('10.244.0.0/16'),
       defaultRoute: true,
+      v4: {
+        address: ip('10.244.3.7'),
+        subnet: cidr('10.244.3.0/24'),
+        gateway: ip('10.244.3.1'),
+        network: cidr('10.244.0.0/16'),
+      },
     });
     expect(lines).toEqual([
       'link set dev lo up',
@@ -154,8 +156,7 @@ const ATTACHMENT: Attachment = {
   bridge: { name: 'cni0', mac: '0a:58:0a:f4:03:01', mtu: 1450 },
   host: { name: 'twv0123456789ab', mac: '02:00:00:00:00:01', mtu: 1450 },
   pod: { name: 'eth0', mac: '02:00:00:00:00:02', mtu: 1450, sandbox: '/var/run/netns/p' },
-  address: '10.244.3.2/24',
-  gateway: '10.244.3.1',
+  ip4: { address: '10.244.3.2/24', gateway: '10.244.3.1' },
   routes: [
     { dst: '10.244.0.0/16', gw: '10.244.3.1' },
     { dst: '0.0.0.0/0', gw: '10.244.3.1' },
@@ -206,11 +207,9 @@ describe('results', () => {
 describe('CHECK comparison', () => {
   const expected = {
     ifname: 'eth0',
-    address: '10.244.3.2/24',
     mtu: 1450,
-    gateway: '10.244.3.1',
-    network: '10.244.0.0/16',
     defaultRoute: true,
+    v4: { address: '10.244.3.2/24', gateway: '10.244.3.1', network: '10.244.0.0/16' },
   };
   const addrs = [
     {

@@ -4,8 +4,9 @@
 // start for both families, IPv4-only plans unchanged byte for byte when IPv6
 // is off (even with peers that carry IPv6 subnets), what dual-stack left
 // (twill-v6, IPv6 routes, ip6tables chains) removed when IPv6 is off,
-// ip6tables chains, and the readers of kernel output and monitor lines for
-// IPv6.
+// ip6tables chains, an IPv6 route moved to another device by delete and add,
+// a bridge's stale IPv6 CNI gateway, and the readers of kernel output and
+// monitor lines for IPv6.
 import { describe, expect, it } from 'vitest';
 import { desiredState } from '../../src/dataplane/desired.ts';
 import { assumedFrom, assumedWithout, diff } from '../../src/dataplane/diff.ts';
@@ -22,7 +23,7 @@ import {
 import { observe, parseFdb, parseLinks, parseNeighs } from '../../src/dataplane/observe.ts';
 import { opLines, renderBatches } from '../../src/dataplane/render.ts';
 import type { Runner } from '../../src/exec/runner.ts';
-import { backendInput, peerLease, SELF_MAC6 } from '../helpers/dataplane.ts';
+import { backendInput, masqOf, peerLease, SELF_MAC6 } from '../helpers/dataplane.ts';
 
 const EMPTY: ObservedState = {
   links: [],
@@ -37,7 +38,7 @@ const EMPTY: ObservedState = {
 
 /** The observed state a kernel holding exactly `want` would report (both families). */
 function matching(want: DesiredState): ObservedState {
-  const chains = chainSpecs(want.masq);
+  const chains = chainSpecs(masqOf(want));
   const chains6 = want.masq6 ? chainSpecs6(want.masq6) : undefined;
   const chain = (c: { jump: string; rules: readonly string[] | null }) => ({
     jumps: c.rules ? [c.jump] : [],
@@ -273,6 +274,98 @@ describe('dual-stack diff and render', () => {
     expect(lines.filter((l) => l.includes('twill.1'))).toEqual([]);
   });
 
+  it('switches an IPv6 route to another device by deleting it first and adding it after (host-gw → vxlan); IPv4 replaces in place', () => {
+    // the kernel holds host-gw's routes via the peers' public addresses on the underlay
+    const hostGw = desiredState(backendInput({ backend: 'host-gw', ipv6: true, peers: PEERS6 }));
+    const seen: ObservedState = { ...matching(vxlan6), routes: hostGw.routes };
+    const ops = diff(vxlan6, seen).filter((o) => o.kind === 'route');
+    expect(ops.map((o) => [o.action, o.phase, ...opLines(o)])).toEqual([
+      [
+        'change',
+        'ip-post',
+        'route replace 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151',
+      ],
+      [
+        'change',
+        'ip-post',
+        'route replace 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151',
+      ],
+      ['delete', 'ip-pre', 'route del fd00:0:0:1::/64 via fd7b::1 dev eth0 proto 151'],
+      [
+        'add',
+        'ip-post',
+        'route add fd00:0:0:1::/64 via fd00:0:0:1:: dev twill-v6.1 onlink proto 151',
+      ],
+      ['delete', 'ip-pre', 'route del fd00:0:0:4::/64 via fd7b::4 dev eth0 proto 151'],
+      [
+        'add',
+        'ip-post',
+        'route add fd00:0:0:4::/64 via fd00:0:0:4:: dev twill-v6.1 onlink proto 151',
+      ],
+    ]);
+    // the delete runs in the first ip batch, the add in the last, after the device, neighbour and
+    // FDB entry (here the device is created by the same plan: its link add comes first)
+    const cold = { ...EMPTY, routes: hostGw.routes };
+    const batches = renderBatches(diff(vxlan6, cold)).filter((b) => b.file === 'ip');
+    const pre = batches[0]?.lines ?? [];
+    const post = batches[1]?.lines ?? [];
+    expect(pre.findIndex((l) => l.startsWith('link add twill-v6.1'))).toBeLessThan(
+      pre.indexOf('route del fd00:0:0:1::/64 via fd7b::1 dev eth0 proto 151'),
+    );
+    expect(post).toContain(
+      'route add fd00:0:0:1::/64 via fd00:0:0:1:: dev twill-v6.1 onlink proto 151',
+    );
+    expect([...pre, ...post].filter((l) => l.startsWith('route replace fd00'))).toEqual([]);
+    // and back (vxlan → host-gw): the same, the other way round
+    const back = diff(hostGw, matching(vxlan6)).filter((o) => o.kind === 'route');
+    expect(back.filter((o) => o.route.dst.includes(':')).map((o) => o.action)).toEqual([
+      'delete',
+      'add',
+      'delete',
+      'add',
+    ]);
+    // only the onlink flag differs: replaced in place, which IPv6 accepts
+    const flag = {
+      ...matching(vxlan6),
+      routes: vxlan6.routes.map((r) => (r.dst.includes(':') ? { ...r, onlink: false } : r)),
+    };
+    expect(diff(vxlan6, flag).map((o) => o.action)).toEqual(['change', 'change']);
+  });
+
+  it('deletes a stale IPv6 gateway on a bridge too, never its link-local, and the IPv4 one beside it', () => {
+    const seen: ObservedState = {
+      ...matching(vxlan6),
+      bridgeAddrs: [
+        { dev: 'cni0', address: '10.244.216.1/24' },
+        { dev: 'cni0', address: '10.244.3.1/24' },
+        { dev: 'cni0', address: 'fd00:0:0:9::1/64' },
+        { dev: 'cni0', address: 'fd00:0:0:3::1/64' },
+        { dev: 'cni0', address: 'fe80::1/64' },
+        // outside fd00::/48
+        { dev: 'cni0', address: 'fd01::1/64' },
+      ],
+    };
+    expect(renderBatches(diff(vxlan6, seen)).map((b) => b.input)).toEqual([
+      'addr del 10.244.216.1/24 dev cni0\naddr del fd00:0:0:9::1/64 dev cni0\n',
+    ]);
+    // without an IPv6 subnet of ours (IPv6 on, but our lease has none yet), IPv6 addresses stay
+    const { subnet6: _mine, ...self } = backendInput({
+      backend: 'vxlan',
+      ipv6: true,
+      peers: PEERS6,
+    }).self;
+    const noSubnet6 = desiredState({
+      ...backendInput({ backend: 'vxlan', ipv6: true, peers: PEERS6 }),
+      self,
+    });
+    expect(noSubnet6.podRanges.map((r) => r.family)).toEqual([4]);
+    expect(
+      diff(noSubnet6, seen)
+        .filter((o) => o.kind === 'addr')
+        .flatMap(opLines),
+    ).toEqual(['addr del 10.244.216.1/24 dev cni0']);
+  });
+
   it('IPv6 off: the first pass removes what dual-stack left (twill-v6, IPv6 routes, ip6tables chains and jumps); a pass that did not read them touches only the device', () => {
     const v4 = desiredState(
       backendInput({ backend: 'vxlan', peers: PEERS6.map((p) => ({ ...p, subnet6: null })) }),
@@ -375,7 +468,7 @@ describe('dual-stack diff and render', () => {
       'COMMIT',
     ]);
     // the IPv4 chain ops keep no family marker
-    const v4ops = diffChain(chainSpecs(vxlan6.masq).forward, { jumps: [], rules: null });
+    const v4ops = diffChain(chainSpecs(masqOf(vxlan6)).forward, { jumps: [], rules: null });
     expect(v4ops.every((o) => !('ipv6' in o))).toBe(true);
   });
 
@@ -429,7 +522,7 @@ describe('reading IPv6 kernel output', () => {
           { family: 'inet6', local: 'fe80::1', prefixlen: 64, scope: 'link' },
         ],
       },
-      { ifname: 'flannel-v6.1', linkinfo: { info_data: { id: 1 } } },
+      { ifname: 'flannel-v6.1', linkinfo: { info_kind: 'vxlan', info_data: { id: 1 } } },
     ]);
     expect(links).toEqual([
       {
@@ -466,8 +559,11 @@ describe('reading IPv6 kernel output', () => {
       if (file === 'ip' && args.includes('addr'))
         return {
           stdout: JSON.stringify([
-            { ifname: 'twill.1', linkinfo: { info_data: { id: 1 } } },
-            { ifname: 'twill-v6.1', linkinfo: { info_data: { id: 1, local6: 'fd7b::2' } } },
+            { ifname: 'twill.1', linkinfo: { info_kind: 'vxlan', info_data: { id: 1 } } },
+            {
+              ifname: 'twill-v6.1',
+              linkinfo: { info_kind: 'vxlan', info_data: { id: 1, local6: 'fd7b::2' } },
+            },
           ]),
           stderr: '',
         };
@@ -504,7 +600,7 @@ describe('reading IPv6 kernel output', () => {
     ]);
     expect(calls.sort()).toEqual(
       [
-        'ip -d -json addr show type vxlan',
+        'ip -d -json addr show',
         'ip -json route show table main proto 151',
         'ip -6 -json route show table main proto 151',
         'ip -json neigh show dev twill.1',
@@ -712,5 +808,14 @@ describe('reading IPv6 kernel output', () => {
     expect(work('Deleted fd7b::4 dev twill-v6.1 lladdr 02:00:00:06:00:04 NOARP PERMANENT')).toEqual(
       [{ kind: 'fdb', key: 'fd7b::4' }],
     );
+    // the old route a device switch deletes (its own change, not the wanted route going) needs
+    // nothing; the add that follows is the wanted route coming back
+    expect(
+      work('Deleted fd00:0:0:4::/64 via fd7b::4 dev eth0 proto 151 metric 1024 pref medium'),
+    ).toEqual([]);
+    // a route of another shape going (another metric): it may have been the one, look again
+    expect(
+      work('Deleted fd00:0:0:4::/64 via fd7b::4 dev eth0 proto 151 metric 5 pref medium'),
+    ).toEqual([{ kind: 'route', key: 'fd00:0:0:4::/64' }]);
   });
 });

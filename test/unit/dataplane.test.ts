@@ -1,7 +1,7 @@
 // The dataplane's pure core: backends (host-gw, vxlan, DirectRouting,
 // problems), diff (empty when the kernel matches, owned-only deletes, device
-// replacement), rendering (golden batch text and restore payload), and the
-// helpers that read kernel output.
+// replacement, a bridge's stale CNI gateway), rendering (golden batch text
+// and restore payload), and the helpers that read kernel output.
 import { describe, expect, it } from 'vitest';
 import { opLines, renderBatches } from '../../src/dataplane/render.ts';
 import { desiredState, type BackendInput } from '../../src/dataplane/desired.ts';
@@ -10,9 +10,15 @@ import { assumedWithout, diff } from '../../src/dataplane/diff.ts';
 import { chainRules, jumpRules, diffChain, chainSpecs } from '../../src/dataplane/masq.ts';
 import type { DesiredState, ObservedState } from '../../src/dataplane/model.ts';
 import { ipEventMatters, ipTouch, nftEventMatters, nftTouch } from '../../src/dataplane/monitor.ts';
-import { observe, parseIptablesVersion, parseLinks } from '../../src/dataplane/observe.ts';
+import {
+  observe,
+  parseBridgeAddrs,
+  parseIptablesVersion,
+  parseLinks,
+} from '../../src/dataplane/observe.ts';
 import { CommandError, type Runner } from '../../src/exec/runner.ts';
-import { backendInput, peerLease } from '../helpers/dataplane.ts';
+import { parseCidr, type Cidr } from '../../src/net/ipv4.ts';
+import { backendInput, masqOf, peerLease } from '../helpers/dataplane.ts';
 
 const EMPTY: ObservedState = {
   links: [],
@@ -26,7 +32,7 @@ const EMPTY: ObservedState = {
 /** The observed state a kernel holding exactly `want` would report. */
 function matching(want: DesiredState): ObservedState {
   const d = want.vxlan;
-  const chains = chainSpecs(want.masq);
+  const chains = chainSpecs(masqOf(want));
   return {
     links: d
       ? [
@@ -149,8 +155,8 @@ describe('backends', () => {
       key,
       ...(subnet ? { subnet } : {}),
     });
-    const seven = peerLease(7, { vxlan: true }).subnet;
-    const eight = peerLease(8, { vxlan: true }).subnet;
+    const seven = peerLease(7, { vxlan: true }).subnet as Cidr;
+    const eight = peerLease(8, { vxlan: true }).subnet as Cidr;
     // node-w's /23 covers node-a's and node-e's /24s; node-b claims node-a's /24 again
     const peers = [
       named(7, 'node-a'),
@@ -339,8 +345,164 @@ describe('diff and render', () => {
   });
 });
 
+describe('stale bridge gateways (a CNI gateway of an earlier lease of ours)', () => {
+  // this node held 10.244.216.0/24 before; the CNI plugin's gateway for it is still on cni0 beside
+  // the current one, and peer 216 holds that subnet now
+  const peer216 = peerLease(216, { vxlan: true });
+  const now = desiredState(
+    backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true })] }),
+  );
+  const withPeer = desiredState(
+    backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true }), peer216] }),
+  );
+  const bridge = (...addresses: string[]) => addresses.map((address) => ({ dev: 'cni0', address }));
+  const cidr = (text: string): Cidr => parseCidr(text, { strict: true }) as Cidr;
+
+  it('desired: the pod network and our subnet in it, per family that has both', () => {
+    expect(now.podRanges).toEqual([
+      { family: 4, bridge: 'cni0', network: cidr('10.244.0.0/16'), subnet: cidr('10.244.3.0/24') },
+    ]);
+  });
+
+  it('touches only the CNI bridge, and only a gateway-shaped address (first host, our prefix)', () => {
+    const seen = (addrs: { dev: string; address: string }[]): ObservedState => ({
+      ...matching(now),
+      bridgeAddrs: addrs,
+    });
+    // bridges of other programs inside a wide pod network: LXD's, docker's with --bip, libvirt's
+    const others = [
+      { dev: 'lxdbr0', address: '10.244.7.1/24' },
+      { dev: 'docker0', address: '10.244.200.1/24' },
+      { dev: 'virbr0', address: '10.244.122.1/24' },
+    ];
+    expect(diff(now, seen(others))).toEqual([]);
+    // on cni0, not what the CNI plugin makes a gateway of: another host, another prefix
+    expect(diff(now, seen(bridge('10.244.216.5/24', '10.244.216.1/16', '10.244.0.1/23')))).toEqual(
+      [],
+    );
+    // another bridge name named by --cni-bridge: that one is cleaned, cni0 is left alone
+    const kube = desiredState({
+      ...backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true })] }),
+      cniBridge: 'kube-bridge',
+    });
+    const both = seen([
+      { dev: 'kube-bridge', address: '10.244.216.1/24' },
+      { dev: 'cni0', address: '10.244.217.1/24' },
+    ]);
+    expect(diff(kube, both).flatMap(opLines)).toEqual(['addr del 10.244.216.1/24 dev kube-bridge']);
+  });
+
+  it('deletes the old gateway in the first ip batch, before the route to its new holder is added', () => {
+    const seen: ObservedState = {
+      ...matching(now),
+      bridgeAddrs: [
+        ...bridge('10.244.216.1/24', '10.244.3.1/24'),
+        // another bridge, outside the pod network (docker's)
+        { dev: 'docker0', address: '172.17.0.1/16' },
+      ],
+    };
+    const ops = diff(withPeer, seen);
+    expect(ops.filter((o) => o.kind === 'addr')).toEqual([
+      {
+        kind: 'addr',
+        action: 'delete',
+        phase: 'ip-pre',
+        dev: 'cni0',
+        address: '10.244.216.1/24',
+        stale: true,
+      },
+    ]);
+    const batches = renderBatches(ops);
+    expect(batches.map((b) => [b.phase, b.input])).toEqual([
+      [
+        'ip-pre',
+        'addr del 10.244.216.1/24 dev cni0\n' +
+          'neigh replace 10.244.216.0 lladdr 02:00:00:00:00:d8 dev twill.1 nud permanent\n',
+      ],
+      ['bridge', 'fdb append 02:00:00:00:00:d8 dev twill.1 dst 10.123.0.216 self permanent\n'],
+      ['ip-post', 'route add 10.244.216.0/24 via 10.244.216.0 dev twill.1 onlink proto 151\n'],
+    ]);
+    // the same without the peer: the address goes all the same
+    expect(diff(now, seen).flatMap(opLines)).toEqual(['addr del 10.244.216.1/24 dev cni0']);
+  });
+
+  it('plans nothing when the bridge holds only our gateway, or addresses outside the pod network', () => {
+    const seen = (addrs: { dev: string; address: string }[]): ObservedState => ({
+      ...matching(now),
+      bridgeAddrs: addrs,
+    });
+    expect(diff(now, seen(bridge('10.244.3.1/24')))).toEqual([]);
+    // our subnet's other addresses, and anything outside 10.244.0.0/16
+    expect(diff(now, seen(bridge('10.244.3.200/24', '10.245.0.1/24', '192.168.1.1/24')))).toEqual(
+      [],
+    );
+    // an IPv4-only node has no IPv6 range: an IPv6 address on a bridge is never its business
+    expect(diff(now, seen(bridge('fd00:0:0:9::1/64', 'fe80::1/64')))).toEqual([]);
+  });
+
+  it("reads only bridges' addresses: a non-bridge device with such an address is left alone", async () => {
+    const json = [
+      {
+        ifname: 'eth0',
+        linkinfo: { info_kind: 'veth' },
+        addr_info: [{ family: 'inet', local: '10.244.216.5', prefixlen: 24 }],
+      },
+      // no linkinfo (a physical NIC)
+      {
+        ifname: 'eth1',
+        addr_info: [{ family: 'inet', local: '10.244.216.6', prefixlen: 24 }],
+      },
+      // a pod's veth end in the bridge: its kind is veth, the bridge is its master
+      {
+        ifname: 'veth1',
+        master: 'cni0',
+        linkinfo: { info_kind: 'veth', info_slave_kind: 'bridge' },
+        addr_info: [{ family: 'inet', local: '10.244.216.7', prefixlen: 24 }],
+      },
+      {
+        ifname: 'cni0',
+        linkinfo: { info_kind: 'bridge', info_data: { stp_state: 0 } },
+        addr_info: [
+          { family: 'inet', local: '10.244.216.1', prefixlen: 24 },
+          { family: 'inet', local: '10.244.3.1', prefixlen: 24 },
+          { family: 'inet6', local: 'fe80::1', prefixlen: 64, scope: 'link' },
+        ],
+      },
+      // a bridge named like twill's device is not twill's device
+      { ifname: 'twill.1', linkinfo: { info_kind: 'bridge' }, addr_info: [] },
+    ];
+    expect(parseBridgeAddrs(json)).toEqual([
+      { dev: 'cni0', address: '10.244.216.1/24' },
+      { dev: 'cni0', address: '10.244.3.1/24' },
+      { dev: 'cni0', address: 'fe80::1/64' },
+    ]);
+    expect(parseLinks(json)).toEqual([]);
+    // one read gives both, whatever else the host has
+    const calls: string[] = [];
+    const runner: Runner = async (file, args) => {
+      calls.push([file, ...args].join(' '));
+      if (file === 'ip' && args.includes('addr'))
+        return { stdout: JSON.stringify(json), stderr: '' };
+      return { stdout: '[]', stderr: '' };
+    };
+    const seen = await observe(runner, 'twill.1', AbortSignal.timeout(1_000), { chains: false });
+    expect(calls.filter((c) => c.includes('addr'))).toEqual(['ip -d -json addr show']);
+    expect(diff(now, seen).filter((o) => o.kind === 'addr' && o.action === 'delete')).toEqual([
+      expect.objectContaining({ action: 'delete', dev: 'cni0', address: '10.244.216.1/24' }),
+    ]);
+  });
+
+  it('touches nothing of a family whose subnet of ours is unknown, nor when the addresses were not read', () => {
+    const noRange: DesiredState = { ...now, podRanges: [] };
+    const seen: ObservedState = { ...matching(now), bridgeAddrs: bridge('10.244.216.1/24') };
+    expect(diff(noRange, seen)).toEqual([]);
+    // a pass that did not read them (delta, repair: no reading at all) never deletes one
+    expect(diff(now, matching(now))).toEqual([]);
+  });
+});
+
 describe('masquerade chains', () => {
-  const spec = chainSpecs(vxlan.masq).postrouting;
+  const spec = chainSpecs(masqOf(vxlan)).postrouting;
   const rules = spec.rules ?? [];
   it('rewrites the chain when a rule is missing, swapped or duplicated, and keeps one jump', () => {
     for (const seenRules of [
@@ -367,7 +529,7 @@ describe('masquerade chains', () => {
   });
 
   it('removes the masquerade chain when --ip-masq is off, whatever shape its jumps have', () => {
-    const off = chainSpecs({ ...vxlan.masq, ipMasq: false }).postrouting;
+    const off = chainSpecs({ ...masqOf(vxlan), ipMasq: false }).postrouting;
     expect(
       diffChain(off, { jumps: [spec.jump, '-s 10.0.0.0/8 -j TWILL-POSTRTG'], rules }).flatMap(
         opLines,
@@ -383,7 +545,7 @@ describe('masquerade chains', () => {
 
   it('leaves out --random-fully where iptables lacks it', () => {
     expect(
-      chainSpecs({ ...vxlan.masq, randomFully: false }).postrouting.rules?.join('\n'),
+      chainSpecs({ ...masqOf(vxlan), randomFully: false }).postrouting.rules?.join('\n'),
     ).not.toContain('random-fully');
   });
 
@@ -450,6 +612,7 @@ describe('kernel output readers', () => {
         address: '02:00:00:00:00:03',
         flags: ['UP'],
         linkinfo: {
+          info_kind: 'vxlan',
           info_data: { id: 1, local: '10.0.0.1', link: 'eth0', port: 8472, learning: false },
         },
         addr_info: [

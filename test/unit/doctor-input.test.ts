@@ -1,7 +1,7 @@
 // The doctor's reading of `iptables -S INPUT` for vxlan's UDP port (rule
 // parsing, the walk in order, policy), the pure parts of gather (link facts,
 // rule counting), gather over a fake runner (failed reads become facts, not
-// exceptions), and the table and JSON output.
+// exceptions; an IPv6-only node's reads), and the table and JSON output.
 import { describe, expect, it } from 'vitest';
 import { doctorExitCode, runChecks } from '../../src/doctor/checks.ts';
 import { got } from '../../src/doctor/facts.ts';
@@ -10,7 +10,8 @@ import { parseInputRule, hitsUdpPort, ruleWords } from '../../src/doctor/input-r
 import { renderJson, renderTable, wrap } from '../../src/doctor/print.ts';
 import { CommandError, type Runner } from '../../src/exec/runner.ts';
 import { TwillError } from '../../src/errors.ts';
-import { healthyFacts, resultOf, storeFact } from '../helpers/doctor.ts';
+import { parseNetConfig } from '../../src/config/netconf.ts';
+import { healthyFacts, resultOf, storeFact, V6ONLY_CONFIG } from '../helpers/doctor.ts';
 
 function portVerdict(listing: string, extra = ''): { verdict: string; detail: string } {
   const f = {
@@ -132,6 +133,23 @@ describe('gather', () => {
         addr_info: [{ family: 'inet', local: '10.244.3.0', prefixlen: 32 }],
       },
       { ifname: 'twv1', mtu: 1450, master: 'cni0', linkinfo: { info_kind: 'veth' }, addr_info: [] },
+      {
+        ifname: 'cni0',
+        mtu: 1430,
+        linkinfo: { info_kind: 'bridge' },
+        addr_info: [
+          { family: 'inet6', local: 'fd00:10:244:3::1', prefixlen: 64, scope: 'global' },
+          // a bridge without ports keeps its address tentative: still the bridge's address
+          {
+            family: 'inet6',
+            local: 'fd00:10:244:7::1',
+            prefixlen: 64,
+            scope: 'global',
+            tentative: true,
+          },
+          { family: 'inet6', local: 'fe80::1', prefixlen: 64, scope: 'link' },
+        ],
+      },
     ];
     expect(parseLinkFacts(json)).toEqual([
       {
@@ -140,6 +158,7 @@ describe('gather', () => {
         mtu: 1450,
         master: undefined,
         addresses: ['10.244.3.0/32'],
+        addresses6: [],
         vni: 1,
         port: 8472,
       },
@@ -149,6 +168,17 @@ describe('gather', () => {
         mtu: 1450,
         master: 'cni0',
         addresses: [],
+        addresses6: [],
+        vni: undefined,
+        port: undefined,
+      },
+      {
+        name: 'cni0',
+        kind: 'bridge',
+        mtu: 1430,
+        master: undefined,
+        addresses: [],
+        addresses6: ['fd00:10:244:3::1/64', 'fd00:10:244:7::1/64'],
         vni: undefined,
         port: undefined,
       },
@@ -220,6 +250,85 @@ describe('gather', () => {
       'could not list routes: ip -json route show table main proto 151: exit code 127: not found',
     );
     expect(resultOf(results, 'br-netfilter').verdict).toBe('fail');
+  });
+});
+
+describe('gather, IPv6 only', () => {
+  // the node: eth0 at fd00:123::2/64 with the IPv6 default route, no IPv4 address anywhere
+  const addrs = [
+    {
+      ifname: 'eth0',
+      mtu: 1500,
+      addr_info: [{ family: 'inet6', local: 'fd00:123::2', prefixlen: 64, scope: 'global' }],
+    },
+  ];
+  const config = parseNetConfig(V6ONLY_CONFIG);
+
+  it('reads ip6tables instead of iptables, finds the underlay by its IPv6 address, and reads the IPv4 leftovers', async () => {
+    const calls: string[] = [];
+    const runner: Runner = async (file, args) => {
+      const line = [file, ...args].join(' ');
+      calls.push(line);
+      const out = (v: unknown): { stdout: string; stderr: string } => ({
+        stdout: typeof v === 'string' ? v : JSON.stringify(v),
+        stderr: '',
+      });
+      if (line === 'ip6tables --version') return out('ip6tables v1.8.9 (nf_tables)\n');
+      if (line === 'ip6tables-legacy-save') return out('*filter\n-A INPUT -j ACCEPT\nCOMMIT\n');
+      if (line.startsWith('ip6tables -w 5 -S INPUT')) return out('-P INPUT ACCEPT\n');
+      if (line === 'ip -json -6 route show default')
+        return out([{ dst: 'default', gateway: 'fd00:123::1', dev: 'eth0' }]);
+      if (line.startsWith('ip -json addr show') || line.startsWith('ip -d -json addr show'))
+        return out(addrs);
+      if (line.includes('route show table main')) return out([]);
+      // twill's and flannel's chains: none (iptables and ip6tables say the chain does not exist)
+      throw new CommandError({
+        command: [file, ...args],
+        exitCode: 1,
+        stderr: 'iptables: No chain/target/match by that name.',
+        reason: 'exit code 1',
+      });
+    };
+    const read: string[] = [];
+    const readText = async (path: string): Promise<string> => {
+      read.push(path);
+      return '1\n';
+    };
+    const f = await gather(
+      { runner, readText, readStore: async () => ({ config, leases: [] }) },
+      {
+        iface: { iface: [], ifaceRegex: [], publicIp: undefined },
+        subnetFile: '/nonexistent/subnet.env',
+        bridge: 'cni0',
+        procSysNet: '/proc/sys/net',
+      },
+      AbortSignal.timeout(5000),
+    );
+    expect(f.underlay).toEqual(got({ name: 'eth0', mtu: 1500, publicIp: null }));
+    expect(f.underlay6).toEqual(got({ ip: 'fd00:123::2', publicIp: 'fd00:123::2' }));
+    // ip6tables' backend, INPUT and the other backend's rules; no iptables but for leftovers
+    expect(f.iptables).toEqual(got({ backend: 'nf_tables', otherRules: got(1) }));
+    expect(f.inputChain).toEqual(got('-P INPUT ACCEPT\n'));
+    expect(calls).not.toContain('iptables --version');
+    expect(calls).not.toContain('iptables -w 5 -S INPUT');
+    expect(calls).toContain('ip -json -6 route show default');
+    // flannel's chains looked for in ip6tables too; twill's iptables chains read as leftovers
+    expect(calls.filter((c) => c.startsWith('ip6tables') && c.includes('FLANNEL-FWD'))).not.toEqual(
+      [],
+    );
+    expect(f.ip4Chains).toEqual(
+      got({ postrouting: { jumps: [], rules: null }, forward: { jumps: [], rules: null } }),
+    );
+    expect(f.bridgeNf6).toEqual(got('1'));
+    expect(read).toContain('/proc/sys/net/bridge/bridge-nf-call-ip6tables');
+    expect(read).toContain('/proc/sys/net/ipv6/conf/all/forwarding');
+    // rp_filter filters IPv4 only: not read
+    expect(read.filter((p) => p.includes('rp_filter'))).toEqual([]);
+    const results = runChecks(f);
+    expect(resultOf(results, 'ipv4-leftovers').verdict).toBe('ok');
+    expect(resultOf(results, 'iptables-backend').detail).toContain(
+      'ip6tables drives nf_tables, but the legacy backend holds 1 rules (ip6tables-legacy-save)',
+    );
   });
 });
 

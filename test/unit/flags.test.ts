@@ -56,6 +56,7 @@ describe('resolveRunFlags: defaults', () => {
       subnetLeaseRenewMargin: 60,
       ipMasq: false,
       iptablesResync: 60,
+      cniBridge: 'cni0',
       procSysNet: '/proc/sys/net',
       healthzIp: '0.0.0.0',
       healthzPort: 0,
@@ -177,6 +178,13 @@ describe('resolveRunFlags: environment', () => {
     expect(flags.etcdEndpoints).toStrictEqual(['http://cli:2379']);
     expect(flags.iface).toStrictEqual(['eth2']);
     expect(flags.healthzPort).toBe(1);
+  });
+
+  it('takes --cni-bridge, or TWILL_CNI_BRIDGE, and refuses what is not an interface name', () => {
+    expect(resolve(['--cni-bridge=br0']).cniBridge).toBe('br0');
+    expect(resolve([], { TWILL_CNI_BRIDGE: 'kube-bridge' }).cniBridge).toBe('kube-bridge');
+    for (const bad of ['', 'a/b', 'sixteen-chars-xx', 'two words', '..'])
+      expect(() => resolve([`--cni-bridge=${bad}`]), bad).toThrow(/--cni-bridge/);
   });
 
   it("takes --proc-sys-net, or TWILL_PROC_SYS_NET (a DaemonSet mounts the host's /proc/sys/net elsewhere)", () => {
@@ -477,6 +485,7 @@ describe('RUN_FLAGS: each entry is an option of `twill run` and a TWILL_ variabl
     'ip-masq': { text: 'true', value: true },
     'iptables-resync': { text: '30', value: 30 },
     'proc-sys-net': { text: '/host/proc/sys/net', value: '/host/proc/sys/net' },
+    'cni-bridge': { text: 'br-pods', value: 'br-pods' },
     'healthz-ip': { text: '127.0.0.1', value: '127.0.0.1' },
     'healthz-port': { text: '8471', value: 8471 },
     'node-name': { text: 'node-q', value: 'node-q' },

@@ -1,9 +1,12 @@
 // Unit tests of underlay interface selection over realistic `ip -json`
-// output: --iface, --iface-regex, the default route, and --public-ip.
+// output: --iface, --iface-regex, the default route, and --public-ip; the
+// same with IPv6 (dual-stack), and with IPv4 off (IPv6 only).
 import { describe, expect, it } from 'vitest';
 import { TwillError } from '../../src/errors.ts';
+import type { Runner } from '../../src/exec/runner.ts';
 import {
   defaultRouteDevice,
+  discoverInterface,
   onLink6,
   parseIpAddr,
   selectInterface,
@@ -29,7 +32,7 @@ const ROUTE_DEFAULT = JSON.parse(
 const LINKS = parseIpAddr(IP_ADDR);
 const NONE: IfaceRequest = { iface: [], ifaceRegex: [], publicIp: undefined };
 
-function summary(c: IfaceChoice): [string, string, string] {
+function summary(c: IfaceChoice): [string, string | null, string | null] {
   return [c.iface.name, c.ifaceIp, c.publicIp];
 }
 
@@ -361,5 +364,141 @@ describe('IPv6 addresses (dual-stack)', () => {
     expect(onLink6(eth3, '2001:db8:5:ffff::1')).toBe(true);
     expect(onLink6(eth3, 'fd00:0:0:6::1')).toBe(false);
     expect(onLink6(eth3, '172.16.0.9')).toBe(false);
+  });
+});
+
+// `ip -json addr show` (both families) on an IPv6-only host: eth0 has only IPv6 addresses (a
+// global one, its link-local), eth1 has an IPv4 address and a global IPv6 one, eth2 only IPv4,
+// eth3 two global IPv6 addresses in two networks and a deprecated one.
+const IP_ADDR_V6ONLY = JSON.parse(`[
+{"ifindex":1,"ifname":"lo","mtu":65536,"address":"00:00:00:00:00:00","addr_info":[
+ {"family":"inet","local":"127.0.0.1","prefixlen":8,"scope":"host","label":"lo"},
+ {"family":"inet6","local":"::1","prefixlen":128,"scope":"host"}]},
+{"ifindex":2,"ifname":"eth0","mtu":1500,"address":"02:fc:00:00:00:01","addr_info":[
+ {"family":"inet6","local":"2001:db8:0:1:0:0:0:2","prefixlen":64,"scope":"global","dynamic":true,"mngtmpaddr":true,"valid_life_time":86000,"preferred_life_time":14000},
+ {"family":"inet6","local":"fe80::fc:ff:fe00:1","prefixlen":64,"scope":"link"}]},
+{"ifindex":3,"ifname":"eth1","mtu":9000,"address":"02:fc:00:00:00:02","addr_info":[
+ {"family":"inet","local":"10.10.0.5","prefixlen":16,"scope":"global","label":"eth1"},
+ {"family":"inet6","local":"fd00:0:0:5::5","prefixlen":64,"scope":"global"}]},
+{"ifindex":4,"ifname":"eth2","mtu":1500,"address":"02:fc:00:00:00:03","addr_info":[
+ {"family":"inet","local":"172.16.9.1","prefixlen":24,"scope":"global","label":"eth2"},
+ {"family":"inet6","local":"fe80::fc:ff:fe00:3","prefixlen":64,"scope":"link"}]},
+{"ifindex":5,"ifname":"eth3","mtu":1400,"address":"02:fc:00:00:00:04","addr_info":[
+ {"family":"inet6","local":"fd00:0:0:7::9","prefixlen":64,"scope":"global","deprecated":true,"preferred_life_time":0},
+ {"family":"inet6","local":"2001:db8:7::3","prefixlen":48,"scope":"global"},
+ {"family":"inet6","local":"fd00:0:0:7::3","prefixlen":64,"scope":"global"}]}
+]`) as unknown;
+
+// `ip -json -6 route show default` there: a router advertisement's route on eth0
+const ROUTE6_DEFAULT = JSON.parse(
+  '[{"dst":"default","gateway":"fe80::1","dev":"eth0","protocol":"ra","metric":1024,"flags":[],"expires":1798,"pref":"medium"}]',
+) as unknown;
+
+const V6ONLY = parseIpAddr(IP_ADDR_V6ONLY);
+const V6ONLY_REQ: IfaceRequest = { ...NONE, ipv4: false, ipv6: true };
+
+function choice6(c: IfaceChoice): unknown[] {
+  return [c.iface.name, c.ifaceIp, c.publicIp, c.ifaceIp6, c.publicIp6];
+}
+
+describe('IPv6 only (EnableIPv4 false)', () => {
+  const dev6 = defaultRouteDevice(ROUTE6_DEFAULT);
+
+  it('uses the IPv6 default route device, which needs no IPv4 address, and has no IPv4 half', () => {
+    expect(dev6).toBe('eth0');
+    expect(choice6(selectInterface(V6ONLY, dev6, V6ONLY_REQ))).toEqual([
+      'eth0',
+      null,
+      null,
+      '2001:db8:0:1::2',
+      '2001:db8:0:1::2',
+    ]);
+  });
+
+  it('takes only the IPv6 address of an interface that has both', () => {
+    expect(choice6(selectInterface(V6ONLY, 'eth1', V6ONLY_REQ))).toEqual([
+      'eth1',
+      null,
+      null,
+      'fd00:0:0:5::5',
+      'fd00:0:0:5::5',
+    ]);
+  });
+
+  it('selects --iface by name (its first usable IPv6 address) or by IPv6 address', () => {
+    const byName = selectInterface(V6ONLY, dev6, { ...V6ONLY_REQ, iface: ['eth3'] });
+    expect(choice6(byName)).toEqual(['eth3', null, null, '2001:db8:7::3', '2001:db8:7::3']);
+    expect(byName.iface.mtu).toBe(1400);
+    const byAddr = selectInterface(V6ONLY, dev6, { ...V6ONLY_REQ, iface: ['fd00:0:0:7:0::3'] });
+    expect(choice6(byAddr)).toEqual(['eth3', null, null, 'fd00:0:0:7::3', 'fd00:0:0:7::3']);
+  });
+
+  it('skips --iface values without a usable IPv6 address, and an IPv4 address names nothing', () => {
+    // eth2 has only a link-local IPv6 address; 10.10.0.5 is eth1's, but IPv4 is off
+    const c = selectInterface(V6ONLY, dev6, {
+      ...V6ONLY_REQ,
+      iface: ['eth2', '10.10.0.5', 'fd00:0:0:7::9', 'eth1'],
+    });
+    expect(choice6(c)).toEqual(['eth1', null, null, 'fd00:0:0:5::5', 'fd00:0:0:5::5']);
+    const err = failure(V6ONLY, dev6, { ...V6ONLY_REQ, iface: ['eth2', '10.10.0.5'] });
+    expect(err.code).toBe('IFACE_NOT_FOUND');
+    expect(err.message).toContain('--iface eth2,10.10.0.5');
+    expect(err.message).toContain('IPv4 is off');
+  });
+
+  it('matches --iface-regex against IPv6 addresses before names, never IPv4 ones', () => {
+    const byAddr = selectInterface(V6ONLY, dev6, { ...V6ONLY_REQ, ifaceRegex: ['^fd00:0:0:7:'] });
+    expect(choice6(byAddr)).toEqual(['eth3', null, null, 'fd00:0:0:7::3', 'fd00:0:0:7::3']);
+    // "^eth[12]$" matches eth1 by name (eth2 has no usable IPv6 address, and comes later)
+    const byName = selectInterface(V6ONLY, dev6, { ...V6ONLY_REQ, ifaceRegex: ['^eth[21]$'] });
+    expect(byName.iface.name).toBe('eth1');
+    const err = failure(V6ONLY, dev6, { ...V6ONLY_REQ, ifaceRegex: ['^10\\.10\\.'] });
+    expect(err.code).toBe('IFACE_NOT_FOUND');
+    expect(err.message).toContain('--iface-regex ^10\\.10\\.');
+  });
+
+  it('refuses without an IPv6 default route, or when its device has no usable IPv6 address', () => {
+    const none = failure(V6ONLY, undefined, V6ONLY_REQ);
+    expect(none.code).toBe('IFACE_NOT_FOUND');
+    expect(none.message).toContain('no IPv6 default route');
+    expect(none.message).toContain('--iface');
+    const bare = failure(V6ONLY, 'eth2', V6ONLY_REQ);
+    expect(bare.message).toContain('failed to find IPv6 address for interface eth2');
+    expect(failure(V6ONLY, 'wg0', V6ONLY_REQ).message).toContain('wg0');
+  });
+
+  it('refuses --public-ip as a config error pointing at --public-ipv6', () => {
+    for (const dev of [dev6, undefined]) {
+      const err = failure(V6ONLY, dev, { ...V6ONLY_REQ, publicIp: '203.0.113.7' });
+      expect(err.code).toBe('CONFIG_INVALID');
+      expect(err.message).toContain('--public-ip 203.0.113.7');
+      expect(err.message).toContain('"EnableIPv4": false');
+      expect(err.message).toContain('--public-ipv6');
+    }
+  });
+
+  it('lets --public-ipv6 override publicIp6 (canonical) but not ifaceIp6', () => {
+    const c = selectInterface(V6ONLY, dev6, { ...V6ONLY_REQ, publicIpv6: '2001:DB8:0:0::77' });
+    expect(choice6(c)).toEqual(['eth0', null, null, '2001:db8:0:1::2', '2001:db8::77']);
+  });
+
+  it('discoverInterface reads every address and the IPv6 default route', async () => {
+    const calls: string[] = [];
+    const runner: Runner = async (file, args) => {
+      const cmd = [file, ...args].join(' ');
+      calls.push(cmd);
+      if (cmd === 'ip -json addr show')
+        return { stdout: JSON.stringify(IP_ADDR_V6ONLY), stderr: '' };
+      if (cmd === 'ip -json -6 route show default')
+        return { stdout: JSON.stringify(ROUTE6_DEFAULT), stderr: '' };
+      throw new Error(`not in this test: ${cmd}`);
+    };
+    const c = await discoverInterface(runner, V6ONLY_REQ, AbortSignal.timeout(1_000));
+    expect(choice6(c)).toEqual(['eth0', null, null, '2001:db8:0:1::2', '2001:db8:0:1::2']);
+    expect(calls).toEqual(['ip -json addr show', 'ip -json -6 route show default']);
+    // with --iface no route is read
+    calls.length = 0;
+    await discoverInterface(runner, { ...V6ONLY_REQ, iface: ['eth1'] }, AbortSignal.timeout(1_000));
+    expect(calls).toEqual(['ip -json addr show']);
   });
 });

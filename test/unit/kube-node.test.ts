@@ -19,8 +19,11 @@ import {
   type NodeView,
 } from '../../src/lease/kube-node.ts';
 import type { LeaseAttrs } from '../../src/lease/types.ts';
-import { formatCidr } from '../../src/net/ipv4.ts';
+import { formatCidr, type Cidr } from '../../src/net/ipv4.ts';
 import { formatCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
+
+/** An IPv4 subnet as text; null for none (an IPv6-only lease). */
+const cidrText = (c: Cidr | null): string | null => (c ? formatCidr(c) : null);
 
 const names = annotationNames('flannel.alpha.coreos.com');
 const config = parseNetConfig('{"Network":"10.244.0.0/16"}');
@@ -47,7 +50,7 @@ describe('nodeView and nodeRecord', () => {
     const r = nodeRecord(node({ podCIDR: '10.244.1.0/24' }), names);
     expect(r).toMatchObject({ key: 'n1', ok: true });
     if (!r.ok) return;
-    expect(formatCidr(r.lease.subnet)).toBe('10.244.1.0/24');
+    expect(cidrText(r.lease.subnet)).toBe('10.244.1.0/24');
     expect(r.lease.attrs).toEqual({
       publicIp: '10.0.0.5',
       publicIpv6: null,
@@ -62,7 +65,7 @@ describe('nodeView and nodeRecord', () => {
       node({ podCIDR: 'fd00::/64', podCIDRs: ['fd00::/64', '10.244.9.0/24'] }),
       names,
     );
-    expect(r.ok && formatCidr(r.lease.subnet)).toBe('10.244.9.0/24');
+    expect(r.ok && cidrText(r.lease.subnet)).toBe('10.244.9.0/24');
   });
 
   it('reads a host-gw Node with backend-data "null"', () => {
@@ -79,12 +82,23 @@ describe('nodeView and nodeRecord', () => {
   it.each([
     ['no podCIDR', {}, good, /has no spec\.podCIDR/],
     [
-      'only IPv6 podCIDRs',
-      { podCIDRs: ['fd00::/64'] },
+      'podCIDRs that are no network of either family',
+      { podCIDRs: ['fd00::1/64', '10.244.1.1/24'] },
       good,
-      /has no IPv4 spec\.podCIDRs \(fd00::\/64\)/,
+      /spec\.podCIDRs "10\.244\.1\.1\/24" is not an IPv4 network CIDR/,
     ],
-    ['a podCIDR with host bits', { podCIDR: '10.244.1.1/24' }, good, /has no IPv4/],
+    [
+      'a podCIDR with host bits',
+      { podCIDR: '10.244.1.1/24' },
+      good,
+      /"10\.244\.1\.1\/24" is not an IPv4 network CIDR/,
+    ],
+    [
+      'an IPv4 podCIDR with host bits beside a good IPv6 one (not taken for an IPv6-only Node)',
+      { podCIDRs: ['10.244.1.1/24', 'fd00:10:244:1::/64'] },
+      good,
+      /"10\.244\.1\.1\/24" is not an IPv4 network CIDR/,
+    ],
     [
       'public-ip not an address',
       { podCIDR: '10.244.1.0/24' },
@@ -141,7 +155,7 @@ describe('nodeView and nodeRecord', () => {
 
 describe('our own Node', () => {
   it('takes a podCIDR inside Network of any size, waits for a missing one, refuses one outside', () => {
-    expect(formatCidr(ownSubnet(node({ podCIDR: '10.244.4.0/25' }), config))).toBe('10.244.4.0/25');
+    expect(cidrText(ownSubnet(node({ podCIDR: '10.244.4.0/25' }), config))).toBe('10.244.4.0/25');
     expect(() => ownSubnet(node(), config)).toThrow(
       expect.objectContaining({
         code: 'STORE_UNAVAILABLE',
@@ -241,7 +255,7 @@ describe('dual-stack Nodes', () => {
     const r = nodeRecord(node({ podCIDR: podCIDRs[0], podCIDRs, annotations: good6 }), names);
     expect(r.ok).toBe(true);
     if (!r.ok) return;
-    expect(formatCidr(r.lease.subnet)).toBe('10.244.9.0/24');
+    expect(cidrText(r.lease.subnet)).toBe('10.244.9.0/24');
     expect(r.lease.subnet6 && formatCidr6(r.lease.subnet6)).toBe('fd00:10:244:9::/64');
     expect(r.lease.attrs).toEqual({
       publicIp: '10.0.0.5',
@@ -308,7 +322,7 @@ describe('dual-stack Nodes', () => {
       );
       expect(r.ok).toBe(true);
       if (!r.ok) return;
-      expect(formatCidr(r.lease.subnet)).toBe('10.244.9.0/24');
+      expect(cidrText(r.lease.subnet)).toBe('10.244.9.0/24');
       const { v6Problem, ...attrs } = r.lease.attrs;
       expect(attrs).toStrictEqual({
         publicIp: '10.0.0.5',

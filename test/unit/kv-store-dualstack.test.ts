@@ -139,7 +139,8 @@ describe('dual-stack races settled by first claim', () => {
         signal,
       ),
     ]);
-    if (!a || !b || !a.subnet6 || !b.subnet6) throw new Error('expected two dual leases');
+    if (!a?.subnet || !b?.subnet || !a.subnet6 || !b.subnet6)
+      throw new Error('expected two dual leases');
     const winners = [a, b].filter((l) => l.key.startsWith('10.244.2.0-24&'));
     expect(winners).toHaveLength(1);
     const loser = winners[0] === a ? b : a;

@@ -176,11 +176,13 @@ const GOOD: Good[] = [
 describe('parseNetConfig: good configs', () => {
   it.each(GOOD)('$name', (row) => {
     const cfg = parseNetConfig(row.text);
+    const v4 = cfg.ipv4;
+    if (!v4) throw new Error('no IPv4 half');
     expect({
-      network: formatCidr(cfg.network),
-      subnetLen: cfg.subnetLen,
-      min: formatIpv4(cfg.subnetMin),
-      max: formatIpv4(cfg.subnetMax),
+      network: formatCidr(v4.network),
+      subnetLen: v4.subnetLen,
+      min: formatIpv4(v4.subnetMin),
+      max: formatIpv4(v4.subnetMax),
       backend: cfg.backend,
       unknownKeys: cfg.unknownKeys,
     }).toStrictEqual({
@@ -319,10 +321,22 @@ function v6Bad(): [string, string, ErrorCode, string[]][] {
       ['"IPv6SubnetMin" fd00:0:0:1::', '"IPv6SubnetMax" fd00::'],
     ],
     [
-      'EnableIPv4 false with IPv6 (IPv6-only is not supported yet)',
-      `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/56"}`,
-      'CONFIG_UNSUPPORTED',
-      ['"EnableIPv4"', 'false', 'IPv6-only'],
+      'IPv6-only with a Network',
+      `{${NET},"EnableIPv4":false,"EnableIPv6":true,${N}}`,
+      'CONFIG_INVALID',
+      ['"Network" is set', '"EnableIPv4" is false', 'IPv6 only'],
+    ],
+    [
+      'IPv6-only with a SubnetLen',
+      `{"EnableIPv4":false,"SubnetLen":24,"EnableIPv6":true,"IPv6Network":"fd00::/56"}`,
+      'CONFIG_INVALID',
+      ['"SubnetLen" is set', '"EnableIPv4" is false'],
+    ],
+    [
+      'IPv6-only without IPv6Network',
+      `{"EnableIPv4":false,"EnableIPv6":true}`,
+      'CONFIG_INVALID',
+      ['"IPv6Network"', 'required'],
     ],
   ];
 }
@@ -475,10 +489,22 @@ const BAD: [string, string, ErrorCode, string[]][] = [
   ],
   ...v6Bad(),
   [
-    'EnableIPv4 false',
+    'EnableIPv4 false and no IPv6',
+    `{"EnableIPv4":false}`,
+    'CONFIG_INVALID',
+    ['"EnableIPv4" is false', '"EnableIPv6" is not true', 'no pod network'],
+  ],
+  [
+    'EnableIPv4 false with EnableIPv6 false',
+    `{"EnableIPv4":false,"EnableIPv6":false,"Backend":{"Type":"host-gw"}}`,
+    'CONFIG_INVALID',
+    ['no pod network'],
+  ],
+  [
+    'EnableIPv4 false but a Network',
     `{${NET},"EnableIPv4":false}`,
-    'CONFIG_UNSUPPORTED',
-    ['"EnableIPv4"', 'false'],
+    'CONFIG_INVALID',
+    ['"Network" is set', '"EnableIPv4" is false'],
   ],
   [
     'EnableIPv6 a string',
@@ -648,8 +674,37 @@ describe('parseNetConfig: dual-stack', () => {
       unknownKeys: [],
     });
     // the IPv4 half is unchanged by IPv6
-    expect(formatCidr(cfg.network)).toBe('10.244.0.0/16');
-    expect(cfg.subnetLen).toBe(24);
+    expect(cfg.ipv4 && formatCidr(cfg.ipv4.network)).toBe('10.244.0.0/16');
+    expect(cfg.ipv4?.subnetLen).toBe(24);
+  });
+
+  it('IPv6 only: EnableIPv4 false leaves no IPv4 half, and the IPv6 one as in dual-stack', () => {
+    const cfg = parseNetConfig(
+      '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}',
+    );
+    expect(cfg.ipv4).toBeNull();
+    const v6 = cfg.ipv6;
+    if (!v6) throw new Error('no IPv6 half');
+    expect({
+      network: formatCidr6(v6.network),
+      subnetLen: v6.subnetLen,
+      min: formatIpv6(v6.subnetMin),
+      max: formatIpv6(v6.subnetMax),
+    }).toStrictEqual({
+      network: 'fd00:10:244::/56',
+      subnetLen: 64,
+      min: 'fd00:10:244:1::',
+      max: 'fd00:10:244:ff::',
+    });
+    expect(cfg.unknownKeys).toStrictEqual([]);
+  });
+
+  it('IPv6 only, keys in any case (as flannel reads them)', () => {
+    const cfg = parseNetConfig(
+      '{"enableipv4":false,"ENABLEIPV6":true,"ipv6network":"2001:db8:42::/48","IPv6SubnetLen":56}',
+    );
+    expect(cfg.ipv4).toBeNull();
+    expect(cfg.ipv6?.subnetLen).toBe(56);
   });
 
   it('keeps the IPv4 network mandatory with IPv6 enabled', () => {

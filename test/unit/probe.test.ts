@@ -1,5 +1,6 @@
 // Unit tests of the daemon's health probe facts that read the node: subnet.env compared with the
-// lease, for both families on a dual-stack node, and the peer gauges per family.
+// lease, for both families on a dual-stack node and the IPv6 pair alone on an IPv6-only one, and
+// the peer gauges per family.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -87,6 +88,32 @@ describe("the probe's subnet.env check", () => {
   });
 });
 
+describe("the probe's subnet.env check, IPv6 only", () => {
+  const V6ONLY: SubnetEnv = { ...DUAL, network: null, subnet: null, mtu: 1430 };
+
+  it('finds nothing wrong when the IPv6 pair and the MTU match and there is no IPv4 pair', async () => {
+    expect(await problem(V6ONLY, V6ONLY)).toBeUndefined();
+  });
+
+  it('reports a different IPv6 subnet, and an MTU that differs, with both values', async () => {
+    const moved = await problem(V6ONLY, { ...V6ONLY, subnet6: v6('fd00:10:244:7::/64') });
+    expect(moved).toContain('says IPv6 fd00:10:244:7::/64 in fd00:10:244::/56');
+    expect(moved).toContain('the lease says fd00:10:244:3::/64');
+    expect(await problem(V6ONLY, { ...V6ONLY, mtu: 1450 })).toMatch(
+      /says IPv6 fd00:10:244:3::\/64 in fd00:10:244::\/56 MTU 1450, the lease says fd00:10:244:3::\/64 in fd00:10:244::\/56 MTU 1430$/,
+    );
+  });
+
+  it('reports an IPv4 pair on an IPv6-only node, and a missing one on a dual-stack node', async () => {
+    expect(await problem(V6ONLY, { ...DUAL, mtu: 1430 })).toMatch(
+      /says 10\.244\.3\.0\/24 MTU 1430, the lease says no IPv4 subnet MTU 1430/,
+    );
+    expect(await problem(DUAL, { ...V6ONLY, mtu: 1450 })).toMatch(
+      /says no IPv4 subnet MTU 1450, the lease says 10\.244\.3\.0\/24/,
+    );
+  });
+});
+
 describe('peer gauges', () => {
   it('counts peers by backend, and those with an IPv6 subnet apart', async () => {
     const probe = new DaemonProbe({ version: 'test', resyncMs: 60_000 });
@@ -106,5 +133,24 @@ describe('peer gauges', () => {
       'twill_peers{backend="host-gw"} 1',
       'twill_peers{backend="vxlan"} 2',
     ]);
+  });
+
+  it('counts IPv6-only peers (no IPv4 subnet) in both gauges', async () => {
+    const probe = new DaemonProbe({ version: 'test', resyncMs: 60_000 });
+    const only6 = (n: number): Lease => ({
+      ...lease({ subnet: `10.244.${n}.0/24`, subnet6: `fd00:10:244:${n}::/64`, backend: 'vxlan' }),
+      key: `node-${n}`,
+      subnet: null,
+      attrs: {
+        publicIp: null,
+        publicIpv6: `fd00:123::${n}`,
+        backendType: 'vxlan',
+        backendData: null,
+      },
+    });
+    probe.peers([only6(1), only6(2)], new Map());
+    const text = await probe.metrics.registry.metrics();
+    expect(text).toContain('twill_peers{backend="vxlan"} 2');
+    expect(text).toContain('twill_peers_ipv6{backend="vxlan"} 2');
   });
 });

@@ -4,8 +4,10 @@
 // runs the batches against an in-memory kernel: triggers coalesce, passes
 // never overlap, failures back off (a success resets it), the resync timer
 // runs full passes on its own, nothing runs before `ready`, and an abort ends
-// the loop leaving no timer behind. Assertions are on runner calls and
-// PassReport fields, never on the ops themselves.
+// the loop leaving no timer behind; on an IPv4-only node the first full pass
+// alone reads what a dual-stack run may have left, and on an IPv6-only node
+// what an IPv4 run may have left. Assertions are on runner calls, PassReport
+// fields and the fake kernel, never on the ops themselves.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { desiredState } from '../../src/dataplane/desired.ts';
 import { Reconciler, type PassReport } from '../../src/dataplane/reconciler.ts';
@@ -17,7 +19,7 @@ import { captureLog, type CapturedLog } from '../helpers/log.ts';
 const SETTLE = 10;
 const RESYNC = 60_000;
 /** the first read of every observed pass */
-const LINKS = 'ip -d -json addr show type vxlan';
+const LINKS = 'ip -d -json addr show';
 const ROUTES = 'ip -json route show table main proto 151';
 const IP_BATCH = 'ip -force -batch -';
 const PEER4_ROUTE = '10.244.4.0/24';
@@ -59,6 +61,11 @@ class Kernel {
   readonly fdb = new Set<string>();
   /** "table chain" → its rules as `iptables -S` prints them */
   chains = new Map<string, string[]>([
+    ['nat POSTROUTING', []],
+    ['filter FORWARD', []],
+  ]);
+  /** the same for ip6tables */
+  chains6 = new Map<string, string[]>([
     ['nat POSTROUTING', []],
     ['filter FORWARD', []],
   ]);
@@ -144,9 +151,9 @@ class Kernel {
     return undefined;
   }
 
-  /** An `iptables-restore --noflush` payload: each table all or nothing. */
-  restore(input: string): string | undefined {
-    const chains = new Map([...this.chains].map(([k, v]) => [k, [...v]]));
+  /** An `iptables-restore --noflush` payload (ip6tables' with `v6`): each table all or nothing. */
+  restore(input: string, v6 = false): string | undefined {
+    const chains = new Map([...(v6 ? this.chains6 : this.chains)].map(([k, v]) => [k, [...v]]));
     let table = '';
     for (const line of input.split('\n')) {
       if (line === '' || line === 'COMMIT') continue;
@@ -169,13 +176,14 @@ class Kernel {
       else if (flag === '-X') chains.delete(`${table} ${chain}`);
       else return `iptables-restore: cannot apply "${line}"`;
     }
-    this.chains = chains;
+    if (v6) this.chains6 = chains;
+    else this.chains = chains;
     return undefined;
   }
 
-  /** `iptables -S <chain>`, or undefined when the chain does not exist. */
-  listChain(table: string, chain: string): string | undefined {
-    const rules = this.chains.get(`${table} ${chain}`);
+  /** `iptables -S <chain>` (ip6tables' with `v6`), or undefined when the chain does not exist. */
+  listChain(table: string, chain: string, v6 = false): string | undefined {
+    const rules = (v6 ? this.chains6 : this.chains).get(`${table} ${chain}`);
     if (rules === undefined) return undefined;
     const head = BUILTIN.has(chain) ? `-P ${chain} ACCEPT` : `-N ${chain}`;
     return [head, ...rules].map((l) => `${l}\n`).join('');
@@ -200,14 +208,17 @@ class Kernel {
       },
       addr_info: l.addrs.map((a) => {
         const [local, len] = a.split('/');
-        return { family: 'inet', local, prefixlen: Number(len) };
+        return a.includes(':')
+          ? { family: 'inet6', local, prefixlen: Number(len), scope: 'global' }
+          : { family: 'inet', local, prefixlen: Number(len) };
       }),
     }));
   }
 
-  routesJson(proto: number): unknown {
+  /** The routes of one family (`ip -json route` lists IPv4's, `ip -6 -json route` IPv6's). */
+  routesJson(proto: number, v6 = false): unknown {
     return [...this.routes.values()]
-      .filter((r) => r.proto === proto)
+      .filter((r) => r.proto === proto && r.dst.includes(':') === v6)
       .map((r) => ({
         dst: r.dst,
         gateway: r.via,
@@ -277,6 +288,8 @@ class FakeHost {
   latencyMs = 0;
   /** a kernel without IPv6 and no ip6tables: `ip -6` fails, ip6tables cannot be started */
   noIpv6 = false;
+  /** no iptables (an IPv6-only node with only ip6tables): iptables cannot be started */
+  noIptables = false;
   private failing: { match: (cmd: string) => boolean; times: number }[] = [];
   private holds: { match: (cmd: string) => boolean; hold: Hold }[] = [];
 
@@ -332,8 +345,8 @@ class FakeHost {
     if (cmd === LINKS) return json(this.kernel.linksJson());
     if (file === 'ip' && (m = /^-json route show table main proto (\d+)$/.exec(a)))
       return json(this.kernel.routesJson(Number(m[1])));
-    // IPv6: no route, no twill chain (what an IPv4-only node holds), or no IPv6 at all
-    if (file === 'ip' && /^-6 -json route show table main proto 151$/.test(a)) {
+    // IPv6: its routes and ip6tables chains (none on an IPv4-only node), or no IPv6 at all
+    if (file === 'ip' && (m = /^-6 -json route show table main proto (\d+)$/.exec(a))) {
       if (this.noIpv6)
         throw new CommandError({
           command,
@@ -341,35 +354,28 @@ class FakeHost {
           stderr: 'RTNETLINK answers: Address family not supported by protocol\n',
           reason: 'exit code 2',
         });
-      return json([]);
+      return json(this.kernel.routesJson(Number(m[1]), true));
     }
-    if (file === 'ip6tables' && (m = /^-w 5 -t \w+ -S (\S+)$/.exec(a))) {
-      if (this.noIpv6)
-        throw new CommandError({
-          command,
-          exitCode: undefined,
-          stderr: '',
-          reason: 'spawn ip6tables ENOENT',
-        });
-      if (BUILTIN.has(m[1] ?? '')) return { stdout: `-P ${m[1]} ACCEPT\n`, stderr: '' };
-      throw new CommandError({
+    const notStarted = (tool: string): CommandError =>
+      new CommandError({
         command,
-        exitCode: 1,
-        stderr: 'ip6tables: No chain/target/match by that name.\n',
-        reason: 'exit code 1',
+        exitCode: undefined,
+        stderr: '',
+        reason: `spawn ${tool} ENOENT`,
       });
-    }
+    if (file === 'ip6tables' && this.noIpv6) throw notStarted(file);
+    if (file === 'iptables' && this.noIptables) throw notStarted(file);
     if (file === 'ip' && (m = /^-json neigh show dev (\S+)$/.exec(a)))
       return json(this.kernel.neighsJson(m[1] ?? ''));
     if (file === 'bridge' && (m = /^-json fdb show dev (\S+)$/.exec(a)))
       return json(this.kernel.fdbJson(m[1] ?? ''));
-    if (file === 'iptables' && (m = /^-w 5 -t (\w+) -S (\S+)$/.exec(a))) {
-      const listing = this.kernel.listChain(m[1] ?? '', m[2] ?? '');
+    if ((file === 'iptables' || file === 'ip6tables') && (m = /^-w 5 -t (\w+) -S (\S+)$/.exec(a))) {
+      const listing = this.kernel.listChain(m[1] ?? '', m[2] ?? '', file === 'ip6tables');
       if (listing === undefined)
         throw new CommandError({
           command,
           exitCode: 1,
-          stderr: 'iptables: No chain/target/match by that name.\n',
+          stderr: `${file}: No chain/target/match by that name.\n`,
           reason: 'exit code 1',
         });
       return { stdout: listing, stderr: '' };
@@ -389,8 +395,9 @@ class FakeHost {
         throw new CommandError({ command, exitCode: 1, stderr, reason: 'exit code 1' });
       return { stdout: '', stderr: '' };
     }
-    if (cmd === 'iptables-restore --noflush -w 5') {
-      const err = this.frozen ? undefined : this.kernel.restore(input);
+    if (cmd === 'iptables-restore --noflush -w 5' || cmd === 'ip6tables-restore --noflush -w 5') {
+      const v6 = file === 'ip6tables-restore';
+      const err = this.frozen ? undefined : this.kernel.restore(input, v6);
       if (err !== undefined)
         throw new CommandError({ command, exitCode: 1, stderr: err, reason: 'exit code 1' });
       return { stdout: '', stderr: '' };
@@ -447,12 +454,16 @@ class Loop {
       /** what ensureForwarding does (default: finds forwarding on) */
       forwarding?: () => Promise<boolean>;
       forwardingSysctls?: readonly string[];
+      /** IPv6 only ("EnableIPv4": false), with IPv6-only peers */
+      ipv6Only?: boolean;
     } = {},
   ) {
+    const family = o.ipv6Only ? { ipv6: true, ipv4: false } : {};
+    if (o.ipv6Only) this.peers = [1, 4].map((n) => peerLease(n, { vxlan: true, ...family }));
     this.reconciler = new Reconciler({
       runner: this.host.runner,
       logger: this.log.logger,
-      desired: () => desiredState(backendInput({ backend: 'vxlan', peers: this.peers })),
+      desired: () => desiredState(backendInput({ backend: 'vxlan', peers: this.peers, ...family })),
       ensureForwarding: async () => {
         this.forwardingChecks++;
         return o.forwarding ? o.forwarding() : false;
@@ -501,7 +512,8 @@ const brief = (r: PassReport): unknown => ({
   converged: r.converged,
   trigger: r.stages.trigger,
 });
-const isBatch = (cmd: string): boolean => cmd.includes('-batch') || cmd.startsWith('iptables-re');
+const isBatch = (cmd: string): boolean =>
+  cmd.includes('-batch') || cmd.startsWith('iptables-re') || cmd.startsWith('ip6tables-re');
 
 let loop: Loop | undefined;
 
@@ -645,6 +657,112 @@ describe('IPv6 leftovers on an IPv4-only node', () => {
     expect(l.reports.map((r) => r.failures)).toEqual([[], []]);
     // nothing there: not read again
     expect(ipv6Reads(l.host.calls.map((c) => c.cmd))).toHaveLength(5);
+  });
+});
+
+describe('IPv4 leftovers on an IPv6-only node', () => {
+  const ipv4Reads = (calls: readonly string[]): string[] =>
+    calls.filter((c) => c.startsWith('ip -json route ') || c.startsWith('iptables ')).sort();
+  const IPV4_READS = [
+    ROUTES,
+    'iptables -w 5 -t filter -S FORWARD',
+    'iptables -w 5 -t filter -S TWILL-FWD',
+    'iptables -w 5 -t nat -S POSTROUTING',
+    'iptables -w 5 -t nat -S TWILL-POSTRTG',
+  ];
+
+  /** What an IPv4 vxlan run left: twill.1 with a peer's entries, and both iptables chains. */
+  function leftFromIpv4(k: Kernel): void {
+    for (const line of [
+      'link add twill.1 mtu 1450 address 02:00:00:00:00:03 type vxlan id 1 local 10.123.0.2 dev eth0 dstport 8472 nolearning',
+      'addr add 10.244.3.0/32 dev twill.1',
+      'link set twill.1 up',
+      'neigh replace 10.244.1.0 lladdr 02:00:00:00:00:01 dev twill.1 nud permanent',
+      'route add 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151',
+      // a host-gw route via the underlay, which no device deletion takes away
+      'route add 10.244.9.0/24 via 10.123.0.9 dev eth0 proto 151',
+    ])
+      expect(k.ip(line), line).toBeUndefined();
+    k.fdb.add('twill.1 02:00:00:00:00:01 10.123.0.1');
+    const restore = [
+      '*nat',
+      ':TWILL-POSTRTG - [0:0]',
+      '-A TWILL-POSTRTG -s 10.244.0.0/16 -j MASQUERADE',
+      '-A POSTROUTING -m comment --comment "twill masq" -j TWILL-POSTRTG',
+      'COMMIT',
+      '*filter',
+      ':TWILL-FWD - [0:0]',
+      '-A TWILL-FWD -s 10.244.0.0/16 -j ACCEPT',
+      '-A FORWARD -m comment --comment "twill forward" -j TWILL-FWD',
+      'COMMIT',
+    ].join('\n');
+    expect(k.restore(restore)).toBeUndefined();
+  }
+
+  it('the first full pass removes what an IPv4 run left; later passes read no IPv4 route or iptables chain', async () => {
+    const l = new Loop({ ipv6Only: true });
+    loop = l;
+    leftFromIpv4(l.host.kernel);
+    await tick(SETTLE);
+    expect(ipv4Reads(l.host.calls.map((c) => c.cmd))).toEqual(IPV4_READS);
+    const k = l.host.kernel;
+    expect([...k.links.keys()]).toEqual(['twill-v6.1']);
+    expect([...k.routes.keys()].sort()).toEqual(['fd00:0:0:1::/64', 'fd00:0:0:4::/64']);
+    expect([...k.fdb].every((f) => f.startsWith('twill-v6.1 '))).toBe(true);
+    expect(k.chains).toEqual(
+      new Map([
+        ['nat POSTROUTING', []],
+        ['filter FORWARD', []],
+      ]),
+    );
+    expect(k.chains6.get('filter TWILL-FWD')).toEqual([
+      '-A TWILL-FWD -s fd00::/48 -m comment --comment "twill forward" -j ACCEPT',
+      '-A TWILL-FWD -d fd00::/48 -m comment --comment "twill forward" -j ACCEPT',
+    ]);
+    l.mark();
+    // the verification pass, a resync and a triggered full pass: IPv6's reads only
+    await tick(SETTLE);
+    await tick(RESYNC + SETTLE);
+    l.reconciler.trigger('manual');
+    await tick(SETTLE);
+    expect(l.newReports().map(brief)).toEqual([
+      { kind: 'full', converged: true, trigger: 'verification' },
+      { kind: 'full', converged: true, trigger: 'resync' },
+      { kind: 'full', converged: true, trigger: 'manual' },
+    ]);
+    expect(ipv4Reads(l.newCalls())).toEqual([]);
+    expect(l.newCalls().filter((c) => c === LINKS)).toHaveLength(3);
+  });
+
+  it('a node without iptables: the first pass reads fail, and it does not', async () => {
+    const l = new Loop({ ipv6Only: true });
+    loop = l;
+    l.host.noIptables = true;
+    await tick(2 * SETTLE);
+    expect(ipv4Reads(l.host.calls.map((c) => c.cmd))).toEqual(IPV4_READS);
+    expect(l.errors).toEqual([]);
+    expect(l.reports.map(brief)).toEqual([
+      { kind: 'full', converged: false, trigger: 'start' },
+      { kind: 'full', converged: true, trigger: 'verification' },
+    ]);
+    expect(l.reports.map((r) => r.failures)).toEqual([[], []]);
+    expect(l.host.calls.some((c) => c.cmd.startsWith('iptables-restore'))).toBe(false);
+  });
+
+  it('a chains pass looks at the ip6tables chains only', async () => {
+    const l = new Loop({ ipv6Only: true });
+    loop = l;
+    await tick(2 * SETTLE);
+    l.mark();
+    l.host.kernel.chains6.set('filter TWILL-FWD', []);
+    l.reconciler.touch('nft monitor', { kind: 'chains', tables: ['filter'] });
+    await tick(SETTLE);
+    expect(l.newReports().map((r) => r.kind)).toEqual(['chains']);
+    expect(l.newCalls().filter((c) => !isBatch(c))).toEqual([
+      'ip6tables -w 5 -t filter -S FORWARD',
+      'ip6tables -w 5 -t filter -S TWILL-FWD',
+    ]);
+    expect(l.host.kernel.chains6.get('filter TWILL-FWD')).toHaveLength(2);
   });
 });
 

@@ -4,18 +4,19 @@
 import { describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { chainSpecs, chainSpecs6 } from '../../src/dataplane/masq.ts';
+import { isOwnLease } from '../../src/status/inputs.ts';
 import { buildStatus, chainDiff, type StatusInput } from '../../src/status/report.ts';
 import { renderStatus } from '../../src/status/text.ts';
 import type { ObservedState, VxlanDevice } from '../../src/dataplane/model.ts';
 import { desiredState } from '../../src/dataplane/desired.ts';
 import type { Lease } from '../../src/lease/types.ts';
 import { parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
-import { backendInput, peerLease } from '../helpers/dataplane.ts';
+import { backendInput, masq6Of, masqOf, NETWORK6, peerLease } from '../helpers/dataplane.ts';
 
 const PEERS = [peerLease(1, { vxlan: true }), peerLease(4, { vxlan: true })];
 const input = backendInput({ backend: 'vxlan', peers: PEERS });
 const want = desiredState(input);
-const specs = chainSpecs(want.masq);
+const specs = chainSpecs(masqOf(want));
 const exact: ObservedState = {
   links: [
     {
@@ -54,10 +55,11 @@ const status = (observed: ObservedState): ReturnType<typeof buildStatus> => {
 
 describe('twill status report', () => {
   it('in Kubernetes mode: accepts a peer podCIDR of another size, as the daemon does, and shows a lease that never expires', () => {
+    const five = peerLease(5, { vxlan: true });
     const small = {
-      ...peerLease(5, { vxlan: true }),
+      ...five,
       key: 'node-5',
-      subnet: { ...peerLease(5, { vxlan: true }).subnet, prefix: 25 },
+      subnet: five.subnet && { ...five.subnet, prefix: 25 },
     };
     const base: StatusInput = {
       config: input.config,
@@ -176,7 +178,7 @@ describe('twill status report, dual-stack', () => {
   };
   const dual = { ...base, config, self, choice };
   const want6 = desiredState(dual);
-  const s4 = chainSpecs(want6.masq);
+  const s4 = chainSpecs(masqOf(want6));
   const s6 = chainSpecs6(want6.masq6 as NonNullable<typeof want6.masq6>);
   const link = (d: NonNullable<typeof want6.vxlan>): ObservedState['links'][number] => ({
     ...d,
@@ -228,6 +230,41 @@ describe('twill status report, dual-stack', () => {
     expect(text).toContain('ip6tables:  TWILL-POSTRTG ok; TWILL-FWD ok');
   });
 
+  it('an IPv6-only peer (no IPv4 subnet) has no IPv4 kernel verdict, only an IPv6 one', () => {
+    const d = dualPeer(7);
+    const only6: Lease = {
+      ...d,
+      key: 'node-7',
+      subnet: null,
+      attrs: { ...d.attrs, publicIp: null, backendData: null },
+    };
+    const want = desiredState({ ...dual, peers: [...peers, only6] });
+    const seen: ObservedState = {
+      ...exact6,
+      routes: want.routes,
+      neighs: want.neighs.map((n) => ({ ...n, permanent: true })),
+      fdb: want.fdb.map((f) => ({ ...f, permanent: true })),
+    };
+    const r = buildStatus({
+      config,
+      self,
+      records: [...peers, only6].map((l) => ({ key: l.key, ok: true as const, lease: l })),
+      choice,
+      ipMasq: true,
+      randomFully: true,
+      observed: seen,
+      daemon: { running: true, detail: 'running' },
+    });
+    expect(r.inSync).toBe(true);
+    expect(r.peers.at(-1)).toMatchObject({
+      key: 'node-7',
+      subnet: null,
+      kernel: null,
+      subnet6: 'fd00:10:244:7::/64',
+      kernel6: 'ok',
+    });
+  });
+
   it("tells a peer's missing IPv6 entries apart from its IPv4 ones", () => {
     const gone = (dst: string): boolean => dst === 'fd00:10:244:4::/64';
     const r = status6({
@@ -264,5 +301,193 @@ describe('twill status report, dual-stack', () => {
     expect(r.lease).not.toHaveProperty('subnet6');
     expect(r.peers[0]).not.toHaveProperty('kernel6');
     expect(renderStatus(r)).not.toContain('IPv6');
+  });
+});
+
+// An IPv6-only node (vxlan): our lease fd00:0:0:3::/64 alone, peers 1 and 4 IPv6 only, peer 5 a
+// dual-stack node's lease (its IPv4 half ignored here), peer 6 IPv4 only (refused: nothing to route
+// it by).
+describe('twill status report, IPv6 only', () => {
+  const peers = [
+    peerLease(1, { vxlan: true, ipv6: true, ipv4: false }),
+    peerLease(4, { vxlan: true, ipv6: true, ipv4: false }),
+    peerLease(5, { vxlan: true, ipv6: true }),
+    peerLease(6, { vxlan: true }),
+  ];
+  const only6 = backendInput({
+    backend: 'vxlan',
+    ipv6: true,
+    ipv4: false,
+    peers: peers.slice(0, 3),
+  });
+  const want6 = desiredState(only6);
+  const s6 = chainSpecs6(masq6Of(want6));
+  const exact6: ObservedState = {
+    links: [
+      {
+        ...(want6.vxlan6 as VxlanDevice),
+        up: true,
+        addresses: [(want6.vxlan6 as VxlanDevice).address],
+      },
+    ],
+    routes: want6.routes,
+    neighs: want6.neighs.map((n) => ({ ...n, permanent: true })),
+    fdb: want6.fdb.map((f) => ({ ...f, permanent: true })),
+    // the IPv4 leftovers were looked for, and there are none
+    postrouting: { jumps: [], rules: null },
+    forward: { jumps: [], rules: null },
+    postrouting6: { jumps: [s6.postrouting.jump], rules: s6.postrouting.rules },
+    forward6: { jumps: [s6.forward.jump], rules: s6.forward.rules },
+  };
+  const status6 = (observed: ObservedState): ReturnType<typeof buildStatus> =>
+    buildStatus({
+      config: only6.config,
+      self: only6.self,
+      records: peers.map((l) => ({ key: l.key, ok: true as const, lease: l })),
+      choice: only6.choice,
+      ipMasq: true,
+      randomFully: true,
+      observed,
+      daemon: { running: true, detail: 'running' },
+      anySubnetSize: true,
+    });
+
+  it('keeps the IPv4 keys, null; shows the IPv6 half, each peer by its IPv6 subnet, in sync', () => {
+    const r = status6(exact6);
+    expect(r.inSync).toBe(true);
+    expect(r.lease).toEqual({
+      key: only6.self.key,
+      subnet: null,
+      publicIp: null,
+      backend: 'vxlan',
+      vtepMac: null,
+      expiresAt: expect.any(String),
+      subnet6: 'fd00:0:0:3::/64',
+      publicIpv6: 'fd7b::2',
+      vtepMac6: '02:00:00:06:00:03',
+    });
+    expect(r.peers.map((p) => [p.subnet, p.publicIp, p.kernel, p.subnet6, p.kernel6])).toEqual([
+      [null, null, null, 'fd00:0:0:1::/64', 'ok'],
+      [null, null, null, 'fd00:0:0:4::/64', 'ok'],
+      [null, null, null, 'fd00:0:0:5::/64', 'ok'],
+      [null, null, null, null, expect.stringMatching(/^refused \(/)],
+    ]);
+    expect(r.masquerade).toBeNull();
+    expect(r.masquerade6).toEqual({ postrouting: 'ok', forward: 'ok' });
+    const text = renderStatus(r);
+    expect(text).toContain(`lease:      IPv4 off (${only6.self.key}), vxlan, expires `);
+    expect(text).toContain(
+      'lease IPv6: fd00:0:0:3::/64, public IPv6 fd7b::2, VtepMAC 02:00:00:06:00:03',
+    );
+    expect(text).toMatch(/^ {2}IPv6 subnet +public IPv6 +VtepMAC v6 +kernel v6$/m);
+    expect(text).toMatch(/^ {2}fd00:0:0:1::\/64 +fd7b::1 +02:00:00:06:00:01 +ok$/m);
+    expect(text).not.toMatch(/public IP\b(?!v6)/);
+    expect(text).toContain('masquerade: IPv4 off');
+    expect(text).toContain('ip6tables:  TWILL-POSTRTG ok; TWILL-FWD ok');
+  });
+
+  it("judges only the IPv6 entries: a peer's missing IPv6 route shows in kernel v6", () => {
+    const r = status6({
+      ...exact6,
+      routes: exact6.routes.filter((x) => x.dst !== 'fd00:0:0:4::/64'),
+    });
+    expect(r.peers.map((p) => [p.kernel, p.kernel6])).toEqual([
+      [null, 'ok'],
+      [null, 'missing route'],
+      [null, 'ok'],
+      [null, expect.stringMatching(/^refused/)],
+    ]);
+    expect(r.inSync).toBe(false);
+  });
+
+  it('shows what an earlier IPv4 run left as extra: twill.1, IPv4 routes, iptables chains', () => {
+    const v4 = backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true })] });
+    const old = desiredState(v4);
+    const s4 = chainSpecs(masqOf(old));
+    const r = status6({
+      ...exact6,
+      links: [
+        ...exact6.links,
+        {
+          ...(old.vxlan as VxlanDevice),
+          up: true,
+          addresses: [(old.vxlan as VxlanDevice).address],
+        },
+      ],
+      routes: [...exact6.routes, ...old.routes],
+      postrouting: { jumps: [s4.postrouting.jump], rules: s4.postrouting.rules },
+      forward: { jumps: [s4.forward.jump], rules: s4.forward.rules },
+    });
+    expect(r.inSync).toBe(false);
+    expect(r.masquerade).toBeNull();
+    expect(r.diff.missing).toEqual([]);
+    expect(r.diff.extra).toEqual(
+      expect.arrayContaining([
+        expect.stringContaining('twill.1'),
+        expect.stringMatching(/^route del 10\.244\.1\.0\/24/),
+        'chain nat TWILL-POSTRTG (IPv4 is off)',
+        'chain filter TWILL-FWD (IPv4 is off)',
+        'nat: 1 jump(s) from POSTROUTING to TWILL-POSTRTG, want none',
+      ]),
+    );
+    // the IPv6 peers are untouched by the leftovers
+    expect(r.peers.slice(0, 3).map((p) => p.kernel6)).toEqual(['ok', 'ok', 'ok']);
+  });
+
+  it('a malformed record says so in the IPv6 column', () => {
+    const r = buildStatus({
+      config: only6.config,
+      self: only6.self,
+      records: [{ key: 'node-9', ok: false, reason: 'PublicIPv6 "x" is not an IPv6 address' }],
+      choice: only6.choice,
+      ipMasq: true,
+      randomFully: true,
+      observed: exact6,
+      daemon: { running: true, detail: 'running' },
+    });
+    expect(r.peers).toEqual([
+      {
+        key: 'node-9',
+        subnet: null,
+        publicIp: null,
+        vtepMac: null,
+        kernel: null,
+        subnet6: null,
+        publicIpv6: null,
+        vtepMac6: null,
+        kernel6: 'refused (malformed): PublicIPv6 "x" is not an IPv6 address',
+      },
+    ]);
+  });
+});
+
+describe("twill status: which lease is this node's", () => {
+  const dual = backendInput({ backend: 'vxlan', ipv6: true, peers: [] });
+  const only6 = backendInput({ backend: 'vxlan', ipv6: true, ipv4: false, peers: [] });
+  const peer6 = peerLease(1, { vxlan: true, ipv6: true, ipv4: false });
+  const env6 = {
+    network: null,
+    subnet: null,
+    network6: parseCidr6(NETWORK6, { strict: true }) ?? null,
+    subnet6: only6.self.subnet6 ?? null,
+    mtu: 1430,
+    ipMasq: true,
+  };
+
+  it('IPv6 only: by the IPv6 subnet subnet.env names, else by PublicIPv6, never by a null PublicIP', () => {
+    const o = { ipv4: false, env: env6, choice: only6.choice };
+    expect(isOwnLease(only6.self, o)).toBe(true);
+    expect(isOwnLease(peer6, o)).toBe(false);
+    const noEnv = { ipv4: false, env: undefined, choice: only6.choice };
+    expect(isOwnLease(only6.self, noEnv)).toBe(true);
+    // both PublicIPs are null (IPv4 is off): that is no match
+    expect(peer6.attrs.publicIp).toBeNull();
+    expect(isOwnLease(peer6, noEnv)).toBe(false);
+  });
+
+  it('IPv4 on: by the IPv4 subnet subnet.env names, else by PublicIP', () => {
+    const noEnv = { ipv4: true, env: undefined, choice: dual.choice };
+    expect(isOwnLease(dual.self, noEnv)).toBe(true);
+    expect(isOwnLease(peerLease(1, { vxlan: true, ipv6: true }), noEnv)).toBe(false);
   });
 });

@@ -1,5 +1,5 @@
-// Unit tests of subnet.env: flannel's exact text, strict parsing, and the
-// atomic write in a temporary directory.
+// Unit tests of subnet.env: flannel's exact text (IPv4 only, dual-stack, IPv6
+// only), strict parsing, and the atomic write in a temporary directory.
 import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,6 +11,7 @@ import {
   parseSubnetEnv,
   readSubnetEnv,
   renderSubnetEnv,
+  subnetFamilies,
   writeSubnetEnv,
   type SubnetEnv,
 } from '../../src/subnetenv.ts';
@@ -261,6 +262,107 @@ describe('dual-stack subnet.env (FLANNEL_IPV6_NETWORK, FLANNEL_IPV6_SUBNET)', ()
     const err = failure(text);
     expect(err.code).toBe('SUBNET_ENV_INVALID');
     expect(err.message).toContain('/run/twill/subnet.env');
+    for (const part of parts) expect(err.message).toContain(part);
+  });
+});
+
+describe('IPv6-only subnet.env (EnableIPv4 false: no FLANNEL_NETWORK, FLANNEL_SUBNET)', () => {
+  function cidr6(text: string): Cidr6 {
+    const c = parseCidr6(text, { strict: true });
+    if (!c) throw new Error(`test setup: ${text} is not an IPv6 network CIDR`);
+    return c;
+  }
+  const V6ONLY: SubnetEnv = {
+    network: null,
+    subnet: null,
+    network6: cidr6('fd00:10:244::/56'),
+    subnet6: cidr6('fd00:10:244:3::/64'),
+    mtu: 1430,
+    ipMasq: true,
+  };
+  // what flannel's WriteSubnetFile writes with EnableIPv4 off: the IPv6 pair, then MTU and IPMASQ
+  const V6ONLY_TEXT =
+    'FLANNEL_IPV6_NETWORK=fd00:10:244::/56\nFLANNEL_IPV6_SUBNET=fd00:10:244:3::1/64\nFLANNEL_MTU=1430\nFLANNEL_IPMASQ=true\n';
+
+  it("writes flannel's exact IPv6-only text", () => {
+    expect(renderSubnetEnv(V6ONLY)).toBe(V6ONLY_TEXT);
+  });
+
+  it('parses it back with the IPv4 pair null', () => {
+    expect(parseSubnetEnv(V6ONLY_TEXT, '/run/flannel/subnet.env')).toStrictEqual(V6ONLY);
+  });
+
+  it('writes and reads it atomically', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'twill-subnetenv6-'));
+    try {
+      const path = join(dir, 'subnet.env');
+      await writeSubnetEnv(path, V6ONLY);
+      expect(await readFile(path, 'utf8')).toBe(V6ONLY_TEXT);
+      expect(await readSubnetEnv(path)).toStrictEqual(V6ONLY);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('tells the families of each kind of node apart', () => {
+    expect(subnetFamilies(V6ONLY)).toEqual({
+      v4: undefined,
+      v6: { network: V6ONLY.network6, subnet: V6ONLY.subnet6 },
+    });
+    expect(subnetFamilies(ENV)).toEqual({
+      v4: { network: ENV.network, subnet: ENV.subnet },
+      v6: undefined,
+    });
+    const dual = { ...ENV, network6: V6ONLY.network6, subnet6: V6ONLY.subnet6 };
+    expect(subnetFamilies(dual)).toEqual({
+      v4: { network: ENV.network, subnet: ENV.subnet },
+      v6: { network: V6ONLY.network6, subnet: V6ONLY.subnet6 },
+    });
+  });
+
+  it('refuses to render a file that would describe no node, or half the IPv4 pair', () => {
+    expect(() => renderSubnetEnv({ ...V6ONLY, network6: null, subnet6: null })).toThrow(
+      'neither an IPv4 nor an IPv6 subnet',
+    );
+    expect(() => renderSubnetEnv({ ...V6ONLY, network: cidr('10.244.0.0/16') })).toThrow(
+      'network and subnet must both be set or both be null',
+    );
+  });
+
+  it.each([
+    [
+      'neither pair',
+      'FLANNEL_MTU=1430\nFLANNEL_IPMASQ=true\n',
+      [
+        'FLANNEL_NETWORK and FLANNEL_SUBNET (IPv4) are missing',
+        'FLANNEL_IPV6_NETWORK',
+        'at least one family',
+      ],
+    ],
+    ['an empty file', '', ['at least one family']],
+    [
+      'FLANNEL_NETWORK without FLANNEL_SUBNET beside the IPv6 pair',
+      `FLANNEL_NETWORK=10.244.0.0/16\n${V6ONLY_TEXT}`,
+      ['FLANNEL_SUBNET is missing', 'FLANNEL_NETWORK and FLANNEL_SUBNET must be given together'],
+    ],
+    [
+      'FLANNEL_SUBNET without FLANNEL_NETWORK beside the IPv6 pair',
+      `FLANNEL_SUBNET=10.244.3.1/24\n${V6ONLY_TEXT}`,
+      ['FLANNEL_NETWORK is missing', 'FLANNEL_NETWORK and FLANNEL_SUBNET must be given together'],
+    ],
+    [
+      'only FLANNEL_IPV6_SUBNET',
+      V6ONLY_TEXT.replace('FLANNEL_IPV6_NETWORK=fd00:10:244::/56\n', ''),
+      [
+        'FLANNEL_IPV6_NETWORK is missing',
+        'FLANNEL_IPV6_NETWORK and FLANNEL_IPV6_SUBNET must be given together',
+      ],
+    ],
+    ['no FLANNEL_MTU', V6ONLY_TEXT.replace('FLANNEL_MTU=1430\n', ''), ['FLANNEL_MTU is missing']],
+  ])('refuses %s, naming the file', (_name, text, parts) => {
+    const err = failure(text);
+    expect(err.code).toBe('SUBNET_ENV_INVALID');
+    expect(err.message).toMatch(/^\/run\/twill\/subnet\.env: /);
     for (const part of parts) expect(err.message).toContain(part);
   });
 });

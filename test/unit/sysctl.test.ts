@@ -2,7 +2,8 @@
 // standing in for /proc/sys/net: ip_forward 0 is written to 1 and 1 is left
 // alone; a file that cannot be read or written is SYSCTL_FAILED naming it;
 // br_netfilter and bridge-nf-call-iptables are read from the same place;
-// with dual-stack net.ipv6.conf.all.forwarding is kept at 1 the same way.
+// with dual-stack net.ipv6.conf.all.forwarding is kept at 1 the same way, and
+// with IPv4 off (IPv6 only) it alone: ip_forward is left as it is.
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +13,7 @@ import {
   ensureForwarding,
   ensureIpForward,
   ensureIpv6Forward,
+  forwardingSysctls,
 } from '../../src/dataplane/sysctl.ts';
 
 let dir: string;
@@ -83,6 +85,29 @@ describe('IPv6 forwarding', () => {
     expect(await readFile(ipForward(), 'utf8')).toBe('1\n');
     expect(await ensureForwarding(dir, { ipv6: true })).toBe(false);
   });
+
+  it('with IPv4 off keeps only IPv6 forwarding, leaving ip_forward as it is (even missing)', async () => {
+    await mkdir(join(dir, 'ipv6/conf/all'), { recursive: true });
+    await writeFile(ipForward(), '0\n');
+    await writeFile(v6(), '0\n');
+    expect(await ensureForwarding(dir, { ipv4: false, ipv6: true })).toBe(true);
+    expect(await readFile(v6(), 'utf8')).toBe('1\n');
+    expect(await readFile(ipForward(), 'utf8')).toBe('0\n');
+    expect(await ensureForwarding(dir, { ipv4: false, ipv6: true })).toBe(false);
+    await rm(join(dir, 'ipv4'), { recursive: true });
+    expect(await ensureForwarding(dir, { ipv4: false, ipv6: true })).toBe(false);
+  });
+
+  it('names the sysctls each family set keeps', () => {
+    expect(forwardingSysctls({ ipv6: false })).toEqual(['net.ipv4.ip_forward']);
+    expect(forwardingSysctls({ ipv4: true, ipv6: true })).toEqual([
+      'net.ipv4.ip_forward',
+      'net.ipv6.conf.all.forwarding',
+    ]);
+    expect(forwardingSysctls({ ipv4: false, ipv6: true })).toEqual([
+      'net.ipv6.conf.all.forwarding',
+    ]);
+  });
 });
 
 describe('bridgeNetfilterProblem', () => {
@@ -97,5 +122,17 @@ describe('bridgeNetfilterProblem', () => {
     );
     await writeFile(join(dir, 'bridge/bridge-nf-call-iptables'), '1\n');
     expect(await bridgeNetfilterProblem(dir)).toBeUndefined();
+  });
+
+  it('reads bridge-nf-call-ip6tables instead on an IPv6-only node', async () => {
+    await mkdir(join(dir, 'bridge'), { recursive: true });
+    await writeFile(join(dir, 'bridge/bridge-nf-call-iptables'), '1\n');
+    await writeFile(join(dir, 'bridge/bridge-nf-call-ip6tables'), '0\n');
+    expect(await bridgeNetfilterProblem(dir, { ipv6Only: true })).toBe(
+      'net.bridge.bridge-nf-call-ip6tables is 0: set it to 1 (sysctl -w net.bridge.bridge-nf-call-ip6tables=1)',
+    );
+    expect(await bridgeNetfilterProblem(dir)).toBeUndefined();
+    await writeFile(join(dir, 'bridge/bridge-nf-call-ip6tables'), '1\n');
+    expect(await bridgeNetfilterProblem(dir, { ipv6Only: true })).toBeUndefined();
   });
 });

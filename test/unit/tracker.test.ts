@@ -6,10 +6,13 @@ import { parseNetConfig } from '../../src/config/netconf.ts';
 import { decodeLeaseValue } from '../../src/lease/codec.ts';
 import { PeerTracker } from '../../src/lease/tracker.ts';
 import { peerRecord, type LeaseRecord } from '../../src/lease/types.ts';
-import { formatCidr, parseCidr } from '../../src/net/ipv4.ts';
+import { formatCidr, parseCidr, type Cidr } from '../../src/net/ipv4.ts';
 import { formatCidr6, parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 import { peerLease } from '../helpers/dataplane.ts';
 import { captureLog } from '../helpers/log.ts';
+
+/** An IPv4 subnet as text; null for none (an IPv6-only lease). */
+const cidrText = (c: Cidr | null): string | null => (c ? formatCidr(c) : null);
 
 const record = (n: number): LeaseRecord => {
   const lease = peerLease(n, { vxlan: true });
@@ -178,13 +181,14 @@ describe('PeerTracker', () => {
     });
     const four = record(4);
     // 10.244.4.0/23 covers the /24s of peers 4 and 5
-    const wide: LeaseRecord = four.ok
-      ? {
-          key: 'wide',
-          ok: true,
-          lease: { ...four.lease, key: 'wide', subnet: { ...four.lease.subnet, prefix: 23 } },
-        }
-      : four;
+    const wide: LeaseRecord =
+      four.ok && four.lease.subnet
+        ? {
+            key: 'wide',
+            ok: true,
+            lease: { ...four.lease, key: 'wide', subnet: { ...four.lease.subnet, prefix: 23 } },
+          }
+        : four;
     t.handle({
       type: 'snapshot',
       records: [SELF, record(1), record(5), wide],
@@ -313,7 +317,7 @@ describe('PeerTracker: dual-stack records', () => {
       ],
       reason: 'initial list',
     });
-    expect(t.list().map((l) => [l.key, formatCidr(l.subnet), l.subnet6])).toEqual([
+    expect(t.list().map((l) => [l.key, cidrText(l.subnet), l.subnet6])).toEqual([
       ['mute', '10.244.6.0/24', undefined],
     ]);
     expect(Object.fromEntries([...t.skipped()].map(([k, r]) => [k, r.reason]))).toEqual({
@@ -352,7 +356,7 @@ describe('PeerTracker: dual-stack records', () => {
 
     const off = dualTracker(V4);
     off.t.handle({ type: 'snapshot', records, reason: 'initial list' });
-    expect(off.t.list().map((l) => [l.key, formatCidr(l.subnet), l.subnet6])).toEqual([
+    expect(off.t.list().map((l) => [l.key, cidrText(l.subnet), l.subnet6])).toEqual([
       ['b', '10.244.5.0/24', undefined],
       ['c', '10.244.6.0/24', undefined],
     ]);
@@ -366,7 +370,7 @@ describe('PeerTracker: dual-stack records', () => {
       records: [self, node('b', '10.244.5.0/24', 'fd00:10:244:3::/64', VALUE)],
       reason: 'initial list',
     });
-    expect(t.list().map((l) => [l.key, formatCidr(l.subnet), l.subnet6])).toEqual([
+    expect(t.list().map((l) => [l.key, cidrText(l.subnet), l.subnet6])).toEqual([
       ['b', '10.244.5.0/24', undefined],
     ]);
     expect(t.skipped().size).toBe(0);
