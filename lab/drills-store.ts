@@ -34,14 +34,16 @@ type HostileKeys = Record<(typeof HOSTILE_KINDS)[number], string>;
 
 /**
  * Keys for the hostile leases among the lab Network's /24s that no node
- * holds: a fixed choice would sometimes be a real node's subnet, and the
- * drill would overwrite (then delete) that node's own lease.
+ * holds (`held`: the leased IPv4 subnets, "10.244.3.0/24"): a fixed choice
+ * would sometimes be a real node's subnet, and the drill would overwrite
+ * (then delete) that node's own lease — or, on a dual-stack lab, whose keys
+ * also name the IPv6 subnet, sit beside it, so that the node's peers rightly
+ * route the subnet the drill expects refused.
  */
-function hostileKeys(held: readonly string[]): HostileKeys {
+export function hostileKeys(held: readonly (string | null)[]): HostileKeys {
   const free: string[] = [];
   for (let x = 254; x > 0 && free.length < HOSTILE_KINDS.length; x--) {
-    const key = `10.244.${x}.0-24`;
-    if (!held.includes(key)) free.push(key);
+    if (!held.includes(`10.244.${x}.0/24`)) free.push(`10.244.${x}.0-24`);
   }
   const [loopback, inNetwork, nodeIp, junk] = free;
   if (
@@ -75,7 +77,7 @@ const hostileLease: Drill = {
       });
     const put = (key: string, value: string): Promise<string> =>
       etcdctl(c, ['put', `${c.etcdPrefix}/subnets/${key}`, value]);
-    const HOSTILE = hostileKeys((await leases(c)).map((l) => l.key));
+    const HOSTILE = hostileKeys((await leases(c)).map((l) => l.subnet));
     // the drill may run again on the same lab: read only what this run logs
     const logStart = new Map(
       await Promise.all(
