@@ -11,13 +11,7 @@ import { createHash } from 'node:crypto';
 import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { LineWatcher, Runner } from './exec/runner.ts';
-import {
-  DEFAULT_CNI_BRIDGE,
-  Desired,
-  podMtu,
-  vxlan6DeviceName,
-  vxlanDeviceName,
-} from './dataplane/desired.ts';
+import { Desired, podMtu, vxlan6DeviceName, vxlanDeviceName } from './dataplane/desired.ts';
 import { pollChains, runMonitors, type FloodGuard, type Touch } from './dataplane/monitor.ts';
 import { detectIptables, type IptablesInfo } from './dataplane/observe.ts';
 import type { MasqSpec } from './dataplane/model.ts';
@@ -371,8 +365,9 @@ async function runNode(
   });
   const { randomFully } = iptables;
   const families = { ipv4: config.ipv4 !== null, ipv6: config.ipv6 !== null };
-  const cniBridge = opts.cniBridge ?? DEFAULT_CNI_BRIDGE;
-  const desired = new Desired({ config, keeper, peers, choice, ipMasq, randomFully, cniBridge });
+  // podRanges defaults the CNI bridge (cni0) when --cni-bridge gave none
+  const bridge = opts.cniBridge === undefined ? {} : { cniBridge: opts.cniBridge };
+  const desired = new Desired({ config, keeper, peers, choice, ipMasq, randomFully, ...bridge });
   const ready = new ReadyMark({ store, keeper, logger }, signal);
   const publish = (): void => {
     const [admitted, refused] = [peers.list(), peers.skipped()];

@@ -165,8 +165,7 @@ function choose(
       `failed to find IPv6 address for interface ${iface.name}: EnableIPv6 is set but it has no global IPv6 address that is not deprecated, tentative or a duplicate`,
     );
   }
-  const publicIp6 = req.publicIpv6 === undefined ? ip6 : (canonicalIpv6(req.publicIpv6) ?? ip6);
-  return { ...v4, ifaceIp6: ip6, publicIp6 };
+  return { ...v4, ifaceIp6: ip6, publicIp6: publicIp6Of(req, ip6) };
 }
 
 /** An --iface value naming an IPv6 address: the link holding it, and the address (canonical). */
@@ -235,8 +234,12 @@ export function selectInterface(
 
 /** With IPv4 off, what is chosen: the interface and its IPv6 address, no IPv4 one. */
 function chooseIpv6Only(iface: IfaceInfo, ip6: string, req: IfaceRequest): IfaceChoice {
-  const publicIp6 = req.publicIpv6 === undefined ? ip6 : (canonicalIpv6(req.publicIpv6) ?? ip6);
-  return { iface, ifaceIp: null, publicIp: null, ifaceIp6: ip6, publicIp6 };
+  return { iface, ifaceIp: null, publicIp: null, ifaceIp6: ip6, publicIp6: publicIp6Of(req, ip6) };
+}
+
+/** What peers are told in IPv6: --public-ipv6 (canonical; the flag is checked), else `ip6`. */
+function publicIp6Of(req: IfaceRequest, ip6: string): string {
+  return req.publicIpv6 === undefined ? ip6 : (canonicalIpv6(req.publicIpv6) ?? ip6);
 }
 
 /**
