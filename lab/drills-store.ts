@@ -346,8 +346,11 @@ const twentyNodes: Drill = {
       const gaps = await routesMissing(c);
       if (gaps.length > 0)
         notes.push(
-          `routes never made (${gaps.length}): ${gaps.slice(0, 10).join(', ')}${gaps.length > 10 ? ', …' : ''}; see each node's twill log for the failed route add`,
+          `routes never made (${gaps.length}): ${firstOf(gaps, 10)}; see each node's twill log for the failed route add`,
         );
+      const failed = (await connectivity(c)).failures;
+      if (failed.length > 0)
+        notes.push(`pings that fail (${failed.length}): ${firstOf(failed, 20)}`);
     }
     if (healedMs !== undefined)
       notes.push(
@@ -425,6 +428,10 @@ async function routesMissing(c: Cluster): Promise<string[]> {
   }
   return missing;
 }
+
+/** The first `n` of `items`, comma-separated, with "…" when there are more. */
+const firstOf = (items: readonly string[], n: number): string =>
+  `${items.slice(0, n).join(', ')}${items.length > n ? ', …' : ''}`;
 
 /** How long the idle daemons are watched, after a short settle. */
 const IDLE_WINDOW_MS = 10_000;

@@ -3,6 +3,7 @@
 // drill use it as the definition of "the network works". A dual-stack lab
 // adds every pod and the outside host by IPv6 ("n1-p1/6", "outside/6"); an
 // IPv6-only lab has those IPv6 columns alone.
+import { CommandError } from '../src/exec/runner.ts';
 import type { Cluster, LabPod } from './cluster.ts';
 
 export interface Matrix {
@@ -62,11 +63,29 @@ export async function pool<T>(jobs: readonly (() => Promise<T>)[], limit: number
 }
 
 export async function ping(c: Cluster, from: string, ip: string, timeoutS = 0.3): Promise<boolean> {
+  return (await pingOutcome(c, from, ip, timeoutS)) === 'reply';
+}
+
+/**
+ * One ping: "reply", "no reply" (ping's exit code 1), or the failed command's own words (ping's
+ * errors, exit code 2, such as an unreachable network; or the lab's transport: a lab whose commands
+ * go over ssh can lose a connection, which is not the pod network's fault and must be told apart in
+ * a failed run's notes).
+ */
+export async function pingOutcome(
+  c: Cluster,
+  from: string,
+  ip: string,
+  timeoutS = 0.3,
+): Promise<string> {
   return c
     .sh({ pod: from }, ['ping', '-c', '1', '-q', '-W', String(timeoutS), ip], { timeoutMs: 5_000 })
     .then(
-      () => true,
-      () => false,
+      () => 'reply',
+      (err: unknown) =>
+        err instanceof CommandError && err.exitCode === 1
+          ? 'no reply'
+          : String(err instanceof Error ? err.message : err).slice(0, 200),
     );
 }
 
@@ -75,14 +94,21 @@ export async function connectivity(c: Cluster, o: { timeoutS?: number } = {}): P
   const targets = matrixTargets(pods, c);
   const jobs = pods.flatMap((p) =>
     targets.map(
-      (t) => async (): Promise<boolean | null> =>
-        t.pod === p.name ? null : ping(c, p.name, t.ip, o.timeoutS),
+      (t) => async (): Promise<string | null> =>
+        t.pod === p.name ? null : pingOutcome(c, p.name, t.ip, o.timeoutS),
     ),
   );
   const flat = await pool(jobs, 24);
-  const reach = pods.map((_, i) => flat.slice(i * targets.length, (i + 1) * targets.length));
+  const row = (i: number): (string | null)[] =>
+    flat.slice(i * targets.length, (i + 1) * targets.length);
+  const reach = pods.map((_, i) => row(i).map((r) => (r === null ? null : r === 'reply')));
   const failures = pods.flatMap((p, i) =>
-    targets.filter((_, j) => reach[i]?.[j] === false).map((t) => `${p.name} → ${t.name} (${t.ip})`),
+    targets.flatMap((t, j) => {
+      const r = row(i)[j];
+      if (r === null || r === undefined || r === 'reply') return [];
+      const why = r === 'no reply' ? '' : `: ${r}`;
+      return [`${p.name} → ${t.name} (${t.ip})${why}`];
+    }),
   );
   return {
     pods,

@@ -86,6 +86,41 @@ const SSH_SHARED = (dir: string): string[] => [
   'LogLevel=ERROR',
 ];
 const JOIN_TIMEOUT_MS = 180_000;
+
+/**
+ * Commands in flight to one machine at most. sshd lets one connection carry 10 sessions
+ * (MaxSessions): past that, ssh falls back to a connection of its own, and past 10 unauthenticated
+ * connections at once (MaxStartups 10:30:100) sshd drops new ones at random. On a slow day the
+ * handshakes overlap and a 24-ping matrix round lost a few pings to that every time: the matrix
+ * never came out full though every pod reached every pod. Two sessions stay spare.
+ */
+export const MAX_COMMANDS_PER_MACHINE = 8;
+
+/** At most `limit` of the calls given to it run at once; the rest wait their turn, in order. */
+export class Limiter {
+  private running = 0;
+  private readonly waiting: (() => void)[] = [];
+
+  private readonly limit: number;
+
+  constructor(limit: number) {
+    this.limit = limit;
+  }
+
+  async run<T>(job: () => Promise<T>): Promise<T> {
+    if (this.running >= this.limit)
+      await new Promise<void>((resolve) => this.waiting.push(resolve));
+    else this.running++;
+    try {
+      return await job();
+    } finally {
+      const next = this.waiting.shift();
+      // the slot passes straight to the next in line, so `running` never counts it twice
+      if (next) next();
+      else this.running--;
+    }
+  }
+}
 const REPO_ROOT = resolve(import.meta.dirname, '..');
 
 /**
@@ -142,6 +177,8 @@ export class VagrantCluster implements Cluster {
   private readonly transport: 'vagrant-ssh' | 'ssh';
   private readonly sshDir: string;
   private sshConfig: Promise<string> | undefined;
+  /** one Limiter per machine: see MAX_COMMANDS_PER_MACHINE */
+  private readonly perMachine = new Map<string, Limiter>();
 
   constructor(opts: VagrantClusterOptions = {}) {
     const count = opts.nodes ?? 3;
@@ -394,7 +431,12 @@ export class VagrantCluster implements Cluster {
     const [file = 'env', ...args] = await this.commandLine(vm, commands);
     const overhead = this.transport === 'ssh' ? SSH_OVERHEAD_MS : VAGRANT_OVERHEAD_MS;
     const timeoutMs = (opts.timeoutMs ?? SH_TIMEOUT_MS) + overhead;
-    const { stdout } = await this.exec(file, args, { timeoutMs, input: opts.input ?? '' });
+    let limiter = this.perMachine.get(vm);
+    if (!limiter) this.perMachine.set(vm, (limiter = new Limiter(MAX_COMMANDS_PER_MACHINE)));
+    // the timeout starts when the command does, not while it waits for a slot
+    const { stdout } = await limiter.run(() =>
+      this.exec(file, args, { timeoutMs, input: opts.input ?? '' }),
+    );
     return stdout;
   }
 }

@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { ROUTE_PROTOCOL } from '../../src/dataplane/model.ts';
 import { containsAddr6, parseCidr6, parseIpv6 } from '../../src/net/ipv6.ts';
+import { CommandError } from '../../src/exec/runner.ts';
 import type { Cluster, LabNode, LabPod, Target } from '../../lab/cluster.ts';
 import { goneEverywhere, goneNode, leftovers } from '../../lab/drill-kit.ts';
 import { DRILLS, drillsFor, familyNotApplicable, runDrill } from '../../lab/drills.ts';
@@ -418,5 +419,34 @@ describe('the matrix of an IPv6-only lab', () => {
       'full connectivity: 3 pods, every pod reaches every pod and outside, by IPv6 alone (an IPv6-only lab: no IPv4 columns)',
     );
     expect(text).toContain('columns: 1=n1-p1/6 2=n2-p1/6 3=n3-p1/6 4=outside/6');
+  });
+});
+
+describe('a failed ping in the matrix', () => {
+  it('tells a ping without reply from a command that could not run', async () => {
+    class Failing extends CannedIpv6OnlyLab {
+      override async sh(t: Target, argv: readonly string[]): Promise<string> {
+        const ip = argv.at(-1) ?? '';
+        const from = typeof t === 'object' && 'pod' in t ? t.pod : '';
+        if (argv[0] === 'ping' && from === 'n1-p1' && ip === 'fd00:10:244:2::2')
+          throw new CommandError({ command: argv, exitCode: 1, stderr: '', reason: 'exit code 1' });
+        if (argv[0] === 'ping' && from === 'n3-p1')
+          throw new CommandError({
+            command: ['ssh', 'n3'],
+            exitCode: 255,
+            stderr: 'mux_client_request_session: read from master failed',
+            reason: 'exit code 255',
+          });
+        return super.sh(t, argv);
+      }
+    }
+    const m = await connectivity(new Failing());
+    expect(m.failures).toEqual([
+      'n1-p1 → n2-p1/6 (fd00:10:244:2::2)',
+      'n3-p1 → n1-p1/6 (fd00:10:244:1::2): ssh n3: exit code 255: mux_client_request_session: read from master failed',
+      'n3-p1 → n2-p1/6 (fd00:10:244:2::2): ssh n3: exit code 255: mux_client_request_session: read from master failed',
+      'n3-p1 → outside/6 (2001:db8:113::2): ssh n3: exit code 255: mux_client_request_session: read from master failed',
+    ]);
+    expect(m.reach[0]).toEqual([null, false, true, true]);
   });
 });

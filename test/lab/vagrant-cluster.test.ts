@@ -8,7 +8,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { run, type RunOptions } from '../../src/exec/runner.ts';
-import { labNodeCount, parsePodList, VagrantCluster } from '../../lab/vagrant-cluster.ts';
+import {
+  labNodeCount,
+  Limiter,
+  MAX_COMMANDS_PER_MACHINE,
+  parsePodList,
+  VagrantCluster,
+} from '../../lab/vagrant-cluster.ts';
 
 interface Call {
   readonly file: string;
@@ -330,5 +336,41 @@ describe('VagrantCluster over plain ssh', () => {
     expect(new VagrantCluster({ dir: DIR, nodes: 2, provider: 'lxc' }).description).toBe(
       `vagrant lab on lxc (2 node machines, ${DIR}/Vagrantfile)`,
     );
+  });
+});
+
+describe('VagrantCluster commands in flight', () => {
+  it(`sends at most ${MAX_COMMANDS_PER_MACHINE} commands at once to one machine (sshd's MaxSessions is 10), and one machine's queue does not hold up another`, async () => {
+    const inFlight = new Map<string, number>();
+    const most = new Map<string, number>();
+    const release: (() => void)[] = [];
+    const exec = async (_file: string, args: readonly string[]): Promise<{ stdout: string }> => {
+      const vm = args[3] ?? '';
+      inFlight.set(vm, (inFlight.get(vm) ?? 0) + 1);
+      most.set(vm, Math.max(most.get(vm) ?? 0, inFlight.get(vm) ?? 0));
+      await new Promise<void>((r) => release.push(r));
+      inFlight.set(vm, (inFlight.get(vm) ?? 0) - 1);
+      return { stdout: `${vm}\n` };
+    };
+    const cluster = new VagrantCluster({ dir: DIR, nodes: 3, exec });
+    const many = Array.from({ length: 20 }, () => cluster.sh({ node: 'node1' }, ['true']));
+    const other = cluster.sh({ node: 'node2' }, ['true']);
+    await new Promise((r) => setTimeout(r, 10));
+    expect(inFlight.get('node1')).toBe(MAX_COMMANDS_PER_MACHINE);
+    expect(inFlight.get('node2')).toBe(1);
+    // let every command finish, each releasing the next in line
+    for (let i = 0; i < 100 && release.length > 0; i++) {
+      release.splice(0).forEach((r) => r());
+      await new Promise((r) => setTimeout(r, 1));
+    }
+    expect(await Promise.all(many)).toEqual(Array.from({ length: 20 }, () => 'node1\n'));
+    expect(await other).toBe('node2\n');
+    expect(most.get('node1')).toBe(MAX_COMMANDS_PER_MACHINE);
+  });
+
+  it('Limiter: a failed job frees its slot', async () => {
+    const l = new Limiter(1);
+    await expect(l.run(() => Promise.reject(new Error('boom')))).rejects.toThrow('boom');
+    expect(await l.run(async () => 'next')).toBe('next');
   });
 });
