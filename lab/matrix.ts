@@ -92,15 +92,17 @@ export async function pingOutcome(
 export async function connectivity(c: Cluster, o: { timeoutS?: number } = {}): Promise<Matrix> {
   const pods = await c.pods();
   const targets = matrixTargets(pods, c);
-  const jobs = pods.flatMap((p) =>
-    targets.map(
-      (t) => async (): Promise<string | null> =>
+  // column by column: the pings in flight come from different pods, so from different nodes (a
+  // lab whose commands go over ssh sends a node only so many at once)
+  const jobs = targets.flatMap((t) =>
+    pods.map(
+      (p) => async (): Promise<string | null> =>
         t.pod === p.name ? null : pingOutcome(c, p.name, t.ip, o.timeoutS),
     ),
   );
   const flat = await pool(jobs, 24);
   const row = (i: number): (string | null)[] =>
-    flat.slice(i * targets.length, (i + 1) * targets.length);
+    targets.map((_, j) => flat[j * pods.length + i] ?? null);
   const reach = pods.map((_, i) => row(i).map((r) => (r === null ? null : r === 'reply')));
   const failures = pods.flatMap((p, i) =>
     targets.flatMap((t, j) => {
