@@ -9,15 +9,25 @@
 // re-applying just what it touched and the rest gets a full pass. With
 // iptables-legacy there is no rule event stream, so twill's two chains are
 // polled instead (four `iptables -S`, by default every second; with IPv6
-// four `ip6tables -S` more, or instead with IPv4 off). A monitor that dies is
-// restarted with backoff, and every (re)start triggers a pass, since events
-// may have been missed meanwhile.
+// four `ip6tables -S` more, or instead with IPv4 off). When other programs
+// flood `nft monitor` (kube-proxy rewriting tens of thousands of rules),
+// twill lists its chains every second for a while instead, with one
+// long-lived `nft -i`, a changed listing being the event. A monitor that dies
+// is restarted with backoff, and every (re)start triggers a pass, since
+// events may have been missed meanwhile.
 import { describeError } from '../errors.ts';
 import type { LineWatcher, Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { Backoff, childController, pause, quietOnAbort, retry } from '../util/abort.ts';
 import { isIpv6 } from '../net/ipv6.ts';
-import { chainSpecs, chainSpecs6, diffChain, type ChainSpec } from './masq.ts';
+import {
+  chainSpecs,
+  chainSpecs6,
+  diffChain,
+  FWD_CHAIN,
+  MASQ_CHAIN,
+  type ChainSpec,
+} from './masq.ts';
 import { ROUTE_PROTOCOL, type MasqSpec, type MasqSpec6, type RouteSpec } from './model.ts';
 import { observeChain } from './observe.ts';
 
@@ -197,9 +207,13 @@ export interface MonitorOptions {
   readonly nft: boolean;
   /** an event (with what it touched; none: look at everything) */
   readonly onEvent: (source: string, touch?: Touch) => void;
-  /** polls twill's chains until the signal aborts: used while `nft monitor` is flooded */
+  /**
+   * polls twill's chains until the signal aborts. Given, a flooded `nft monitor` gives way to the
+   * chain listing (listChains), and this poll is the listing's fallback; not given, the monitor
+   * keeps listening whatever its output
+   */
   readonly poll?: (signal: AbortSignal) => Promise<void>;
-  /** when `nft monitor` counts as flooded, and for how long polling replaces it */
+  /** when `nft monitor` counts as flooded, and for how long the chain listing replaces it */
   readonly flood?: FloodGuard;
 }
 
@@ -207,16 +221,16 @@ export interface FloodGuard {
   /** bytes of `nft monitor` output within `windowMs` that count as a flood */
   readonly bytes: number;
   readonly windowMs: number;
-  /** how long the chains are polled instead, before `nft monitor` is tried again */
+  /** how long the chains are listed instead, before `nft monitor` is tried again */
   readonly cooldownMs: number;
 }
 
 /**
  * `nft monitor` prints every rule another program rewrites: kube-proxy
- * rewriting 20,000 rules every few seconds costs nft and twill a tenth of a
- * core. Past this much output, twill stops listening and polls its two
- * chains every second for a while (four `iptables -S`, whatever the size of
- * the tables), then listens again.
+ * rewriting 20,000 rules costs nft about half a second of CPU each time
+ * (and it loses events). Past this much output, twill stops listening and
+ * lists its chains every second for a while (one long-lived `nft -i`,
+ * whatever the size of the tables), then listens again.
  */
 export const DEFAULT_FLOOD: FloodGuard = {
   bytes: 256 * 1024,
@@ -314,9 +328,10 @@ export async function runMonitors(o: MonitorOptions, signal: AbortSignal): Promi
   await Promise.all(watchers);
 }
 
-/** `nft monitor`, replaced by polling for `cooldownMs` whenever its output floods. */
+/** `nft monitor`, replaced by the chain listing (listChains) for `cooldownMs` when it floods. */
 async function watchNft(o: MonitorOptions, signal: AbortSignal): Promise<void> {
   const guard = o.flood ?? DEFAULT_FLOOD;
+  const poll = o.poll;
   while (!signal.aborted) {
     const ctl = childController(signal);
     let windowStart = Date.now();
@@ -325,7 +340,7 @@ async function watchNft(o: MonitorOptions, signal: AbortSignal): Promise<void> {
       const now = Date.now();
       if (now - windowStart > guard.windowMs) [windowStart, bytes] = [now, 0];
       bytes += n;
-      if (bytes > guard.bytes && o.poll) ctl.abort();
+      if (bytes > guard.bytes && poll) ctl.abort();
     };
     await keepWatching(
       o,
@@ -340,16 +355,145 @@ async function watchNft(o: MonitorOptions, signal: AbortSignal): Promise<void> {
       },
       ctl.signal,
     );
-    if (signal.aborted || !o.poll) return;
+    if (signal.aborted || !poll) return;
     o.logger.info(
-      { bytes, windowMs: guard.windowMs, pollForMs: guard.cooldownMs },
-      "nft monitor flooded by other programs' rule changes; polling twill's chains every second instead for a while",
+      { bytes, windowMs: guard.windowMs, listForMs: guard.cooldownMs },
+      "nft monitor flooded by other programs' rule changes; listing twill's chains every second instead for a while",
     );
     const cool = childController(signal);
     const timer = setTimeout(() => cool.abort(), guard.cooldownMs);
-    await o.poll(cool.signal);
+    await listChains({ ...o, poll }, cool.signal);
     clearTimeout(timer);
   }
+}
+
+/** One table's part of the chain listing: its `nft list chain` commands, in every family. */
+export interface ListingPart {
+  readonly table: 'nat' | 'filter';
+  readonly commands: readonly string[];
+}
+
+/**
+ * What the listing reads, table by table: the chains nftEventMatters watches (the built-in chain
+ * and twill's), in iptables' tables (family ip), and on a dual-stack node ip6tables' too (only
+ * they with IPv4 off).
+ */
+export function listingParts(ctx: Pick<MonitorContext, 'ipv4' | 'ipv6'> = {}): ListingPart[] {
+  const families = ctx.ipv4 === false ? ['ip6'] : ctx.ipv6 === true ? ['ip', 'ip6'] : ['ip'];
+  const chains = { nat: ['POSTROUTING', MASQ_CHAIN], filter: ['FORWARD', FWD_CHAIN] };
+  return (['nat', 'filter'] as const).map((table) => ({
+    table,
+    commands: families.flatMap((f) => chains[table].map((c) => `list chain ${f} ${table} ${c}`)),
+  }));
+}
+
+/**
+ * Ends each part of the listing: a command that reads nothing from the kernel and always prints
+ * one line, which starts with LISTING_END_LINE ("payload expression, datatype inet_service …").
+ */
+const LISTING_END = 'describe tcp dport';
+const LISTING_END_LINE = 'payload expression';
+/** A part longer than this has lost its end (or lists far more than twill's chains): give up. */
+const LISTING_MAX_BYTES = 1024 * 1024;
+
+/**
+ * The listing: one `nft -i` that lives as long as the listing, fed its commands every
+ * `everySeconds` by a shell loop, so each round costs no process but `sleep` (four `iptables -S`
+ * a second cost the daemon and its tree about 1.5 % of a core). -s leaves the counters out (they
+ * move with traffic), -a prints the rules' handles (a rule deleted and added again, as
+ * iptables-restore writes it, still shows). Only an in-place `iptables -R` changing what nft does
+ * not print (an xt comment's text) goes unseen, until the resync pass. Errors (a chain or table
+ * missing) are part of the text. On SIGTERM the shell ends `nft`; the loop then ends on its next
+ * write (as it does when the daemon dies and `nft` with it).
+ */
+export function listingScript(parts: readonly ListingPart[], everySeconds = 1): string {
+  const lines = parts.flatMap((p) => [...p.commands, LISTING_END]).map((c) => `'${c}'`);
+  return [
+    `trap 'kill $! 2>/dev/null; exit 0' TERM`,
+    `while printf '%s\\n' ${lines.join(' ')}; do sleep ${everySeconds} || exit 1; done | nft -s -a -i 2>&1 &`,
+    'wait $!',
+  ].join('\n');
+}
+
+/**
+ * Reads the listing's lines, part by part in the script's order: `changed` is called when a
+ * table's text differs from the one listed before it, `baseline` once every table has been
+ * listed, `overflow` when a part grows past LISTING_MAX_BYTES without its end.
+ */
+export function listingReader(
+  parts: readonly ListingPart[],
+  o: {
+    readonly changed: (table: 'nat' | 'filter') => void;
+    readonly baseline: () => void;
+    readonly overflow: () => void;
+  },
+): (line: string) => void {
+  const last: (string | undefined)[] = parts.map(() => undefined);
+  let at = 0;
+  let lines: string[] = [];
+  let bytes = 0;
+  let full = false;
+  return (line) => {
+    if (full) return;
+    if (!line.startsWith(LISTING_END_LINE)) {
+      lines.push(line);
+      bytes += line.length + 1;
+      if (bytes > LISTING_MAX_BYTES) {
+        full = true;
+        o.overflow();
+      }
+      return;
+    }
+    const text = lines.join('\n');
+    [lines, bytes] = [[], 0];
+    const before = last[at];
+    last[at] = text;
+    const part = parts[at];
+    at = (at + 1) % parts.length;
+    if (before === undefined) {
+      if (at === 0) o.baseline();
+    } else if (before !== text && part) o.changed(part.table);
+  };
+}
+
+/**
+ * Lists twill's chains (listingScript) until `signal` aborts, a changed table being an event over
+ * that table's chains. Its first full round is one too, over every table: what changed between
+ * the monitor's end and that round (or in the events a flooded monitor lost) is seen by no
+ * listing, so a pass looks. Should `nft -i` fail (an nft built without its interactive CLI),
+ * `poll` takes over.
+ */
+async function listChains(
+  o: MonitorOptions & { readonly poll: (signal: AbortSignal) => Promise<void> },
+  signal: AbortSignal,
+): Promise<void> {
+  const parts = listingParts(o.ctx);
+  const ctl = childController(signal);
+  let overflowed = false;
+  const onLine = listingReader(parts, {
+    changed: (table) => o.onEvent('nft listing', { kind: 'chains', tables: [table] }),
+    baseline: () =>
+      o.onEvent('nft listing started', { kind: 'chains', tables: parts.map((p) => p.table) }),
+    overflow: () => {
+      overflowed = true;
+      ctl.abort();
+    },
+  });
+  try {
+    await o.watch('sh', ['-c', listingScript(parts)], { signal: ctl.signal, onLine });
+    if (!overflowed) return;
+    o.logger.warn(
+      { maxBytes: LISTING_MAX_BYTES },
+      "nft listing of twill's chains ran on; polling them with iptables instead",
+    );
+  } catch (err) {
+    if (signal.aborted) return;
+    o.logger.warn(
+      { err: describeError(err) },
+      "nft listing of twill's chains stopped; polling them with iptables instead",
+    );
+  }
+  await o.poll(signal);
 }
 
 export interface ChainPollOptions {

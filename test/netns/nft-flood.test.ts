@@ -1,6 +1,7 @@
 // When other programs flood `nft monitor` (kube-proxy rewriting thousands of
-// rules), twill stops listening and polls its chains instead: the flood is
-// noticed, and a rule deleted meanwhile is still repaired.
+// rules), twill stops listening and lists its chains every second instead
+// (one long-lived `nft -i`): the flood is noticed, a rule deleted meanwhile is
+// still repaired, and so are later drifts, found by the listing.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease } from '../helpers/dataplane.ts';
@@ -10,6 +11,7 @@ import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 let node: GuardedNode;
 let runner: Runner;
 let log: GuardedNode['log'];
+let baseline: string;
 
 /** kube-proxy-shaped churn: `count` DNAT rules in chains of their own, in one restore. */
 function churn(count: number, round: number): string {
@@ -35,8 +37,8 @@ beforeAll(async () => {
 afterAll(() => node.stop());
 
 describe('nft monitor flooded by other programs', () => {
-  it('switches to polling the chains, and still repairs a deleted rule', async () => {
-    const baseline = JSON.stringify(await kernelView(runner));
+  it('switches to listing the chains, and still repairs a deleted rule', async () => {
+    baseline = JSON.stringify(await kernelView(runner));
     for (let round = 0; round < 2; round++)
       await runner('iptables-restore', ['--noflush', '-w', '5'], {
         input: churn(2_000, round),
@@ -56,5 +58,27 @@ describe('nft monitor flooded by other programs', () => {
       { timeoutMs: slowBound(2_000), what: 'repair while polling' },
     );
     expect(performance.now() - broken).toBeLessThan(slowBound(2_000));
+  });
+
+  it('repairs what the listing finds: a deleted masquerade rule, a flushed chain or table, a deleted table', async () => {
+    // one listing round more than the switch needs: its first full round is in
+    await new Promise((r) => setTimeout(r, 1_500));
+    for (const [file, ...args] of [
+      ['iptables', '-t', 'nat', '-D', 'TWILL-POSTRTG', '5'],
+      ['iptables', '-t', 'nat', '-F', 'TWILL-POSTRTG'],
+      ['iptables', '-t', 'nat', '-F'],
+      ['nft', 'delete', 'table', 'ip', 'nat'],
+    ] as const) {
+      const repairs = node.repairs();
+      await runner(file, args);
+      const broken = performance.now();
+      await waitFor(
+        async () =>
+          node.repairs() > repairs && JSON.stringify(await kernelView(runner)) === baseline,
+        { timeoutMs: slowBound(2_000), what: `repair after ${file} ${args.join(' ')}` },
+      );
+      expect(performance.now() - broken).toBeLessThan(slowBound(2_000));
+      expect(node.repairPasses().at(-1)?.trigger).toBe('nft listing');
+    }
   });
 });
