@@ -1,4 +1,4 @@
-#!/usr/bin/env -S node --max-semi-space-size=1
+#!/usr/bin/env -S node --max-semi-space-size=1 --optimize-for-size
 // The `twill` command: the only place that reads process.env and
 // process.argv and installs signal handlers. It builds the dependencies as a
 // plain object and hands them to the daemon.
