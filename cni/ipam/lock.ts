@@ -13,7 +13,7 @@
 // judged stale; that second lock, held for microseconds, is removed when
 // stale by renaming it aside and putting it back if it turned out live.
 import { randomUUID } from 'node:crypto';
-import { link, readFile, readlink, rename, stat, unlink, writeFile } from 'node:fs/promises';
+import { link, readFile, readlink, rename, stat, unlink, writeFile } from './files.ts';
 import { join } from 'node:path';
 import { pause } from '../../src/util/abort.ts';
 import { CNI_CODES, CniError, fail } from '../errors.ts';
@@ -46,6 +46,15 @@ interface Seen {
 
 function code(err: unknown): string | undefined {
   return (err as NodeJS.ErrnoException).code;
+}
+
+/**
+ * A random UUID drawn from fresh entropy. randomUUID's cache of random bytes, once filled, would be
+ * held in twill-cni's startup snapshot (its warm-up reserves an address), and every process would
+ * then draw the same temp names and lock tokens.
+ */
+export function freshUuid(): string {
+  return randomUUID({ disableEntropyCache: true });
 }
 
 /** A process's start time (clock ticks since boot); undefined when there is no such process. */
@@ -127,9 +136,9 @@ export class DirLock {
       pid: process.pid,
       start: (await processStart('self')) ?? '',
       pidns,
-      token: randomUUID(),
+      token: freshUuid(),
     };
-    const tmp = join(this.dir, `.twill-${randomUUID()}.tmp`);
+    const tmp = join(this.dir, `.twill-${freshUuid()}.tmp`);
     await writeFile(tmp, JSON.stringify(holder), { mode: 0o644, flag: 'wx' });
     const path = join(this.dir, name);
     const deadline = Date.now() + waitMs;
@@ -203,7 +212,7 @@ export class DirLock {
    */
   private async breakAside(name: string, seen: Seen): Promise<void> {
     const path = join(this.dir, name);
-    const aside = join(this.dir, `.twill-${randomUUID()}.stale`);
+    const aside = join(this.dir, `.twill-${freshUuid()}.stale`);
     try {
       await rename(path, aside);
     } catch (err) {

@@ -18,13 +18,12 @@
 // owner and age right before each unlink) runs under the directory's lock
 // (lock.ts), so that no release can delete a file reserved again between
 // its check and its unlink.
-import { randomUUID } from 'node:crypto';
-import { link, mkdir, readFile, readdir, rename, stat, unlink, writeFile } from 'node:fs/promises';
+import { link, mkdir, readFile, readdir, rename, stat, unlink, writeFile } from './files.ts';
 import { join } from 'node:path';
 import { formatIpv4, parseIpv4 } from '../../src/net/ipv4.ts';
 import { formatIpv6, parseIpv6 } from '../../src/net/ipv6.ts';
 import { CNI_CODES, fail } from '../errors.ts';
-import { DirLock } from './lock.ts';
+import { DirLock, freshUuid } from './lock.ts';
 import {
   candidates,
   candidates6,
@@ -122,7 +121,7 @@ export class IpStore {
   }
 
   private tmpName(): string {
-    return join(this.dir, `.twill-${randomUUID()}.tmp`);
+    return join(this.dir, `.twill-${freshUuid()}.tmp`);
   }
 
   /** Writes a new temp file exclusively ('wx': never through an existing name or symlink). */

@@ -4,7 +4,13 @@
 // store's lock), wire the host side (bridge, veth pair with its peer created
 // straight in the pod's netns, bridge port with hairpin, gateway addresses)
 // in one `ip` batch and the pod side (lo, addresses, routes) in one more,
-// and answer the result. Dual-stack adds lines to those batches, no process.
+// and answer the result. Both batch processes start, once what needs no
+// process is checked (subnet.env, the netns, the veth's name), before their
+// lines are known, and wait for them (kernel.ts, LiveBatch): the host one
+// first shows an existing bridge (the look costs no process of its own); the
+// pod one is started early on a node without IPv6 only. An ADD runs two
+// processes, `ip` and `nsenter` (which execs `ip`): ADD_PROCESSES.
+// Dual-stack adds lines to those batches, no process.
 // An IPv6-only node (subnet.env without the IPv4 pair) runs the dual-stack
 // ADD without its IPv4 lines: no IPv4 address is reserved, none is put on the
 // bridge or the pod, and IPv4 forwarding is left alone.
@@ -35,8 +41,12 @@ import {
   hostBatch,
   linkKind,
   linkNames,
+  openHostSession,
+  openPodSession,
   podBatch,
+  type HostSession,
   type KernelDeps,
+  type LiveBatch,
   type LinkKind,
 } from '../kernel.ts';
 import { ensureIpForward, ensureIpv6Forward, PROC_SYS_NET } from '../../src/dataplane/sysctl.ts';
@@ -45,6 +55,13 @@ import { renderResult, type Attachment, type ResultInterface } from '../result.t
 import { assertNetns, loadSubnet, storeFor, type PluginDeps, type Request } from './common.ts';
 
 const ROLLBACK_TIMEOUT_MS = 5000;
+
+/**
+ * The processes one ADD starts (IPv4, dual-stack or IPv6-only alike, bridge there or not): the
+ * host side's `ip -batch`, and `nsenter` for the pod side's. A bridge created by a concurrent ADD
+ * between the look and the batch costs one or two more (rare).
+ */
+export const ADD_PROCESSES = 2;
 
 type HostLinks = { bridge: ResultInterface; host: ResultInterface };
 
@@ -88,28 +105,46 @@ function describeKind(k: LinkKind): string {
 async function checkBridge(k: KernelDeps, bridge: string): Promise<boolean> {
   const kind = await linkKind(k, bridge);
   if (kind === undefined) return false;
+  refuseNonBridge(bridge, kind);
+  return true;
+}
+
+/** Code 7 unless `kind` is a bridge's. */
+function refuseNonBridge(bridge: string, kind: LinkKind): void {
   if (kind.kind !== 'bridge')
     fail(
       CNI_CODES.invalidConfig,
       `network config: "bridge" ${JSON.stringify(bridge)}: ${bridge} already exists but is not a bridge (${describeKind(kind)}); twill leaves it alone`,
     );
-  return true;
+}
+
+interface Inspected {
+  readonly bridgeExists: boolean;
+  /** when the bridge exists: the `ip` that looked at it, waiting for the host batch */
+  readonly session?: HostSession;
 }
 
 /**
- * Before anything is changed: code 104 when the host veth exists, 7 when the bridge is not a
- * bridge; whether the bridge exists.
+ * Before anything is changed: code 7 when the bridge is not a bridge; whether the bridge exists.
+ * `session` (there when the bridge was among the host's links) is showing the bridge.
  */
-async function inspectHost(k: KernelDeps, w: HostWiring): Promise<{ bridgeExists: boolean }> {
-  const names = await linkNames();
-  if (names.has(w.hostVeth)) throw existsError(w);
-  return { bridgeExists: names.has(w.bridge) && (await checkBridge(k, w.bridge)) };
+async function inspectHost(w: HostWiring, session: HostSession | undefined): Promise<Inspected> {
+  if (!session) return { bridgeExists: false };
+  const kind = await session.bridge;
+  if (kind === undefined) return { bridgeExists: false }; // gone meanwhile: ip has ended
+  refuseNonBridge(w.bridge, kind);
+  return { bridgeExists: true, session };
 }
 
-async function tryHost(k: KernelDeps, w: HostWiring, createBridge: boolean): Promise<HostLinks> {
+async function tryHost(
+  k: KernelDeps,
+  w: HostWiring,
+  createBridge: boolean,
+  session?: HostSession,
+): Promise<HostLinks> {
   const { lines, vethLine } = hostAddBatch(w, createBridge);
   try {
-    const [bridge, host] = await hostBatch(k, lines);
+    const [bridge, host] = await (session ? session.finish(lines) : hostBatch(k, lines));
     return {
       bridge: asInterface(linkOf(bridge, w.bridge)),
       host: asInterface(linkOf(host, w.hostVeth)),
@@ -124,8 +159,8 @@ async function tryHost(k: KernelDeps, w: HostWiring, createBridge: boolean): Pro
  * The host batch, creating the bridge when it was missing (tolerating a concurrent creator, once it
  * is checked to be a bridge).
  */
-async function wireHost(k: KernelDeps, w: HostWiring, bridgeExists: boolean): Promise<HostLinks> {
-  if (bridgeExists) return tryHost(k, w, false);
+async function wireHost(k: KernelDeps, w: HostWiring, host: Inspected): Promise<HostLinks> {
+  if (host.bridgeExists) return tryHost(k, w, false, host.session);
   try {
     return await tryHost(k, w, true);
   } catch (err) {
@@ -179,12 +214,18 @@ function explain(err: unknown, w: HostWiring): unknown {
 async function wire(
   deps: PluginDeps,
   req: Request,
-  o: { subnet: SubnetEnv; addrs: Reserved; w: HostWiring; bridgeExists: boolean },
+  o: {
+    subnet: SubnetEnv;
+    addrs: Reserved;
+    w: HostWiring;
+    host: Inspected;
+    pod: LiveBatch | undefined;
+  },
 ): Promise<Attachment> {
   const { env, conf } = req;
   const fam = subnetFamilies(o.subnet);
   const { addr, addr6 } = o.addrs;
-  const links = await wireHost(deps, o.w, o.bridgeExists);
+  const links = await wireHost(deps, o.w, o.host);
   const v4 =
     fam.v4 && addr !== undefined
       ? {
@@ -204,9 +245,9 @@ async function wire(
         }
       : undefined;
   const pod = { ifname: env.ifname, defaultRoute: conf.isDefaultGateway, v4, v6 };
-  const [podLink] = await podBatch(deps, env.netns, podAddBatch(pod), {
-    ipv6Ifname: v6 ? env.ifname : undefined,
-  });
+  const [podLink] = await (o.pod && !v6
+    ? o.pod.finish(podAddBatch(pod))
+    : podBatch(deps, env.netns, podAddBatch(pod), { ipv6Ifname: v6 ? env.ifname : undefined }));
   const readOnly = {
     readOnlyHint: 'read-only: the runtime must run CNI plugins with a writable /proc/sys',
   };
@@ -275,19 +316,30 @@ export async function cmdAdd(deps: PluginDeps, req: Request): Promise<Record<str
   const subnet = await loadSubnet(conf.subnetFile);
   await assertNetns(env.netns);
   const w = hostWiring(req, subnet, conf.mtu ?? subnet.mtu);
-  const { bridgeExists } = await inspectHost(deps, w);
-  const store = storeFor(conf, deps.log);
+  const names = await linkNames();
+  if (names.has(w.hostVeth)) throw existsError(w);
   const { v4, v6 } = subnetFamilies(subnet);
-  const addrs = await store.reserveAll({
-    pool: v4 ? poolOf(v4.subnet) : undefined,
-    pool6: v6 ? poolOf6(v6.subnet) : undefined,
-    containerId: env.containerId,
-    ifname: env.ifname,
-  });
+  // both started now so that they are up when their lines come; until then the host one has only
+  // been asked to show the bridge and the pod one nothing, so a call that stops has changed nothing
+  const session = names.has(w.bridge) ? openHostSession(deps, w.bridge) : undefined;
+  const pod = v6 ? undefined : openPodSession(deps, env.netns);
   try {
-    return renderResult(conf.cniVersion, await wire(deps, req, { subnet, addrs, w, bridgeExists }));
-  } catch (err) {
-    await rollback(deps, { err, w, store, addrs });
-    throw explain(err, w);
+    const host = await inspectHost(w, session);
+    const store = storeFor(conf, deps.log);
+    const addrs = await store.reserveAll({
+      pool: v4 ? poolOf(v4.subnet) : undefined,
+      pool6: v6 ? poolOf6(v6.subnet) : undefined,
+      containerId: env.containerId,
+      ifname: env.ifname,
+    });
+    try {
+      return renderResult(conf.cniVersion, await wire(deps, req, { subnet, addrs, w, host, pod }));
+    } catch (err) {
+      await rollback(deps, { err, w, store, addrs });
+      throw explain(err, w);
+    }
+  } finally {
+    // no-ops once finished; otherwise they end with nothing sent
+    await Promise.all([session?.close(), pod?.close()]);
   }
 }

@@ -1,9 +1,10 @@
 // What several verbs share: the request they get, the node's subnet from
 // subnet.env (missing means "try again later"), the IP store of this
-// network, and the check that CNI_NETNS exists.
-import { stat } from 'node:fs/promises';
+// network, and the check that CNI_NETNS exists. Files are read synchronously
+// (as the IP store's are, ipam/files.ts): nothing else runs meanwhile.
+import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { readSubnetEnv, type SubnetEnv } from '../../src/subnetenv.ts';
+import { parseSubnetEnv, type SubnetEnv } from '../../src/subnetenv.ts';
 import type { NetConf } from '../config.ts';
 import type { CniEnv } from '../env.ts';
 import { CNI_CODES, fail } from '../errors.ts';
@@ -22,13 +23,18 @@ export interface PluginDeps extends KernelDeps {
 
 /** The node's subnet.env; code 11 while it does not exist, 102 when it is malformed. */
 export async function loadSubnet(file: string): Promise<SubnetEnv> {
-  const env = await readSubnetEnv(file);
-  if (!env)
-    fail(
-      CNI_CODES.tryAgain,
-      `${file} does not exist yet (twill run writes it once it holds a subnet lease); try again later`,
-    );
-  return env;
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+      fail(
+        CNI_CODES.tryAgain,
+        `${file} does not exist yet (twill run writes it once it holds a subnet lease); try again later`,
+      );
+    throw err;
+  }
+  return parseSubnetEnv(text, file);
 }
 
 /** The IP store of this network; its warnings (the round-robin hint) go to the log. */
@@ -42,7 +48,7 @@ export function storeFor(conf: NetConf, log?: CniLog): IpStore {
 /** Code 4 when the netns path does not exist. */
 export async function assertNetns(netns: string): Promise<void> {
   try {
-    await stat(netns);
+    statSync(netns);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT')
       fail(CNI_CODES.invalidEnv, `CNI_NETNS ${JSON.stringify(netns)} does not exist`);

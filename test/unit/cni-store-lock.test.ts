@@ -1,5 +1,5 @@
 // The IP store's lock, deterministically: the unlink of GC's release is held
-// up (a wrapped node:fs/promises) while, through a second store object on the
+// up (a wrapped cni/ipam/files.ts) while, through a second store object on the
 // same directory (as a second process would), the attachment is released by
 // its DEL and its address reserved again by another ADD. Without the lock,
 // GC's unlink then deletes the new reservation; with it, DEL and ADD wait.
@@ -17,14 +17,14 @@ const hooks = vi.hoisted(() => ({
   onUnlink: undefined as ((path: string) => Promise<void>) | undefined,
 }));
 
-vi.mock('node:fs/promises', async (importOriginal) => {
-  const real = await importOriginal<typeof import('node:fs/promises')>();
-  const unlink = async (path: Parameters<typeof real.unlink>[0]): Promise<void> => {
+vi.mock('../../cni/ipam/files.ts', async (importOriginal) => {
+  const real = await importOriginal<typeof import('../../cni/ipam/files.ts')>();
+  const unlink = async (path: string): Promise<void> => {
     const hook = hooks.onUnlink;
-    if (hook) await hook(String(path));
+    if (hook) await hook(path);
     return real.unlink(path);
   };
-  return { ...real, default: { ...real, unlink }, unlink };
+  return { ...real, unlink };
 });
 
 // a /30: exactly one address (.2) to hand out, so a new ADD must get the one just released
