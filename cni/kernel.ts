@@ -147,8 +147,8 @@ function openBatch(k: KernelDeps, command: readonly string[], first: readonly st
   let head: string | undefined = '';
   let resolveFirst: (line: string | undefined) => void = () => undefined;
   const firstLine = new Promise<string | undefined>((resolve) => (resolveFirst = resolve));
-  // the first lines get the usual time limit; a process sent none waits for its lines unbounded
-  // (the call always finishes or closes it), and gets the limit once it has them (openFed's timer)
+  // the usual time limit once its input ends; until then openFed's idle limit (60 s), as the call
+  // may wait on the IP store's lock meanwhile
   const p = (k.openFed ?? openFed)(file, args, {
     signal: k.signal,
     timeoutMs: TIMEOUT_MS,

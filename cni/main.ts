@@ -46,14 +46,15 @@ async function main(): Promise<number> {
     { env: process.env, stdin: await readStdin() },
     { runner: run, signal: ctl.signal },
   );
-  process.stdout.write(outcome.stdout);
+  // the answer is out before the exit below: a write to a pipe may finish after this call returns
+  await new Promise<void>((resolve) => process.stdout.write(outcome.stdout, () => resolve()));
   return outcome.exitCode;
 }
 
 function start(): void {
   main().then(
     (code) => {
-      // everything is awaited and written (stdout, stderr and the log file are written
+      // everything is awaited and written (stdout above; stderr and the log file are written
       // synchronously): exiting now skips tearing down the V8 heap, about 1 ms
       process.exit(code);
     },

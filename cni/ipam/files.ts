@@ -45,3 +45,7 @@ export const unlink = (path: string): Promise<void> => settled(() => unlinkSync(
 
 export const writeFile = (file: string, text: string, o: WriteFileOptions): Promise<void> =>
   settled(() => writeFileSync(file, text, o));
+
+/** The operations together, as the store and its lock take them (a test may wrap some). */
+export const FILES = { link, mkdir, readdir, readFile, readlink, rename, stat, unlink, writeFile };
+export type Files = typeof FILES;

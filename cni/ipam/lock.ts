@@ -13,7 +13,7 @@
 // judged stale; that second lock, held for microseconds, is removed when
 // stale by renaming it aside and putting it back if it turned out live.
 import { randomUUID } from 'node:crypto';
-import { link, readFile, readlink, rename, stat, unlink, writeFile } from './files.ts';
+import { FILES, readFile, readlink, type Files } from './files.ts';
 import { join } from 'node:path';
 import { pause } from '../../src/util/abort.ts';
 import { CNI_CODES, CniError, fail } from '../errors.ts';
@@ -94,9 +94,13 @@ export class DirLock {
   private readonly dir: string;
   private readonly warn: LockWarn;
 
-  constructor(dir: string, warn: LockWarn = () => undefined) {
+  /** the file operations (files.ts; a test may wrap them) */
+  private readonly files: Files;
+
+  constructor(dir: string, warn: LockWarn = () => undefined, files: Files = FILES) {
     this.dir = dir;
     this.warn = warn;
+    this.files = files;
   }
 
   /** Runs `fn` holding the lock; code 11 when the lock cannot be had within LOCK_WAIT_MS. */
@@ -112,7 +116,10 @@ export class DirLock {
   private async inspect(name: string): Promise<Seen | undefined> {
     try {
       const path = join(this.dir, name);
-      const [text, st] = await Promise.all([readFile(path, 'utf8'), stat(path)]);
+      const [text, st] = await Promise.all([
+        this.files.readFile(path, 'utf8'),
+        this.files.stat(path),
+      ]);
       return { text, mtimeMs: st.mtimeMs };
     } catch (err) {
       if (code(err) === 'ENOENT') return undefined;
@@ -139,13 +146,13 @@ export class DirLock {
       token: freshUuid(),
     };
     const tmp = join(this.dir, `.twill-${freshUuid()}.tmp`);
-    await writeFile(tmp, JSON.stringify(holder), { mode: 0o644, flag: 'wx' });
+    await this.files.writeFile(tmp, JSON.stringify(holder), { mode: 0o644, flag: 'wx' });
     const path = join(this.dir, name);
     const deadline = Date.now() + waitMs;
     try {
       for (let delay = 1; ; delay = Math.min(delay * 2, MAX_DELAY_MS)) {
         try {
-          await link(tmp, path);
+          await this.files.link(tmp, path);
           return holder.token;
         } catch (err) {
           if (code(err) !== 'EEXIST') throw err;
@@ -167,7 +174,7 @@ export class DirLock {
         await pause(delay * (0.5 + Math.random()));
       }
     } finally {
-      await unlink(tmp).catch(() => undefined);
+      await this.files.unlink(tmp).catch(() => undefined);
     }
   }
 
@@ -178,9 +185,11 @@ export class DirLock {
       this.warn('the store lock was no longer ours when released', { file: join(this.dir, name) });
       return;
     }
-    await unlink(join(this.dir, name)).catch((err: unknown) =>
-      this.warn('cannot remove the store lock', { file: join(this.dir, name), err: String(err) }),
-    );
+    await this.files
+      .unlink(join(this.dir, name))
+      .catch((err: unknown) =>
+        this.warn('cannot remove the store lock', { file: join(this.dir, name), err: String(err) }),
+      );
   }
 
   /** Removes the stale main lock `seen`: under the break lock, and only if it is still that one. */
@@ -196,7 +205,7 @@ export class DirLock {
     try {
       const now = await this.inspect(LOCK_NAME);
       if (now?.text === seen.text) {
-        await unlink(join(this.dir, LOCK_NAME));
+        await this.files.unlink(join(this.dir, LOCK_NAME));
         this.warn('removed a stale store lock', {
           file: join(this.dir, LOCK_NAME),
           holder: seen.text,
@@ -214,14 +223,14 @@ export class DirLock {
     const path = join(this.dir, name);
     const aside = join(this.dir, `.twill-${freshUuid()}.stale`);
     try {
-      await rename(path, aside);
+      await this.files.rename(path, aside);
     } catch (err) {
       if (code(err) === 'ENOENT') return;
       throw err;
     }
-    const moved = await readFile(aside, 'utf8').catch(() => undefined);
-    if (moved !== seen.text) await link(aside, path).catch(() => undefined);
+    const moved = await this.files.readFile(aside, 'utf8').catch(() => undefined);
+    if (moved !== seen.text) await this.files.link(aside, path).catch(() => undefined);
     else this.warn('removed a stale store lock', { file: path, holder: seen.text });
-    await unlink(aside).catch(() => undefined);
+    await this.files.unlink(aside).catch(() => undefined);
   }
 }

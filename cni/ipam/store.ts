@@ -18,7 +18,7 @@
 // owner and age right before each unlink) runs under the directory's lock
 // (lock.ts), so that no release can delete a file reserved again between
 // its check and its unlink.
-import { link, mkdir, readFile, readdir, rename, stat, unlink, writeFile } from './files.ts';
+import { FILES, readFile, type Files } from './files.ts';
 import { join } from 'node:path';
 import { formatIpv4, parseIpv4 } from '../../src/net/ipv4.ts';
 import { formatIpv6, parseIpv6 } from '../../src/net/ipv6.ts';
@@ -100,10 +100,14 @@ export class IpStore {
   private readonly warn: StoreWarn;
   private readonly lock: DirLock;
 
-  constructor(dir: string, warn: StoreWarn = () => undefined) {
+  /** the file operations (files.ts; a test may wrap them) */
+  private readonly files: Files;
+
+  constructor(dir: string, warn: StoreWarn = () => undefined, files: Files = FILES) {
     this.dir = dir;
     this.warn = warn;
-    this.lock = new DirLock(dir, warn);
+    this.files = files;
+    this.lock = new DirLock(dir, warn, files);
   }
 
   /**
@@ -112,7 +116,7 @@ export class IpStore {
    */
   private async locked<T>(fn: () => Promise<T>, whenMissing: () => T): Promise<T> {
     try {
-      await stat(this.dir);
+      await this.files.stat(this.dir);
     } catch (err) {
       if (isEnoent(err)) return whenMissing();
       throw err;
@@ -127,7 +131,7 @@ export class IpStore {
   /** Writes a new temp file exclusively ('wx': never through an existing name or symlink). */
   private async writeTmp(text: string): Promise<string> {
     const tmp = this.tmpName();
-    await writeFile(tmp, text, { mode: 0o644, flag: 'wx' });
+    await this.files.writeFile(tmp, text, { mode: 0o644, flag: 'wx' });
     return tmp;
   }
 
@@ -160,7 +164,7 @@ export class IpStore {
    */
   async reserveAll(o: ReserveRequest): Promise<Reserved> {
     if (!o.pool && !o.pool6) throw new Error('IpStore.reserveAll: no pool of either family');
-    await mkdir(this.dir, { recursive: true });
+    await this.files.mkdir(this.dir, { recursive: true });
     return this.lock.run(() => this.reserveLocked(o));
   }
 
@@ -174,7 +178,7 @@ export class IpStore {
     for (const addr of all) {
       if (used.has(addr)) continue;
       try {
-        await link(tmp, join(this.dir, name(addr)));
+        await this.files.link(tmp, join(this.dir, name(addr)));
       } catch (err) {
         if (isEexist(err)) continue; // taken by a concurrent ADD since we listed
         throw err;
@@ -185,7 +189,7 @@ export class IpStore {
   }
 
   private async reserveLocked(o: ReserveRequest): Promise<Reserved> {
-    const names = await readdir(this.dir);
+    const names = await this.files.readdir(this.dir);
     if (!o.pool) return { addr: undefined, addr6: await this.reserveOnly6Locked(o, names) };
     const used = new Set(names.map(parseIpv4).filter((a) => a !== undefined));
     const last = await this.readLast(LAST_RESERVED, parseIpv4);
@@ -208,7 +212,7 @@ export class IpStore {
       }
       return { addr, addr6 };
     } finally {
-      await unlink(tmp).catch(() => undefined);
+      await this.files.unlink(tmp).catch(() => undefined);
     }
   }
 
@@ -219,7 +223,7 @@ export class IpStore {
     try {
       return await this.reserve6Locked(tmp, names, o.pool6, LAST_RESERVED);
     } finally {
-      await unlink(tmp).catch(() => undefined);
+      await this.files.unlink(tmp).catch(() => undefined);
     }
   }
 
@@ -246,21 +250,21 @@ export class IpStore {
     let tmp: string | undefined;
     try {
       tmp = await this.writeTmp(ip);
-      await rename(tmp, join(this.dir, file));
+      await this.files.rename(tmp, join(this.dir, file));
     } catch (err) {
       this.warn('cannot save the round-robin hint; the address stays reserved', {
         file: join(this.dir, file),
         ip,
         err: String(err),
       });
-      if (tmp !== undefined) await unlink(tmp).catch(() => undefined);
+      if (tmp !== undefined) await this.files.unlink(tmp).catch(() => undefined);
     }
   }
 
   /** An address file's mtime; undefined when it is gone. */
   private async writtenMs(ip: string): Promise<number | undefined> {
     try {
-      return (await stat(join(this.dir, ip))).mtimeMs;
+      return (await this.files.stat(join(this.dir, ip))).mtimeMs;
     } catch (err) {
       if (isEnoent(err)) return undefined;
       throw err;
@@ -279,7 +283,7 @@ export class IpStore {
   async entries(): Promise<StoreEntry[]> {
     let names: string[];
     try {
-      names = await readdir(this.dir);
+      names = await this.files.readdir(this.dir);
     } catch (err) {
       if (isEnoent(err)) return [];
       throw err;
@@ -323,7 +327,7 @@ export class IpStore {
 
   private async unlinkIp(ip: string): Promise<boolean> {
     try {
-      await unlink(join(this.dir, ip));
+      await this.files.unlink(join(this.dir, ip));
       return true;
     } catch (err) {
       if (isEnoent(err)) return false;

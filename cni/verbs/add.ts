@@ -321,9 +321,11 @@ export async function cmdAdd(deps: PluginDeps, req: Request): Promise<Record<str
   const { v4, v6 } = subnetFamilies(subnet);
   // both started now so that they are up when their lines come; until then the host one has only
   // been asked to show the bridge and the pod one nothing, so a call that stops has changed nothing
-  const session = names.has(w.bridge) ? openHostSession(deps, w.bridge) : undefined;
-  const pod = v6 ? undefined : openPodSession(deps, env.netns);
+  let session: HostSession | undefined;
+  let pod: LiveBatch | undefined;
   try {
+    session = names.has(w.bridge) ? openHostSession(deps, w.bridge) : undefined;
+    pod = v6 ? undefined : openPodSession(deps, env.netns);
     const host = await inspectHost(w, session);
     const store = storeFor(conf, deps.log);
     const addrs = await store.reserveAll({

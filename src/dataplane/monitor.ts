@@ -388,10 +388,12 @@ export function listingParts(ctx: Pick<MonitorContext, 'ipv4' | 'ipv6'> = {}): L
 }
 
 /**
- * Ends each part of the listing: a command that reads nothing from the kernel and always prints
- * one line, which starts with LISTING_END_LINE ("payload expression, datatype inet_service …").
+ * Ends each part of the listing: a command that reads nothing from the kernel and prints one line,
+ * which starts with LISTING_END_LINE ("payload expression, datatype integer (integer), 16 bits",
+ * nft 1.0.6). A plain integer field: a type with named values (tcp dport's inet_service) may
+ * print its table of names after that line, which would run into the next part.
  */
-const LISTING_END = 'describe tcp dport';
+const LISTING_END = 'describe ip length';
 const LISTING_END_LINE = 'payload expression';
 /** A part longer than this has lost its end (or lists far more than twill's chains): give up. */
 const LISTING_MAX_BYTES = 1024 * 1024;

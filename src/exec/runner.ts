@@ -248,11 +248,13 @@ export const watchLines: LineWatcher = (file, args, opts) =>
 export interface FedOptions {
   readonly signal?: AbortSignal;
   /**
-   * milliseconds; default 10 s. Counted from the last `write` or `end`, and not at all before the
-   * first: a process that has been sent nothing yet waits for its input as long as the caller
-   * takes (the caller must always `end` it).
+   * milliseconds from `end` to the process's exit; default 10 s. Before `end`, `idleMs` bounds
+   * it instead: a process fed as the call goes waits on the caller's own work (a lock, a
+   * reservation), which must not count against the time its own work gets.
    */
   readonly timeoutMs?: number;
+  /** milliseconds from the start until `end` is called; default 60 s */
+  readonly idleMs?: number;
   /** called with stdout as it arrives, decoded as UTF-8 (a character is never split) */
   readonly onStdout?: (text: string) => void;
 }
@@ -299,24 +301,25 @@ export const openFed: Feeder = (file, args, opts = {}) => {
   const child = spawn(file, args, { stdio: 'pipe' });
   let stdout = '';
   let stderr = '';
-  child.stdout.setEncoding('utf8');
-  child.stderr.setEncoding('utf8');
-  child.stdout.on('data', (d: string) => {
+  child.stdout?.setEncoding('utf8');
+  child.stderr?.setEncoding('utf8');
+  child.stdout?.on('data', (d: string) => {
     stdout += d;
     opts.onStdout?.(d);
   });
-  child.stderr.on('data', (d: string) => (stderr += d));
+  child.stderr?.on('data', (d: string) => (stderr += d));
   // a child that exits without reading all its input: its exit code tells
-  child.stdin.on('error', () => undefined);
+  child.stdin?.on('error', () => undefined);
   const state = { timedOut: false, cancelled: false, spawnError: undefined as Error | undefined };
   let timer: NodeJS.Timeout | undefined;
-  const restartTimer = (): void => {
+  const limit = (ms: number): void => {
     clearTimeout(timer);
     timer = setTimeout(() => {
       state.timedOut = true;
       terminate(child);
-    }, opts.timeoutMs ?? 10_000);
+    }, ms);
   };
+  limit(opts.idleMs ?? 60_000);
   const onAbort = (): void => {
     state.cancelled = true;
     terminate(child);
@@ -350,13 +353,12 @@ export const openFed: Feeder = (file, args, opts = {}) => {
     write: (text) => {
       if (ended) throw new Error(`${command.join(' ')}: write after end`);
       if (exited) return;
-      restartTimer();
-      child.stdin.write(text);
+      child.stdin?.write(text);
     },
     end: (text) => {
       if (!ended && !exited) {
-        restartTimer();
-        child.stdin.end(text);
+        limit(opts.timeoutMs ?? 10_000);
+        child.stdin?.end(text);
       }
       ended = true;
       return done;

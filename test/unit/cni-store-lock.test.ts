@@ -1,5 +1,5 @@
 // The IP store's lock, deterministically: the unlink of GC's release is held
-// up (a wrapped cni/ipam/files.ts) while, through a second store object on the
+// up (the store given wrapped file operations) while, through a second store object on the
 // same directory (as a second process would), the attachment is released by
 // its DEL and its address reserved again by another ADD. Without the lock,
 // GC's unlink then deletes the new reservation; with it, DEL and ADD wait.
@@ -8,24 +8,25 @@ import { readdir, utimes } from 'node:fs/promises';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FILES, type Files } from '../../cni/ipam/files.ts';
 import { poolOf } from '../../cni/ipam/pool.ts';
 import { IpStore } from '../../cni/ipam/store.ts';
 import { parseCidr } from '../../src/net/ipv4.ts';
 
-const hooks = vi.hoisted(() => ({
+const hooks = {
   onUnlink: undefined as ((path: string) => Promise<void>) | undefined,
-}));
+};
 
-vi.mock('../../cni/ipam/files.ts', async (importOriginal) => {
-  const real = await importOriginal<typeof import('../../cni/ipam/files.ts')>();
-  const unlink = async (path: string): Promise<void> => {
+/** The store's file operations, with every unlink first passing through `hooks.onUnlink`. */
+const HOOKED: Files = {
+  ...FILES,
+  unlink: async (path) => {
     const hook = hooks.onUnlink;
     if (hook) await hook(path);
-    return real.unlink(path);
-  };
-  return { ...real, unlink };
-});
+    return FILES.unlink(path);
+  },
+};
 
 // a /30: exactly one address (.2) to hand out, so a new ADD must get the one just released
 const subnet = parseCidr('10.244.3.0/30', { strict: true });
@@ -72,8 +73,8 @@ async function staleEntry(store: IpStore, containerId: string): Promise<void> {
 
 describe('IpStore lock', () => {
   it("GC's re-check and unlink cannot be split by a DEL and a new ADD of the same address", async () => {
-    const gc = new IpStore(join(dir, 'twnet'));
-    const other = new IpStore(join(dir, 'twnet'));
+    const gc = new IpStore(join(dir, 'twnet'), undefined, HOOKED);
+    const other = new IpStore(join(dir, 'twnet'), undefined, HOOKED);
     await staleEntry(gc, 'gone');
     const [seen] = await gc.entries();
     if (!seen) throw new Error('test setup');
@@ -90,8 +91,8 @@ describe('IpStore lock', () => {
   });
 
   it("a DEL's find and unlink cannot be split by a GC release and a new ADD of the same address", async () => {
-    const del = new IpStore(join(dir, 'twnet'));
-    const other = new IpStore(join(dir, 'twnet'));
+    const del = new IpStore(join(dir, 'twnet'), undefined, HOOKED);
+    const other = new IpStore(join(dir, 'twnet'), undefined, HOOKED);
     await staleEntry(del, 'gone');
     const [seen] = await del.entries();
     if (!seen) throw new Error('test setup');

@@ -61,13 +61,23 @@ describe('openFed', () => {
     expect(err.exitCode).toBe(5);
   });
 
-  it('times out a process that does not finish after its input, and not before its first', async () => {
+  it('times out a process that does not finish after its input ends, not counting the time before', async () => {
     // exec: a sleep child of sh would hold the pipes open after sh is stopped
     const p = sh('read -r l; exec sleep 30', { timeoutMs: 150 });
-    // nothing sent yet: no time limit runs
+    // written but not ended: the caller's own wait does not count
+    p.write('x\n');
     await new Promise((r) => setTimeout(r, 300));
     const started = Date.now();
-    const err = await rejection(p.end('x\n'));
+    const err = await rejection(p.end());
+    expect(err.reason).toBe('timed out');
+    expect(Date.now() - started).toBeGreaterThanOrEqual(140);
+    expect(Date.now() - started).toBeLessThan(5_000);
+  });
+
+  it('stops a process never ended after its idle limit', async () => {
+    const p = sh('exec sleep 30', { idleMs: 150, timeoutMs: 60_000 });
+    const started = Date.now();
+    const err = await rejection(p.done);
     expect(err.reason).toBe('timed out');
     expect(Date.now() - started).toBeGreaterThanOrEqual(140);
     expect(Date.now() - started).toBeLessThan(5_000);
