@@ -395,26 +395,23 @@ export function listingParts(ctx: Pick<MonitorContext, 'ipv4' | 'ipv6'> = {}): L
  */
 const LISTING_END = 'describe ip length';
 const LISTING_END_LINE = 'payload expression';
+/** How often the listing is read. */
+const LISTING_EVERY_MS = 1_000;
 /** A part longer than this has lost its end (or lists far more than twill's chains): give up. */
 const LISTING_MAX_BYTES = 1024 * 1024;
 
 /**
- * The listing: one `nft -i` that lives as long as the listing, fed its commands every
- * `everySeconds` by a shell loop, so each round costs no process but `sleep` (four `iptables -S`
- * a second cost the daemon and its tree about 1.5 % of a core). -s leaves the counters out (they
- * move with traffic), -a prints the rules' handles (a rule deleted and added again, as
- * iptables-restore writes it, still shows). Only an in-place `iptables -R` changing what nft does
- * not print (an xt comment's text) goes unseen, until the resync pass. Errors (a chain or table
- * missing) are part of the text. On SIGTERM the shell ends `nft`; the loop then ends on its next
- * write (as it does when the daemon dies and `nft` with it).
+ * The listing's input, one round: each part's `list chain` commands and its end. One `nft -s -a -i`
+ * lives as long as the listing and is fed this every second (the runner's `feed`), so a round
+ * costs no process (four `iptables -S` a second cost the daemon and its tree about 1.5 % of a
+ * core). -s leaves the counters out (they move with traffic), -a prints the rules' handles (a rule
+ * deleted and added again, as iptables-restore writes it, still shows). Only an in-place
+ * `iptables -R` changing what nft does not print (an xt comment's text) goes unseen, until the
+ * resync pass. A chain or table that is missing prints nothing on stdout (nft's error goes to
+ * stderr), which changes the part's text as well.
  */
-export function listingScript(parts: readonly ListingPart[], everySeconds = 1): string {
-  const lines = parts.flatMap((p) => [...p.commands, LISTING_END]).map((c) => `'${c}'`);
-  return [
-    `trap 'kill $! 2>/dev/null; exit 0' TERM`,
-    `while printf '%s\\n' ${lines.join(' ')}; do sleep ${everySeconds} || exit 1; done | nft -s -a -i 2>&1 &`,
-    'wait $!',
-  ].join('\n');
+export function listingInput(parts: readonly ListingPart[]): string {
+  return `${parts.flatMap((p) => [...p.commands, LISTING_END]).join('\n')}\n`;
 }
 
 /**
@@ -459,11 +456,11 @@ export function listingReader(
 }
 
 /**
- * Lists twill's chains (listingScript) until `signal` aborts, a changed table being an event over
- * that table's chains. Its first full round is one too, over every table: what changed between
- * the monitor's end and that round (or in the events a flooded monitor lost) is seen by no
- * listing, so a pass looks. Should `nft -i` fail (an nft built without its interactive CLI),
- * `poll` takes over.
+ * Lists twill's chains (listingInput, fed to one `nft -s -a -i`) until `signal` aborts, a
+ * changed table being an event over that table's chains. Its first full round is one too, over
+ * every table: what changed between the monitor's end and that round (or in the events a flooded
+ * monitor lost) is seen by no listing, so a pass looks. Should `nft -i` fail (an nft built
+ * without its interactive CLI), `poll` takes over.
  */
 async function listChains(
   o: MonitorOptions & { readonly poll: (signal: AbortSignal) => Promise<void> },
@@ -482,7 +479,11 @@ async function listChains(
     },
   });
   try {
-    await o.watch('sh', ['-c', listingScript(parts)], { signal: ctl.signal, onLine });
+    await o.watch('nft', ['-s', '-a', '-i'], {
+      signal: ctl.signal,
+      onLine,
+      feed: { text: listingInput(parts), everyMs: LISTING_EVERY_MS },
+    });
     if (!overflowed) return;
     o.logger.warn(
       { maxBytes: LISTING_MAX_BYTES },

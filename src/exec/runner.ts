@@ -170,6 +170,11 @@ export interface WatchOptions {
    * there)
    */
   readonly onStderr?: (text: string) => void;
+  /**
+   * Written to the program's stdin at its start and again every `everyMs` until it ends: an
+   * interactive program (`nft -i`) polled with no process per round. Without it, stdin is closed.
+   */
+  readonly feed?: { readonly text: string; readonly everyMs: number };
 }
 
 /**
@@ -216,7 +221,18 @@ export const watchLines: LineWatcher = (file, args, opts) =>
       resolve();
       return;
     }
-    const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const feed = opts.feed;
+    const child = spawn(file, args, { stdio: [feed ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
+    let feeding: NodeJS.Timeout | undefined;
+    if (feed) {
+      // a program that ends early: its exit tells, not the broken pipe
+      child.stdin?.on('error', () => undefined);
+      const send = (): void => {
+        if (child.stdin?.writable === true) child.stdin.write(feed.text);
+      };
+      send();
+      feeding = setInterval(send, feed.everyMs);
+    }
     let stderr = '';
     child.stderr?.on('data', (d: Buffer) => {
       if (stderr.length < 4096) stderr += d.toString();
@@ -232,6 +248,7 @@ export const watchLines: LineWatcher = (file, args, opts) =>
     let spawnError: Error | undefined;
     child.on('error', (e) => (spawnError = e));
     child.on('close', (code, signal) => {
+      clearInterval(feeding);
       opts.signal.removeEventListener('abort', onAbort);
       if (opts.signal.aborted) return resolve();
       reject(

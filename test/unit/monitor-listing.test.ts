@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   listingParts,
   listingReader,
-  listingScript,
+  listingInput,
   runMonitors,
   type Touch,
 } from '../../src/dataplane/monitor.ts';
@@ -19,7 +19,7 @@ import { watchLines, type LineWatcher, type WatchOptions } from '../../src/exec/
 import { captureLog } from '../helpers/log.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
 
-const END = 'payload expression, datatype inet_service (internet network service)';
+const END = 'payload expression, datatype integer (integer), 16 bits';
 
 describe('listingParts', () => {
   it("lists the built-in chain and twill's, per table, in the node's families", () => {
@@ -119,7 +119,7 @@ describe('listingReader', () => {
   });
 });
 
-describe('listingScript, with a stand-in nft', () => {
+describe('the listing fed to a stand-in nft', () => {
   let dir: string;
   const path = process.env.PATH;
 
@@ -155,8 +155,9 @@ describe('listingScript, with a stand-in nft', () => {
       baseline: () => baselines++,
       overflow: () => {},
     });
-    const watching = watchLines('sh', ['-c', listingScript(parts, 0.05)], {
+    const watching = watchLines('nft', ['-s', '-a', '-i'], {
       signal: ctl.signal,
+      feed: { text: listingInput(parts), everyMs: 50 },
       onLine: (l) => {
         lines.push(l);
         read(l);
@@ -180,7 +181,7 @@ describe('listingScript, with a stand-in nft', () => {
     expect(changed).toEqual([]);
     ctl.abort();
     await watching;
-    // the one nft of every round is gone with the shell
+    // the one nft of every round is gone on abort
     await waitFor(
       async () =>
         !(await readFile(`/proc/${pid}/stat`, 'utf8').then(
@@ -209,11 +210,12 @@ function fakeWatch(o: { listing: string[][] | 'fails' }): {
     new Promise((r) => signal.addEventListener('abort', () => r(), { once: true }));
   const watch: LineWatcher = async (file, args, opts) => {
     started.push(`${file} ${args[0] ?? ''}`);
-    if (file === 'nft') {
+    if (file === 'nft' && args[0] === 'monitor') {
       monitorSignal = opts.signal;
       setTimeout(() => opts.onBytes?.(1_000_000), 10);
     }
-    if (file === 'sh') {
+    if (file === 'nft' && args.join(' ') === '-s -a -i') {
+      if (!opts.feed?.text.includes('list chain ip nat TWILL-POSTRTG')) throw new Error('no feed');
       if (o.listing === 'fails') throw new Error('nft: interactive CLI not supported');
       listing = opts;
       for (const l of o.listing.flat()) opts.onLine(l);
@@ -260,7 +262,7 @@ describe('a flooded nft monitor gives way to the listing', () => {
 
   it('looks at every table once the listing has read them all, then at the changed ones', async () => {
     const m = start([[...nat, END]]);
-    await waitFor(() => m.fake.started.includes('sh -c'), { timeoutMs: 5_000, what: 'listing' });
+    await waitFor(() => m.fake.started.includes('nft -s'), { timeoutMs: 5_000, what: 'listing' });
     expect(m.fake.monitorStopped()).toBe(true);
     expect(m.log.lines.some((l) => l.msg.startsWith('nft monitor flooded'))).toBe(true);
     // the nat table is in, the filter table not yet: no baseline, nothing to look at
