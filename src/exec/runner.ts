@@ -90,6 +90,27 @@ function failure(o: {
   return `killed by ${o.signal ?? 'a signal'}`;
 }
 
+/** A finished child's outcome, as `run` and `openFed` settle with it: its output, or why not. */
+function settle(
+  command: readonly string[],
+  end: Parameters<typeof failure>[0],
+  out: RunResult,
+  resolve: (r: RunResult) => void,
+  reject: (e: CommandError) => void,
+): void {
+  const reason = failure(end);
+  if (reason === undefined) resolve(out);
+  else
+    reject(
+      new CommandError({
+        command,
+        exitCode: end.spawnError ? undefined : (end.code ?? undefined),
+        stderr: out.stderr,
+        reason,
+      }),
+    );
+}
+
 /** Runs a program and resolves with its output; rejects with CommandError. */
 export const run: Runner = (file, args, opts = {}) =>
   new Promise((resolve, reject) => {
@@ -126,17 +147,7 @@ export const run: Runner = (file, args, opts = {}) =>
       opts.signal?.removeEventListener('abort', onAbort);
       const stdout = Buffer.concat(out).toString('utf8');
       const stderr = Buffer.concat(err).toString('utf8');
-      const reason = failure({ ...state, code, signal });
-      if (reason === undefined) resolve({ stdout, stderr });
-      else
-        reject(
-          new CommandError({
-            command,
-            exitCode: state.spawnError ? undefined : (code ?? undefined),
-            stderr,
-            reason,
-          }),
-        );
+      settle(command, { ...state, code, signal }, { stdout, stderr }, resolve, reject);
     });
   });
 
@@ -349,17 +360,7 @@ export const openFed: Feeder = (file, args, opts = {}) => {
       exited = true;
       clearTimeout(timer);
       opts.signal?.removeEventListener('abort', onAbort);
-      const reason = failure({ ...state, code, signal });
-      if (reason === undefined) resolve({ stdout, stderr });
-      else
-        reject(
-          new CommandError({
-            command,
-            exitCode: state.spawnError ? undefined : (code ?? undefined),
-            stderr,
-            reason,
-          }),
-        );
+      settle(command, { ...state, code, signal }, { stdout, stderr }, resolve, reject);
     });
   });
   // the caller sees a failure through `done` or `end`, when it looks
