@@ -6,7 +6,6 @@
 // convergence, peak), its floor with no peers and the growth per peer. Then
 // the same again dual-stack: 5,000 peers with an IPv6 subnet each, so twice
 // the entries, and the IPv6 entries' repair.
-import { readFile } from 'node:fs/promises';
 import { run } from '../src/exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
 import { NetnsLab, nsRun, sweepStaleNetns } from '../lab/kit/netns.ts';
@@ -20,7 +19,11 @@ import {
   setupNode,
   sh,
   startTwill,
+  statusMiB,
   stopNode,
+  GROWTH_TARGET_KIB,
+  RSS_TARGET_MIB,
+  SETTLE_MS,
   type LogLine,
   type Node,
   type PeerSpec,
@@ -137,26 +140,6 @@ async function coldConvergence(n: Node): Promise<{ fromStartMs: number; passMs: 
   });
   return { fromStartMs: (done?.time ?? 0) - n.spawnedAt, passMs: done?.durationMs ?? 0 };
 }
-
-/** A /proc/<pid>/status figure in MiB: VmRSS (resident now) or VmHWM (the most it ever was). */
-async function statusMiB(
-  pid: number | undefined,
-  field: 'VmRSS' | 'VmHWM' = 'VmRSS',
-): Promise<number> {
-  const status = await readFile(`/proc/${pid ?? 0}/status`, 'utf8');
-  const kb = Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)?.[1] ?? 0);
-  return kb / 1024;
-}
-
-/** The issue's memory targets for the daemon in etcd mode (issue 17). */
-const RSS_TARGET_MIB = 64;
-const GROWTH_TARGET_KIB = 4;
-/**
- * How long after convergence the settled RSS is read. V8's memory reducer returns the heap the
- * start-up burst left behind (the listing, the rendered batches, the kernel dumps) about 8 s after
- * the last full GC (--gc-memory-reducer-start-delay-ms, 8000 by default); 15 s leaves room.
- */
-const SETTLE_MS = 15_000;
 
 interface Drift {
   readonly name: string;

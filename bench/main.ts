@@ -5,10 +5,18 @@ import { cniSuite } from './cni.ts';
 import { dataplaneSuite } from './dataplane.ts';
 import { eventsSuite } from './events.ts';
 import { idleSuite } from './idle.ts';
+import { memorySuite } from './memory.ts';
 import { throughputSuite } from './throughput.ts';
 import { renderTable, type BenchRow, type BenchSuite } from './table.ts';
 
-const suites: BenchSuite[] = [dataplaneSuite, eventsSuite, idleSuite, cniSuite, throughputSuite];
+const suites: BenchSuite[] = [
+  dataplaneSuite,
+  memorySuite,
+  eventsSuite,
+  idleSuite,
+  cniSuite,
+  throughputSuite,
+];
 
 async function main(argv: readonly string[]): Promise<number> {
   const json = argv.includes('--json');

@@ -224,3 +224,23 @@ export async function ownedRoutes(ns: string, family: '-4' | '-6' = '-4'): Promi
   const argv = ['ip', family, 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)];
   return (await sh(ns, argv)).split('\n').filter(Boolean).length;
 }
+
+/** A /proc/<pid>/status figure in MiB: VmRSS (resident now) or VmHWM (the most it ever was). */
+export async function statusMiB(
+  pid: number | undefined,
+  field: 'VmRSS' | 'VmHWM' = 'VmRSS',
+): Promise<number> {
+  const status = await readFile(`/proc/${pid ?? 0}/status`, 'utf8');
+  const kb = Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)?.[1] ?? 0);
+  return kb / 1024;
+}
+
+/** The issue's memory targets for the daemon in etcd mode (issue 17). */
+export const RSS_TARGET_MIB = 64;
+export const GROWTH_TARGET_KIB = 4;
+/**
+ * How long after convergence the settled RSS is read. V8's memory reducer returns the heap the
+ * start-up burst left behind (the listing, the rendered batches, the kernel dumps) about 8 s after
+ * the last full GC (--gc-memory-reducer-start-delay-ms, 8000 by default); 15 s leaves room.
+ */
+export const SETTLE_MS = 15_000;
