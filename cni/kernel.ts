@@ -89,11 +89,8 @@ export async function linkKind(k: KernelDeps, dev: string): Promise<LinkKind | u
       signal: k.signal,
       timeoutMs: TIMEOUT_MS,
     });
-    const [link] = JSON.parse(stdout) as {
-      linkinfo?: { info_kind?: string };
-      link_type?: string;
-    }[];
-    return link ? { kind: link.linkinfo?.info_kind, linkType: link.link_type } : undefined;
+    const [link] = JSON.parse(stdout) as Parameters<typeof kindOf>[0][];
+    return link ? kindOf(link) : undefined;
   } catch (err) {
     if (isNoDevice(err)) return undefined;
     throw err;

@@ -101,15 +101,14 @@ export async function connectivity(c: Cluster, o: { timeoutS?: number } = {}): P
     ),
   );
   const flat = await pool(jobs, 24);
-  const row = (i: number): (string | null)[] =>
-    targets.map((_, j) => flat[j * pods.length + i] ?? null);
-  const reach = pods.map((_, i) => row(i).map((r) => (r === null ? null : r === 'reply')));
+  // reach[i][j] and its outcome: pod i's pings, column by column
+  const outcomes = pods.map((_, i) => targets.map((_, j) => flat[j * pods.length + i] ?? null));
+  const reach = outcomes.map((row) => row.map((r) => (r === null ? null : r === 'reply')));
   const failures = pods.flatMap((p, i) =>
     targets.flatMap((t, j) => {
-      const r = row(i)[j];
-      if (r === null || r === undefined || r === 'reply') return [];
-      const why = r === 'no reply' ? '' : `: ${r}`;
-      return [`${p.name} → ${t.name} (${t.ip})${why}`];
+      const r = outcomes[i]?.[j] ?? null;
+      if (r === null || r === 'reply') return [];
+      return [`${p.name} → ${t.name} (${t.ip})${r === 'no reply' ? '' : `: ${r}`}`];
     }),
   );
   return {

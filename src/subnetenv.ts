@@ -7,6 +7,7 @@
 // temp file, fsync, rename, so a reader never sees half a file.
 import { randomBytes } from 'node:crypto';
 import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { TwillError } from './errors.ts';
 import { formatCidr, formatIpv4, firstHost, parseCidr, type Cidr } from './net/ipv4.ts';
@@ -170,11 +171,29 @@ export async function readSubnetEnv(path: string): Promise<SubnetEnv | undefined
   try {
     text = await readFile(path, 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    if (isMissing(err)) return undefined;
     throw err;
   }
   return parseSubnetEnv(text, path);
 }
+
+/**
+ * The same read synchronously: the CNI plugin, one call doing one thing, skips libuv's thread
+ * pool.
+ */
+export function readSubnetEnvSync(path: string): SubnetEnv | undefined {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    if (isMissing(err)) return undefined;
+    throw err;
+  }
+  return parseSubnetEnv(text, path);
+}
+
+const isMissing = (err: unknown): boolean =>
+  (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
 
 /** Writes subnet.env atomically, creating its directory when needed. */
 export async function writeSubnetEnv(path: string, env: SubnetEnv): Promise<void> {

@@ -2,9 +2,9 @@
 // subnet.env (missing means "try again later"), the IP store of this
 // network, and the check that CNI_NETNS exists. Files are read synchronously
 // (as the IP store's are, ipam/files.ts): nothing else runs meanwhile.
-import { readFileSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseSubnetEnv, type SubnetEnv } from '../../src/subnetenv.ts';
+import { readSubnetEnvSync, type SubnetEnv } from '../../src/subnetenv.ts';
 import type { NetConf } from '../config.ts';
 import type { CniEnv } from '../env.ts';
 import { CNI_CODES, fail } from '../errors.ts';
@@ -23,18 +23,13 @@ export interface PluginDeps extends KernelDeps {
 
 /** The node's subnet.env; code 11 while it does not exist, 102 when it is malformed. */
 export async function loadSubnet(file: string): Promise<SubnetEnv> {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT')
-      fail(
-        CNI_CODES.tryAgain,
-        `${file} does not exist yet (twill run writes it once it holds a subnet lease); try again later`,
-      );
-    throw err;
-  }
-  return parseSubnetEnv(text, file);
+  const env = readSubnetEnvSync(file);
+  if (env === undefined)
+    fail(
+      CNI_CODES.tryAgain,
+      `${file} does not exist yet (twill run writes it once it holds a subnet lease); try again later`,
+    );
+  return env;
 }
 
 /** The IP store of this network; its warnings (the round-robin hint) go to the log. */
