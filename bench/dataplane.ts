@@ -4,13 +4,18 @@
 // raw `ip -batch` time for the same entries; drift repair latency for each
 // kind of damage; the daemon's RSS at 5,000 peers (settled, 1 s after
 // convergence, peak), its floor with no peers and the growth per peer. Then
-// the same again dual-stack: 5,000 peers with an IPv6 subnet each, so twice
-// the entries, and the IPv6 entries' repair.
+// twill in nftables mode (`"EnableNFTables": true`), both backends: cold
+// convergence against the same yardstick, and the repair of its own nft
+// table deleted, flushed, or short of its MASQUERADE rule (the entries'
+// repairs and the memory are the same code as in iptables mode, measured
+// there). Then the same again dual-stack: 5,000 peers with an IPv6 subnet
+// each, so twice the entries, and the IPv6 entries' repair.
 import { run } from '../src/exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
 import { NetnsLab, nsRun, sweepStaleNetns } from '../lab/kit/netns.ts';
 import { stopProcess } from '../lab/kit/process.ts';
 import {
+  ETCD_PREFIX,
   logLines,
   ownedRoutes,
   peer,
@@ -141,12 +146,21 @@ async function coldConvergence(n: Node): Promise<{ fromStartMs: number; passMs: 
   return { fromStartMs: (done?.time ?? 0) - n.spawnedAt, passMs: done?.durationMs ?? 0 };
 }
 
+/** Where twill keeps its masquerade: iptables chains, or (EnableNFTables) its own nft tables. */
+type MasqMode = 'iptables' | 'nftables';
+
 interface Drift {
   readonly name: string;
   readonly backends: readonly string[];
   /** an IPv6 entry: run on the dual-stack node (and only there) */
   readonly ipv6?: boolean;
-  readonly breakIt: string[][];
+  /**
+   * a break of the masquerade as this mode keeps it, run on a node in that mode only; absent: a
+   * kernel entry, the same code in both modes, run in iptables mode
+   */
+  readonly masq?: MasqMode;
+  /** the commands that break it (a function: they depend on the node's state, as a handle) */
+  readonly breakIt: string[][] | ((ns: string) => Promise<string[][]>);
   readonly healthy: (ns: string) => Promise<boolean>;
 }
 
@@ -166,6 +180,24 @@ const MASQ6_OK = async (ns: string): Promise<boolean> => {
     chain.split('\n').filter((l) => l.startsWith('-A')).length === 6 &&
     parent.includes('-j TWILL-POSTRTG')
   );
+};
+/** twill's IPv4 nft table in nftables mode (the agreed layout): chains postrtg and forward. */
+const NFT_TABLE = ['ip', 'twill-ipv4'] as const;
+/** postrtg holds the 6 masquerade rules (TWILL-POSTRTG's), forward its 2 accept rules. */
+const NFT_OK = async (ns: string): Promise<boolean> => {
+  const json = await sh(ns, ['nft', '-j', 'list', 'table', ...NFT_TABLE]).catch(() => '');
+  if (json === '') return false;
+  const items = (JSON.parse(json) as { nftables?: { rule?: { chain: string } }[] }).nftables;
+  const rules = (chain: string): number =>
+    (items ?? []).filter((i) => i.rule?.chain === chain).length;
+  return rules('postrtg') === 6 && rules('forward') === 2;
+};
+/** nftables mode: the first masquerade rule of twill's postrtg chain deleted, by its handle. */
+const nftMasqRuleDelete = async (ns: string): Promise<string[][]> => {
+  const listing = await sh(ns, ['nft', '-a', 'list', 'chain', ...NFT_TABLE, 'postrtg']);
+  const handle = /\bmasquerade\b.*# handle (\d+)/.exec(listing)?.[1];
+  if (handle === undefined) throw new Error(`bench: no masquerade rule in ${NFT_TABLE.join(' ')}`);
+  return [['nft', 'delete', 'rule', ...NFT_TABLE, 'postrtg', 'handle', handle]];
 };
 const GW6 = P0.subnet6.replace('/64', '');
 const DRIFTS: Drift[] = [
@@ -206,6 +238,7 @@ const DRIFTS: Drift[] = [
     name: 'IPv6 MASQUERADE rule deleted',
     backends: ['host-gw', 'vxlan'],
     ipv6: true,
+    masq: 'iptables',
     breakIt: [['ip6tables', '-t', 'nat', '-D', 'TWILL-POSTRTG', '5']],
     healthy: MASQ6_OK,
   },
@@ -243,19 +276,43 @@ const DRIFTS: Drift[] = [
   {
     name: 'MASQUERADE rule deleted',
     backends: ['host-gw', 'vxlan'],
+    masq: 'iptables',
     breakIt: [['iptables', '-t', 'nat', '-D', 'TWILL-POSTRTG', '5']],
     healthy: MASQ_OK,
   },
   {
     name: 'nat table flushed',
     backends: ['host-gw', 'vxlan'],
+    masq: 'iptables',
     breakIt: [['iptables', '-t', 'nat', '-F']],
     healthy: MASQ_OK,
+  },
+  {
+    name: "twill's nft table deleted",
+    backends: ['host-gw', 'vxlan'],
+    masq: 'nftables',
+    breakIt: [['nft', 'delete', 'table', ...NFT_TABLE]],
+    healthy: NFT_OK,
+  },
+  {
+    name: "twill's nft table flushed",
+    backends: ['host-gw', 'vxlan'],
+    masq: 'nftables',
+    breakIt: [['nft', 'flush', 'table', ...NFT_TABLE]],
+    healthy: NFT_OK,
+  },
+  {
+    name: 'MASQUERADE rule deleted',
+    backends: ['host-gw', 'vxlan'],
+    masq: 'nftables',
+    breakIt: nftMasqRuleDelete,
+    healthy: NFT_OK,
   },
 ];
 
 async function repairMs(ns: string, d: Drift): Promise<number> {
-  for (const cmd of d.breakIt) await sh(ns, cmd);
+  const commands = typeof d.breakIt === 'function' ? await d.breakIt(ns) : d.breakIt;
+  for (const cmd of commands) await sh(ns, cmd);
   const broken = performance.now();
   await waitFor(() => d.healthy(ns), {
     timeoutMs: 10_000,
@@ -265,30 +322,113 @@ async function repairMs(ns: string, d: Drift): Promise<number> {
   return performance.now() - broken;
 }
 
-async function backendRows(backend: string, dualStack = false): Promise<BenchRow[]> {
+/** The daemon with no peers (Node + libraries floor), MiB; it is stopped after. */
+async function floorMiB(n: Node): Promise<number> {
+  await startTwill(n);
+  await waitFor(async () => (await logLines(n.log)).some((l) => l.msg === 'dataplane updated'), {
+    timeoutMs: 30_000,
+    what: 'the daemon with no peers',
+    everyMs: POLL_MS,
+  });
+  await new Promise((r) => setTimeout(r, 1000));
+  const floor = await statusMiB(n.child?.pid);
+  if (n.child) await stopProcess(n.child);
+  await sh(n.ns, ['ip', 'link', 'del', `twill.1`]).catch(() => undefined);
+  await sh(n.ns, ['ip', 'link', 'del', `twill-v6.1`]).catch(() => undefined);
+  return floor;
+}
+
+/** RSS after convergence (1 s, settled, peak), the floor, and the growth per peer. */
+async function memoryRows(
+  n: Node,
+  o: { floor: number; entries: string; label: string },
+): Promise<BenchRow[]> {
+  const { floor, entries, label } = o;
+  const rows: BenchRow[] = [];
+  await new Promise((r) => setTimeout(r, 1000));
+  const early = await statusMiB(n.child?.pid);
+  await new Promise((r) => setTimeout(r, SETTLE_MS - 1000));
+  const rss = await statusMiB(n.child?.pid);
+  const peak = await statusMiB(n.child?.pid, 'VmHWM');
+  const growthKiB = ((rss - floor) * 1024) / PEERS;
+  rows.push({
+    suite: 'dataplane',
+    figure: `daemon RSS at ${entries}, ${label} (settled: ${SETTLE_MS / 1000} s after convergence)`,
+    value: Math.round(rss),
+    unit: 'MiB',
+    target: { text: `≤ ${RSS_TARGET_MIB} MiB`, met: rss <= RSS_TARGET_MIB },
+  });
+  rows.push({
+    suite: 'dataplane',
+    figure: `  the same, 1 s after convergence (start-up garbage not yet returned), ${label}`,
+    value: Math.round(early),
+    unit: 'MiB',
+  });
+  rows.push({
+    suite: 'dataplane',
+    figure: `  the same, peak (VmHWM, what a memory limit must allow), ${label}`,
+    value: Math.round(peak),
+    unit: 'MiB',
+  });
+  rows.push({
+    suite: 'dataplane',
+    figure: `  the same daemon with no peers (Node + libraries floor), ${label}`,
+    value: Math.round(floor),
+    unit: 'MiB',
+  });
+  rows.push({
+    suite: 'dataplane',
+    figure: `  growth per peer (settled RSS - floor) / ${PEERS}, ${label}`,
+    value: Number(growthKiB.toFixed(1)),
+    unit: 'KiB',
+    target: { text: `≤ ${GROWTH_TARGET_KIB} KiB/peer`, met: growthKiB <= GROWTH_TARGET_KIB },
+  });
+  return rows;
+}
+
+/**
+ * The node's network config (setupNode's) with flannel's `"EnableNFTables": true`: twill in
+ * nftables mode. Before the daemon starts (it reads the config once).
+ */
+export async function enableNftables(n: Node): Promise<void> {
+  const ctl = ['etcdctl', '--endpoints', n.etcd.endpoint];
+  const key = `${ETCD_PREFIX}/config`;
+  const text = await sh(n.etcdNs, [...ctl, 'get', '--print-value-only', key]);
+  if (text.trim() === '') throw new Error(`bench: no network config at ${key}`);
+  const config = JSON.parse(text) as Record<string, unknown>;
+  await sh(n.etcdNs, [...ctl, 'put', key, JSON.stringify({ ...config, EnableNFTables: true })]);
+}
+
+/**
+ * One node's rows: iptables mode (the default) gives them all; nftables mode (`nftables`)
+ * gives cold convergence and the repairs of its own table, the rows that differ from iptables
+ * mode (its memory and the kernel entries' repairs are the same code, measured there).
+ */
+async function backendRows(
+  backend: string,
+  o: { dualStack?: boolean; nftables?: boolean } = {},
+): Promise<BenchRow[]> {
+  const dualStack = o.dualStack === true;
+  const mode: MasqMode = o.nftables === true ? 'nftables' : 'iptables';
   const rawLab = new NetnsLab();
   const rows: BenchRow[] = [];
-  const name = `bench-${backend}${dualStack ? '-ds' : ''}`;
+  const name = `bench-${backend}${dualStack ? '-ds' : ''}${mode === 'nftables' ? '-nft' : ''}`;
   const n = await setupNode({ backend, name, dualStack });
-  // the dual-stack rows say so; the IPv4 rows keep their names
-  const label = dualStack ? `dual-stack ${backend}` : backend;
+  // the dual-stack and nftables rows say so; the IPv4 rows in iptables mode keep their names
+  const label = `${dualStack ? `dual-stack ${backend}` : backend}${mode === 'nftables' ? ' in nftables mode' : ''}`;
   const entries = dualStack ? `${PEERS} dual-stack peers` : `${PEERS} peers`;
   try {
-    // the floor: the same daemon with no peers at all
-    await startTwill(n);
-    await waitFor(async () => (await logLines(n.log)).some((l) => l.msg === 'dataplane updated'), {
-      timeoutMs: 30_000,
-      what: 'the daemon with no peers',
-      everyMs: POLL_MS,
-    });
-    await new Promise((r) => setTimeout(r, 1000));
-    const floor = await statusMiB(n.child?.pid);
-    if (n.child) await stopProcess(n.child);
-    await sh(n.ns, ['ip', 'link', 'del', `twill.1`]).catch(() => undefined);
-    await sh(n.ns, ['ip', 'link', 'del', `twill-v6.1`]).catch(() => undefined);
+    if (mode === 'nftables') await enableNftables(n);
+    const floor = mode === 'iptables' ? await floorMiB(n) : undefined;
     await putLeases(n, PEERS);
     await startTwill(n);
     const cold = await coldConvergence(n);
+    if (mode === 'nftables')
+      await waitFor(() => NFT_OK(n.ns), {
+        timeoutMs: 10_000,
+        what: "twill's nft table",
+        everyMs: POLL_MS,
+      });
     const raw = await rawBatchMs(rawLab, backend, dualStack);
     rows.push({
       suite: 'dataplane',
@@ -308,47 +448,13 @@ async function backendRows(backend: string, dualStack = false): Promise<BenchRow
       unit: 'ms',
       yardstick: { name: 'raw ip -batch', value: Math.round(raw) },
     });
-    await new Promise((r) => setTimeout(r, 1000));
-    const early = await statusMiB(n.child?.pid);
-    await new Promise((r) => setTimeout(r, SETTLE_MS - 1000));
-    const rss = await statusMiB(n.child?.pid);
-    const peak = await statusMiB(n.child?.pid, 'VmHWM');
-    const growthKiB = ((rss - floor) * 1024) / PEERS;
-    rows.push({
-      suite: 'dataplane',
-      figure: `daemon RSS at ${entries}, ${label} (settled: ${SETTLE_MS / 1000} s after convergence)`,
-      value: Math.round(rss),
-      unit: 'MiB',
-      target: { text: `≤ ${RSS_TARGET_MIB} MiB`, met: rss <= RSS_TARGET_MIB },
-    });
-    rows.push({
-      suite: 'dataplane',
-      figure: `  the same, 1 s after convergence (start-up garbage not yet returned), ${label}`,
-      value: Math.round(early),
-      unit: 'MiB',
-    });
-    rows.push({
-      suite: 'dataplane',
-      figure: `  the same, peak (VmHWM, what a memory limit must allow), ${label}`,
-      value: Math.round(peak),
-      unit: 'MiB',
-    });
-    rows.push({
-      suite: 'dataplane',
-      figure: `  the same daemon with no peers (Node + libraries floor), ${label}`,
-      value: Math.round(floor),
-      unit: 'MiB',
-    });
-    rows.push({
-      suite: 'dataplane',
-      figure: `  growth per peer (settled RSS - floor) / ${PEERS}, ${label}`,
-      value: Number(growthKiB.toFixed(1)),
-      unit: 'KiB',
-      target: { text: `≤ ${GROWTH_TARGET_KIB} KiB/peer`, met: growthKiB <= GROWTH_TARGET_KIB },
-    });
+    if (floor !== undefined) rows.push(...(await memoryRows(n, { floor, entries, label })));
     // the IPv4 repairs on the IPv4 node, the IPv6 ones on the dual-stack node
     const drifts = DRIFTS.filter(
-      (x) => x.backends.includes(backend) && (x.ipv6 === true) === dualStack,
+      (x) =>
+        x.backends.includes(backend) &&
+        (x.ipv6 === true) === dualStack &&
+        (x.masq ?? 'iptables') === mode,
     );
     for (const d of drifts) {
       const ms = await repairMs(n.ns, d);
@@ -376,8 +482,10 @@ export const dataplaneSuite: BenchSuite = {
     return [
       ...(await backendRows('host-gw')),
       ...(await backendRows('vxlan')),
-      ...(await backendRows('host-gw', true)),
-      ...(await backendRows('vxlan', true)),
+      ...(await backendRows('host-gw', { nftables: true })),
+      ...(await backendRows('vxlan', { nftables: true })),
+      ...(await backendRows('host-gw', { dualStack: true })),
+      ...(await backendRows('vxlan', { dualStack: true })),
     ];
   },
 };

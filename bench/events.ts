@@ -6,8 +6,10 @@
 // lines timestamped as they arrive). Then the same leases are deleted, one
 // every 100 ms, each timed until its route's "Deleted" line: that includes
 // the 500 ms a peer deleted by an event is kept (docs/operations.md,
-// "Dataplane").
+// "Dataplane"), which the target rows take off (the delete takes effect when
+// the grace ends) and the ↳ rows keep.
 import { sweepStaleNetns } from '../lab/kit/netns.ts';
+import { DEFAULT_DELETE_LINGER_MS } from '../src/lease/tracker.ts';
 import {
   ETCD_PREFIX,
   leaseValue,
@@ -29,7 +31,8 @@ import { LineTap, type TappedLine } from './tap.ts';
 const PEERS = 5_000;
 const EVENTS = 100;
 const DELETE_EVERY_MS = 100;
-const TARGET_MS = 1_000;
+/** issue 17: a lease change reaches the kernel within tens of milliseconds */
+const TARGET_MS = 50;
 
 /**
  * A small etcd client on stdin/stdout: `put <key> <value>` / `del <key>` → `<key> <wall ms just
@@ -96,21 +99,25 @@ async function measure(n: Node, t: Taps): Promise<{ add: number[]; del: number[]
 }
 
 function rows(backend: string, m: { add: number[]; del: number[] }): BenchRow[] {
-  const row = (what: string, sample: number[], p: number): BenchRow => {
+  const row = (what: string, sample: number[], p: number, target: boolean): BenchRow => {
     const value = Math.round(percentile(sample, p) * 10) / 10;
     return {
       suite: 'events',
       figure: `${what} p${p}, ${backend}, ${PEERS} peers, ${sample.length} events`,
       value,
       unit: 'ms',
-      ...(p === 99 ? { target: { text: `≤ ${TARGET_MS} ms`, met: value <= TARGET_MS } } : {}),
+      ...(target ? { target: { text: `≤ ${TARGET_MS} ms`, met: value <= TARGET_MS } } : {}),
     };
   };
+  const grace = DEFAULT_DELETE_LINGER_MS;
+  const afterGrace = m.del.map((ms) => ms - grace);
   return [
-    row('new lease → route on the node', m.add, 50),
-    row('new lease → route on the node', m.add, 99),
-    row('lease deleted → route gone (incl. 500 ms grace)', m.del, 50),
-    row('lease deleted → route gone (incl. 500 ms grace)', m.del, 99),
+    row('new lease → route on the node', m.add, 50, false),
+    row('new lease → route on the node', m.add, 99, true),
+    row(`lease deleted → route gone, after the ${grace} ms grace`, afterGrace, 50, false),
+    row(`lease deleted → route gone, after the ${grace} ms grace`, afterGrace, 99, true),
+    row(`↳ the same with the grace (etcd delete → route gone)`, m.del, 50, false),
+    row(`↳ the same with the grace (etcd delete → route gone)`, m.del, 99, false),
   ];
 }
 

@@ -11,10 +11,16 @@
 // whole tree (its monitors, and the commands its passes ran). Passes that
 // kernel events triggered in the window are counted from the daemon's own
 // trace log; the resync timer's passes (--iptables-resync, every 60 s) are
-// not triggers.
+// not triggers. Then a second window of the same length, twill in nftables
+// mode (`"EnableNFTables": true`): one node with the same rules rewritten
+// the same way (kube-proxy's iptables-nft writes them to the `ip nat` table,
+// not twill's), one with nothing else (its yardstick). The windows follow
+// each other: two rewriters at once would share this machine's cores and
+// slow each other's rewrites.
 import { readdir, readFile } from 'node:fs/promises';
 import { run } from '../src/exec/runner.ts';
 import { sweepStaleNetns } from '../lab/kit/netns.ts';
+import { enableNftables } from './dataplane.ts';
 import { kubeNatRules, kubeRuleCount } from './kube-rules.ts';
 import {
   logLines,
@@ -79,9 +85,15 @@ async function ticks(pid: number): Promise<Ticks> {
   return { self: me.own, tree };
 }
 
-async function idleNode(o: { name: string; rules: boolean; nodes: Node[] }): Promise<Node> {
+async function idleNode(o: {
+  name: string;
+  rules: boolean;
+  nodes: Node[];
+  nftables?: boolean;
+}): Promise<Node> {
   const n = await setupNode({ backend: 'vxlan', name: o.name });
   o.nodes.push(n);
+  if (o.nftables === true) await enableNftables(n);
   await putLeases(n, PEERS);
   if (o.rules)
     await sh(
@@ -133,11 +145,12 @@ async function triggers(
 }
 
 /**
- * The three nodes of the window: rules rewritten, rules left alone, no extra rules (the yardstick).
+ * The nodes of a window: rules rewritten, rules left alone (the iptables window only), no extra
+ * rules (the yardstick).
  */
 interface Trio<T> {
   readonly churned: T;
-  readonly still: T;
+  readonly still?: T;
   readonly bare: T;
 }
 
@@ -150,7 +163,7 @@ interface Window {
 
 const each = async <A, B>(t: Trio<A>, f: (a: A) => Promise<B>): Promise<Trio<B>> => ({
   churned: await f(t.churned),
-  still: await f(t.still),
+  ...(t.still === undefined ? {} : { still: await f(t.still) }),
   bare: await f(t.bare),
 });
 
@@ -169,7 +182,7 @@ async function measure(
   const d = (a: Ticks, b: Ticks): Ticks => ({ self: b.self - a.self, tree: b.tree - a.tree });
   const cpu = {
     churned: d(t0.churned, t1.churned),
-    still: d(t0.still, t1.still),
+    ...(t0.still === undefined || t1.still === undefined ? {} : { still: d(t0.still, t1.still) }),
     bare: d(t0.bare, t1.bare),
   };
   return {
@@ -180,16 +193,16 @@ async function measure(
   };
 }
 
-async function rows(w: Window): Promise<BenchRow[]> {
+/**
+ * A window's rows: the rules left alone (when it has that node), then rewritten; in nftables
+ * mode the figures say so, and the yardstick is a node in nftables mode too.
+ */
+async function rows(w: Window, mode: 'iptables' | 'nftables' = 'iptables'): Promise<BenchRow[]> {
   const hz = Number((await run('getconf', ['CLK_TCK'])).stdout.trim()) || 100;
   const pct = (t: number): number => Math.round((t / hz / w.seconds) * 1000) / 10;
   const rules = `${kubeRuleCount(SERVICES)} unrelated nat rules`;
-  const cpu = (o: {
-    figure: string;
-    node: keyof Trio<unknown>;
-    pick: (t: Ticks) => number;
-  }): BenchRow => {
-    const value = pct(o.pick(w.cpu[o.node]));
+  const cpu = (o: { figure: string; ticks: Ticks; pick: (t: Ticks) => number }): BenchRow => {
+    const value = pct(o.pick(o.ticks));
     return {
       suite: 'idle',
       figure: o.figure,
@@ -203,25 +216,32 @@ async function rows(w: Window): Promise<BenchRow[]> {
   // fewer rewrites than the window holds periods: some took longer than the period
   const backToBack =
     w.churns < Math.floor((w.seconds * 1000) / CHURN_EVERY_MS) - 1 ? ', back to back' : '';
+  const still = w.cpu.still;
+  const inMode =
+    mode === 'nftables' ? `, twill in nftables mode (over ${Math.round(w.seconds)} s)` : '';
   return [
+    ...(still === undefined
+      ? []
+      : [
+          cpu({
+            figure: `idle CPU over ${Math.round(w.seconds)} s, ${PEERS} peers, ${rules} left alone: the daemon`,
+            ticks: still,
+            pick: (t) => t.self,
+          }),
+          cpu({
+            figure: '  the same, its whole process tree (monitors, commands of its passes)',
+            ticks: still,
+            pick: (t) => t.tree,
+          }),
+        ]),
     cpu({
-      figure: `idle CPU over ${Math.round(w.seconds)} s, ${PEERS} peers, ${rules} left alone: the daemon`,
-      node: 'still',
+      figure: `idle CPU, ${rules} rewritten every ${CHURN_EVERY_MS / 1000} s from before the window (${w.churns}× in it${backToBack})${inMode}: the daemon`,
+      ticks: w.cpu.churned,
       pick: (t) => t.self,
     }),
     cpu({
       figure: '  the same, its whole process tree (monitors, commands of its passes)',
-      node: 'still',
-      pick: (t) => t.tree,
-    }),
-    cpu({
-      figure: `idle CPU, ${rules} rewritten every ${CHURN_EVERY_MS / 1000} s from before the window (${w.churns}× in it${backToBack}): the daemon`,
-      node: 'churned',
-      pick: (t) => t.self,
-    }),
-    cpu({
-      figure: '  the same, its whole process tree (monitors, commands of its passes)',
-      node: 'churned',
+      ticks: w.cpu.churned,
       pick: (t) => t.tree,
     }),
     {
@@ -235,6 +255,23 @@ async function rows(w: Window): Promise<BenchRow[]> {
   ];
 }
 
+/**
+ * One window: the rewrites of `nodes.churned`'s rules begin with the settling, so the window
+ * holds kube-proxy's steady state, not the switch from nft monitor to the chain listing their
+ * first flood causes in iptables mode (once, then once per cooldown, DEFAULT_FLOOD in
+ * src/dataplane/monitor.ts).
+ */
+async function window(nodes: Trio<Node>): Promise<Window> {
+  const until = Date.now() + SETTLE_MS + WINDOW_MS;
+  const churning = churn(nodes.churned, until);
+  churning.catch(() => {}); // awaited (and thrown) by measure, or lost with a failed settle
+  await new Promise((r) => setTimeout(r, SETTLE_MS));
+  const cmd = await readFile(`/proc/${nodes.bare.child?.pid ?? 0}/cmdline`, 'utf8');
+  if (!cmd.includes('main.js'))
+    throw new Error(`bench: pid ${nodes.bare.child?.pid} is not the daemon: ${cmd}`);
+  return measure(nodes, until, churning);
+}
+
 export const idleSuite: BenchSuite = {
   name: 'idle',
   async run() {
@@ -246,17 +283,12 @@ export const idleSuite: BenchSuite = {
         still: await idleNode({ name: 'idle-still', rules: true, nodes: all }),
         bare: await idleNode({ name: 'idle-bare', rules: false, nodes: all }),
       };
-      // the rewrites begin with the settling: the window holds kube-proxy's steady state, not the
-      // switch from nft monitor to the chain listing their first flood causes (once, then once
-      // per cooldown, DEFAULT_FLOOD in src/dataplane/monitor.ts)
-      const until = Date.now() + SETTLE_MS + WINDOW_MS;
-      const churning = churn(nodes.churned, until);
-      churning.catch(() => {}); // awaited (and thrown) by measure, or lost with a failed settle
-      await new Promise((r) => setTimeout(r, SETTLE_MS));
-      const cmd = await readFile(`/proc/${nodes.bare.child?.pid ?? 0}/cmdline`, 'utf8');
-      if (!cmd.includes('main.js'))
-        throw new Error(`bench: pid ${nodes.bare.child?.pid} is not the daemon: ${cmd}`);
-      return await rows(await measure(nodes, until, churning));
+      const nft: Trio<Node> = {
+        churned: await idleNode({ name: 'idle-nchurn', rules: true, nodes: all, nftables: true }),
+        bare: await idleNode({ name: 'idle-nbare', rules: false, nodes: all, nftables: true }),
+      };
+      const iptablesRows = await rows(await window(nodes));
+      return [...iptablesRows, ...(await rows(await window(nft), 'nftables'))];
     } finally {
       for (const n of all) await stopNode(n);
     }

@@ -98,6 +98,12 @@ export interface Cluster {
    * alone, and the matrix and the drills are IPv6 only
    */
   readonly ipv6Only?: boolean;
+  /**
+   * twill keeps its masquerade in nftables (`up --nftables`: `"EnableNFTables": true` in the
+   * network config): its tables `ip twill-ipv4` and `ip6 twill-ipv6`, no iptables chain. Absent:
+   * iptables mode (TWILL-POSTRTG and TWILL-FWD), as on the kubelet and Vagrant labs.
+   */
+  readonly nftables?: boolean;
   /** the etcd endpoint as nodes see it */
   readonly etcdEndpoint: string;
   /** the etcd key prefix twill uses */

@@ -23,6 +23,8 @@ export const BOTH_STORES: readonly LabMode[] = ['etcd', 'kube'];
 export interface Drill {
   readonly name: string;
   readonly broke: string;
+  /** what it breaks on a lab in nftables mode (`up --nftables`), when that is not `broke` */
+  readonly nftBroke?: string;
   /** the bound the time is held to, ms */
   readonly targetMs: number;
   /** only for this backend (others report "n/a") */
@@ -45,6 +47,86 @@ export interface Drill {
    */
   readonly podsRecreated?: boolean;
   run(c: Cluster): Promise<DrillOutcome>;
+}
+
+/** What the drill breaks on this lab: in nftables mode its `nftBroke`, when it has one. */
+export function brokeOn(
+  d: Pick<Drill, 'broke' | 'nftBroke'>,
+  c: Pick<Cluster, 'nftables'>,
+): string {
+  return masqMode(c) === 'nftables' ? (d.nftBroke ?? d.broke) : d.broke;
+}
+
+/**
+ * Where twill keeps its masquerade: iptables chains (TWILL-POSTRTG, TWILL-FWD, in both
+ * families), or (`up --nftables`) its own nftables tables.
+ */
+export type MasqMode = 'iptables' | 'nftables';
+
+export function masqMode(c: Pick<Cluster, 'nftables'>): MasqMode {
+  return c.nftables === true ? 'nftables' : 'iptables';
+}
+
+/** One value for each masquerade mode: how a drill breaks or checks the rules, by the mode. */
+export type ByMode<T> = Readonly<Record<MasqMode, T>>;
+
+/**
+ * twill's nftables table of each family, as the agreed layout names them (src/dataplane/nft*.ts
+ * writes them; the lab checks them on its own): base chains `postrtg` (the 6 masquerade rules,
+ * as TWILL-POSTRTG) and `forward` (2 accept rules, as TWILL-FWD).
+ */
+export const NFT_TABLES = {
+  4: { family: 'ip', name: 'twill-ipv4' },
+  6: { family: 'ip6', name: 'twill-ipv6' },
+} as const;
+export type Family = keyof typeof NFT_TABLES;
+const NFT_RULES = { postrtg: 6, forward: 2 } as const;
+
+/**
+ * `nft list table` of twill's table in family `f` on a node, as comparable text (should a rule
+ * carry a counter, its values left out: traffic moves them): '' when there is no such table.
+ */
+export async function nftTableText(c: Cluster, node: string, f: Family): Promise<string> {
+  const t = NFT_TABLES[f];
+  const text = await c.sh({ node }, ['nft', 'list', 'table', t.family, t.name]).catch(() => '');
+  return text.replace(/counter packets \d+ bytes \d+/g, 'counter').trim();
+}
+
+/**
+ * How many rules each chain of twill's table in family `f` holds on a node (`nft -j`), or
+ * undefined when there is no such table.
+ */
+export async function nftRuleCounts(
+  c: Cluster,
+  node: string,
+  f: Family,
+): Promise<Record<string, number> | undefined> {
+  const t = NFT_TABLES[f];
+  const json = await c
+    .sh({ node }, ['nft', '-j', 'list', 'table', t.family, t.name])
+    .catch(() => '');
+  if (json.trim() === '') return undefined;
+  const items = (JSON.parse(json) as { nftables?: NftItem[] }).nftables ?? [];
+  if (!items.some((i) => i.table?.name === t.name)) return undefined;
+  const counts: Record<string, number> = {};
+  for (const i of items) if (i.chain) counts[i.chain.name] ??= 0;
+  for (const i of items) if (i.rule) counts[i.rule.chain] = (counts[i.rule.chain] ?? 0) + 1;
+  return counts;
+}
+
+interface NftItem {
+  readonly table?: { readonly name: string };
+  readonly chain?: { readonly name: string };
+  readonly rule?: { readonly chain: string };
+}
+
+/** Which of twill's nftables tables a node holds (`nft list tables`), by family. */
+async function nftTablesOn(c: Cluster, node: string): Promise<Family[]> {
+  const out = await c.sh({ node }, ['nft', 'list', 'tables']).catch(() => '');
+  const has = new Set(out.split('\n').map((l) => l.trim()));
+  return ([4, 6] as const).filter((f) =>
+    has.has(`table ${NFT_TABLES[f].family} ${NFT_TABLES[f].name}`),
+  );
 }
 
 export interface Entries {
@@ -103,8 +185,10 @@ export async function entries(c: Cluster, node: string): Promise<Entries> {
 }
 
 /**
- * What twill keeps on a node, as one comparable text: its entries and both
- * chains with the jumps to them (a drill's "whole again" is this, as before).
+ * What twill keeps on a node, as one comparable text: its entries, both
+ * chains with the jumps to them and its nftables tables, whatever the lab's
+ * mode (a drill's "whole again" is this, as before; what the mode does not
+ * use stays absent).
  */
 export async function ownState(c: Cluster, node: string): Promise<string> {
   const sh = (argv: string[]): Promise<string> => c.sh({ node }, argv).catch(() => '');
@@ -121,12 +205,14 @@ export async function ownState(c: Cluster, node: string): Promise<string> {
     ]);
     return { masq, post, fwd, forward };
   };
-  const [e, v4, v6] = await Promise.all([
+  const [e, v4, v6, nft4, nft6] = await Promise.all([
     entries(c, node),
     chains('iptables'),
     chains('ip6tables'),
+    nftTableText(c, node, 4),
+    nftTableText(c, node, 6),
   ]);
-  return JSON.stringify({ ...e, ...v4, v6 });
+  return JSON.stringify({ ...e, ...v4, v6, nft4, nft6 });
 }
 
 /**
@@ -177,35 +263,93 @@ export async function leftovers(c: Cluster): Promise<string[]> {
 }
 
 /**
- * Each family the node's lease has holds twill's 6 masquerade rules; an IPv6-only node (no IPv4
- * half) holds no IPv4 rule and no twill.1 at all. A node without a lease yet: as the lab's
- * families say.
+ * Each family the node's lease has holds twill's masquerade, as the lab's mode keeps it
+ * (iptablesLeftovers, nftablesLeftovers), and the other mode's leaves nothing; an IPv6-only node
+ * (no IPv4 half) holds no IPv4 rule and no twill.1 at all. A node without a lease yet: as the
+ * lab's families say.
  */
 async function familyLeftovers(
   c: Cluster,
   n: LabNode,
   lease: LeaseView | undefined,
 ): Promise<string[]> {
-  const problems: string[] = [];
-  const v4 = lease === undefined ? c.ipv6Only !== true : lease.subnet !== null;
-  const v6 = lease === undefined ? c.outsideIp6 !== undefined : lease.subnet6 !== undefined;
-  const rules = async (cmd: 'iptables' | 'ip6tables'): Promise<number> =>
-    (await c.sh({ node: n.name }, [cmd, '-t', 'nat', '-S', 'TWILL-POSTRTG']).catch(() => ''))
-      .split('\n')
-      .filter((l) => l.startsWith('-A')).length;
-  const v4Rules = await rules('iptables');
-  if (v4 && v4Rules !== 6)
-    problems.push(`${n.name}: iptables's TWILL-POSTRTG does not hold its 6 rules`);
-  if (!v4 && v4Rules !== 0)
-    problems.push(`${n.name}: ${v4Rules} IPv4 masquerade rule(s) on a node without IPv4`);
-  if (v6 && (await rules('ip6tables')) !== 6)
-    problems.push(`${n.name}: ip6tables's TWILL-POSTRTG does not hold its 6 rules`);
-  if (!v4) {
+  const want = {
+    4: lease === undefined ? c.ipv6Only !== true : lease.subnet !== null,
+    6: lease === undefined ? c.outsideIp6 !== undefined : lease.subnet6 !== undefined,
+  };
+  const problems =
+    masqMode(c) === 'nftables'
+      ? await nftablesLeftovers(c, n.name, want)
+      : await iptablesLeftovers(c, n.name, want);
+  if (!want[4]) {
     const dev = await c.sh({ node: n.name }, ['ip', '-o', 'link', 'show', 'dev', VXLAN_DEV]).then(
       () => true,
       () => false,
     );
     if (dev) problems.push(`${n.name}: ${VXLAN_DEV} on a node without IPv4`);
+  }
+  return problems;
+}
+
+/** iptables mode: TWILL-POSTRTG holds its 6 rules in each wanted family; no twill nft table. */
+async function iptablesLeftovers(
+  c: Cluster,
+  node: string,
+  want: Readonly<Record<Family, boolean>>,
+): Promise<string[]> {
+  const problems: string[] = [];
+  const rules = async (cmd: 'iptables' | 'ip6tables'): Promise<number> =>
+    (await c.sh({ node }, [cmd, '-t', 'nat', '-S', 'TWILL-POSTRTG']).catch(() => ''))
+      .split('\n')
+      .filter((l) => l.startsWith('-A')).length;
+  const v4Rules = await rules('iptables');
+  if (want[4] && v4Rules !== 6)
+    problems.push(`${node}: iptables's TWILL-POSTRTG does not hold its 6 rules`);
+  if (!want[4] && v4Rules !== 0)
+    problems.push(`${node}: ${v4Rules} IPv4 masquerade rule(s) on a node without IPv4`);
+  if (want[6] && (await rules('ip6tables')) !== 6)
+    problems.push(`${node}: ip6tables's TWILL-POSTRTG does not hold its 6 rules`);
+  for (const f of await nftTablesOn(c, node))
+    problems.push(
+      `${node}: nftables table ${NFT_TABLES[f].family} ${NFT_TABLES[f].name} in iptables mode`,
+    );
+  return problems;
+}
+
+/**
+ * nftables mode: each wanted family's table holds its chains' rules (postrtg 6, forward 2), the
+ * other family has no table, and neither iptables nor ip6tables holds a TWILL-* chain or a jump
+ * to one.
+ */
+async function nftablesLeftovers(
+  c: Cluster,
+  node: string,
+  want: Readonly<Record<Family, boolean>>,
+): Promise<string[]> {
+  const problems: string[] = [];
+  for (const f of [4, 6] as const) {
+    const t = `${NFT_TABLES[f].family} ${NFT_TABLES[f].name}`;
+    const counts = await nftRuleCounts(c, node, f);
+    if (!want[f]) {
+      if (counts !== undefined) problems.push(`${node}: table ${t} on a node without IPv${f}`);
+      continue;
+    }
+    if (counts === undefined) {
+      problems.push(`${node}: no table ${t}`);
+      continue;
+    }
+    const wrong = Object.entries(NFT_RULES).filter(([chain, k]) => counts[chain] !== k);
+    if (wrong.length > 0)
+      problems.push(
+        `${node}: table ${t} holds ${wrong.map(([chain, k]) => `${counts[chain] ?? 'no'} ${chain} rule(s), want ${k}`).join(', ')}`,
+      );
+  }
+  for (const cmd of ['iptables-save', 'ip6tables-save'] as const) {
+    const saved = await c.sh({ node }, [cmd]).catch(() => '');
+    const chains = new Set(
+      [...saved.matchAll(/(?:^:|-j )(TWILL-[\w-]+)/gm)].map((m) => m[1] ?? ''),
+    );
+    for (const chain of chains) problems.push(`${node}: ${cmd} shows ${chain} in nftables mode`);
   }
   return problems;
 }

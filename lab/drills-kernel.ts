@@ -1,18 +1,25 @@
 // Drills that break a node's kernel state or its twill process: the
-// masquerade rule, the nat table, a peer's route, neighbour and FDB entry,
-// the vxlan device; twill killed and restarted under a steady ping; on a
-// lab with IPv6 the same breaks again in IPv6 (ip6tables, the IPv6 route,
-// neighbour and FDB entry, twill-v6.1); on an IPv6-only lab those alone, the
-// IPv4 ones say n/a. They apply to both store modes.
+// masquerade rule, the nat table, twill's masquerade chain or table, a peer's
+// route, neighbour and FDB entry, the vxlan device; twill killed and
+// restarted under a steady ping; on a lab with IPv6 the same breaks again in
+// IPv6 (the IPv6 masquerade rule, route, neighbour and FDB entry,
+// twill-v6.1); on an IPv6-only lab those alone, the IPv4 ones say n/a. They
+// apply to both store modes. The masquerade breaks are parameterised by the
+// lab's mode (ByMode): iptables (TWILL-POSTRTG) or, on a lab made with `up
+// --nftables`, twill's own nftables tables; the rest run as they are in both.
 import type { Cluster, LabNode } from './cluster.ts';
 import {
   BOTH_STORES,
   entries,
   logCount,
+  masqMode,
+  NFT_TABLES,
   ownState,
   steadyPing,
   VXLAN6_DEV,
+  type ByMode,
   type Drill,
+  type Family,
 } from './drill-kit.ts';
 import { QUIET_MS, timeRepair, watchKernel, type Healing } from './kernel-watch.ts';
 import { passesBetween, renderStages } from './pass-log.ts';
@@ -22,23 +29,34 @@ import { SLOW_MACHINE_FACTOR, until } from './kit/wait.ts';
 export const first = async (c: Cluster, i: number): Promise<string> =>
   (await c.nodes())[i]?.name ?? '';
 
+/** A break: a command run on the node, with what it reads on stdin (iptables-restore's input). */
+export interface BreakCommand {
+  readonly argv: readonly string[];
+  readonly input?: string;
+}
+
+/** How a kernel drill breaks `node`: a command line, or one with input. */
+export type Breaker = (c: Cluster, node: string) => Promise<readonly string[] | BreakCommand>;
+
 /**
  * Break something on one node and time the repair from the node's kernel
  * (kernel-watch.ts): the break's event to the last repair event before the
  * node held exactly what it held before. Connectivity, no changed pod IP and
- * no leftovers are checked after, by the runner (drills.ts).
+ * no leftovers are checked after, by the runner (drills.ts). A masquerade
+ * break gives what it breaks and how for each mode (ByMode).
  */
 function kernelDrill(o: {
   name: string;
-  broke: string;
+  broke: string | ByMode<string>;
   only?: 'vxlan';
   dualStackOnly?: boolean;
   ipv4Only?: boolean;
-  argv: (c: Cluster) => Promise<string[]>;
+  argv: Breaker | ByMode<Breaker>;
 }): Drill {
+  const broke = typeof o.broke === 'string' ? { broke: o.broke } : byModeText(o.broke);
   return {
     name: o.name,
-    broke: o.broke,
+    ...broke,
     targetMs: 1_000,
     stores: BOTH_STORES,
     ...(o.only ? { only: o.only } : {}),
@@ -46,16 +64,19 @@ function kernelDrill(o: {
     ...(o.ipv4Only === true ? { ipv4Only: true } : {}),
     async run(c) {
       const node = await first(c, 0);
-      const argv = await o.argv(c);
+      const breaker = typeof o.argv === 'function' ? o.argv : o.argv[masqMode(c)];
+      const made = await breaker(c, node);
+      const cmd: BreakCommand = isArgv(made) ? { argv: made } : made;
       const before = await ownState(c, node);
       const w = await watchKernel(c, node);
       try {
         const h = await timeRepair(w, {
-          breakIt: () => c.sh({ node }, argv),
+          breakIt: () =>
+            c.sh({ node }, cmd.argv, cmd.input === undefined ? {} : { input: cmd.input }),
           whole: async () => (await ownState(c, node)) === before,
           boundMs: SLOW_MACHINE_FACTOR * 1_000,
         });
-        const notes = [`on ${node}: ${argv.join(' ')}`, observed(h)];
+        const notes = [`on ${node}: ${renderBreak(cmd)}`, observed(h)];
         if (h.brokeAt !== undefined && h.healedAt !== undefined)
           notes.push(
             ...renderStages(
@@ -69,6 +90,20 @@ function kernelDrill(o: {
       }
     },
   };
+}
+
+const isArgv = (x: readonly string[] | BreakCommand): x is readonly string[] => Array.isArray(x);
+
+/** A drill's `broke` (iptables mode) and `nftBroke` from one text per mode. */
+const byModeText = (t: ByMode<string>): { broke: string; nftBroke: string } => ({
+  broke: t.iptables,
+  nftBroke: t.nftables,
+});
+
+/** The break as the notes print it: the command line, then its input's lines, if any. */
+export function renderBreak(cmd: BreakCommand): string {
+  const input = (cmd.input ?? '').split('\n').filter(Boolean);
+  return `${cmd.argv.join(' ')}${input.length > 0 ? ` <<< ${input.join('; ')}` : ''}`;
 }
 
 /** How the time was taken, and what taking it cost. */
@@ -95,13 +130,75 @@ const peer6 = async (c: Cluster): Promise<{ subnet6: string; ip6: string }> => {
   return { subnet6: l.subnet6, ip6: l.publicIp6 };
 };
 
+/**
+ * nftables mode: deletes the first masquerade rule of twill's postrtg chain in family `f` (the
+ * 5th rule, net → !multicast, as `iptables -D TWILL-POSTRTG 5` deletes in iptables mode), by its
+ * handle.
+ */
+export function nftMasqRuleDelete(f: Family): Breaker {
+  return async (c, node) => {
+    const t = NFT_TABLES[f];
+    const listing = await c.sh({ node }, [
+      'nft',
+      '-a',
+      'list',
+      'chain',
+      t.family,
+      t.name,
+      'postrtg',
+    ]);
+    const handle = /\bmasquerade\b.*# handle (\d+)/.exec(listing)?.[1];
+    if (handle === undefined)
+      throw new Error(`${node}: no masquerade rule in ${t.family} ${t.name} postrtg`);
+    return ['nft', 'delete', 'rule', t.family, t.name, 'postrtg', 'handle', handle];
+  };
+}
+
+/**
+ * iptables mode: twill's masquerade chain deleted whole, its jump from POSTROUTING first, in one
+ * iptables-restore transaction (so twill never sees the jump gone and the chain still there):
+ * what deleting twill's nftables table is in nftables mode.
+ */
+export const iptablesMasqChainDelete: Breaker = async (c, node) => {
+  const jumps = (await c.sh({ node }, ['iptables', '-w', '5', '-t', 'nat', '-S', 'POSTROUTING']))
+    .split('\n')
+    .filter((l) => l.startsWith('-A POSTROUTING ') && /-j TWILL-POSTRTG\b/.test(l));
+  return {
+    argv: ['iptables-restore', '-w', '5', '--noflush'],
+    input: [
+      '*nat',
+      ...jumps.map((l) => `-D ${l.slice('-A '.length)}`),
+      '-F TWILL-POSTRTG',
+      '-X TWILL-POSTRTG',
+      'COMMIT',
+      '',
+    ].join('\n'),
+  };
+};
+
+/** A fixed command line, whatever the node. */
+const fixed =
+  (argv: readonly string[]): Breaker =>
+  async () =>
+    argv;
+
+/** `nft <verb> table` on twill's table in family `f` (flush: its chains stay, rules gone). */
+const nftTable = (verb: 'flush' | 'delete', f: Family): Breaker =>
+  fixed(['nft', verb, 'table', NFT_TABLES[f].family, NFT_TABLES[f].name]);
+
 /** The same breaks as the IPv4 drills, in IPv6: on a lab with IPv6 (dual-stack or IPv6-only). */
 const IPV6_DRILLS: readonly Drill[] = [
   kernelDrill({
     name: 'masq6-rule',
-    broke: 'IPv6 MASQUERADE rule deleted',
+    broke: {
+      iptables: 'IPv6 MASQUERADE rule deleted',
+      nftables: "IPv6 masquerade rule deleted from twill's nft table",
+    },
     dualStackOnly: true,
-    argv: async () => ['ip6tables', '-t', 'nat', '-D', 'TWILL-POSTRTG', '5'],
+    argv: {
+      iptables: fixed(['ip6tables', '-t', 'nat', '-D', 'TWILL-POSTRTG', '5']),
+      nftables: nftMasqRuleDelete(6),
+    },
   }),
   kernelDrill({
     name: 'peer-route6',
@@ -150,14 +247,29 @@ export const KERNEL_DRILLS: readonly Drill[] = [
   kernelDrill({
     name: 'masq-rule',
     ipv4Only: true,
-    broke: 'MASQUERADE rule deleted',
-    argv: async () => ['iptables', '-t', 'nat', '-D', 'TWILL-POSTRTG', '5'],
+    broke: {
+      iptables: 'MASQUERADE rule deleted',
+      nftables: "masquerade rule deleted from twill's nft table",
+    },
+    argv: {
+      iptables: fixed(['iptables', '-t', 'nat', '-D', 'TWILL-POSTRTG', '5']),
+      nftables: nftMasqRuleDelete(4),
+    },
   }),
   kernelDrill({
     name: 'nat-flush',
     ipv4Only: true,
-    broke: 'whole nat table flushed',
-    argv: async () => ['iptables', '-t', 'nat', '-F'],
+    broke: { iptables: 'whole nat table flushed', nftables: "twill's nft table flushed" },
+    argv: { iptables: fixed(['iptables', '-t', 'nat', '-F']), nftables: nftTable('flush', 4) },
+  }),
+  kernelDrill({
+    name: 'masq-table',
+    ipv4Only: true,
+    broke: {
+      iptables: "twill's masquerade chain deleted, its jump too",
+      nftables: "twill's nft table deleted",
+    },
+    argv: { iptables: iptablesMasqChainDelete, nftables: nftTable('delete', 4) },
   }),
   kernelDrill({
     name: 'peer-route',

@@ -5,9 +5,11 @@
 // Cluster interface only, so the same drills run on the netns and Vagrant labs.
 // Each drill names the store modes it applies to; `all` is those of the lab's.
 // A drill that breaks one address family says n/a on a lab without it (the
-// IPv6 breaks on an IPv4 lab, the IPv4 ones on an IPv6-only lab).
+// IPv6 breaks on an IPv4 lab, the IPv4 ones on an IPv6-only lab). A drill
+// that breaks the masquerade breaks it as the lab's mode keeps it, iptables or
+// nftables (`up --nftables`), and says so in `broke`.
 import type { Cluster, LabMode } from './cluster.ts';
-import { leftovers, type Drill, type DrillOutcome } from './drill-kit.ts';
+import { brokeOn, leftovers, type Drill, type DrillOutcome } from './drill-kit.ts';
 import { KERNEL_DRILLS } from './drills-kernel.ts';
 import { KUBE_DRILLS } from './drills-kube.ts';
 import { KUBELET_DRILLS } from './drills-kubelet.ts';
@@ -125,7 +127,7 @@ export async function runDrill(c: Cluster, d: Drill): Promise<DrillResult> {
     left.length === 0;
   return {
     name: d.name,
-    broke: d.broke,
+    broke: brokeOn(d, c),
     healedMs,
     targetMs: d.targetMs,
     met: healedMs === null ? null : healedMs <= d.targetMs,
@@ -155,7 +157,7 @@ export async function runDrills(
   for (const name of names) {
     const d = DRILLS.find((x) => x.name === name);
     if (!d) throw new Error(`no drill named ${name}`);
-    progress(`drill ${name}: ${d.broke}…`);
+    progress(`drill ${name}: ${brokeOn(d, c)}…`);
     results.push(await runDrill(c, d));
   }
   return results;

@@ -1,6 +1,7 @@
 // Timing a repair from the kernel's side. Monitors in the node's own
 // network namespace (`ip -ts monitor` for links, addresses, routes,
-// neighbours and FDB entries; `nft monitor` for rules) record every event
+// neighbours and FDB entries; `nft monitor` for rules, iptables-nft's chains
+// and, in nftables mode, twill's own tables) record every event
 // about twill's objects with the time it happened. The drill's break and
 // twill's repair are events of the same streams, so "healed" is the last
 // repair event minus the break event, whatever observing costs; and the
@@ -32,16 +33,21 @@ export function parseStamped(raw: string): { at: number; line: string } | undefi
   return Number.isFinite(at) ? { at, line: m[3] ?? '' } : undefined;
 }
 
+/** nft monitor lines about twill's rules: its chains, the jumps to them, its own tables. */
+const TWILL_RULES = /TWILL-|\b(nat|filter) (POSTROUTING|FORWARD)\b|\bip6? twill-ipv[46]\b/;
+/** ip monitor lines about twill's devices (both families) and routes with its protocol. */
+const TWILL_ENTRIES = /\btwill(-v6)?\.\d+\b|\bproto 151\b/;
+
 /**
  * Whether a monitor line is about something twill owns: its devices (both families), routes
- * with its protocol, its chains and the jumps to them. Link-local and multicast IPv6 lines
- * (fe80::/10, ff00::/8, the local table) are the kernel's own churn on twill's devices.
+ * with its protocol, its chains and the jumps to them, and in nftables mode its tables
+ * (`twill-ipv4`, `twill-ipv6`: their chains and rules). Link-local and multicast IPv6 lines
+ * (fe80::/10, ff00::/8, the local table) are the kernel's own churn on twill's devices; a rule
+ * line is never that, even when it names ff00::/8 (the IPv6 masquerade rule does).
  */
 export function concernsTwill(line: string): boolean {
-  if (KERNEL_IPV6.test(line)) return false;
-  return /\btwill(-v6)?\.\d+\b|\bproto 151\b|TWILL-|\b(nat|filter) (POSTROUTING|FORWARD)\b/.test(
-    line,
-  );
+  if (TWILL_RULES.test(line)) return true;
+  return !KERNEL_IPV6.test(line) && TWILL_ENTRIES.test(line);
 }
 
 export interface KernelWatch {

@@ -1,11 +1,12 @@
 // `npm run lab -- <command>`: the netns lab (as root).
 //   up [--nodes 3] [--pods 2] [--backend vxlan|host-gw] [--store etcd|kube] [--slow F]
-// [--etcd-members N] [--dual-stack | --ipv6-only]
+// [--etcd-members N] [--dual-stack | --ipv6-only] [--nftables]
 //                                                         bring it up, print the matrix
 //                                                         (--slow: as on a machine F times slower;
 //                                                         --etcd-members 3: an etcd cluster, twill
 // given every member; --dual-stack: IPv4 + IPv6 underlay, pods and matrix; --ipv6-only, with
-// --store kube: twill with EnableIPv4 false, pods and matrix IPv6 alone)
+// --store kube: twill with EnableIPv4 false, pods and matrix IPv6 alone; --nftables: twill
+// with EnableNFTables, its masquerade in its own nftables tables, the drills break those)
 //   up --kubelet [--nodes 3] [--pods 2]                   a real cluster: kubelet, containerd and
 //                                                         kube-proxy per node, deploy/ as shipped
 //   status                                                print the matrix and where the logs are
@@ -154,6 +155,7 @@ async function up(o: UpOptions & { name: string }): Promise<number> {
     ...(o.etcdMembers === undefined ? {} : { etcdMembers: o.etcdMembers }),
     ...(o.dualStack === true ? { dualStack: true } : {}),
     ...(o.ipv6Only === true ? { ipv6Only: true } : {}),
+    ...(o.nftables === true ? { nftables: true } : {}),
   });
   if (o.slow !== undefined)
     process.stderr.write(
@@ -326,6 +328,10 @@ async function main(argv: string[]): Promise<number> {
     .option(
       '--ipv6-only',
       'IPv6 alone (with --store kube): EnableIPv4 false in net-conf.json, one IPv6 podCIDR per Node, pods with IPv6 only, the matrix and drills in IPv6 (the underlay keeps IPv4 for the apiserver)',
+    )
+    .option(
+      '--nftables',
+      'twill in nftables mode: EnableNFTables in the network config, its masquerade in its own tables (ip twill-ipv4, ip6 twill-ipv6) and no iptables chain; the drills break and check those (not with --kubelet or --vagrant)',
     )
     .option(
       '--kubelet',

@@ -18,8 +18,11 @@
 // kube-apiserver serve on 10.123.0.1 (the apiserver's self-signed certificate
 // names its one advertise address, and its Service range is IPv4), and
 // twill's kubeconfig and kubectl reach it there; twill, with IPv4 off,
-// ignores the node's IPv4 address. Every name starts with the lab's name, so
-// `down` finds everything, even after a crash.
+// ignores the node's IPv4 address. `up --nftables` (either store, not the
+// kubelet lab) puts `"EnableNFTables": true` in the network config: twill
+// keeps its masquerade in its own nftables tables, and the drills break and
+// check those (drills-kernel.ts, drill-kit.ts). Every name starts with the
+// lab's name, so `down` finds everything, even after a crash.
 import { mkdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { run, watchLines } from '../src/exec/runner.ts';
@@ -39,6 +42,7 @@ import {
   untilLabApiServerReady,
   type KubeLab,
   type LabFamilies,
+  type LabNetOptions,
 } from './netns-kube.ts';
 import { callCni } from './kit/call-cni.ts';
 import { agreedLeader, etcdArgv, etcdHealthy } from './kit/etcd.ts';
@@ -110,7 +114,8 @@ export class NetnsCluster implements Cluster {
         : '';
     const family =
       state.dualStack === true ? ', dual-stack' : state.ipv6Only === true ? ', IPv6-only' : '';
-    this.description = `netns lab ${state.name} (${state.backend}${how}${family})`;
+    const masq = state.nftables === true ? ', nftables' : '';
+    this.description = `netns lab ${state.name} (${state.backend}${how}${family}${masq})`;
     this.kubelet = state.kubelet
       ? new KubeletNodes({
           state,
@@ -140,9 +145,19 @@ export class NetnsCluster implements Cluster {
     return this.state.ipv6Only === true;
   }
 
+  /** `up --nftables`: twill keeps its masquerade in its nftables tables (EnableNFTables) */
+  get nftables(): boolean {
+    return this.state.nftables === true;
+  }
+
   /** which families the pods get (net-conf.json, the podCIDRs) */
   private get families(): LabFamilies {
     return { dualStack: this.state.dualStack === true, ipv6Only: this.ipv6Only };
+  }
+
+  /** what net-conf.json (etcd mode: the network config) says: the families, the masquerade mode */
+  private get netOptions(): LabNetOptions {
+    return { ...this.families, nftables: this.nftables };
   }
 
   /** the underlay, the pods and the matrix have IPv6: a dual-stack or IPv6-only lab */
@@ -170,8 +185,13 @@ export class NetnsCluster implements Cluster {
     etcdMembers?: number;
     dualStack?: boolean;
     ipv6Only?: boolean;
+    nftables?: boolean;
   }): Promise<NetnsCluster> {
     const store = o.kubelet === true ? 'kube' : (o.store ?? 'etcd');
+    if (o.nftables === true && o.kubelet === true)
+      throw new Error(
+        "--nftables: twill run by hand (either store), not --kubelet: deploy/'s net-conf.json is iptables mode",
+      );
     if (o.ipv6Only === true && (store !== 'kube' || o.kubelet === true || o.dualStack === true))
       throw new Error(
         "--ipv6-only: twill's Kubernetes store by hand (--store kube), without --kubelet or --dual-stack",
@@ -199,13 +219,13 @@ export class NetnsCluster implements Cluster {
       ...(o.slow === undefined ? {} : { slow: o.slow }),
       ...(o.dualStack === true ? { dualStack: true } : {}),
       ...(o.ipv6Only === true ? { ipv6Only: true } : {}),
+      ...(o.nftables === true ? { nftables: true } : {}),
       ...kubelet,
       ...etcd,
     });
     await mkdir(c.dir, { recursive: true });
     await writeState(c.state);
     if (o.slow !== undefined) await createThrottle(o.name, o.slow);
-    const families = c.families;
     await buildRouter(await c.addNs('rt'), await c.addNs('out'), { ipv6: c.hasIpv6 });
     // IPv6-only too: the control plane keeps serving on its IPv4 address (the header says why)
     await c.attach('etcd', ETCD_IP, c.hasIpv6 ? ETCD_IP6 : undefined);
@@ -217,11 +237,11 @@ export class NetnsCluster implements Cluster {
         c.etcdEndpoint,
         'put',
         `${c.etcdPrefix}/config`,
-        JSON.stringify(labNetConfig(o.backend, families)),
+        JSON.stringify(labNetConfig(o.backend, c.netOptions)),
       ]);
       return c;
     }
-    await prepareKubeLab(c.kube, o.backend, families);
+    await prepareKubeLab(c.kube, o.backend, c.netOptions);
     if (c.kubelet) await c.kubelet.prepare();
     await c.startApiServer();
     if (c.kubelet) await c.kubelet.startControlPlane();

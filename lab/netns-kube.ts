@@ -7,7 +7,8 @@
 // podCIDR per lab node. Every file lives under the lab directory, so `down`
 // removes it with the lab. An IPv6-only lab (`--ipv6-only`) has net-conf.json
 // with EnableIPv4 false and one IPv6 podCIDR per Node; its apiserver still
-// serves on the IPv4 underlay address (see netns-cluster.ts for why).
+// serves on the IPv4 underlay address (see netns-cluster.ts for why). A lab
+// in nftables mode (`--nftables`) has EnableNFTables in net-conf.json.
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { ShOptions } from './cluster.ts';
@@ -67,7 +68,7 @@ export function kubeLab(labDir: string, host: string): KubeLab {
 export async function prepareKubeLab(
   k: KubeLab,
   backend: 'vxlan' | 'host-gw',
-  o: LabFamilies = {},
+  o: LabNetOptions = {},
 ): Promise<void> {
   await mkdir(k.admin.cacheDir, { recursive: true });
   const creds = await writeCredentials(k.dir);
@@ -182,25 +183,34 @@ export interface LabFamilies {
   readonly ipv6Only?: boolean;
 }
 
+/** What the lab's network config says beyond the backend: the families, the masquerade mode. */
+export interface LabNetOptions extends LabFamilies {
+  /** `up --nftables`: flannel's `"EnableNFTables": true` (twill's masquerade in nftables) */
+  readonly nftables?: boolean;
+}
+
 /**
  * The lab's net-conf.json (etcd mode: its network config): dual-stack adds flannel's IPv6 keys;
- * IPv6-only has them with `EnableIPv4: false` and no Network (flannel refuses IPv4 keys then).
+ * IPv6-only has them with `EnableIPv4: false` and no Network (flannel refuses IPv4 keys then);
+ * nftables mode adds `EnableNFTables: true`.
  */
 export function labNetConfig(
   backend: 'vxlan' | 'host-gw',
-  o: LabFamilies = {},
+  o: LabNetOptions = {},
 ): Record<string, unknown> {
   if (o.dualStack === true && o.ipv6Only === true)
     throw new Error('a lab is dual-stack or IPv6-only, not both');
+  const nft = o.nftables === true ? { EnableNFTables: true } : {};
   if (o.ipv6Only === true)
     return {
       EnableIPv4: false,
       EnableIPv6: true,
       IPv6Network: LAB_IPV6_NETWORK,
+      ...nft,
       Backend: { Type: backend },
     };
   const v6 = o.dualStack === true ? { EnableIPv6: true, IPv6Network: LAB_IPV6_NETWORK } : {};
-  return { Network: '10.244.0.0/16', ...v6, Backend: { Type: backend } };
+  return { Network: '10.244.0.0/16', ...v6, ...nft, Backend: { Type: backend } };
 }
 
 /** The lab's IPv6 pod network (dual-stack, IPv6-only): node k's subnet is fd00:10:244:<k>::/64. */

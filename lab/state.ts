@@ -1,5 +1,5 @@
 // The netns lab's state on disk, /run/twill-lab/<name>/state.json: which
-// nodes and pods exist, the store mode, and the pids of etcd (each member), the
+// nodes and pods exist, the store and masquerade modes, and the pids of etcd (each member), the
 // kube-apiserver (kube mode) and every twill (in kubelet mode: the control
 // plane's and each node's own processes), so `status`,
 // `drill` and `down` (separate invocations) find the lab `up` made.
@@ -73,6 +73,11 @@ export interface LabState {
    * in net-conf.json, one IPv6 podCIDR per Node, pods with IPv6 alone
    */
   ipv6Only?: boolean;
+  /**
+   * `up --nftables`: `"EnableNFTables": true` in the network config, so twill keeps its masquerade
+   * in its own nftables tables and no iptables chain (absent: iptables mode)
+   */
+  nftables?: boolean;
   /** `up --kubelet`: real kubelets run twill's DaemonSet (kubelet-lab.ts, kubelet-node.ts) */
   kubelet?: KubeletLabState;
 }

@@ -14,6 +14,8 @@ export interface UpOptions {
   readonly spares?: number;
   readonly dualStack?: boolean;
   readonly ipv6Only?: boolean;
+  /** twill in nftables mode (`"EnableNFTables": true`): the netns lab, either store */
+  readonly nftables?: boolean;
 }
 
 /** Why the labs refuse this `up` command line, or undefined when one of them takes it. */
@@ -25,9 +27,10 @@ export function upConflict(o: UpOptions): string | undefined {
       o.slow !== undefined ||
       o.etcdMembers !== undefined ||
       o.dualStack === true ||
-      o.ipv6Only === true
+      o.ipv6Only === true ||
+      o.nftables === true
     )
-      return '--vagrant runs the etcd lab on Vagrant machines: no --kubelet, --store kube, --slow, --etcd-members, --dual-stack or --ipv6-only';
+      return '--vagrant runs the etcd lab on Vagrant machines: no --kubelet, --store kube, --slow, --etcd-members, --dual-stack, --ipv6-only or --nftables';
     return undefined;
   }
   if (o.spares !== undefined) return '--spares is for the Vagrant lab (--vagrant)';
@@ -41,6 +44,8 @@ export function upConflict(o: UpOptions): string | undefined {
     if (o.store !== 'kube')
       return "--ipv6-only needs the Kubernetes store (add --store kube): the etcd store, flannel's as twill's, always leases an IPv4 subnet";
   }
+  if (o.nftables === true && o.kubelet === true)
+    return "--nftables is for the netns lab with either store (--store etcd|kube), not --kubelet: deploy/'s net-conf.json is iptables mode";
   if (o.kubelet === true && (o.slow !== undefined || o.backend !== 'vxlan' || o.store !== 'etcd'))
     return '--kubelet runs deploy/ as shipped (vxlan, the Kubernetes API as store) at full speed: no --backend, --store or --slow';
   return undefined;

@@ -25,14 +25,21 @@ function defaultCell(f: FlagSpec): string {
 }
 
 function envCell(f: FlagSpec): string {
+  if (f.commandLineOnly) return 'none (command line only)';
   const name = `\`${envName(f.name)}\``;
   return f.kind === 'repeat' ? `${name} (comma list)` : name;
 }
 
 function inEffectCell(f: FlagSpec): string {
-  if (f.store === 'etcd') return 'without `--kube-subnet-mgr`';
-  if (f.store === 'kube') return 'with `--kube-subnet-mgr`';
-  return 'always';
+  const store =
+    f.store === 'etcd'
+      ? 'without `--kube-subnet-mgr`'
+      : f.store === 'kube'
+        ? 'with `--kube-subnet-mgr`'
+        : undefined;
+  // `twill status` and `twill doctor` take the other flags too; a run-only one only `twill run`
+  if (f.runOnly) return store === undefined ? '`twill run` only' : `\`twill run\` only, ${store}`;
+  return store ?? 'always';
 }
 
 /** The Markdown table of `flags`, one row each, without a trailing newline. */

@@ -6,14 +6,18 @@
 // IPv4 only, dual-stack, or IPv6 only (the network config's `ipv4` null: the
 // Kubernetes store only, whose lease then has no IPv4 subnet): each half the
 // config turns off is simply absent, from the interface choice and the lease
-// attributes to subnet.env and the dataplane.
+// attributes to subnet.env and the dataplane. The masquerade lives in
+// iptables chains, or with "EnableNFTables" in twill's own nftables tables
+// (the nft command then required: its monitor is how changes are seen).
 import { createHash } from 'node:crypto';
 import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { LineWatcher, Runner } from './exec/runner.ts';
 import { Desired, podMtu, vxlan6DeviceName, vxlanDeviceName } from './dataplane/desired.ts';
 import { pollChains, runMonitors, type FloodGuard, type Touch } from './dataplane/monitor.ts';
-import { detectIptables, type IptablesInfo } from './dataplane/observe.ts';
+import { pollNftTables } from './dataplane/nft-monitor.ts';
+import { nftUnusable } from './dataplane/nft-observe.ts';
+import { detectIptables, nftCommandExists } from './dataplane/observe.ts';
 import type { MasqSpec } from './dataplane/model.ts';
 import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
 import { forwardingSysctls } from './dataplane/sysctl.ts';
@@ -347,9 +351,10 @@ async function runNode(
   const { store, logger, runner } = deps;
   const { probe } = opts;
   const { config, choice, lease } = await acquire(deps, opts, probe, signal);
-  probe.step('detecting iptables');
-  // IPv6 only: ip6tables is the one twill uses (and may be the one installed)
-  const iptables = await detectIptables(runner, signal, { ipv4: config.ipv4 !== null });
+  probe.step(config.nftables ? 'detecting nft' : 'detecting iptables');
+  const netfilter = await detectMasq(runner, config, signal);
+  if (config.nftables)
+    logger.info('nftables mode ("EnableNFTables"): the masquerade is kept in twill\'s nft tables');
   const brProblem = await deps.bridgeNetfilterProblem({ ipv6Only: config.ipv4 === null });
   if (brProblem !== undefined) logger.warn(brProblem);
 
@@ -363,7 +368,7 @@ async function runNode(
     onSelfLost: (why) => keeper.notifyLost(why),
     logger,
   });
-  const { randomFully } = iptables;
+  const { randomFully } = netfilter;
   const families = { ipv4: config.ipv4 !== null, ipv6: config.ipv6 !== null };
   // podRanges defaults the CNI bridge (cni0) when --cni-bridge gave none
   const bridge = opts.cniBridge === undefined ? {} : { cniBridge: opts.cniBridge };
@@ -377,6 +382,8 @@ async function runNode(
   const reconciler = new Reconciler({
     runner,
     logger,
+    nftables: netfilter.nftables,
+    nftCommand: netfilter.nftCommand,
     desired: () => desired.state(),
     ensureForwarding: () => deps.ensureForwarding(families),
     forwardingSysctls: forwardingSysctls(families),
@@ -405,19 +412,58 @@ async function runNode(
     (s) => store.watchLeases({ signal: s, onEvent }),
     (s) => keeper.run(s),
     (s) => reconciler.run(s),
-    ...kernelWatchers({ deps, opts, choice, iptables, reconciler, desired, ...families }),
+    ...kernelWatchers({ deps, opts, choice, netfilter, reconciler, desired, ...families }),
   ]);
 }
 
 /**
+ * Where the masquerade lives and how its changes are seen: in nftables mode twill's tables, watched
+ * by `nft monitor`; in iptables mode iptables' chains, watched by `nft monitor` when iptables
+ * drives nf_tables (and nft is installed), else polled.
+ */
+interface MasqBackend {
+  /** "EnableNFTables": twill's nft tables */
+  readonly nftables: boolean;
+  /** `nft monitor` sees changes of what twill keeps */
+  readonly events: boolean;
+  /** the nft command runs (iptables mode: an nftables-mode run's tables may be left to remove) */
+  readonly nftCommand: boolean;
+  /** masquerade --random-fully (fully-random) is available */
+  readonly randomFully: boolean;
+}
+
+async function detectMasq(
+  runner: Runner,
+  config: NetConfig,
+  signal: AbortSignal,
+): Promise<MasqBackend> {
+  if (config.nftables) {
+    // once, here: an nft that cannot list in JSON would fail every pass
+    const problem = await nftUnusable(runner, signal);
+    if (problem !== undefined)
+      throw new TwillError(
+        'CONFIG_UNSUPPORTED',
+        `net-conf.json: "EnableNFTables" is true, but ${problem}; or set "EnableNFTables": false to keep the masquerade in iptables`,
+      );
+    // every nft twill can run has masquerade fully-random (nft 0.9, kernel 4.x)
+    return { nftables: true, events: true, nftCommand: true, randomFully: true };
+  }
+  // IPv6 only: ip6tables is the one twill uses (and may be the one installed)
+  const ipt = await detectIptables(runner, signal, { ipv4: config.ipv4 !== null });
+  const nftCommand = ipt.nftables || (await nftCommandExists(runner, signal));
+  return { nftables: false, events: ipt.nftables, nftCommand, randomFully: ipt.randomFully };
+}
+
+/**
  * The loops that tell the reconciler what changed in the kernel: `ip monitor` and `nft monitor`,
- * and with iptables-legacy (no event stream for rule changes) a poll of twill's chains.
+ * and with iptables-legacy (no event stream for rule changes) a poll of twill's chains; in
+ * nftables mode, `nft monitor` watches twill's tables and nothing is polled.
  */
 function kernelWatchers(o: {
   deps: DaemonDeps;
   opts: DaemonOptions;
   choice: IfaceChoice;
-  iptables: IptablesInfo;
+  netfilter: MasqBackend;
   reconciler: Reconciler;
   desired: Desired;
   /** IPv6 on (dual-stack or IPv6 only): the IPv6 chains are polled, IPv6 underlay events matter */
@@ -432,22 +478,30 @@ function kernelWatchers(o: {
   // the poll needs only the chains' inputs, not the whole desired state (5,000 peers every second)
   const masq = (): MasqSpec | null => o.desired.masq();
   const masq6 = o.ipv6 ? { masq6: () => o.desired.masq6() } : {};
+  const pollOptions = { runner, logger, masq, ...masq6, intervalMs: 1_000, onDrift: trigger };
+  // nftables mode: the tables, and only where the listing that stands in for a flooded monitor
+  // cannot run
   const poll = (s: AbortSignal): Promise<void> =>
-    pollChains({ runner, logger, masq, ...masq6, intervalMs: 1_000, onDrift: trigger }, s);
+    o.netfilter.nftables ? pollNftTables(pollOptions, s) : pollChains(pollOptions, s);
   const monitors = (s: AbortSignal): Promise<void> =>
     runMonitors(
       {
         watch: deps.watch,
         logger,
-        ctx: { underlay: o.choice.iface.name, ipv6: o.ipv6, ...(o.ipv4 ? {} : { ipv4: false }) },
-        nft: o.iptables.nftables,
+        ctx: {
+          underlay: o.choice.iface.name,
+          ipv6: o.ipv6,
+          ...(o.ipv4 ? {} : { ipv4: false }),
+          ...(o.netfilter.nftables ? { nftables: true } : {}),
+        },
+        nft: o.netfilter.events,
         onEvent: trigger,
         poll,
         ...(o.opts.nftFlood ? { flood: o.opts.nftFlood } : {}),
       },
       s,
     );
-  return o.iptables.nftables ? [monitors] : [monitors, poll];
+  return o.netfilter.events ? [monitors] : [monitors, poll];
 }
 
 /**

@@ -1,8 +1,9 @@
-// `twill doctor`: checks this node's kernel settings, iptables, MTUs,
-// subnet.env, lease and leftovers, prints one verdict per check with a fix,
-// and exits 1 when any check fails. It takes `twill run`'s flags (the same
-// table, so the same store and files are looked at) plus --json and
-// --bridge; an unreachable store only skips the checks that need it.
+// `twill doctor`: checks this node's kernel settings, iptables (or in
+// nftables mode twill's nft tables), MTUs, subnet.env, lease and leftovers,
+// prints one verdict per check with a fix, and exits 1 when any check fails.
+// It takes `twill run`'s flags (the same table, so the same store and files
+// are looked at) plus --json and --bridge; an unreachable store only skips
+// the checks that need it.
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { runChecks, doctorExitCode } from '../doctor/checks.ts';
@@ -62,11 +63,11 @@ export function addDoctorCommand(
   const cmd = program
     .command('doctor')
     .description(
-      'check this node for what breaks overlays (sysctls, iptables, MTU, subnet.env vs lease, stale routes, leftovers); exit 1 when a check fails',
+      'check this node for what breaks overlays (sysctls, iptables, nftables, MTU, subnet.env vs lease, stale routes, leftovers); exit 1 when a check fails',
     )
     .option('--json', 'print the verdicts as JSON')
     .option('--bridge <name>', 'the CNI bridge to inspect', 'cni0');
-  addRunFlags(cmd).action(async () => {
+  addRunFlags(cmd, { run: false }).action(async () => {
     const own = cmd.opts<{ json?: boolean; bridge: string }>();
     const flags = resolveRunFlags(cmd, o.env);
     const code = await doctor(

@@ -32,6 +32,16 @@ export interface FlagSpec {
   /** the value when neither the command line nor the environment gives one */
   readonly default?: string;
   /**
+   * no TWILL_<NAME> variable: the command line alone sets it (--cleanup: a pod's environment
+   * copied from the DaemonSet must never turn every start into an uninstall)
+   */
+  readonly commandLineOnly?: true;
+  /**
+   * declared on `twill run` only, not on `twill status` or `twill doctor` (which refuse it as an
+   * unknown option rather than ignore it)
+   */
+  readonly runOnly?: true;
+  /**
    * Without `default`: what twill does instead (shown in --help and the README); with it: a note
    * on the value (README only). Booleans are off unless given.
    */
@@ -225,6 +235,14 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     default: 'info',
   },
   {
+    name: 'cleanup',
+    kind: 'bool',
+    commandLineOnly: true,
+    runOnly: true,
+    help: "remove twill's kernel state from this node and exit (its TWILL-POSTRTG and TWILL-FWD chains and their jumps, its nftables tables, its twill.* and twill-v6.* devices, its routes of protocol 151); the CNI bridge, the pods and subnet.env are left alone, and no store is read. For uninstalling, after the DaemonSet is deleted: never on a restart or upgrade, which would cut the pods off until twill runs again",
+    doc: "remove twill's kernel state from this node and exit 0 (the `TWILL-POSTRTG` and `TWILL-FWD` chains and the jumps to them, in iptables and ip6tables; the nftables tables `ip twill-ipv4` and `ip6 twill-ipv6`; the `twill.<VNI>` and `twill-v6.<VNI>` devices; the routes of protocol 151), without reading the store. The CNI bridge, the pods and subnet.env are left alone. For uninstalling, once the DaemonSet is deleted, never on a restart or upgrade: see [Uninstalling](docs/operations.md#uninstalling)",
+  },
+  {
     name: 'kube-subnet-mgr',
     kind: 'bool',
     help: 'take the subnet from the Kubernetes API instead of etcd',
@@ -293,6 +311,8 @@ export interface RunFlags {
   readonly healthzPort: number;
   readonly nodeName: string | undefined;
   readonly logLevel: LogLevel;
+  /** `twill run --cleanup`: remove twill's kernel state and exit, instead of running */
+  readonly cleanup: boolean;
   readonly kubeSubnetMgr: boolean;
   readonly kubeconfigFile: string | undefined;
   readonly kubeApiUrl: string | undefined;
@@ -329,16 +349,24 @@ function bad(flag: string, value: string, why: string): never {
   );
 }
 
-/** Declares the flags on a commander command (values are parsed by `resolveRunFlags`). */
-export function addRunFlags(cmd: Command): Command {
+/**
+ * Declares the flags on a commander command (values are parsed by `resolveRunFlags`): `run` for
+ * `twill run`, which alone takes the `runOnly` ones (a flag not declared resolves to its default).
+ */
+export function addRunFlags(cmd: Command, o: { readonly run: boolean }): Command {
   for (const f of RUN_FLAGS) {
+    if (f.runOnly && !o.run) continue;
     const syntax = f.kind === 'bool' ? `--${f.name}` : `--${f.name} <${f.arg ?? 'value'}>`;
-    const envNote = f.kind === 'repeat' ? `${envName(f.name)}, comma-separated` : envName(f.name);
+    const envNote = f.commandLineOnly
+      ? 'command line only'
+      : f.kind === 'repeat'
+        ? `env: ${envName(f.name)}, comma-separated`
+        : `env: ${envName(f.name)}`;
     // commander shows a value default itself, after the env note; words for a missing one go
     // there too
     const instead =
       f.default === undefined && f.defaultText !== undefined ? ` (default: ${f.defaultText})` : '';
-    const opt = new Option(syntax, `${f.help} (env: ${envNote})${instead}`);
+    const opt = new Option(syntax, `${f.help} (${envNote})${instead}`);
     if (f.kind === 'repeat')
       opt.argParser((v: string, prev: string[] | undefined) => [...(prev ?? []), v]);
     if (f.default !== undefined) opt.default(f.default);
@@ -381,7 +409,7 @@ export function resolveRunFlags(cmd: Command, env: NodeJS.ProcessEnv): RunFlags 
   for (const f of RUN_FLAGS) {
     const key = camel(f.name);
     const fromCli = cmd.getOptionValueSource(key) === 'cli';
-    const envValue = env[envName(f.name)];
+    const envValue = f.commandLineOnly ? undefined : env[envName(f.name)];
     if (!fromCli && envValue !== undefined) out[key] = parseValue(f, envValue, true);
     else if (values[key] !== undefined) out[key] = parseValue(f, values[key], false);
     else out[key] = f.kind === 'bool' ? false : f.kind === 'repeat' ? [] : undefined;

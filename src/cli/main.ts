@@ -16,6 +16,7 @@ import { buildStatus } from '../status/report.ts';
 import { addRunFlags, ifaceRequest, resolveRunFlags, type RunFlags } from './flags.ts';
 import { nodeNameOf, openStore } from './open-store.ts';
 import { addDoctorCommand } from './doctor-cmd.ts';
+import { cleanupCommand } from './cleanup-cmd.ts';
 
 /** Exit codes: 0 clean stop, 1 runtime failure, 2 bad flags or config. */
 const EXIT_USAGE = 2;
@@ -72,6 +73,8 @@ async function statusCommand(
 
 async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<number> {
   const nodeName = nodeNameOf(flags, env);
+  // uninstalling: no store, no daemon
+  if (flags.cleanup) return cleanupCommand(flags, { nodeName });
   // the etcd password is scrubbed from every log line, whatever carries it
   const logger = createLogger({
     level: flags.logLevel,
@@ -140,15 +143,15 @@ async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
     .description(
       "lease this node's pod subnet, write subnet.env, track peers and program the dataplane",
     );
-  addRunFlags(runCmd).action(async () => {
+  addRunFlags(runCmd, { run: true }).action(async () => {
     exitCode = await runCommand(resolveRunFlags(runCmd, env), env);
   });
   const statusCmd = program
     .command('status')
     .description(
-      'this node: our lease, every peer and whether the kernel has its entries, the desired-vs-actual diff, the masquerade chains',
+      'this node: our lease, every peer and whether the kernel has its entries, the desired-vs-actual diff, the masquerade (chains, or nft tables in nftables mode)',
     );
-  addRunFlags(statusCmd)
+  addRunFlags(statusCmd, { run: false })
     .option('--json', 'print the report as JSON')
     .action(async () => {
       exitCode = await statusCommand(resolveRunFlags(statusCmd, env), {

@@ -1,7 +1,8 @@
 // net-conf.json: flannel's network configuration, parsed and validated with
 // flannel's rules (keys case-insensitive, SubnetLen/SubnetMin/SubnetMax
-// defaults), except that the default backend is vxlan rather than flannel's
-// accidental udp. Pure: text in, NetConfig or a CONFIG_* error out.
+// defaults, EnableNFTables false), except that the default backend is vxlan
+// rather than flannel's accidental udp. Pure: text in, NetConfig or a
+// CONFIG_* error out.
 import { TwillError } from '../errors.ts';
 import {
   blockSize,
@@ -67,6 +68,11 @@ export interface NetConfig {
   /** the IPv6 network when "EnableIPv6" is true; null: IPv4 only */
   readonly ipv6: Ipv6NetConfig | null;
   readonly backend: BackendConfig;
+  /**
+   * "EnableNFTables" (flannel's key, default false): the masquerade and forward rules live in
+   * twill's own nftables tables (src/dataplane/nft.ts) instead of iptables chains
+   */
+  readonly nftables: boolean;
   /** keys that were present but that twill does not know (for a warning) */
   readonly unknownKeys: readonly string[];
 }
@@ -105,10 +111,14 @@ export function parseNetConfig(text: string): NetConfig {
       ? undefined
       : CiObject.from(`${WHERE}: "Backend"`, backendObj, 'CONFIG_INVALID'),
   );
+  // a value that is not true or false stops start-up, naming the key and the value (read before
+  // the unknown keys are listed)
+  const nftables = obj.bool('EnableNFTables') ?? false;
   return {
     ipv4,
     ipv6,
     backend: backend.config,
+    nftables,
     unknownKeys: [...obj.unknownKeys(), ...backend.unknown],
   };
 }

@@ -1,11 +1,15 @@
 // apply: runs a plan's batches (render.ts makes them: ip (pre), bridge, ip
-// (post), iptables-restore --noflush with the xtables lock) in that order.
-// ip and bridge run with -force so one failing line does not stop the rest;
-// failures are mapped back to the lines that caused them.
+// (post), one `nft -f -` per table written, iptables-restore and
+// ip6tables-restore --noflush with the xtables lock, one `nft -f -` per table
+// deleted) in that order. ip and bridge run with -force so one failing line
+// does not stop the rest, and a failing batch does not stop the later ones;
+// failures are mapped back to the lines that caused them (nft's
+// "/dev/stdin:<line>:…" reports, per table, as well as ip's).
 import { describeError } from '../errors.ts';
 import { describeBatchFailures } from '../exec/batch-errors.ts';
 import { CommandError, type Runner } from '../exec/runner.ts';
 import type { Op } from './model.ts';
+import { describeNftFailures } from './nft-parse.ts';
 import { renderBatches } from './render.ts';
 
 export interface ApplyResult {
@@ -27,7 +31,8 @@ export async function applyOps(
       await runner(b.file, b.args, { signal, input: b.input, timeoutMs: 60_000 });
     } catch (err) {
       if (signal.aborted) throw err;
-      const found = err instanceof CommandError ? describeBatchFailures(err.stderr, b.lines) : [];
+      const describe = b.phase === 'nft' ? describeNftFailures : describeBatchFailures;
+      const found = err instanceof CommandError ? describe(err.stderr, b.lines) : [];
       failures.push(
         ...(found.length > 0 ? found.map((f) => `${b.file}: ${f}`) : [describeError(err)]),
       );

@@ -1,5 +1,6 @@
 // The desired state: our lease + every admitted peer lease in, what the
-// kernel should hold out (pure). The backends live here: host-gw routes each
+// kernel should hold out (pure). The backends live here and, peer by peer, in
+// peer-entries.ts (built once per lease object, EntriesMemo): host-gw routes each
 // peer subnet via the peer's public IP on the underlay; vxlan gives each peer
 // a permanent neighbour, an FDB entry and an onlink route through
 // twill.<VNI>, wire-compatible with flannel. Dual-stack adds the same per
@@ -14,23 +15,21 @@
 // same functions over the keeper's lease and the tracker's peers now.
 import type { NetConfig, VxlanBackend } from '../config/netconf.ts';
 import type { Lease } from '../lease/types.ts';
-import { onLink, onLink6, type IfaceChoice } from '../net/iface.ts';
-import { formatCidr, formatIpv4, type Cidr } from '../net/ipv4.ts';
-import { formatCidr6, formatIpv6 } from '../net/ipv6.ts';
+import type { IfaceChoice } from '../net/iface.ts';
+import { formatIpv4, type Cidr } from '../net/ipv4.ts';
+import { formatIpv6 } from '../net/ipv6.ts';
 import {
   DEVICE_PREFIX,
   DEVICE6_PREFIX,
   VXLAN_OVERHEAD,
   VXLAN6_OVERHEAD,
   type DesiredState,
-  type FdbSpec,
   type MasqSpec,
   type MasqSpec6,
-  type NeighSpec,
   type PodRange,
-  type RouteSpec,
   type VxlanDevice,
 } from './model.ts';
+import { joinEntries, peerEntries, type EntriesMemo, type EntriesSetup } from './peer-entries.ts';
 
 export interface BackendInput {
   readonly config: NetConfig;
@@ -82,12 +81,6 @@ export function vxlan6Mtu(backend: VxlanBackend, underlayMtu: number): number {
   return (backend.mtu ?? underlayMtu) - VXLAN6_OVERHEAD;
 }
 
-interface PeerEntries {
-  routes: RouteSpec[];
-  neighs: NeighSpec[];
-  fdb: FdbSpec[];
-}
-
 /**
  * The IPv4 side: on when the config has an IPv4 network and we hold an IPv4 subnet and an IPv4
  * underlay address (off on an IPv6-only node); what the IPv4 entries are built from.
@@ -102,53 +95,6 @@ function v4Of(input: Pick<BackendInput, 'config' | 'self' | 'choice'>): V4 | und
   const underlayIp = input.choice.ifaceIp;
   if (!input.config.ipv4 || !self || !underlayIp) return undefined;
   return { underlayIp, self };
-}
-
-/** A peer's IPv4 half: its subnet and PublicIP. */
-interface Peer4 {
-  readonly peer: Lease;
-  readonly subnet: Cidr;
-  readonly publicIp: string;
-}
-
-/** Peers with an IPv4 subnet and a PublicIP (an IPv6-only peer gets no IPv4 entries). */
-function v4Peers(input: BackendInput): Peer4[] {
-  return input.peers.flatMap((peer) =>
-    peer.subnet && peer.attrs.publicIp
-      ? [{ peer, subnet: peer.subnet, publicIp: peer.attrs.publicIp }]
-      : [],
-  );
-}
-
-function directRoute(p: Peer4, choice: IfaceChoice): RouteSpec {
-  return {
-    dst: formatCidr(p.subnet),
-    via: p.publicIp,
-    dev: choice.iface.name,
-    onlink: false,
-  };
-}
-
-function hostGwEntries(input: BackendInput): PeerEntries {
-  return { routes: v4Peers(input).map((p) => directRoute(p, input.choice)), neighs: [], fdb: [] };
-}
-
-function vxlanEntries(input: BackendInput, dev: VxlanDevice, backend: VxlanBackend): PeerEntries {
-  const out: PeerEntries = { routes: [], neighs: [], fdb: [] };
-  for (const p of v4Peers(input)) {
-    const mac = p.peer.attrs.backendData?.vtepMac;
-    if (backend.directRouting && onLink(input.choice.iface, p.publicIp)) {
-      out.routes.push(directRoute(p, input.choice));
-      continue;
-    }
-    // admission refused vxlan peers without a VtepMAC (admit.ts)
-    if (mac === undefined) continue;
-    const gw = formatIpv4(p.subnet.base);
-    out.neighs.push({ dev: dev.name, ip: gw, mac });
-    out.fdb.push({ dev: dev.name, mac, dst: p.publicIp });
-    out.routes.push({ dst: formatCidr(p.subnet), via: gw, dev: dev.name, onlink: true });
-  }
-  return out;
 }
 
 function vxlanDevice(input: BackendInput, backend: VxlanBackend, v4: V4): VxlanDevice {
@@ -181,54 +127,6 @@ function v6Of(input: Pick<BackendInput, 'config' | 'self' | 'choice'>): V6 | und
   const underlayIp = input.choice.ifaceIp6;
   if (!input.config.ipv6 || !self || !underlayIp) return undefined;
   return { underlayIp, self };
-}
-
-/** Peers with an IPv6 subnet and a PublicIPv6 (an IPv4-only peer gets no IPv6 entries). */
-function v6Peers(input: BackendInput): (Lease & { subnet6: NonNullable<Lease['subnet6']> })[] {
-  return input.peers.filter(
-    (p): p is Lease & { subnet6: NonNullable<Lease['subnet6']> } =>
-      !!p.subnet6 && !!p.attrs.publicIpv6,
-  );
-}
-
-function directRoute6(
-  peer: Lease,
-  subnet6: NonNullable<Lease['subnet6']>,
-  choice: IfaceChoice,
-): RouteSpec {
-  return {
-    dst: formatCidr6(subnet6),
-    via: peer.attrs.publicIpv6 ?? '',
-    dev: choice.iface.name,
-    onlink: false,
-  };
-}
-
-function hostGw6Entries(input: BackendInput): PeerEntries {
-  return {
-    routes: v6Peers(input).map((p) => directRoute6(p, p.subnet6, input.choice)),
-    neighs: [],
-    fdb: [],
-  };
-}
-
-function vxlan6Entries(input: BackendInput, dev: VxlanDevice, backend: VxlanBackend): PeerEntries {
-  const out: PeerEntries = { routes: [], neighs: [], fdb: [] };
-  for (const peer of v6Peers(input)) {
-    const publicIpv6 = peer.attrs.publicIpv6 ?? '';
-    if (backend.directRouting && onLink6(input.choice.iface, publicIpv6)) {
-      out.routes.push(directRoute6(peer, peer.subnet6, input.choice));
-      continue;
-    }
-    // a peer without an IPv6 VtepMAC (no IPv6 vxlan device) cannot be reached through ours
-    const mac = peer.attrs.backendData6?.vtepMac;
-    if (mac === undefined) continue;
-    const gw = formatIpv6(peer.subnet6.base);
-    out.neighs.push({ dev: dev.name, ip: gw, mac });
-    out.fdb.push({ dev: dev.name, mac, dst: publicIpv6 });
-    out.routes.push({ dst: formatCidr6(peer.subnet6), via: gw, dev: dev.name, onlink: true });
-  }
-  return out;
 }
 
 /**
@@ -298,34 +196,34 @@ export function podRanges(o: { config: NetConfig; self: Lease; cniBridge?: strin
 
 /**
  * The whole desired state for one pass, from peers that passed admission (admit.ts, applied by
- * the peer tracker): every peer given becomes kernel entries.
+ * the peer tracker): every peer given becomes kernel entries. `memo`: see EntriesMemo (for one
+ * config and interface choice, as `Desired` keeps them).
  */
-export function desiredState(input: BackendInput): DesiredState {
+export function desiredState(input: BackendInput, memo?: EntriesMemo): DesiredState {
   const backend = input.config.backend;
   // IPv4 off (IPv6 only): no twill.<VNI>, no IPv4 entry, and masq null below
   const v4 = v4Of(input);
   const vxlan = v4 && backend.type === 'vxlan' ? vxlanDevice(input, backend, v4) : null;
-  const entries: PeerEntries = !v4
-    ? { routes: [], neighs: [], fdb: [] }
-    : vxlan && backend.type === 'vxlan'
-      ? vxlanEntries(input, vxlan, backend)
-      : hostGwEntries(input);
   const v6 = v6Of(input);
   const vxlan6 = v6 && backend.type === 'vxlan' ? vxlan6Device(input, backend, v6) : null;
-  const entries6 = !v6
-    ? undefined
-    : vxlan6 && backend.type === 'vxlan'
-      ? vxlan6Entries(input, vxlan6, backend)
-      : hostGw6Entries(input);
+  const setup: EntriesSetup = { input, backend, v4: !!v4, v6: !!v6, vxlan, vxlan6 };
+  const key = `${!!v4} ${!!v6} ${vxlan?.name} ${vxlan6?.name}`;
+  if (memo && memo.key !== key) [memo.key, memo.entries] = [key, new WeakMap()];
+  const peers = input.peers.map((peer) => {
+    const known = memo?.entries.get(peer);
+    if (known) return known;
+    const made = peerEntries(setup, peer);
+    memo?.entries.set(peer, made);
+    return made;
+  });
   return {
     vxlan,
     vxlan6,
-    routes: entries6 ? [...entries.routes, ...entries6.routes] : entries.routes,
-    neighs: entries6 ? [...entries.neighs, ...entries6.neighs] : entries.neighs,
-    fdb: entries6 ? [...entries.fdb, ...entries6.fdb] : entries.fdb,
+    ...joinEntries(peers),
     masq: masqSpec(input),
     masq6: masqSpec6(input),
     podRanges: podRanges(input),
+    peers,
   };
 }
 
@@ -339,13 +237,16 @@ export interface DesiredInputs extends Omit<BackendInput, 'self' | 'peers'> {
 
 export class Desired {
   private readonly o: DesiredInputs;
+  /** peers' entries by lease (EntriesMemo) */
+  private readonly memo: EntriesMemo = { entries: new WeakMap() };
 
   constructor(o: DesiredInputs) {
     this.o = o;
   }
 
   state(): DesiredState {
-    return desiredState({ ...this.o, self: this.o.keeper.current(), peers: this.o.peers.list() });
+    const self = this.o.keeper.current();
+    return desiredState({ ...this.o, self, peers: this.o.peers.list() }, this.memo);
   }
 
   /**

@@ -9,6 +9,7 @@
 // of ours (PodRange), is deleted. An unchanged kernel gives an empty plan.
 import { containsAddr, parseIpv4 } from '../net/ipv4.ts';
 import { containsAddr6, parseIpv6 } from '../net/ipv6.ts';
+import { joinEntries } from './peer-entries.ts';
 import { chainSpecs, chainSpecs6, diffChain, noChainSpecs, noChainSpecs6 } from './masq.ts';
 import {
   type DesiredState,
@@ -16,6 +17,7 @@ import {
   type ObservedLink,
   type ObservedState,
   type Op,
+  type PeerEntries,
   type PodRange,
   type RouteSpec,
   type VxlanDevice,
@@ -184,14 +186,14 @@ function diffNeighs(want: DesiredState, seen: ObservedState, scope: EntryScope):
   for (const n of want.neighs) {
     const h = have.get(key(n));
     if (h?.permanent && h.mac === n.mac) continue;
-    ops.push({ kind: 'neigh', action: h ? 'change' : 'add', phase: 'ip-pre', neigh: n });
+    ops.push({ kind: 'neigh', action: h ? 'change' : 'add', phase: 'ip-post', neigh: n });
   }
   for (const n of observed) {
     if (n.permanent && !wanted.has(key(n)))
       ops.push({
         kind: 'neigh',
         action: 'delete',
-        phase: 'ip-post',
+        phase: 'ip-pre',
         neigh: { ip: n.ip, mac: n.mac, dev: n.dev },
       });
   }
@@ -260,6 +262,30 @@ export function assumedFrom(want: DesiredState): ObservedState {
 }
 
 /**
+ * What a lease change changed, peer by peer: the entries of the peers whose lease objects went
+ * (`had`, the old states' setup with only those) and came (`want`, the new one's), told apart by
+ * identity (the tracker keeps one object per unchanged lease, desired.ts one entries object per
+ * lease). `diff(want, assumedFrom(had))` then plans what diffing the whole states would, over a
+ * few entries instead of every peer's. Undefined when either state lacks its per-peer view.
+ */
+export function peerDelta(
+  before: DesiredState,
+  after: DesiredState,
+): { had: DesiredState; want: DesiredState; gone: PeerEntries[]; came: PeerEntries[] } | undefined {
+  if (!before.peers || !after.peers) return undefined;
+  const old = new Set(before.peers);
+  const now = new Set(after.peers);
+  const gone = before.peers.filter((p) => !now.has(p));
+  const came = after.peers.filter((p) => !old.has(p));
+  return {
+    had: { ...before, ...joinEntries(gone), peers: gone },
+    want: { ...after, ...joinEntries(came), peers: came },
+    gone,
+    came,
+  };
+}
+
+/**
  * The kernel as it is when it matches `want` except for the drifted entries,
  * which are missing: diffing `want` against it puts back just those, with
  * the same ops (and order) as any pass: a neighbour replaced, an FDB entry
@@ -289,13 +315,23 @@ export function diff(want: DesiredState, seen: ObservedState): Op[] {
   const routes =
     links.fresh.size > 0 ? seen.routes.filter((r) => !links.fresh.has(r.dev)) : seen.routes;
   const scope = { devices: new Set(devices.map((d) => d.name)), fresh: links.fresh };
+  const routeOps = diffRoutes(want.routes, routes);
+  const neighOps = diffNeighs(want, seen, scope);
+  const pre = (o: Op): boolean => o.phase === 'ip-pre';
+  const post = (o: Op): boolean => o.phase === 'ip-post';
+  // a peer's route goes first and comes last (route, neighbour, FDB on delete; FDB, neighbour,
+  // route on add), so no packet takes a route whose next hop is not known yet; of the peers'
+  // entries the first ip batch only deletes and the second only adds, so a lease that comes (or
+  // goes) costs one bridge and one ip process
   return [
-    ...links.ops.filter((o) => o.phase === 'ip-pre'),
+    ...links.ops.filter(pre),
     ...diffBridgeAddrs(want, seen),
-    ...diffRoutes(want.routes, routes),
-    ...diffNeighs(want, seen, scope),
+    ...routeOps.filter(pre),
+    ...neighOps.filter(pre),
     ...diffFdb(want, seen, scope),
-    ...links.ops.filter((o) => o.phase === 'ip-post'),
+    ...neighOps.filter(post),
+    ...routeOps.filter(post),
+    ...links.ops.filter(post),
     // iptables' chains only when they were read
     ...(seen.postrouting ? diffChain(chains.postrouting, seen.postrouting) : []),
     ...(seen.forward ? diffChain(chains.forward, seen.forward) : []),

@@ -3,11 +3,14 @@
 // twill wants it (its own changes coming back), the touched entries to put
 // back when one of twill's routes, neighbours or FDB entries went or changed,
 // one table's chains for a rule event, and an observed pass over the entries
-// for anything it cannot pin down (or when the desired state it knows is out
-// of date, the leases having changed since). Also the pending work itself:
-// what triggers have asked of the next pass, merged.
+// for anything it cannot pin down. The desired state it knows may be older
+// than the leases (a delta is pending): an event that shows the kernel as that
+// state wants it still needs nothing, since the delta starts from it; one that
+// does not asks for work, which the pass loop turns into an observed pass while
+// a lease change is pending. Also the pending work itself: what triggers have
+// asked of the next pass, merged.
 import { sameRoute } from './diff.ts';
-import type { DesiredState, FdbSpec, NeighSpec, RouteSpec } from './model.ts';
+import type { DesiredState, FdbSpec, NeighSpec, PeerEntries, RouteSpec } from './model.ts';
 import type { Touch } from './monitor.ts';
 
 /** The last pass's desired state, indexed for judging kernel events. */
@@ -33,6 +36,39 @@ export function indexDesired(want: DesiredState, generation: number): Known {
   };
 }
 
+/**
+ * The Known of a delta pass: the last pass's indexes with the entries of the peers that went
+ * taken out and of those that came put in (diff.ts, peerDelta), for `want`, the new whole state.
+ * The maps are updated in place, not copied (5,000 peers' worth on every lease event): the Known
+ * given is out of date afterwards, which is fine for its one holder, the reconciler, which
+ * replaces it with the one returned.
+ */
+export function reindexDesired(
+  k: Known,
+  d: { readonly gone: readonly PeerEntries[]; readonly came: readonly PeerEntries[] },
+  want: DesiredState,
+  generation: number,
+): Known {
+  const routes = k.routes as Map<string, RouteSpec>;
+  const neighs = k.neighs as Map<string, NeighSpec>;
+  const fdb = k.fdb as Map<string, readonly FdbSpec[]>;
+  for (const p of d.gone) {
+    for (const r of [...p.routes, ...p.routes6]) if (routes.get(r.dst) === r) routes.delete(r.dst);
+    for (const n of [...p.neighs, ...p.neighs6]) if (neighs.get(n.ip) === n) neighs.delete(n.ip);
+    for (const f of [...p.fdb, ...p.fdb6]) {
+      const left = (fdb.get(f.dst) ?? []).filter((x) => x !== f);
+      if (left.length > 0) fdb.set(f.dst, left);
+      else fdb.delete(f.dst);
+    }
+  }
+  for (const p of d.came) {
+    for (const r of [...p.routes, ...p.routes6]) routes.set(r.dst, r);
+    for (const n of [...p.neighs, ...p.neighs6]) neighs.set(n.ip, n);
+    for (const f of [...p.fdb, ...p.fdb6]) fdb.set(f.dst, [...(fdb.get(f.dst) ?? []), f]);
+  }
+  return { want, generation, routes, neighs, fdb };
+}
+
 /** One thing for the next pass to do. */
 export type Work =
   | { readonly kind: 'entries' }
@@ -46,9 +82,9 @@ export type Work =
 const ENTRIES: Work[] = [{ kind: 'entries' }];
 
 /** The work a kernel event asks for; none when it shows what twill wants. */
-export function judge(t: Touch, k: Known | undefined, generation: number): Work[] {
+export function judge(t: Touch, k: Known | undefined): Work[] {
   if (t.kind === 'chains') return [{ kind: 'chains', tables: t.tables }];
-  if (t.kind === 'all' || k === undefined || k.generation !== generation) return ENTRIES;
+  if (t.kind === 'all' || k === undefined) return ENTRIES;
   if (t.kind === 'route') {
     const want = k.routes.get(t.dst);
     if (t.deleted) {
@@ -93,6 +129,11 @@ export interface Pending {
   readonly fdbDsts: Set<string>;
   /** the first trigger since the last pass started, and when (performance.now()) */
   first: { source: string; at: number } | undefined;
+  /**
+   * a kernel event asked for some of it (a drift may be pending): the pass must not give way to a
+   * delta, which assumes none is
+   */
+  fromEvents: boolean;
 }
 
 export const nothing = (): Pending => ({
@@ -103,6 +144,7 @@ export const nothing = (): Pending => ({
   neighs: new Set(),
   fdbDsts: new Set(),
   first: undefined,
+  fromEvents: false,
 });
 export const isEmpty = (p: Pending): boolean =>
   !p.entries && !p.leases && p.tables.size + p.routes.size + p.neighs.size + p.fdbDsts.size === 0;

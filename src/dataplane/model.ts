@@ -1,6 +1,7 @@
 // The dataplane's data model: what the kernel should hold (desired), what it
 // holds (observed), and the ordered changes between them (plan). Plain data,
 // so backends, diff and rendering stay pure and testable without root.
+import type { Lease } from '../lease/types.ts';
 import type { Cidr } from '../net/ipv4.ts';
 import type { Cidr6 } from '../net/ipv6.ts';
 
@@ -98,6 +99,19 @@ export type PodRange =
       readonly subnet: Cidr6;
     };
 
+/** One peer's routes, neighbours and FDB entries (both families), built from its lease. */
+export interface PeerEntries {
+  /** the admitted lease they were built from (the peer tracker keeps one object per lease) */
+  readonly lease: Lease;
+  readonly routes: readonly RouteSpec[];
+  readonly neighs: readonly NeighSpec[];
+  readonly fdb: readonly FdbSpec[];
+  /** the IPv6 ones, kept apart so the state lists IPv4 first */
+  readonly routes6: readonly RouteSpec[];
+  readonly neighs6: readonly NeighSpec[];
+  readonly fdb6: readonly FdbSpec[];
+}
+
 export interface DesiredState {
   /**
    * the IPv4 vxlan device twill.<VNI>, or null for host-gw or with IPv4 off (IPv6 only): any
@@ -129,6 +143,12 @@ export interface DesiredState {
    * ever touched)
    */
   readonly podRanges: readonly PodRange[];
+  /**
+   * the same routes, neighbours and FDB entries peer by peer, each peer's lease with them (absent
+   * when the state was not built from the daemon's peer set): a delta pass tells the peers that
+   * changed by their lease objects and diffs only their entries (diff.ts, peerDelta)
+   */
+  readonly peers?: readonly PeerEntries[];
 }
 
 export interface ObservedLink {
@@ -201,15 +221,18 @@ export interface ObservedState {
 export type OpAction = 'add' | 'change' | 'delete';
 
 /**
- * When an op runs. Three batches keep flannel's per-peer order (neighbour,
- * FDB, route on add; route, FDB, neighbour on delete) with a fixed number of
- * processes: ip-pre (links, route deletes, neighbour adds), bridge (FDB),
- * ip-post (neighbour deletes, route adds, link deletes); iptables is one
- * iptables-restore (and, with IPv6, one ip6tables-restore after it). Both
- * families' ip and bridge lines share the batches: `ip -batch` takes the
- * family from each line's addresses.
+ * When an op runs. Three batches keep a peer's route last on add and first on
+ * delete (FDB, neighbour, route on add; route, neighbour, FDB on delete) with
+ * a fixed number of processes: ip-pre (links, route deletes, neighbour
+ * deletes), bridge (FDB), ip-post (neighbour adds, route adds, link deletes),
+ * so a peer that comes or goes costs one ip and one bridge process; nft is one `nft -f -`
+ * transaction per nftables table of twill's (nftables mode, or removing what such a run left),
+ * run before iptables when it writes the table and after it when it deletes it (render.ts);
+ * iptables is one iptables-restore (and, with IPv6, one ip6tables-restore after it). Both
+ * families' ip and bridge lines share the batches: `ip -batch` takes the family from each line's
+ * addresses.
  */
-export type Phase = 'ip-pre' | 'bridge' | 'ip-post' | 'iptables';
+export type Phase = 'ip-pre' | 'bridge' | 'ip-post' | 'nft' | 'iptables';
 
 interface OpBase {
   readonly action: OpAction;
@@ -297,13 +320,56 @@ export interface JumpOp extends OpBase {
   readonly rule: string;
 }
 
+/** nftables' address families twill writes tables in: ip (IPv4), ip6 (IPv6). */
+export type NftFamily = 'ip' | 'ip6';
+
+/** One of twill's nftables tables by name: `table <family> <name>` (nft.ts). */
+export interface NftTableName {
+  readonly family: NftFamily;
+  readonly name: string;
+}
+
+/** A base chain of twill's tables, as twill declares it and as `nft -j list` reports it. */
+export interface NftChainSpec {
+  readonly name: string;
+  readonly type: 'nat' | 'filter';
+  readonly hook: 'postrouting' | 'forward';
+  /** the priority as a number, as JSON reports it (srcnat 100, filter 0) */
+  readonly prio: number;
+  readonly policy: 'accept';
+  /** the rules in nft's syntax (the text nft-parse.ts reads JSON rules back into), in order */
+  readonly rules: readonly string[];
+}
+
+/** One of twill's nftables tables, whole, as twill wants it. */
+export interface NftTableSpec extends NftTableName {
+  readonly chains: readonly NftChainSpec[];
+}
+
+/**
+ * One of twill's nftables tables (nftables mode, src/dataplane/nft.ts) replaced whole (add: it was
+ * missing; change: it differed) or deleted.
+ */
+export interface NftOp extends OpBase {
+  readonly kind: 'nft';
+  readonly phase: 'nft';
+  readonly table: NftTableName;
+  /** the table as it is written (its chains and rules); null for a delete */
+  readonly want: NftTableSpec | null;
+  /** what differed, for people (nft.ts nftTableDiffers); empty for a delete */
+  readonly differs: readonly string[];
+}
+
 /** One change of a plan: typed, rendered to batch text only by render.ts. */
-export type Op = LinkOp | AddrOp | RouteOp | NeighOp | FdbOp | ChainOp | JumpOp;
+export type Op = LinkOp | AddrOp | RouteOp | NeighOp | FdbOp | ChainOp | JumpOp | NftOp;
 export type OpKind = Op['kind'];
 
-/** An op's kind as logs and metrics name it: the chains and their jumps are the masquerade. */
+/**
+ * An op's kind as logs and metrics name it: the chains, their jumps and the nftables tables are
+ * the masquerade.
+ */
 export function opLabel(op: Op): 'link' | 'addr' | 'route' | 'neigh' | 'fdb' | 'masquerade' {
-  return op.kind === 'chain' || op.kind === 'jump' ? 'masquerade' : op.kind;
+  return op.kind === 'chain' || op.kind === 'jump' || op.kind === 'nft' ? 'masquerade' : op.kind;
 }
 
 /**

@@ -12,23 +12,24 @@
 // four `ip6tables -S` more, or instead with IPv4 off). When other programs
 // flood `nft monitor` (kube-proxy rewriting tens of thousands of rules),
 // twill lists its chains every second for a while instead, with one
-// long-lived `nft -i`, a changed listing being the event. A monitor that dies
-// is restarted with backoff, and every (re)start triggers a pass, since
-// events may have been missed meanwhile.
+// long-lived `nft -i`, a changed listing being the event (nft-listing.ts).
+// A monitor that dies is restarted with backoff, and every (re)start
+// triggers a pass, since events may have been missed meanwhile. In nftables
+// mode ("EnableNFTables") `nft monitor` (every object kind: a chain's policy
+// or a chain added to twill's table matters too) is filtered to twill's own
+// tables, `table ip twill-ipv4` and `table ip6 twill-ipv6`, by a substring
+// test before any parsing (nft-monitor.ts), so other tables' churn costs
+// nothing; the listing that stands in for it when flooded lists those
+// tables, and there is no chain poll.
 import { describeError } from '../errors.ts';
 import type { LineWatcher, Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { Backoff, childController, pause, quietOnAbort, retry } from '../util/abort.ts';
 import { isIpv6 } from '../net/ipv6.ts';
-import {
-  chainSpecs,
-  chainSpecs6,
-  diffChain,
-  FWD_CHAIN,
-  MASQ_CHAIN,
-  type ChainSpec,
-} from './masq.ts';
+import { chainSpecs, chainSpecs6, diffChain, type ChainSpec } from './masq.ts';
 import { ROUTE_PROTOCOL, type MasqSpec, type MasqSpec6, type RouteSpec } from './model.ts';
+import { nftTableEventMatters, nftTableNeedles, nftTableTouch } from './nft-monitor.ts';
+import { listChains } from './nft-listing.ts';
 import { observeChain } from './observe.ts';
 
 export interface MonitorContext {
@@ -41,6 +42,11 @@ export interface MonitorContext {
    * matter
    */
   readonly ipv4?: boolean;
+  /**
+   * nftables mode: `nft monitor` watches twill's own tables (of the families on), not iptables'
+   * tables
+   */
+  readonly nftables?: boolean;
 }
 
 const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
@@ -124,7 +130,10 @@ export type Touch =
       readonly mac: string | undefined;
       readonly permanent: boolean;
     }
-  /** rules of one table (twill's chain or the built-in chain jumping to it) */
+  /**
+   * rules of one table (twill's chain or the built-in chain jumping to it); in nftables mode, both
+   * (twill's tables hold both kinds of chain)
+   */
   | { readonly kind: 'chains'; readonly tables: readonly ('nat' | 'filter')[] }
   /** anything else: only a full pass can tell */
   | { readonly kind: 'all' };
@@ -203,7 +212,7 @@ export interface MonitorOptions {
   readonly watch: LineWatcher;
   readonly logger: Logger;
   readonly ctx: MonitorContext;
-  /** also watch nftables (iptables uses the nf_tables backend) */
+  /** also watch nftables (iptables uses the nf_tables backend, or nftables mode) */
   readonly nft: boolean;
   /** an event (with what it touched; none: look at everything) */
   readonly onEvent: (source: string, touch?: Touch) => void;
@@ -332,6 +341,21 @@ export async function runMonitors(o: MonitorOptions, signal: AbortSignal): Promi
 async function watchNft(o: MonitorOptions, signal: AbortSignal): Promise<void> {
   const guard = o.flood ?? DEFAULT_FLOOD;
   const poll = o.poll;
+  // nftables mode: every kind of object (tables and chains too), twill's tables only
+  const spec =
+    o.ctx.nftables === true
+      ? {
+          args: ['monitor'],
+          needles: nftTableNeedles(o.ctx),
+          matters: (l: string) => nftTableEventMatters(l, o.ctx),
+          touch: nftTableTouch,
+        }
+      : {
+          args: ['monitor', 'rules'],
+          needles: NFT_NEEDLES,
+          matters: (l: string) => nftEventMatters(l, o.ctx),
+          touch: nftTouch,
+        };
   while (!signal.aborted) {
     const ctl = childController(signal);
     let windowStart = Date.now();
@@ -347,10 +371,7 @@ async function watchNft(o: MonitorOptions, signal: AbortSignal): Promise<void> {
       {
         name: 'nft monitor',
         file: 'nft',
-        args: ['monitor', 'rules'],
-        needles: NFT_NEEDLES,
-        matters: (l) => nftEventMatters(l, o.ctx),
-        touch: nftTouch,
+        ...spec,
         onBytes,
       },
       ctl.signal,
@@ -358,145 +379,13 @@ async function watchNft(o: MonitorOptions, signal: AbortSignal): Promise<void> {
     if (signal.aborted || !poll) return;
     o.logger.info(
       { bytes, windowMs: guard.windowMs, listForMs: guard.cooldownMs },
-      "nft monitor flooded by other programs' rule changes; listing twill's chains every second instead for a while",
+      `nft monitor flooded by other programs' rule changes; listing twill's ${o.ctx.nftables === true ? 'tables' : 'chains'} every second instead for a while`,
     );
     const cool = childController(signal);
     const timer = setTimeout(() => cool.abort(), guard.cooldownMs);
     await listChains({ ...o, poll }, cool.signal);
     clearTimeout(timer);
   }
-}
-
-/** One table's part of the chain listing: its `nft list chain` commands, in every family. */
-export interface ListingPart {
-  readonly table: 'nat' | 'filter';
-  readonly commands: readonly string[];
-}
-
-/**
- * What the listing reads, table by table: the chains nftEventMatters watches (the built-in chain
- * and twill's), in iptables' tables (family ip), and on a dual-stack node ip6tables' too (only
- * they with IPv4 off).
- */
-export function listingParts(ctx: Pick<MonitorContext, 'ipv4' | 'ipv6'> = {}): ListingPart[] {
-  const families = ctx.ipv4 === false ? ['ip6'] : ctx.ipv6 === true ? ['ip', 'ip6'] : ['ip'];
-  const chains = { nat: ['POSTROUTING', MASQ_CHAIN], filter: ['FORWARD', FWD_CHAIN] };
-  return (['nat', 'filter'] as const).map((table) => ({
-    table,
-    commands: families.flatMap((f) => chains[table].map((c) => `list chain ${f} ${table} ${c}`)),
-  }));
-}
-
-/**
- * Ends each part of the listing: a command that reads nothing from the kernel and prints one line,
- * which starts with LISTING_END_LINE ("payload expression, datatype integer (integer), 16 bits",
- * nft 1.0.6). A plain integer field: a type with named values (tcp dport's inet_service) may
- * print its table of names after that line, which would run into the next part.
- */
-const LISTING_END = 'describe ip length';
-const LISTING_END_LINE = 'payload expression';
-/** How often the listing is read. */
-const LISTING_EVERY_MS = 1_000;
-/** A part longer than this has lost its end (or lists far more than twill's chains): give up. */
-const LISTING_MAX_BYTES = 1024 * 1024;
-
-/**
- * The listing's input, one round: each part's `list chain` commands and its end. One `nft -s -a -i`
- * lives as long as the listing and is fed this every second (the runner's `feed`), so a round
- * costs no process (four `iptables -S` a second cost the daemon and its tree about 1.5 % of a
- * core). -s leaves the counters out (they move with traffic), -a prints the rules' handles (a rule
- * deleted and added again, as iptables-restore writes it, still shows). Only an in-place
- * `iptables -R` changing what nft does not print (an xt comment's text) goes unseen, until the
- * resync pass. A chain or table that is missing prints nothing on stdout (nft's error goes to
- * stderr), which changes the part's text as well.
- */
-export function listingInput(parts: readonly ListingPart[]): string {
-  return `${parts.flatMap((p) => [...p.commands, LISTING_END]).join('\n')}\n`;
-}
-
-/**
- * Reads the listing's lines, part by part in the script's order: `changed` is called when a
- * table's text differs from the one listed before it, `baseline` once every table has been
- * listed, `overflow` when a part grows past LISTING_MAX_BYTES without its end.
- */
-export function listingReader(
-  parts: readonly ListingPart[],
-  o: {
-    readonly changed: (table: 'nat' | 'filter') => void;
-    readonly baseline: () => void;
-    readonly overflow: () => void;
-  },
-): (line: string) => void {
-  const last: (string | undefined)[] = parts.map(() => undefined);
-  let at = 0;
-  let lines: string[] = [];
-  let bytes = 0;
-  let full = false;
-  return (line) => {
-    if (full) return;
-    if (!line.startsWith(LISTING_END_LINE)) {
-      lines.push(line);
-      bytes += line.length + 1;
-      if (bytes > LISTING_MAX_BYTES) {
-        full = true;
-        o.overflow();
-      }
-      return;
-    }
-    const text = lines.join('\n');
-    [lines, bytes] = [[], 0];
-    const before = last[at];
-    last[at] = text;
-    const part = parts[at];
-    at = (at + 1) % parts.length;
-    if (before === undefined) {
-      if (at === 0) o.baseline();
-    } else if (before !== text && part) o.changed(part.table);
-  };
-}
-
-/**
- * Lists twill's chains (listingInput, fed to one `nft -s -a -i`) until `signal` aborts, a
- * changed table being an event over that table's chains. Its first full round is one too, over
- * every table: what changed between the monitor's end and that round (or in the events a flooded
- * monitor lost) is seen by no listing, so a pass looks. Should `nft -i` fail (an nft built
- * without its interactive CLI), `poll` takes over.
- */
-async function listChains(
-  o: MonitorOptions & { readonly poll: (signal: AbortSignal) => Promise<void> },
-  signal: AbortSignal,
-): Promise<void> {
-  const parts = listingParts(o.ctx);
-  const ctl = childController(signal);
-  let overflowed = false;
-  const onLine = listingReader(parts, {
-    changed: (table) => o.onEvent('nft listing', { kind: 'chains', tables: [table] }),
-    baseline: () =>
-      o.onEvent('nft listing started', { kind: 'chains', tables: parts.map((p) => p.table) }),
-    overflow: () => {
-      overflowed = true;
-      ctl.abort();
-    },
-  });
-  try {
-    await o.watch('nft', ['-s', '-a', '-i'], {
-      signal: ctl.signal,
-      onLine,
-      feed: { text: listingInput(parts), everyMs: LISTING_EVERY_MS },
-    });
-    if (!overflowed) return;
-    o.logger.warn(
-      { maxBytes: LISTING_MAX_BYTES },
-      "nft listing of twill's chains ran on; polling them with iptables instead",
-    );
-  } catch (err) {
-    if (signal.aborted) return;
-    o.logger.warn(
-      { err: describeError(err) },
-      "nft listing of twill's chains stopped; polling them with iptables instead",
-    );
-  }
-  await o.poll(signal);
 }
 
 export interface ChainPollOptions {

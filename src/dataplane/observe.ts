@@ -9,7 +9,7 @@
 // only), the same the other way round: no IPv4 route or iptables chain but on
 // the first pass, tolerantly), whatever the number of peers. Parsing is pure;
 // `observe` does the reads.
-import { CommandError, isNoDevice, runJson, type Runner } from '../exec/runner.ts';
+import { CommandError, isMissingTool, isNoDevice, runJson, type Runner } from '../exec/runner.ts';
 import { canonicalIpv6 } from '../net/ipv6.ts';
 import { chainRules, FWD_CHAIN, jumpRules, MASQ_CHAIN } from './masq.ts';
 import {
@@ -170,6 +170,68 @@ export async function observeChain(
   };
 }
 
+/** twill's two chains in one tool (iptables, or ip6tables), each with its parent's jumps. */
+export interface OwnChains {
+  readonly postrouting: ObservedChain;
+  readonly forward: ObservedChain;
+}
+
+/**
+ * What a failed read of twill's chains means (an abort always throws):
+ * - `strict`: the read fails (the chains of a family that is on: a pass, the doctor's checks);
+ * - `missing-tool-none`: a tool that is not installed holds none of them, any other failure
+ *   throws (the cleanup, the doctor's look for another mode's leftovers);
+ * - `tolerant`: a tool that is not installed holds none, any other failure is "not read"
+ *   (undefined: a pass leaves such chains as they are, `twill status` shows them unknown).
+ */
+export type ChainReadPolicy = 'strict' | 'missing-tool-none' | 'tolerant';
+
+const NO_CHAIN: ObservedChain = { jumps: [], rules: null };
+
+/**
+ * twill's chains TWILL-POSTRTG (nat, from POSTROUTING) and TWILL-FWD (filter, from FORWARD) in
+ * iptables, or with `ipv6` in ip6tables: the one reader of both, for the passes, the cleanup,
+ * `twill status` and `twill doctor`, each choosing what a failed read means (`policy`).
+ */
+export function readOwnChains(
+  runner: Runner,
+  o: { readonly ipv6: boolean; readonly policy: 'tolerant' },
+  signal: AbortSignal,
+): Promise<OwnChains | undefined>;
+export function readOwnChains(
+  runner: Runner,
+  o: { readonly ipv6: boolean; readonly policy: 'strict' | 'missing-tool-none' },
+  signal: AbortSignal,
+): Promise<OwnChains>;
+export function readOwnChains(
+  runner: Runner,
+  o: { readonly ipv6: boolean; readonly policy: ChainReadPolicy },
+  signal: AbortSignal,
+): Promise<OwnChains | undefined>;
+export async function readOwnChains(
+  runner: Runner,
+  o: { readonly ipv6: boolean; readonly policy: ChainReadPolicy },
+  signal: AbortSignal,
+): Promise<OwnChains | undefined> {
+  const v6 = o.ipv6 ? { ipv6: true } : {};
+  try {
+    const [postrouting, forward] = await Promise.all([
+      observeChain(
+        runner,
+        { table: 'nat', parent: 'POSTROUTING', chain: MASQ_CHAIN, ...v6 },
+        signal,
+      ),
+      observeChain(runner, { table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN, ...v6 }, signal),
+    ]);
+    return { postrouting, forward };
+  } catch (err) {
+    if (signal.aborted || o.policy === 'strict') throw err;
+    if (isMissingTool(err)) return { postrouting: NO_CHAIN, forward: NO_CHAIN };
+    if (o.policy === 'missing-tool-none') throw err;
+    return undefined;
+  }
+}
+
 export interface ObserveOptions {
   /** read the chains (a lease change cannot have changed them) */
   readonly chains: boolean;
@@ -247,8 +309,6 @@ export async function observe(
       [...family, '-json', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)],
       opts,
     ).then(parseRoutes);
-  const chain = (table: string, parent: string, name: string, v6: boolean) =>
-    observeChain(runner, { table, parent, chain: name, ...(v6 ? { ipv6: true } : {}) }, signal);
   const dev6 = ipv6 ? o.dev6 : undefined;
   // leftovers: a read that fails is nothing there (a chain not read is left alone)
   const tolerant = <T>(read: Promise<T>, none: T): Promise<T> =>
@@ -259,37 +319,28 @@ export async function observe(
   const read6 = ipv6 || leftovers6;
   const read4 = ipv4 || leftovers4;
   // a family that is on is read as always; its leftovers (the family off) tolerantly
-  const familyChain = (on: boolean, v6: boolean, table: string, parent: string, name: string) =>
-    on
-      ? chain(table, parent, name, v6)
-      : tolerant<ObservedChain | undefined>(chain(table, parent, name, v6), undefined);
-  const chain4 = (table: string, parent: string, name: string) =>
-    familyChain(ipv4, false, table, parent, name);
-  const chain6 = (table: string, parent: string, name: string) =>
-    familyChain(ipv6, true, table, parent, name);
+  const chains = (v6: boolean, on: boolean): Promise<OwnChains | undefined> =>
+    readOwnChains(runner, { ipv6: v6, policy: on ? 'strict' : 'tolerant' }, signal);
   const dev4 = ipv4 ? dev : undefined;
-  const [routes, routes6, neighs, neighs6, fdb, fdb6, postrouting, forward, post6, fwd6] =
-    await Promise.all([
-      ipv4 ? routesOf([]) : leftovers4 ? tolerant(routesOf([]), []) : [],
-      ipv6 ? routesOf(['-6']) : leftovers6 ? tolerant(routesOf(['-6']), []) : [],
-      ofDevice(dev4, neighsOf),
-      ofDevice(dev6, neighsOf),
-      ofDevice(dev4, fdbOf),
-      ofDevice(dev6, fdbOf),
-      o.chains && read4 ? chain4('nat', 'POSTROUTING', MASQ_CHAIN) : undefined,
-      o.chains && read4 ? chain4('filter', 'FORWARD', FWD_CHAIN) : undefined,
-      o.chains && read6 ? chain6('nat', 'POSTROUTING', MASQ_CHAIN) : undefined,
-      o.chains && read6 ? chain6('filter', 'FORWARD', FWD_CHAIN) : undefined,
-    ]);
+  const [routes, routes6, neighs, neighs6, fdb, fdb6, chains4, chains6] = await Promise.all([
+    ipv4 ? routesOf([]) : leftovers4 ? tolerant(routesOf([]), []) : [],
+    ipv6 ? routesOf(['-6']) : leftovers6 ? tolerant(routesOf(['-6']), []) : [],
+    ofDevice(dev4, neighsOf),
+    ofDevice(dev6, neighsOf),
+    ofDevice(dev4, fdbOf),
+    ofDevice(dev6, fdbOf),
+    o.chains && read4 ? chains(false, ipv4) : undefined,
+    o.chains && read6 ? chains(true, ipv6) : undefined,
+  ]);
   const gone = (x: { dev: string }): boolean => vanished.has(x.dev);
   return {
     links: links.filter((l) => !vanished.has(l.name)),
     routes: read6 ? [...routes, ...routes6] : routes,
     neighs: [...neighs, ...neighs6].filter((n) => !gone(n)),
     fdb: [...fdb, ...fdb6].filter((f) => !gone(f)),
-    postrouting,
-    forward,
-    ...(read6 ? { postrouting6: post6, forward6: fwd6 } : {}),
+    postrouting: chains4?.postrouting,
+    forward: chains4?.forward,
+    ...(read6 ? { postrouting6: chains6?.postrouting, forward6: chains6?.forward } : {}),
     bridgeAddrs: parseBridgeAddrs(all),
   };
 }
@@ -323,11 +374,16 @@ export async function detectIptables(
   const file = o.ipv4 === false ? 'ip6tables' : 'iptables';
   const info = parseIptablesVersion((await runner(file, ['--version'], { signal })).stdout);
   // without the nft command there is no event stream: the chains are polled instead
-  const nft =
-    info.nftables &&
-    (await runner('nft', ['--version'], { signal }).then(
-      () => true,
-      () => false,
-    ));
-  return { ...info, nftables: nft };
+  return { ...info, nftables: info.nftables && (await nftCommandExists(runner, signal)) };
+}
+
+/** Whether the nft command runs here (`nft --version`). */
+export async function nftCommandExists(runner: Runner, signal: AbortSignal): Promise<boolean> {
+  try {
+    await runner('nft', ['--version'], { signal });
+    return true;
+  } catch (err) {
+    if (signal.aborted) throw err;
+    return false;
+  }
 }

@@ -10,10 +10,11 @@
 //            only): for kernel events about links, addresses or anything
 //            twill cannot pin down.
 //   delta    the leases changed and the last pass left the kernel matching
-//            its desired state: the new desired state is diffed against the
-//            old one and the difference applied, without reading the kernel
-//            (a new peer: one ip, one bridge, one ip batch). If anything
-//            fails, or the device or chains would change, an entries pass.
+//            its desired state: the entries of the peers whose leases changed
+//            (diff.ts, peerDelta) are diffed, old against new, and the
+//            difference applied, without reading the kernel (a new peer: one
+//            bridge and one ip batch). If anything fails, or the device or
+//            chains would change, an entries pass.
 //   repair   a kernel event showed one of twill's routes, neighbours or FDB
 //            entries deleted or changed: just those entries are re-applied
 //            from the desired state of the last observed pass, with no observing
@@ -21,6 +22,11 @@
 //            state and trigger nothing. If the repair fails, an entries pass.
 //   chains   a rule event: only the touched table's two chains are observed,
 //            diffed and rewritten.
+// A resync pass (the safety net) that is still reading the kernel when a lease
+// changes gives way: it abandons the reading, one delta runs, then it starts
+// again; at most MAX_YIELDS times in a row, so leases changing all the time
+// cannot starve it. A lease change waits for the rest of a pass only once
+// that pass applies.
 // Failed passes, and full passes that keep finding work although the leases
 // did not change, back off and retry; a lease change cuts the back-off
 // short. Observed passes also keep forwarding on (ensureForwarding:
@@ -39,6 +45,11 @@
 // (and twill.<VNI>, which every pass sees). Observed passes also delete a
 // CNI gateway an earlier lease of ours left on a bridge (diff.ts: its
 // connected route would take the subnet of the peer that holds it now).
+// In nftables mode ("EnableNFTables"), full and chains passes read and
+// rewrite twill's nftables tables (nft-observe.ts) instead of the iptables
+// chains; in either mode the first full pass after a start also removes,
+// tolerantly read, what a run in the other mode left (twill's iptables chains
+// and jumps, or twill's nftables tables).
 // No pass runs before `ready` (the first complete peer list): a pass on an
 // empty peer set would sweep every peer's entries on a restart.
 import { describeError } from '../errors.ts';
@@ -46,11 +57,12 @@ import type { Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { abortable, Backoff, pause, quietOnAbort } from '../util/abort.ts';
 import { applyOps } from './apply.ts';
-import { assumedFrom, assumedWithout, diff } from './diff.ts';
+import { assumedFrom, assumedWithout, diff, peerDelta } from './diff.ts';
 import {
   everything,
   indexDesired,
   isEmpty,
+  reindexDesired,
   judge,
   nothing,
   addWork,
@@ -60,6 +72,7 @@ import {
 import { chainSpecs, chainSpecs6, diffChain } from './masq.ts';
 import { opLogLabel, type DesiredState, type Op } from './model.ts';
 import type { Touch } from './monitor.ts';
+import { observeNft, nftMasqOps } from './nft-observe.ts';
 import { observe, observeChain } from './observe.ts';
 import { opLines } from './render.ts';
 
@@ -128,7 +141,10 @@ export interface ReconcilerOptions {
    * period of the safety-net full pass (jittered by ±10 %, so nodes started together spread out)
    */
   readonly resyncMs: number;
-  /** how long a trigger waits for more to coalesce before the pass starts (default 10 ms) */
+  /**
+   * how long a kernel event's trigger waits for more to coalesce before the pass starts (default
+   * 10 ms; a pass for lease changes alone waits LEASE_SETTLE_MS)
+   */
   readonly settleMs?: number;
   /** resolves once the peer set is known (the store's first listing); passes wait for it */
   readonly ready?: Promise<void>;
@@ -137,8 +153,25 @@ export interface ReconcilerOptions {
   readonly onPassStart?: () => void;
   /** a pass threw (observe failed, say) */
   readonly onPassError?: (err: unknown) => void;
+  /**
+   * "EnableNFTables": the masquerade lives in twill's nftables tables (nft.ts), which full and
+   * chains passes read instead of the iptables chains (default false: iptables mode)
+   */
+  readonly nftables?: boolean;
+  /**
+   * iptables mode: the nft command exists, so the first full pass looks for (and removes) the
+   * tables an nftables-mode run left
+   */
+  readonly nftCommand?: boolean;
 }
 
+/** How long a pass asked for by lease changes alone waits for more (see the loop). */
+const LEASE_SETTLE_MS = 1;
+/**
+ * A resync pass still reading the kernel gives way to a lease change at most this many times in a
+ * row (then it reads to the end), so leases changing all the time cannot starve the safety net.
+ */
+const MAX_YIELDS = 3;
 /** Passes that keep finding work this many times in a row are treated as failing. */
 const MAX_UNSETTLED = 5;
 /**
@@ -182,6 +215,18 @@ export class Reconciler {
    * iptables chains): the next full pass reads them too
    */
   private leftovers4 = true;
+  /**
+   * no full pass has yet removed what a run in the other masquerade mode may have left
+   * (nftables mode: twill's iptables chains; iptables mode: twill's nft tables): the next full
+   * pass reads them
+   */
+  private leftoversMode = true;
+  /** aborts the reading of a resync pass that may give way to a lease change (see the loop) */
+  private yieldRead: AbortController | undefined;
+  /** resync passes that gave way in a row; at MAX_YIELDS the next one reads to the end */
+  private yields = 0;
+  /** a resync pass gave way (with the chains or not): it runs right after one delta */
+  private resume: { readonly chains: boolean; waited: boolean } | undefined;
 
   constructor(o: ReconcilerOptions) {
     this.o = o;
@@ -204,6 +249,7 @@ export class Reconciler {
     this.generation++;
     this.wakeOnLeases?.();
     this.mark('leases', (p) => (p.leases = true));
+    this.yieldRead?.abort();
   }
 
   /**
@@ -211,8 +257,12 @@ export class Reconciler {
    * matches the desired state).
    */
   touch(source: string, t: Touch): void {
-    const work = judge(t, this.known, this.generation);
-    if (work.length > 0) this.mark(source, (p) => work.forEach((w) => addWork(p, w)));
+    const work = judge(t, this.known);
+    if (work.length > 0)
+      this.mark(source, (p) => {
+        work.forEach((w) => addWork(p, w));
+        p.fromEvents = true;
+      });
   }
 
   /**
@@ -232,42 +282,74 @@ export class Reconciler {
 
   /** One full observe → diff → apply pass. */
   async pass(signal: AbortSignal): Promise<PassReport> {
-    return this.observedPass(signal, {
+    const r = await this.observedPass(signal, {
       chains: true,
       first: { source: 'direct', at: performance.now() },
     });
+    // only a pass that may yield returns without a report
+    if (r === undefined) throw new Error('a direct pass gave way');
+    return r;
   }
 
-  /** Observe → diff → apply over the entries, and the chains too when `chains` (a full pass). */
+  /**
+   * Observe → diff → apply over the entries, and the chains too when `chains` (a full pass).
+   * `mayYield`: a lease change while it is still reading the kernel abandons it (undefined; see
+   * the loop); once it applies, it runs to the end.
+   */
   private async observedPass(
     signal: AbortSignal,
-    o: { chains: boolean; first: { source: string; at: number } },
-  ): Promise<PassReport> {
+    o: { chains: boolean; first: { source: string; at: number }; mayYield?: boolean },
+  ): Promise<PassReport | undefined> {
     const started = this.begin();
     const generation = this.generation;
     const want = this.o.desired();
+    const before = this.known;
     // before applying: the events of our own changes are judged against what this pass wants
     this.known = indexDesired(want, generation);
+    // from here until the kernel is read, a lease change may make this pass give way
+    const reading = o.mayYield ? new AbortController() : undefined;
+    this.yieldRead = reading;
     await this.checkForwarding();
     if (o.chains)
       this.fullDueAt = performance.now() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
     const leftovers6 = o.chains && !want.masq6 && this.leftovers6;
     const leftovers4 = o.chains && !want.masq && this.leftovers4;
-    const seen = await observe(this.runner, want.vxlan?.name, signal, {
-      chains: o.chains,
-      ...(want.masq6 ? { ipv6: true, dev6: want.vxlan6?.name } : {}),
-      ...(leftovers6 ? { leftovers6: true } : {}),
-      ...(want.masq ? {} : { ipv4: false }),
-      ...(leftovers4 ? { leftovers4: true } : {}),
-    });
+    // nftables mode: twill's tables instead of the iptables chains, read alongside
+    const nft = {
+      nftables: this.o.nftables === true,
+      leftovers: o.chains && this.leftoversMode,
+      nftCommand: this.o.nftCommand === true,
+    };
+    const readSignal = reading ? AbortSignal.any([signal, reading.signal]) : signal;
+    const read = Promise.all([
+      observe(this.runner, want.vxlan?.name, readSignal, {
+        chains: o.chains && !nft.nftables,
+        ...(want.masq6 ? { ipv6: true, dev6: want.vxlan6?.name } : {}),
+        ...(leftovers6 ? { leftovers6: true } : {}),
+        ...(want.masq ? {} : { ipv4: false }),
+        ...(leftovers4 ? { leftovers4: true } : {}),
+      }),
+      o.chains ? observeNft(this.runner, want, nft, readSignal) : undefined,
+    ]).finally(() => (this.yieldRead = undefined));
+    const [seen, nftSeen] =
+      (await read.catch((err: unknown) => {
+        if (reading?.signal.aborted && !signal.aborted) return undefined;
+        throw err;
+      })) ?? [];
+    // it gave way having changed nothing: the kernel is still what the last pass left
+    if (seen === undefined) {
+      this.known = before;
+      return undefined;
+    }
     const observed = performance.now();
-    const ops = diff(want, seen);
+    const ops = [...diff(want, seen), ...(nftSeen ? nftMasqOps(want, nftSeen, nft) : [])];
     const drift = ops.length > 0 && generation === this.convergedGeneration;
     const { failures } =
       ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     // removed, or there were none: later passes need not look
     if (leftovers6 && failures.length === 0) this.leftovers6 = false;
     if (leftovers4 && failures.length === 0) this.leftovers4 = false;
+    if (nft.leftovers && failures.length === 0) this.leftoversMode = false;
     if (ops.length === 0) this.convergedGeneration = generation;
     return this.finish(
       {
@@ -295,19 +377,28 @@ export class Reconciler {
     const generation = this.generation;
     const want = this.o.desired();
     if (setupKey(want) !== setupKey(k.want)) return undefined;
-    const ops = diff(want, assumedFrom(k.want));
+    // only the peers whose leases changed, when both states say which (desired.ts): a new lease
+    // among 5,000 costs one peer's entries, not a diff of every peer's
+    const delta = peerDelta(k.want, want);
+    const ops = delta ? diff(delta.want, assumedFrom(delta.had)) : diff(want, assumedFrom(k.want));
     // a changed route is a `route replace`, which would also replace a foreign route the monitors
-    // never saw (it has
-    // no proto 151): only an observed pass may decide that
+    // never saw (it has no proto 151): only an observed pass may decide that
     if (ops.some((op) => op.kind === 'route' && op.action === 'change')) return undefined;
     const started = this.begin();
-    this.known = indexDesired(want, generation);
+    this.known = delta
+      ? reindexDesired(k, delta, want, generation)
+      : indexDesired(want, generation);
     if (!(await this.appliedAll(ops, signal, 'lease change'))) return undefined;
     this.convergedGeneration = generation;
     return this.finish(
       { kind: 'delta', ops, failures: [], converged: true, drift: false },
       { started, observed: started, first },
     );
+  }
+
+  /** The kernel is known to match the last desired state: a lease change can be a delta. */
+  private deltaReady(): boolean {
+    return this.known !== undefined && this.convergedGeneration === this.known.generation;
   }
 
   /**
@@ -340,7 +431,10 @@ export class Reconciler {
     );
   }
 
-  /** Observes, diffs and rewrites only the chains of the given tables. */
+  /**
+   * Observes, diffs and rewrites only the chains of the given tables (nftables mode: twill's
+   * tables).
+   */
   private async chainsPass(
     signal: AbortSignal,
     tables: ReadonlySet<'nat' | 'filter'>,
@@ -348,19 +442,16 @@ export class Reconciler {
   ): Promise<PassReport> {
     const started = this.begin();
     const want = this.known?.want ?? this.o.desired();
-    // a table's chains in both families (an event or the poll names the table, not the family):
-    // those that are on
-    const families = [
-      ...(want.masq ? [chainSpecs(want.masq)] : []),
-      ...(want.masq6 ? [chainSpecs6(want.masq6)] : []),
-    ];
-    const chosen = families.flatMap((specs) => [
-      ...(tables.has('nat') ? [specs.postrouting] : []),
-      ...(tables.has('filter') ? [specs.forward] : []),
-    ]);
-    const seen = await Promise.all(chosen.map((spec) => observeChain(this.runner, spec, signal)));
+    // nftables mode: twill's tables of the families that are on, whichever table the event named
+    const ops =
+      this.o.nftables === true
+        ? nftMasqOps(
+            want,
+            await observeNft(this.runner, want, { nftables: true, leftovers: false }, signal),
+            { nftables: true },
+          )
+        : await this.chainOps(want, tables, signal);
     const observed = performance.now();
-    const ops = chosen.flatMap((spec, i) => diffChain(spec, seen[i] ?? { jumps: [], rules: null }));
     const { failures } =
       ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     const converged = ops.length === 0 && this.convergedGeneration === this.generation;
@@ -374,6 +465,26 @@ export class Reconciler {
       },
       { started, observed, first },
     );
+  }
+
+  /** Reads the chains of the given tables (iptables mode): the ops that make them right. */
+  private async chainOps(
+    want: DesiredState,
+    tables: ReadonlySet<'nat' | 'filter'>,
+    signal: AbortSignal,
+  ): Promise<Op[]> {
+    // a table's chains in both families (an event or the poll names the table, not the family):
+    // those that are on
+    const families = [
+      ...(want.masq ? [chainSpecs(want.masq)] : []),
+      ...(want.masq6 ? [chainSpecs6(want.masq6)] : []),
+    ];
+    const chosen = families.flatMap((specs) => [
+      ...(tables.has('nat') ? [specs.postrouting] : []),
+      ...(tables.has('filter') ? [specs.forward] : []),
+    ]);
+    const seen = await Promise.all(chosen.map((spec) => observeChain(this.runner, spec, signal)));
+    return chosen.flatMap((spec, i) => diffChain(spec, seen[i] ?? { jumps: [], rules: null }));
   }
 
   /**
@@ -472,31 +583,61 @@ export class Reconciler {
     this.fullDueAt = performance.now();
     while (!signal.aborted) {
       if (performance.now() >= this.fullDueAt) this.mark('resync', everything, true);
-      if (isEmpty(this.pending)) {
+      if (isEmpty(this.pending) && this.resume === undefined) {
         const woke = await this.idle(signal, {
           ms: Math.max(0, this.fullDueAt - performance.now()),
           anyTrigger: true,
         });
         if (!woke) this.mark('resync', everything, true);
       }
-      await pause(this.o.settleMs ?? 10, signal);
+      // kernel events come line by line (a device's neighbours go one after another): wait for
+      // the rest; a lease change needs no such wait (a store delivers a burst of changes at once,
+      // handled before this timer fires, and more arriving during the pass coalesce into the next)
+      const onlyLeases = this.pending.leases && isEmpty({ ...this.pending, leases: false });
+      await pause(onlyLeases ? LEASE_SETTLE_MS : (this.o.settleMs ?? 10), signal);
       const p = this.pending;
       this.pending = nothing();
+      // a resync pass that gave way to a lease change (see below) lets one delta go first; it
+      // runs next, or now when anything but lease changes is pending
+      const resume = this.resume;
+      const leasesFirst =
+        resume?.waited === false &&
+        p.leases &&
+        isEmpty({ ...p, leases: false }) &&
+        this.deltaReady();
+      if (resume) resume.waited = true;
       const first = p.first ?? { source: 'resync', at: performance.now() };
       const generation = this.generation;
       let delay = 0;
       try {
         const repairCount = p.routes.size + p.neighs.size + p.fdbDsts.size;
         const repairs = repairCount > 0;
-        let observed = p.entries || repairCount > MAX_REPAIRS;
+        let observed =
+          p.entries || repairCount > MAX_REPAIRS || (resume !== undefined && !leasesFirst);
         // a delta assumes the kernel matches the last desired state: not while a drift is pending
         if (!observed && p.leases)
           observed = repairs || (await this.deltaPass(signal, first)) === undefined;
         if (!observed && repairs)
           observed = (await this.repairPass(signal, p, first)) === undefined;
         if (observed) {
-          const chains = p.tables.size > 0;
-          const r = await this.observedPass(signal, { chains, first });
+          this.resume = undefined;
+          const chains = p.tables.size > 0 || resume?.chains === true;
+          // the periodic safety net reads 15,000 entries at 5,000 peers: a lease change that
+          // comes meanwhile goes first (a delta), rather than wait for it to end
+          const mayYield =
+            (first.source === 'resync' || resume !== undefined) &&
+            !p.fromEvents &&
+            this.yields < MAX_YIELDS &&
+            this.deltaReady();
+          const r = await this.observedPass(signal, { chains, first, mayYield });
+          if (r === undefined) {
+            this.yields++;
+            this.resume = { chains, waited: false };
+            // lease changes it had taken in are still to be applied: by the delta that goes first
+            if (p.leases) this.mark('leases', (q) => (q.leases = true), true);
+            continue;
+          }
+          this.yields = 0;
           // leases changing faster than passes run is not a kernel that refuses to settle
           unsettled = r.converged || this.generation !== generation ? 0 : unsettled + 1;
           if (r.failures.length > 0 || unsettled >= MAX_UNSETTLED) delay = backoff.next();

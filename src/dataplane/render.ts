@@ -1,12 +1,22 @@
 // render: a plan (typed ops) as the text the kernel's tools read, pure. The
 // one place that knows `ip -batch`, `bridge -batch` and iptables-restore
-// syntax for what twill writes: diff and status work on typed ops, and this
-// module turns them into at most five batches — ip (pre), bridge, ip (post),
-// iptables-restore --noflush, ip6tables-restore --noflush — in that order.
+// syntax for what twill writes (nft.ts words the nftables tables): diff and
+// status work on typed ops, and this module turns them into at most seven
+// batches — ip (pre), bridge, ip (post), `nft -f -` for each table written,
+// iptables-restore --noflush, ip6tables-restore --noflush, `nft -f -` for each
+// table deleted — in that order, and at most two `nft -f -` in all (one per
+// table: a table is written or deleted, never both). One process per table,
+// so a family nft cannot write (a kernel without ip6 nat) does not cost the
+// other its table; each table is still replaced in one transaction. The
+// writes come before the chains and the deletes after them, so switching
+// mode either way never leaves a gap without masquerade: to nftables mode the
+// new tables are in place before the restores remove the chains, back to
+// iptables mode the restores put the chains back before the tables go.
 // IPv6 lines share the ip and bridge batches: `ip` and `bridge` take each
 // line's family from its addresses (there is no per-line `-6` in a batch,
 // and none is needed).
 import { isIpv6Device, ROUTE_PROTOCOL, type Op, type Phase, type RouteSpec } from './model.ts';
+import { nftTableLines } from './nft.ts';
 
 export interface Batch {
   readonly phase: Phase;
@@ -18,14 +28,15 @@ export interface Batch {
 }
 
 const BATCH_ARGS = ['-force', '-batch', '-'];
+const NFT_ARGS = ['-f', '-'];
 
 function routeText(r: RouteSpec): string {
   return `${r.dst} via ${r.via} dev ${r.dev}${r.onlink ? ' onlink' : ''} proto ${ROUTE_PROTOCOL}`;
 }
 
 /**
- * The op's lines: one `ip`/`bridge` command without the program name, or the iptables-restore
- * lines (without the *table / COMMIT frame).
+ * The op's lines: one `ip`/`bridge` command without the program name, the iptables-restore lines
+ * (without the *table / COMMIT frame), or a table's `nft -f -` transaction.
  */
 export function opLines(op: Op): string[] {
   switch (op.kind) {
@@ -72,6 +83,8 @@ export function opLines(op: Op): string[] {
       return [`:${op.chain} - [0:0]`, ...op.rules];
     case 'jump':
       return [`${op.action === 'add' ? '-A' : '-D'} ${op.parent} ${op.rule}`];
+    case 'nft':
+      return nftTableLines(op.table, op.want);
   }
 }
 
@@ -106,6 +119,21 @@ export function renderBatches(ops: readonly Op[]): Batch[] {
   lined('ip-pre', 'ip');
   lined('bridge', 'bridge');
   lined('ip-post', 'ip');
+  // one transaction per table: all of a table applies, or none of it, whatever the other does
+  const nft = (write: boolean): void => {
+    for (const op of ops)
+      if (op.kind === 'nft' && (op.action !== 'delete') === write) {
+        const lines = opLines(op);
+        batches.push({
+          phase: 'nft',
+          file: 'nft',
+          args: NFT_ARGS,
+          input: `${lines.join('\n')}\n`,
+          lines,
+        });
+      }
+  };
+  nft(true);
   for (const [file, ipv6] of [
     ['iptables-restore', false],
     ['ip6tables-restore', true],
@@ -120,5 +148,6 @@ export function renderBatches(ops: readonly Op[]): Batch[] {
         lines: restore.trimEnd().split('\n'),
       });
   }
+  nft(false);
   return batches;
 }

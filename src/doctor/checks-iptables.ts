@@ -2,7 +2,9 @@
 // the `iptables` command does not drive (legacy vs nf_tables), and an INPUT
 // rule or policy that drops vxlan's UDP port. On an IPv6-only node the same
 // over ip6tables, the only tool whose rules its packets meet (gather.ts reads
-// ip6tables' facts there).
+// ip6tables' facts there). In nftables mode twill uses no iptables: a node
+// without the tool has no backend to mix up and no INPUT chain of iptables,
+// so both checks are n/a there, and never ask to install it.
 import { verdicts, type CheckResult, type DoctorFacts } from './facts.ts';
 import {
   hitsUdpPort,
@@ -12,13 +14,25 @@ import {
   namesPort,
   type InputRule,
 } from './input-rules.ts';
-import { ipv6Only, overlayView } from './overlay.ts';
+import { ipv6Only, masqMode, overlayView } from './overlay.ts';
+
+const ROOT_FIX = "run twill doctor as root, in the node's network namespace";
+
+/** nftables mode: twill uses no iptables, so the tool may rightly be missing. */
+const nftablesMode = (f: DoctorFacts): boolean => masqMode(f) === 'nftables';
 
 export function checkIptablesBackend(f: DoctorFacts): CheckResult {
   const v = verdicts('iptables-backend');
   const tool = ipv6Only(f) ? 'ip6tables' : 'iptables';
+  if (f.noIptables === true && nftablesMode(f))
+    return v.ok(
+      `n/a: nftables mode, and no ${tool} command here, so no second iptables backend to hold rules`,
+    );
   if (!f.iptables.ok)
-    return v.warn(`could not run ${tool} --version: ${f.iptables.error}`, `install ${tool}`);
+    return v.warn(
+      `could not run ${tool} --version: ${f.iptables.error}`,
+      nftablesMode(f) ? ROOT_FIX : `install ${tool}`,
+    );
   const { backend, otherRules } = f.iptables.value;
   const other = backend === 'nf_tables' ? 'legacy' : 'nf_tables';
   const save = `${tool}-${backend === 'nf_tables' ? 'legacy' : 'nft'}-save`;
@@ -98,10 +112,14 @@ export function checkVxlanPort(f: DoctorFacts): CheckResult {
   if (view.backend === 'host-gw') return v.ok('host-gw backend: no vxlan port to keep open');
   // IPv6 only: peers' vxlan packets come over IPv6, through ip6tables' INPUT
   const tool = ipv6Only(f) ? 'ip6tables' : 'iptables';
+  if (f.noIptables === true && nftablesMode(f))
+    return v.ok(
+      `n/a: nftables mode, and no ${tool} command here, so no ${tool} INPUT rule can drop UDP port ${view.port} (vxlan); rules of other nftables tables are not read (nft list ruleset shows them)`,
+    );
   if (!f.inputChain.ok)
     return v.warn(
       `could not list INPUT: ${f.inputChain.error}`,
-      `run twill doctor as root with ${tool} installed`,
+      nftablesMode(f) ? ROOT_FIX : `run twill doctor as root with ${tool} installed`,
     );
   const port = view.port;
   const walk = walkInput(inputRules(f.inputChain.value), inputPolicy(f.inputChain.value), port);

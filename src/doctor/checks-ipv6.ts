@@ -1,13 +1,15 @@
 // Doctor checks a dual-stack or IPv6-only node adds (pure): IPv6 forwarding,
 // the IPv6 vxlan device twill-v6.<VNI> over the underlay's IPv6 address, and
-// twill's chains in ip6tables. An IPv4-only node does not run them
+// twill's chains in ip6tables (in nftables mode there are none to check: the
+// nft-tables check looks at table ip6 twill-ipv6, and masq-leftovers at
+// chains left in ip6tables). An IPv4-only node does not run them
 // (checks.ts), so its report is what it always was; the IPv6 side of the MTU
 // and subnet.env checks lives in those checks.
 import { chainSpecs6, diffChain, type ChainSpec } from '../dataplane/masq.ts';
 import type { ObservedChain } from '../dataplane/model.ts';
 import type { Cidr6 } from '../net/ipv6.ts';
 import { verdicts, type CheckResult, type DoctorFacts } from './facts.ts';
-import { ipv6Config, ipv6Only, ownLeases, overlayView } from './overlay.ts';
+import { ipv6Config, ipv6Only, masqMode, ownLeases, overlayView } from './overlay.ts';
 
 const READ_FIX =
   "run twill doctor as root, in the node's network namespace, with the --proc-sys-net twill run has";
@@ -110,6 +112,10 @@ function chainProblems(want: ChainSpec, seen: ObservedChain): string[] {
 
 export function checkIp6tablesChains(f: DoctorFacts): CheckResult {
   const v = verdicts('ip6tables-chains');
+  if (masqMode(f) === 'nftables')
+    return v.ok(
+      'nftables mode: twill keeps no ip6tables chain (nft-tables checks table ip6 twill-ipv6)',
+    );
   const c = f.ip6Chains;
   if (c === undefined) return v.warn('not read');
   if (!c.ok)

@@ -6,7 +6,6 @@
 // PublicIPv6), and what an earlier IPv4 run left there (twill's IPv4 routes,
 // cni0's IPv4 addresses, the twill.<VNI> device, the iptables chains) is
 // reported as stale.
-import { FWD_CHAIN, MASQ_CHAIN } from '../dataplane/masq.ts';
 import type { Lease } from '../lease/types.ts';
 import {
   containsAddr,
@@ -27,6 +26,7 @@ import {
   type Cidr6,
 } from '../net/ipv6.ts';
 import { subnetFamilies, type SubnetEnv } from '../subnetenv.ts';
+import { chainLeftovers } from './checks-nft.ts';
 import {
   failed,
   verdicts,
@@ -409,12 +409,6 @@ export function checkForeignOverlay(f: DoctorFacts): CheckResult {
   );
 }
 
-/** twill's two iptables chains, with where each hangs. */
-const CHAINS4 = [
-  { key: 'postrouting', table: 'nat', parent: 'POSTROUTING', chain: MASQ_CHAIN },
-  { key: 'forward', table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN },
-] as const;
-
 /**
  * IPv6 only: what an earlier IPv4 or dual-stack run left of twill's IPv4 side, the twill.<VNI>
  * device and the chains in iptables (its IPv4 routes are stale-routes', cni0's IPv4 addresses
@@ -430,18 +424,10 @@ export function checkIpv4Leftovers(f: DoctorFacts): CheckResult {
     fixes.push(`ip link del ${d.name}`);
   }
   const chains = f.ip4Chains ?? failed<ChainsFact>('not read');
-  for (const c of chains.ok ? CHAINS4 : []) {
-    const seen = chains.ok ? chains.value[c.key] : undefined;
-    const jumps = seen?.jumps ?? [];
-    if (jumps.length > 0)
-      found.push(
-        `${jumps.length} jump${jumps.length === 1 ? '' : 's'} from ${c.parent} to ${c.chain}`,
-      );
-    fixes.push(...jumps.map((j) => `iptables -t ${c.table} -D ${c.parent} ${j}`));
-    if (seen && seen.rules !== null) {
-      found.push(`chain ${c.chain} in ${c.table} (${seen.rules.length} rules)`);
-      fixes.push(`iptables -t ${c.table} -F ${c.chain} && iptables -t ${c.table} -X ${c.chain}`);
-    }
+  if (chains.ok) {
+    const l = chainLeftovers('iptables', chains.value, { named: false });
+    found.push(...l.found);
+    fixes.push(...l.fixes);
   }
   const unread = [f.links, chains].flatMap((r) => (r.ok ? [] : [r.error]));
   if (found.length > 0)

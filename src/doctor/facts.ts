@@ -1,10 +1,12 @@
 // What `twill doctor` knows about a node: the facts the gather step reads
-// (sysctls, links, routes, iptables listings, subnet.env, the lease store)
+// (sysctls, links, routes, iptables and nft listings, subnet.env, the lease store)
 // as plain data, and the verdict each check gives. Every read may fail on
 // its own (a missing tool, an unreachable store), so each one is a `Read`:
 // the checks turn a failed read into a warning and go on.
 import type { NetConfig } from '../config/netconf.ts';
-import type { ObservedChain, RouteSpec } from '../dataplane/model.ts';
+import type { RouteSpec } from '../dataplane/model.ts';
+import type { NftTableSeen } from '../dataplane/nft.ts';
+import type { OwnChains } from '../dataplane/observe.ts';
 import type { LeaseRecord } from '../lease/types.ts';
 import type { SubnetEnv } from '../subnetenv.ts';
 
@@ -69,10 +71,7 @@ export interface Underlay6Fact {
 }
 
 /** twill's two chains in one tool, as a pass reads them. */
-export interface ChainsFact {
-  readonly postrouting: ObservedChain;
-  readonly forward: ObservedChain;
-}
+export type ChainsFact = OwnChains;
 
 /** twill's chains in ip6tables (dual-stack or IPv6 only). */
 export type Ip6ChainsFact = ChainsFact;
@@ -95,6 +94,17 @@ export interface ForeignChain {
   readonly jumps: number;
 }
 
+/** twill's nftables side: the nft command, and its two tables as `nft -j list table` reads them. */
+export interface NftFact {
+  /** what `nft --version` prints; undefined when the nft command is not installed */
+  readonly version: string | undefined;
+  /**
+   * `table ip twill-ipv4` and `table ip6 twill-ipv6` (by nftTableLabel), null when absent; empty
+   * without the nft command
+   */
+  readonly tables: ReadonlyMap<string, NftTableSeen | null>;
+}
+
 export interface StoreFact {
   readonly config: NetConfig;
   readonly leases: readonly LeaseRecord[];
@@ -114,6 +124,11 @@ export interface DoctorFacts {
   readonly rpFilter: ReadonlyMap<string, string>;
   /** iptables' backend; ip6tables' on an IPv6-only node (its packets meet only ip6tables) */
   readonly iptables: Read<IptablesFact>;
+  /**
+   * that tool is not installed (its `--version` could not be spawned): fine in nftables mode,
+   * where twill uses no iptables
+   */
+  readonly noIptables?: true;
   /** `iptables -S INPUT`; `ip6tables -S INPUT` on an IPv6-only node (vxlan runs over IPv6) */
   readonly inputChain: Read<string>;
   /** the foreign chains that exist (on an IPv6-only node those in ip6tables too) */
@@ -140,8 +155,13 @@ export interface DoctorFacts {
   readonly ownedRoutes6?: Read<readonly RouteSpec[]>;
   /**
    * IPv6 only: bridge-nf-call-ip6tables (undefined when /proc/sys/net/bridge is absent), and
-   * twill's chains in iptables, which an earlier IPv4 or dual-stack run may have left
+   * twill's chains in iptables, which an earlier IPv4 or dual-stack run may have left; in
+   * nftables mode also with IPv4 on, where an iptables-mode run may have left them (a node
+   * without iptables then has none). In nftables mode `ip6Chains` too are leftovers, and none
+   * without ip6tables.
    */
   readonly bridgeNf6?: Read<string | undefined>;
   readonly ip4Chains?: Read<ChainsFact>;
+  /** the nft command and twill's nftables tables, read in either mode */
+  readonly nft?: Read<NftFact>;
 }

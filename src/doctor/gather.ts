@@ -1,18 +1,26 @@
 // The doctor's only contact with the world: it reads the net sysctls (under
-// --proc-sys-net, where the daemon reads them), runs `ip` and `iptables*`
-// through the process runner, reads subnet.env and asks the lease store, all
-// in parallel, and turns each answer (or its failure) into a fact. No check
-// runs here; a read that fails is recorded, not thrown. The reads that
-// depend on the node's address families wait for the store, subnet.env and
-// the links, which tell them (overlay.ts): the IPv6 facts when IPv6 is on
+// --proc-sys-net, where the daemon reads them), runs `ip`, `iptables*` and
+// `nft` through the process runner, reads subnet.env and asks the lease
+// store, all in parallel, and turns each answer (or its failure) into a fact.
+// No check runs here; a read that fails is recorded, not thrown. The reads
+// that depend on the node's address families wait for the store, subnet.env
+// and the links, which tell them (overlay.ts): the IPv6 facts when IPv6 is on
 // (dual-stack or IPv6 only), and on an IPv6-only node the underlay by its
-// IPv6 address, ip6tables instead of iptables, and the IPv4 leftovers.
+// IPv6 address, ip6tables instead of iptables, and the IPv4 leftovers. In
+// nftables mode (the store's config says), twill's iptables chains are read
+// as leftovers (a tool that is not installed holds none, and is told apart
+// from a failed read), and twill's nftables tables in either mode
+// (gather-nft.ts).
 import { join } from 'node:path';
 import { describeError, hasCode, TwillError } from '../errors.ts';
-import { runJson, type Runner } from '../exec/runner.ts';
-import { FWD_CHAIN, MASQ_CHAIN } from '../dataplane/masq.ts';
+import { isMissingTool, runJson, type Runner } from '../exec/runner.ts';
 import { ROUTE_PROTOCOL, type RouteSpec } from '../dataplane/model.ts';
-import { observeChain, parseIptablesVersion, parseRoutes } from '../dataplane/observe.ts';
+import {
+  observeChain,
+  parseIptablesVersion,
+  parseRoutes,
+  readOwnChains,
+} from '../dataplane/observe.ts';
 import { listLeases } from '../lease/snapshot.ts';
 import type { LeaseStore } from '../lease/types.ts';
 import { discoverInterface, parseIpAddr, type IfaceRequest } from '../net/iface.ts';
@@ -31,7 +39,8 @@ import {
   type UnderlayFact,
   type Underlay6Fact,
 } from './facts.ts';
-import { families, overlayView, type Families } from './overlay.ts';
+import { readNftFact } from './gather-nft.ts';
+import { families, masqMode, overlayView, type Families } from './overlay.ts';
 
 export interface GatherDeps {
   readonly runner: Runner;
@@ -196,25 +205,18 @@ async function rpFilters(
   );
 }
 
-/** twill's two chains in ip6tables (`ipv6`), or in iptables. */
-async function twillChains(
+/**
+ * twill's two chains in ip6tables (`ipv6`), or in iptables: `strict` where they are the
+ * masquerade, `missing-tool-none` where they are another mode's leftovers (nftables mode: a node
+ * without the tool has none).
+ */
+function twillChains(
   runner: Runner,
-  o: { ipv6: boolean },
+  o: { ipv6: boolean; nftables: boolean },
   signal: AbortSignal,
 ): Promise<ChainsFact> {
-  const [postrouting, forward] = await Promise.all([
-    observeChain(
-      runner,
-      { table: 'nat', parent: 'POSTROUTING', chain: MASQ_CHAIN, ipv6: o.ipv6 },
-      signal,
-    ),
-    observeChain(
-      runner,
-      { table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN, ipv6: o.ipv6 },
-      signal,
-    ),
-  ]);
-  return { postrouting, forward };
+  const policy = o.nftables ? ('missing-tool-none' as const) : ('strict' as const);
+  return readOwnChains(runner, { ipv6: o.ipv6, policy }, signal);
 }
 
 /** Main-table routes with twill's protocol, of one family (`family`: [] or ['-6']). */
@@ -268,7 +270,7 @@ async function underlayFacts(
 async function ipv6Facts(
   deps: GatherDeps,
   o: GatherOptions,
-  fam: Families,
+  fam: Families & { readonly nftables: boolean },
   underlay6: DoctorFacts['underlay6'],
   signal: AbortSignal,
 ): Promise<
@@ -285,10 +287,13 @@ async function ipv6Facts(
         const c = await discoverInterface(deps.runner, { ...o.iface, ipv6: true }, signal);
         return { ip: c.ifaceIp6 ?? '', publicIp: c.publicIp6 ?? '' };
       }),
-    attempt(() => twillChains(deps.runner, { ipv6: true }, signal)),
+    // nftables mode: twill's chains are leftovers, and a node without ip6tables has none
+    attempt(() => twillChains(deps.runner, { ipv6: true, nftables: fam.nftables }, signal)),
     attempt(() => readOwnedRoutes(deps.runner, ['-6'], signal)),
     only ? sysctl(deps, o, 'bridge/bridge-nf-call-ip6tables') : undefined,
-    only ? attempt(() => twillChains(deps.runner, { ipv6: false }, signal)) : undefined,
+    only
+      ? attempt(() => twillChains(deps.runner, { ipv6: false, nftables: fam.nftables }, signal))
+      : undefined,
   ]);
   return {
     ipv6Forward,
@@ -325,18 +330,30 @@ export async function gather(
   const famRead = Promise.all([storeRead, envRead, linksRead]).then(([store, subnetEnv, links]) =>
     families({ store, subnetEnv, links }),
   );
-  const byFamily = famRead.then(async (fam) => {
+  const byFamily = Promise.all([famRead, storeRead]).then(async ([fam, store]) => {
     // IPv6 only: its packets, vxlan's among them, meet ip6tables' rules alone
     const tool = fam.ipv4 ? 'iptables' : 'ip6tables';
-    const [iptables, inputChain, foreign, under] = await Promise.all([
-      attempt(() => iptablesFact(runner, tool, signal)),
+    const nftables = masqMode({ store }) === 'nftables';
+    let noIptables = false;
+    const [iptables, inputChain, foreign, under, chains4] = await Promise.all([
+      attempt(() =>
+        iptablesFact(runner, tool, signal).catch((err: unknown) => {
+          noIptables = isMissingTool(err);
+          throw err;
+        }),
+      ),
       attempt(async () => (await runner(tool, ['-w', '5', '-S', 'INPUT'], opts)).stdout),
       attempt(() => foreignChains(runner, { ipv6: !fam.ipv4 }, signal)),
       underlayFacts(runner, o, fam, signal),
+      // nftables mode: twill's iptables chains are an iptables-mode run's leftovers (IPv6 only:
+      // read with the IPv6 facts, as ever)
+      nftables && fam.ipv4
+        ? attempt(() => twillChains(runner, { ipv6: false, nftables }, signal))
+        : undefined,
     ]);
-    return { fam, iptables, inputChain, foreign, under };
+    return { fam: { ...fam, nftables }, iptables, noIptables, inputChain, foreign, under, chains4 };
   });
-  const [ipForward, bridgeNf, links, subnetEnv, store, ownedRoutes, read] = await Promise.all([
+  const [ipForward, bridgeNf, links, subnetEnv, store, ownedRoutes, read, nft] = await Promise.all([
     sysctl(deps, o, 'ipv4/ip_forward').then((r) =>
       r.ok && r.value === undefined
         ? failed<string>(`no ${join(o.procSysNet, 'ipv4/ip_forward')}`)
@@ -348,6 +365,7 @@ export async function gather(
     storeRead,
     attempt(() => readOwnedRoutes(runner, [], signal)),
     byFamily,
+    attempt(() => readNftFact(runner, signal)),
   ]);
   const { fam, under } = read;
   const facts: DoctorFacts = {
@@ -355,6 +373,7 @@ export async function gather(
     bridgeNf,
     rpFilter: new Map(),
     iptables: read.iptables,
+    ...(read.noIptables ? { noIptables: true as const } : {}),
     inputChain: read.inputChain,
     foreignChains: read.foreign,
     links,
@@ -364,6 +383,8 @@ export async function gather(
     store,
     ownedRoutes,
     bridge: o.bridge,
+    nft,
+    ...(read.chains4 ? { ip4Chains: read.chains4 } : {}),
   };
   const [rpFilter, v6] = await Promise.all([
     // rp_filter filters IPv4 only: nothing to read with IPv4 off

@@ -3,7 +3,8 @@
 // an existing twill.<VNI> device, else flannel's defaults. Several checks
 // need it (rp_filter, MTU, the vxlan port), so it is worked out once here,
 // as are the address families the node runs (IPv4 only, dual-stack, IPv6
-// only) and which leases are ours.
+// only), where the masquerade lives (iptables or nftables mode) and which
+// leases are ours.
 import type { Ipv6NetConfig } from '../config/netconf.ts';
 import { DEFAULT_VNI, DEFAULT_VXLAN_PORT } from '../config/netconf.ts';
 import { vxlan6DeviceName, vxlanDeviceName } from '../dataplane/desired.ts';
@@ -93,6 +94,16 @@ export function families(f: Pick<DoctorFacts, 'store' | 'subnetEnv' | 'links'>):
   const pairs = env ? subnetFamilies(env) : undefined;
   const device6 = f.links.ok && f.links.value.some((l) => l.name.startsWith(DEVICE6_PREFIX));
   return { ipv4: pairs ? pairs.v4 !== undefined : true, ipv6: pairs?.v6 !== undefined || device6 };
+}
+
+/**
+ * Where twill keeps the masquerade: in its nftables tables ("EnableNFTables": true) or in its
+ * iptables chains, as the network config says; undefined when the store did not answer (the config
+ * is the only place that tells).
+ */
+export function masqMode(f: Pick<DoctorFacts, 'store'>): 'nftables' | 'iptables' | undefined {
+  if (!f.store.ok) return undefined;
+  return f.store.value.config.nftables ? 'nftables' : 'iptables';
 }
 
 /** Whether IPv4 is off (an IPv6-only node): the IPv4 checks are n/a or look at IPv6 instead. */

@@ -57,6 +57,15 @@ export function isNoDevice(err: unknown): boolean {
   return err instanceof CommandError && /Cannot find device|does not exist/.test(err.stderr);
 }
 
+/**
+ * A command that failed because its program is not installed (spawned directly: ENOENT; through
+ * nsenter or a shell: exit 127).
+ */
+export function isMissingTool(err: unknown): boolean {
+  if (!(err instanceof CommandError)) return false;
+  return err.exitCode === 127 || (err.exitCode === undefined && /ENOENT/.test(err.reason));
+}
+
 export type Runner = (
   file: string,
   args: readonly string[],

@@ -17,6 +17,7 @@ import { describeLease, encodeLeaseValue, leaseSubnetText } from './codec.ts';
 import {
   checkPeer,
   forOurFamilies,
+  joinsWithoutConflict,
   truncated,
   withoutConflicts,
   type PeerContext,
@@ -43,6 +44,8 @@ const DEFAULT_LINGER_MS = 10_000;
 export const DEFAULT_DELETE_LINGER_MS = 500;
 /** snapshots larger than this log one summary line instead of a line per peer */
 const QUIET_ABOVE = 20;
+/** changes of the peer set between two admissions checked one by one; more redo the whole stage */
+const MAX_JOURNAL = 64;
 
 export class PeerTracker {
   private readonly peers = new Map<string, Lease>();
@@ -60,6 +63,12 @@ export class PeerTracker {
   };
   /** the set changed since `admission` was computed */
   private admissionStale = true;
+  /**
+   * what changed since `admission` was computed, key by key (a lease that joined, or null: it
+   * left), or 'all' (a re-list, a changed lease, too many changes): how much of the set-level
+   * stage must be redone (see admitted())
+   */
+  private journal: Map<string, Lease | null> | 'all' = 'all';
   private connected: boolean | undefined;
   private readonly listeners: ((peersChanged: boolean) => void)[] = [];
   /** a record was refused, or a refusal ended, without the admitted set changing */
@@ -104,6 +113,13 @@ export class PeerTracker {
    */
   private admitted(): { admitted: Lease[]; refused: Map<string, Refusal> } {
     if (!this.admissionStale) return this.admission;
+    const quick = this.joined();
+    this.journal = new Map();
+    this.admissionStale = false;
+    if (quick) {
+      this.admission = { admitted: quick, refused: this.admission.refused };
+      return this.admission;
+    }
     const all = [...this.peers.values(), ...[...this.lingering.values()].map((l) => l.lease)];
     const set = withoutConflicts(all, this.opts.context.config);
     const refused = new Map(set.refused.map((r) => [r.lease.key, r.refusal]));
@@ -121,8 +137,32 @@ export class PeerTracker {
       if (admitted.has(key))
         this.opts.logger.info({ key: truncated(key) }, 'peer no longer conflicts; admitted');
     this.admission = { admitted: set.admitted, refused };
-    this.admissionStale = false;
     return this.admission;
+  }
+
+  /**
+   * The admitted set without redoing the set-level stage, when that cannot change its outcome:
+   * the last one refused no peer, and since then peers only left, or joined without a conflict
+   * of their own (joinsWithoutConflict). Undefined when it must be redone.
+   */
+  private joined(): Lease[] | undefined {
+    const j = this.journal;
+    if (j === 'all' || this.admission.refused.size > 0) return undefined;
+    const kept = this.admission.admitted.filter((p) => !j.has(p.key));
+    for (const lease of j.values()) {
+      if (lease === null) continue;
+      if (!joinsWithoutConflict(lease, kept, this.opts.context.config)) return undefined;
+      kept.push(lease);
+    }
+    return kept;
+  }
+
+  /** Records a key joining (its lease) or leaving (null) for admitted(). */
+  private note(key: string, lease: Lease | null): void {
+    if (this.journal === 'all') return;
+    this.journal.set(key, lease);
+    // past a handful of changes the whole stage is as cheap as checking each
+    if (this.journal.size > MAX_JOURNAL) this.journal = 'all';
   }
 
   handle(ev: LeaseEvent): void {
@@ -148,6 +188,7 @@ export class PeerTracker {
 
   private snapshot(records: readonly LeaseRecord[], reason: string): void {
     this.opts.logger.debug({ reason, records: records.length }, 'lease snapshot');
+    this.journal = 'all';
     let changed = false;
     const keys = new Set(records.map((r) => r.key));
     const linger = this.opts.lingerMs ?? DEFAULT_LINGER_MS;
@@ -203,14 +244,15 @@ export class PeerTracker {
         this.invalid.set(r.key, problem);
         this.refusalsChanged = true;
       }
-      return this.leave(r.key) || this.lingering.delete(r.key);
+      return this.leave(r.key) || this.unlinger(r.key);
     }
     if (!r.ok) return false;
     this.forgetRefusal(r.key);
     const before = this.peers.get(r.key) ?? this.lingering.get(r.key)?.lease;
     this.lingering.delete(r.key);
-    this.peers.set(r.key, r.lease);
     if (!before) {
+      this.peers.set(r.key, r.lease);
+      this.note(r.key, r.lease);
       this.peerLog(
         { key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs, r.lease.subnet6) },
         'peer joined',
@@ -224,7 +266,11 @@ export class PeerTracker {
       sameOptionalCidr(before.subnet, r.lease.subnet) &&
       sameOptionalCidr6(before.subnet6, r.lease.subnet6) &&
       before.claimedAt === r.lease.claimedAt;
+    // the same lease keeps its object: the dataplane tells changed peers by identity
+    // (desired.ts's per-peer entries), so a re-put or a re-list must not look like a change
+    this.peers.set(r.key, same ? before : r.lease);
     if (same) return false;
+    this.journal = 'all';
     this.peerLog(
       { key: r.key, lease: describeLease(r.lease.subnet, r.lease.attrs, r.lease.subnet6) },
       'peer changed',
@@ -250,7 +296,15 @@ export class PeerTracker {
     const lease = this.peers.get(key);
     if (!lease) return false;
     this.peers.delete(key);
+    this.note(key, null);
     this.peerLog({ key, subnet: leaseSubnetText(lease) }, 'peer left');
+    return true;
+  }
+
+  /** A lingering peer goes; true when there was one. */
+  private unlinger(key: string): boolean {
+    if (!this.lingering.delete(key)) return false;
+    this.note(key, null);
     return true;
   }
 
@@ -268,7 +322,7 @@ export class PeerTracker {
     const lease = this.peers.get(key) ?? this.lingering.get(key)?.lease;
     if (!lease) return;
     if (ms <= 0) {
-      if (this.leave(key) || this.lingering.delete(key)) this.changed();
+      if (this.leave(key) || this.unlinger(key)) this.changed();
       return;
     }
     const until = Math.min(this.lingering.get(key)?.until ?? Infinity, Date.now() + ms);
@@ -309,7 +363,7 @@ export class PeerTracker {
     let changed = false;
     for (const [key, l] of [...this.lingering]) {
       if (l.until > now) continue;
-      this.lingering.delete(key);
+      this.unlinger(key);
       this.opts.logger.info({ key, subnet: leaseSubnetText(l.lease) }, 'peer left');
       changed = true;
     }

@@ -4,9 +4,14 @@
 // namespace (and what its /readyz says, when its health port is known). An
 // IPv6-only node's interface is found by its IPv6 address, its lease by its
 // IPv6 subnet or PublicIPv6, and what an earlier IPv4 run left in the kernel
-// is read too (as the daemon's first pass reads it, to remove it).
+// is read too (as the daemon's first pass reads it, to remove it). twill's
+// nftables tables are read in either mode (in iptables mode, tolerantly: an
+// nftables-mode run's leftovers); in nftables mode twill's iptables chains are
+// read as an iptables-mode run's leftovers instead of as the masquerade.
 import { readdir, readFile, readlink } from 'node:fs/promises';
 import { vxlan6DeviceName, vxlanDeviceName } from '../dataplane/desired.ts';
+import { NFT_TABLES, nftTableLabel, type NftTableSeen } from '../dataplane/nft.ts';
+import { observeNftTable, readIptablesLeftovers } from '../dataplane/nft-observe.ts';
 import { detectIptables, observe } from '../dataplane/observe.ts';
 import type { Runner } from '../exec/runner.ts';
 import { listLeases } from '../lease/snapshot.ts';
@@ -87,17 +92,50 @@ export function isOwnLease(
   return (o.ipv4 ? lease.attrs.publicIp : lease.attrs.publicIpv6) === ip;
 }
 
+/**
+ * twill's nftables tables, by nftTableLabel (null: absent). `wanted` (nftables mode, the families
+ * that are on) are read as a pass reads them, a failure failing the status; the others
+ * tolerantly, one that cannot be read (no nft command) left out.
+ */
+async function readNftTables(
+  runner: Runner,
+  wanted: { ipv4: boolean; ipv6: boolean },
+  signal: AbortSignal,
+): Promise<Map<string, NftTableSeen | null>> {
+  const seen = await Promise.all(
+    NFT_TABLES.map((t) => {
+      const read = observeNftTable(runner, t, signal);
+      if (t.family === 'ip' ? wanted.ipv4 : wanted.ipv6) return read;
+      return read.catch((err: unknown) => {
+        if (signal.aborted) throw err;
+        return undefined;
+      });
+    }),
+  );
+  return new Map(
+    NFT_TABLES.flatMap((t, i) => {
+      const table = seen[i];
+      return table === undefined ? [] : [[nftTableLabel(t), table] as const];
+    }),
+  );
+}
+
 export async function gatherStatus(o: GatherOptions): Promise<StatusInput> {
   const { store, runner, signal } = o;
   const config = await store.getNetworkConfig(signal);
   const ipv4 = config.ipv4 !== null;
   const ipv6 = config.ipv6 !== null;
-  const [env, records, choice, iptables, daemon] = await Promise.all([
+  const nftables = config.nftables;
+  const [env, records, choice, iptables, daemon, nftTables, leftovers] = await Promise.all([
     readSubnetEnv(o.subnetFile).catch(() => undefined),
     listLeases(store, signal),
     discoverInterface(runner, { ...o.iface, ipv6, ...(ipv4 ? {} : { ipv4: false }) }, signal),
-    detectIptables(runner, signal, { ipv4 }),
+    // nftables mode needs no iptables (the node may have none)
+    nftables ? undefined : detectIptables(runner, signal, { ipv4 }),
     daemonState(o.healthzPort),
+    readNftTables(runner, nftables ? { ipv4, ipv6 } : { ipv4: false, ipv6: false }, signal),
+    // nftables mode: an iptables-mode run's chains (a chain that cannot be read is unknown)
+    nftables ? readIptablesLeftovers(runner, signal) : undefined,
   ]);
   const mine = records.find((r) => r.ok && isOwnLease(r.lease, { ipv4, env, choice }));
   const expiresAt = mine?.ok ? await store.leaseExpiry?.(mine.key, signal) : undefined;
@@ -108,8 +146,9 @@ export async function gatherStatus(o: GatherOptions): Promise<StatusInput> {
   // a pass reads them; with IPv4 off, what an IPv4 run left (as the daemon's first pass reads it)
   const v6 = ipv6 ? { ipv6: true, dev6: vxlan ? vxlan6DeviceName(vxlan.vni) : undefined } : {};
   const v4 = ipv4 ? {} : { ipv4: false, leftovers4: true };
+  // nftables mode: the masquerade is in twill's tables, the chains are read as leftovers
   const observed = await observe(runner, ipv4 ? device : undefined, signal, {
-    chains: true,
+    chains: !nftables,
     ...v6,
     ...v4,
   });
@@ -119,9 +158,12 @@ export async function gatherStatus(o: GatherOptions): Promise<StatusInput> {
     records,
     choice,
     ipMasq: env?.ipMasq ?? false,
-    randomFully: iptables.randomFully,
+    // nftables mode: fully-random, as the daemon writes it there (every nft twill runs has it)
+    randomFully: iptables?.randomFully ?? true,
     ...(o.cniBridge === undefined ? {} : { cniBridge: o.cniBridge }),
     observed,
+    nftTables,
+    ...(leftovers ? { leftovers } : {}),
     daemon,
     anySubnetSize: store.anySubnetSize === true,
   };

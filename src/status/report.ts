@@ -2,29 +2,26 @@
 // node's files (subnet.env) and the kernel's view (observed state), build
 // the report an operator reads: our lease, the peer table with whether the
 // kernel has each peer's entries, the diff between desired and actual
-// kernel state, and the masquerade chain state. A dual-stack node shows both
-// families: our IPv6 subnet, each peer's and whether the kernel holds its IPv6
-// entries, and the ip6tables chains. An IPv6-only node shows the IPv6 family
-// alone: its IPv4 fields are null (the keys stay, so a reader of the JSON of
-// an IPv4 or dual-stack node sees what it always did), and what an earlier
-// IPv4 run left in the kernel is in the diff as extra.
+// kernel state, and the masquerade's state (masq.ts: twill's chains, or in
+// nftables mode twill's tables, and the other mode's leftovers). A dual-stack
+// node shows both families: our IPv6 subnet, each peer's and whether the
+// kernel holds its IPv6 entries, and the ip6tables chains. An IPv6-only node
+// shows the IPv6 family alone: its IPv4 fields are null (the keys stay, so a
+// reader of the JSON of an IPv4 or dual-stack node sees what it always did),
+// and what an earlier IPv4 run left in the kernel is in the diff as extra.
 import type { NetConfig } from '../config/netconf.ts';
 import { desiredState } from '../dataplane/desired.ts';
 import { diff } from '../dataplane/diff.ts';
-import {
-  chainSpecs,
-  chainSpecs6,
-  diffChain,
-  noChainSpecs,
-  type ChainSpec,
-} from '../dataplane/masq.ts';
-import type { ObservedChain, ObservedState, Op } from '../dataplane/model.ts';
+import type { ObservedState, Op } from '../dataplane/model.ts';
+import type { NftTableSeen } from '../dataplane/nft.ts';
+import type { IptablesLeftovers } from '../dataplane/nft-observe.ts';
 import { opLines } from '../dataplane/render.ts';
 import { admitPeers, truncated } from '../lease/admit.ts';
 import type { Lease, LeaseRecord } from '../lease/types.ts';
 import type { IfaceChoice } from '../net/iface.ts';
 import { formatCidr, formatIpv4 } from '../net/ipv4.ts';
 import { formatCidr6, formatIpv6 } from '../net/ipv6.ts';
+import { chainState, masqView, type ChainDiff } from './masq.ts';
 
 export interface StatusInput {
   readonly config: NetConfig;
@@ -37,6 +34,13 @@ export interface StatusInput {
   /** --cni-bridge: where a stale gateway counts as extra (the daemon removes it); default cni0 */
   readonly cniBridge?: string;
   readonly observed: ObservedState;
+  /**
+   * twill's nftables tables as read, by nftTableLabel (null: absent); one not read (no nft
+   * command) is not in it
+   */
+  readonly nftTables?: ReadonlyMap<string, NftTableSeen | null>;
+  /** nftables mode: twill's iptables and ip6tables chains, an iptables-mode run's leftovers */
+  readonly leftovers?: IptablesLeftovers;
   /** is a `twill run` for this node running, and what its /readyz said if known */
   readonly daemon: { readonly running: boolean; readonly detail: string };
   /**
@@ -87,53 +91,25 @@ export interface StatusReport {
     readonly extra: readonly string[];
     readonly different: readonly string[];
   };
-  /** twill's chains in iptables; null when IPv4 is off (IPv6 only) */
+  /**
+   * where the masquerade lives: twill's iptables chains, or ("EnableNFTables") twill's nftables
+   * tables
+   */
+  readonly mode: 'iptables' | 'nftables';
+  /**
+   * twill's chains in iptables; null when IPv4 is off (IPv6 only). In nftables mode the chains
+   * must not exist: "ok" says none is there
+   */
   readonly masquerade: { readonly postrouting: string; readonly forward: string } | null;
   /** the same chains in ip6tables on a dual-stack or IPv6-only node; null when IPv6 is off */
   readonly masquerade6: { readonly postrouting: string; readonly forward: string } | null;
+  /**
+   * twill's nftables tables `ip twill-ipv4` and `ip6 twill-ipv6`: "ok", "missing", "N
+   * difference(s)" where the mode wants one (nftables mode, the family on); "none" or "extra"
+   * where it wants none; "unknown" when not read (no nft command) or nothing is wanted yet
+   */
+  readonly nftables: { readonly ipv4: string; readonly ipv6: string };
   readonly inSync: boolean;
-}
-
-interface ChainDiff {
-  readonly missing: string[];
-  readonly extra: string[];
-  readonly different: string[];
-}
-
-/**
- * One chain for people, from the same typed ops a pass would apply: rules missing, extra
- * (duplicates included), out of order; the jump to it. `off` says why a chain that must not exist
- * must not (--ip-masq is off, or IPv4 is off).
- */
-export function chainDiff(
-  want: ChainSpec,
-  seen: ObservedChain,
-  off = '--ip-masq is off',
-): ChainDiff {
-  const out: ChainDiff = { missing: [], extra: [], different: [] };
-  const ops = diffChain(want, seen);
-  // ip6tables' chains carry the same names: their lines say which tool they are in
-  const table = want.ipv6 ? `ip6tables ${want.table}` : want.table;
-  for (const op of ops) {
-    if (op.kind === 'chain') {
-      const name = `chain ${table} ${op.chain}`;
-      if (op.action === 'add') out.missing.push(name);
-      else if (op.action === 'delete') out.extra.push(`${name} (${off})`);
-      else {
-        out.missing.push(...op.missing.map((r) => `${table}: ${r}`));
-        out.extra.push(...op.extra.map((r) => `${table}: ${r}`));
-        if (op.reordered) out.different.push(`${table} ${op.chain}: rules out of order`);
-      }
-    }
-    if (op.kind === 'jump' && op.action === 'add')
-      out.missing.push(`${table}: -A ${op.parent} ${op.rule}`);
-  }
-  const dropped = ops.filter((o) => o.kind === 'jump' && o.action === 'delete').length;
-  if (dropped > 0)
-    out.extra.push(
-      `${table}: ${seen.jumps.length} jump(s) from ${want.parent} to ${want.chain}, want ${want.rules === null ? 'none' : 'one of ours'}`,
-    );
-  return out;
 }
 
 /** The ip and bridge ops sorted for people: what the kernel lacks, has extra, has differently. */
@@ -187,19 +163,6 @@ function peerKernel(lease: Lease, ops: readonly Op[], family: Family = 4): strin
   const mine = ops.filter((o) => forPeer(o, lease, family));
   if (mine.length === 0) return 'ok';
   return mine.map((o) => `${o.action === 'add' ? 'missing' : 'different'} ${o.kind}`).join(', ');
-}
-
-function chainState(d: ChainDiff | undefined): string {
-  if (!d) return 'unknown';
-  const n = d.missing.length + d.extra.length + d.different.length;
-  if (n === 0) return 'ok';
-  return [
-    d.missing.length ? `${d.missing.length} missing` : '',
-    d.extra.length ? `${d.extra.length} extra` : '',
-    ...d.different,
-  ]
-    .filter(Boolean)
-    .join(', ');
 }
 
 /** An expiry for people: a time, "never" (Kubernetes leases), or null when unknown. */
@@ -291,25 +254,17 @@ export function buildStatus(i: StatusInput): StatusReport {
         : {}),
     };
   });
-  const diffs = (
-    specs: ReturnType<typeof chainSpecs> | undefined,
-    post: ObservedChain | undefined,
-    fwd: ObservedChain | undefined,
-    off?: string,
-  ): [ChainDiff | undefined, ChainDiff | undefined] => [
-    specs && post ? chainDiff(specs.postrouting, post, off) : undefined,
-    specs && fwd ? chainDiff(specs.forward, fwd, off) : undefined,
-  ];
-  const o = i.observed;
-  // IPv4 off: twill's iptables chains must not exist; ones an earlier IPv4 run left show as extra
-  const [post, fwd] = want?.masq
-    ? diffs(chainSpecs(want.masq), o.postrouting, o.forward)
-    : diffs(want ? noChainSpecs() : undefined, o.postrouting, o.forward, 'IPv4 is off');
-  const [post6, fwd6] = diffs(
-    want?.masq6 ? chainSpecs6(want.masq6) : undefined,
-    o.postrouting6,
-    o.forward6,
-  );
+  const m = masqView({
+    nftables: i.config.nftables,
+    want,
+    observed: i.observed,
+    ...(i.leftovers ? { leftovers: i.leftovers } : {}),
+    ...(i.nftTables ? { nftTables: i.nftTables } : {}),
+  });
+  const chains = [m.post, m.fwd, m.post6, m.fwd6].filter((c): c is ChainDiff => c !== undefined);
+  // what the ops do not carry: the tables, and in nftables mode the chains' leftovers
+  const besides = [m.tableDiff, ...(i.config.nftables ? chains : [])];
+  const clean = besides.every((d) => d.missing.length + d.extra.length + d.different.length === 0);
   return {
     daemon: i.daemon,
     lease: self
@@ -330,12 +285,11 @@ export function buildStatus(i: StatusInput): StatusReport {
         }
       : null,
     peers: rows,
-    diff: bucket(
-      ops,
-      [post, fwd, post6, fwd6].filter((c): c is ChainDiff => c !== undefined),
-    ),
-    masquerade: v4 ? { postrouting: chainState(post), forward: chainState(fwd) } : null,
-    masquerade6: v6 ? { postrouting: chainState(post6), forward: chainState(fwd6) } : null,
-    inSync: want !== undefined && ops.length === 0,
+    diff: bucket(ops, [...chains, m.tableDiff]),
+    mode: i.config.nftables ? 'nftables' : 'iptables',
+    masquerade: v4 ? { postrouting: chainState(m.post), forward: chainState(m.fwd) } : null,
+    masquerade6: v6 ? { postrouting: chainState(m.post6), forward: chainState(m.fwd6) } : null,
+    nftables: m.tables,
+    inSync: want !== undefined && ops.length === 0 && clean,
   };
 }

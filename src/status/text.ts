@@ -2,7 +2,10 @@
 // dual-stack node gets an IPv6 line for the lease, IPv6 columns in the peer
 // table and a line for the ip6tables chains. An IPv6-only node's lease line
 // says IPv4 is off, its peer table has the IPv6 columns alone, and its
-// masquerade line says IPv4 is off.
+// masquerade line says IPv4 is off. A mode line says where the masquerade
+// lives; in nftables mode the masquerade line names twill's tables, and
+// twill's chains get a line only when some are left (an iptables-mode run's);
+// in iptables mode twill's tables get one only when some are left.
 import type { PeerRow, StatusReport } from './report.ts';
 
 function table(head: readonly string[], rows: readonly (readonly string[])[]): string[] {
@@ -67,14 +70,49 @@ export function renderStatus(r: StatusReport): string {
     ['different', d.different],
   ] as const)
     for (const line of lines) out.push(`  ${what.padEnd(9)} ${line}`);
-  out.push(
-    r.masquerade
-      ? `masquerade: TWILL-POSTRTG ${r.masquerade.postrouting}; TWILL-FWD ${r.masquerade.forward}`
-      : 'masquerade: IPv4 off (twill keeps no iptables chain)',
-  );
-  if (r.masquerade6)
-    out.push(
-      `ip6tables:  TWILL-POSTRTG ${r.masquerade6.postrouting}; TWILL-FWD ${r.masquerade6.forward}`,
-    );
+  out.push(...(r.mode === 'nftables' ? nftLines(r) : iptablesLines(r)));
   return `${out.join('\n')}\n`;
+}
+
+type Chains = { readonly postrouting: string; readonly forward: string };
+const chainsText = (c: Chains): string => `TWILL-POSTRTG ${c.postrouting}; TWILL-FWD ${c.forward}`;
+const TABLE4 = 'table ip twill-ipv4';
+const TABLE6 = 'table ip6 twill-ipv6';
+
+/** iptables mode: the chains, as ever, and twill's tables only when one is left. */
+function iptablesLines(r: StatusReport): string[] {
+  const out = [
+    'mode:       iptables (twill keeps the masquerade in its chains)',
+    r.masquerade
+      ? `masquerade: ${chainsText(r.masquerade)}`
+      : 'masquerade: IPv4 off (twill keeps no iptables chain)',
+  ];
+  if (r.masquerade6) out.push(`ip6tables:  ${chainsText(r.masquerade6)}`);
+  const left = [
+    ...(r.nftables.ipv4 === 'extra' ? [TABLE4] : []),
+    ...(r.nftables.ipv6 === 'extra' ? [TABLE6] : []),
+  ];
+  if (left.length > 0)
+    out.push(`nftables:   ${left.join('; ')} extra (an nftables-mode run's; twill run removes it)`);
+  return out;
+}
+
+/** nftables mode: twill's tables, and its chains only when some are left (or cannot be told). */
+function nftLines(r: StatusReport): string[] {
+  const tables = [
+    r.masquerade ? `${TABLE4} ${r.nftables.ipv4}` : '',
+    r.masquerade6 ? `${TABLE6} ${r.nftables.ipv6}` : '',
+    // a family that is off: its table must not be there
+    !r.masquerade && r.nftables.ipv4 !== 'none' ? `${TABLE4} ${r.nftables.ipv4} (IPv4 off)` : '',
+    !r.masquerade6 && r.nftables.ipv6 !== 'none' ? `${TABLE6} ${r.nftables.ipv6} (IPv6 off)` : '',
+  ].filter(Boolean);
+  const out = [
+    'mode:       nftables (EnableNFTables: twill keeps the masquerade in its tables)',
+    `masquerade: ${tables.join('; ')}`,
+  ];
+  const left = (c: Chains | null): boolean =>
+    c !== null && (c.postrouting !== 'ok' || c.forward !== 'ok');
+  if (r.masquerade && left(r.masquerade)) out.push(`iptables:   ${chainsText(r.masquerade)}`);
+  if (r.masquerade6 && left(r.masquerade6)) out.push(`ip6tables:  ${chainsText(r.masquerade6)}`);
+  return out;
 }

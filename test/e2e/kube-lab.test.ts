@@ -22,6 +22,7 @@ import { lab, labDrills, labLeftovers } from '../helpers/lab.ts';
 const KUBE_DRILLS = [
   'masq-rule',
   'nat-flush',
+  'masq-table',
   'peer-route',
   'peer-neigh',
   'peer-fdb',
@@ -219,7 +220,7 @@ describe('the netns lab in Kubernetes mode over vxlan, IPv6-only', () => {
           ipChanged: [],
           leftovers: [],
         });
-      const ipv4Breaks = KUBE_DRILLS.slice(0, 6);
+      const ipv4Breaks = KUBE_DRILLS.slice(0, 7);
       for (const r of results.filter((x) => ipv4Breaks.includes(x.name)))
         expect(r.notes[0], r.name).toMatch(/^n\/a: breaks IPv4, and an IPv6-only lab has none/);
       // the IPv6 breaks and the store drills really ran and healed (timed), not n/a

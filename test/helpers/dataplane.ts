@@ -233,3 +233,12 @@ export async function kernelView(runner: Runner, o: { ipv6?: boolean } = {}): Pr
     ...(o.ipv6 ? { v6: await kernelView6(runner) } : {}),
   };
 }
+
+/**
+ * A desired state without its per-peer view (which carries the leases themselves): for comparing
+ * states built from different lease objects by what they ask of the kernel.
+ */
+export function kernelPart(d: DesiredState): Omit<DesiredState, 'peers'> {
+  const { peers: _peers, ...rest } = d;
+  return rest;
+}

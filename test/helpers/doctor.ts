@@ -7,7 +7,13 @@
 // device, route or chain).
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { chainSpecs6 } from '../../src/dataplane/masq.ts';
-import { got, type CheckResult, type DoctorFacts, type LinkFact } from '../../src/doctor/facts.ts';
+import {
+  got,
+  type CheckResult,
+  type DoctorFacts,
+  type LinkFact,
+  type NftFact,
+} from '../../src/doctor/facts.ts';
 import type { Lease, LeaseRecord } from '../../src/lease/types.ts';
 import { parseCidr, type Cidr } from '../../src/net/ipv4.ts';
 import { parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
@@ -80,8 +86,18 @@ export function healthyFacts(): DoctorFacts {
     store: storeFact(),
     ownedRoutes: got([{ dst: '10.244.1.0/24', via: '10.244.1.0', dev: 'twill.1', onlink: true }]),
     bridge: 'cni0',
+    nft: got(NO_NFT_TABLES),
   };
 }
+
+/** The nft command is there and twill's tables are not (an iptables-mode node's). */
+export const NO_NFT_TABLES: NftFact = {
+  version: 'nftables v1.0.6 (Lester Gooch #5)',
+  tables: new Map([
+    ['table ip twill-ipv4', null],
+    ['table ip6 twill-ipv6', null],
+  ]),
+};
 
 function cidr6(text: string): Cidr6 {
   const c = parseCidr6(text, { strict: false });

@@ -201,6 +201,7 @@ describe('doctor and status on an IPv6-only node', () => {
       'cni0-subnet',
       'stale-routes',
       'foreign-overlay',
+      'masq-leftovers',
       'ipv6-forward',
       'vxlan6-device',
       'ip6tables-chains',

@@ -26,6 +26,7 @@ import {
 const IPV4_DRILLS = [
   'masq-rule',
   'nat-flush',
+  'masq-table',
   'peer-route',
   'peer-neigh',
   'peer-fdb',

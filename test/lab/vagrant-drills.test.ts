@@ -94,6 +94,7 @@ describe('store modes', () => {
     expect(drillsFor('etcd').map((d) => d.name)).toEqual([
       'masq-rule',
       'nat-flush',
+      'masq-table',
       'peer-route',
       'peer-neigh',
       'peer-fdb',
@@ -116,6 +117,7 @@ describe('store modes', () => {
     expect(drillsFor('kube').map((d) => d.name)).toEqual([
       'masq-rule',
       'nat-flush',
+      'masq-table',
       'peer-route',
       'peer-neigh',
       'peer-fdb',

@@ -158,7 +158,7 @@ describe('dual-stack dataplane on a real kernel', () => {
       { timeoutMs: slowBound(1_000), what: 'the new IPv6 peer route' },
     );
     expect(r.lastPass()).toMatchObject({ kind: 'delta', failures: [] });
-    expect(r.lastPass()?.stages.spawns).toBe(3);
+    expect(r.lastPass()?.stages.spawns).toBe(2);
     const view = await kernelView(runner, { ipv6: true });
     expect(view.routes).toHaveLength(4);
     expect(view.v6?.routes).toHaveLength(4);

@@ -153,7 +153,7 @@ afterAll(async () => {
 function expectHealthy(r: Report): void {
   const allowed = hostHasBrNetfilter ? [] : ['br-netfilter: fail', 'bridge-nf-call-iptables: warn'];
   expect(notOk(r)).toEqual(allowed);
-  expect(r.checks).toHaveLength(11);
+  expect(r.checks).toHaveLength(12);
   expect(r.code).toBe(allowed.length === 0 ? 0 : 1);
 }
 

@@ -259,12 +259,16 @@ describe('diff and render', () => {
         'link add twill.1 mtu 1450 address 02:00:00:00:00:03 type vxlan id 1 local 10.123.0.2 dev eth0 dstport 8472 nolearning',
         'addr add 10.244.3.0/32 dev twill.1',
         'link set twill.1 up',
-        'neigh replace 10.244.1.0 lladdr 02:00:00:00:00:01 dev twill.1 nud permanent',
-        'neigh replace 10.244.4.0 lladdr 02:00:00:00:00:04 dev twill.1 nud permanent',
         '',
       ].join('\n'),
       'fdb append 02:00:00:00:00:01 dev twill.1 dst 10.123.0.1 self permanent\nfdb append 02:00:00:00:00:04 dev twill.1 dst 10.123.0.4 self permanent\n',
-      'route add 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151\nroute add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\n',
+      [
+        'neigh replace 10.244.1.0 lladdr 02:00:00:00:00:01 dev twill.1 nud permanent',
+        'neigh replace 10.244.4.0 lladdr 02:00:00:00:00:04 dev twill.1 nud permanent',
+        'route add 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151',
+        'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151',
+        '',
+      ].join('\n'),
       [
         '*nat',
         ':TWILL-POSTRTG - [0:0]',
@@ -287,15 +291,14 @@ describe('diff and render', () => {
     ]);
   });
 
-  it('removes a departed peer in reverse order: route, then FDB, then neighbour', () => {
+  it('removes a departed peer in reverse order, in two processes: route and neighbour, then FDB', () => {
     const one = desiredState(
       backendInput({ backend: 'vxlan', peers: [peerLease(1, { vxlan: true })] }),
     );
     const batches = renderBatches(diff(one, matching(vxlan)));
     expect(batches.map((b) => b.input)).toEqual([
-      'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\n',
+      'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\nneigh del 10.244.4.0 dev twill.1\n',
       'fdb del 02:00:00:00:00:04 dev twill.1 dst 10.123.0.4 self\n',
-      'neigh del 10.244.4.0 dev twill.1\n',
     ]);
   });
 
@@ -414,13 +417,13 @@ describe('stale bridge gateways (a CNI gateway of an earlier lease of ours)', ()
     ]);
     const batches = renderBatches(ops);
     expect(batches.map((b) => [b.phase, b.input])).toEqual([
-      [
-        'ip-pre',
-        'addr del 10.244.216.1/24 dev cni0\n' +
-          'neigh replace 10.244.216.0 lladdr 02:00:00:00:00:d8 dev twill.1 nud permanent\n',
-      ],
+      ['ip-pre', 'addr del 10.244.216.1/24 dev cni0\n'],
       ['bridge', 'fdb append 02:00:00:00:00:d8 dev twill.1 dst 10.123.0.216 self permanent\n'],
-      ['ip-post', 'route add 10.244.216.0/24 via 10.244.216.0 dev twill.1 onlink proto 151\n'],
+      [
+        'ip-post',
+        'neigh replace 10.244.216.0 lladdr 02:00:00:00:00:d8 dev twill.1 nud permanent\n' +
+          'route add 10.244.216.0/24 via 10.244.216.0 dev twill.1 onlink proto 151\n',
+      ],
     ]);
     // the same without the peer: the address goes all the same
     expect(diff(now, seen).flatMap(opLines)).toEqual(['addr del 10.244.216.1/24 dev cni0']);
@@ -737,7 +740,7 @@ describe('what a kernel event touched', () => {
     });
   });
 
-  it('re-applies just the touched entries, neighbour and FDB before the route, a route only by adding', () => {
+  it('re-applies just the touched entries, FDB and neighbour before the route, a route only by adding', () => {
     const ops = diff(
       vxlan,
       assumedWithout(vxlan, {
@@ -747,9 +750,12 @@ describe('what a kernel event touched', () => {
       }),
     );
     expect(renderBatches(ops).map((b) => [b.file, b.input])).toEqual([
-      ['ip', 'neigh replace 10.244.4.0 lladdr 02:00:00:00:00:04 dev twill.1 nud permanent\n'],
       ['bridge', 'fdb append 02:00:00:00:00:04 dev twill.1 dst 10.123.0.4 self permanent\n'],
-      ['ip', 'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\n'],
+      [
+        'ip',
+        'neigh replace 10.244.4.0 lladdr 02:00:00:00:00:04 dev twill.1 nud permanent\n' +
+          'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\n',
+      ],
     ]);
     expect(
       diff(

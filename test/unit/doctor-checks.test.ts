@@ -62,6 +62,7 @@ describe('doctor checks', () => {
       'cni0-subnet',
       'stale-routes',
       'foreign-overlay',
+      'masq-leftovers',
     ]);
     expect(doctorExitCode(results)).toBe(0);
   });

@@ -344,13 +344,13 @@ describe('report', () => {
     const table = renderTable(results);
     expect(table.split('\n')[0]).toMatch(/^CHECK\s+VERDICT\s+DETAIL\s+FIX$/);
     expect(table).toMatch(/^ip-forward\s+FAIL\s+net\.ipv4\.ip_forward is 0/m);
-    expect(table).toContain('11 checks: 10 ok, 0 warn, 1 fail');
+    expect(table).toContain('12 checks: 11 ok, 0 warn, 1 fail');
     const json = JSON.parse(renderJson(results)) as {
       ok: boolean;
       checks: { check: string; verdict: string }[];
     };
     expect(json.ok).toBe(false);
-    expect(json.checks).toHaveLength(11);
+    expect(json.checks).toHaveLength(12);
     expect(doctorExitCode(results)).toBe(1);
   });
 });

@@ -64,6 +64,7 @@ describe('doctor checks, IPv6 only', () => {
       'cni0-subnet',
       'stale-routes',
       'foreign-overlay',
+      'masq-leftovers',
       'ipv6-forward',
       'vxlan6-device',
       'ip6tables-chains',

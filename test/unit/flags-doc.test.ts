@@ -22,7 +22,8 @@ describe('flagsTable', () => {
     expect(lines[0]).toBe('| flag | environment variable | default | meaning | in effect |');
     expect(lines).toHaveLength(RUN_FLAGS.length + 2);
     RUN_FLAGS.forEach((f, i) => {
-      expect(lines[i + 2]).toMatch(new RegExp(`^\\| \`--${f.name}\` \\| \`${envName(f.name)}\``));
+      const env = f.commandLineOnly ? 'none \\(command line only\\)' : `\`${envName(f.name)}\``;
+      expect(lines[i + 2]).toMatch(new RegExp(`^\\| \`--${f.name}\` \\| ${env}`));
       if (f.default !== undefined) expect(lines[i + 2]).toContain(`\`${f.default}\``);
     });
   });
@@ -33,12 +34,16 @@ describe('flagsTable', () => {
       { name: 'b-name', kind: 'string', help: 'name', defaultText: 'the host name', store: 'kube' },
       { name: 'c-on', kind: 'bool', help: 'switch', doc: 'a `switch`', store: 'etcd' },
       { name: 'd-if', kind: 'repeat', help: 'name|ip' },
+      { name: 'e-go', kind: 'bool', help: 'once', commandLineOnly: true, runOnly: true },
+      { name: 'f-go', kind: 'bool', help: 'once', runOnly: true, store: 'kube' },
     ];
     expect(flagsTable(flags).split('\n').slice(2)).toStrictEqual([
       '| `--a-port` | `TWILL_A_PORT` | `0` (off) | port (0: off) | always |',
       '| `--b-name` | `TWILL_B_NAME` | the host name | name | with `--kube-subnet-mgr` |',
       '| `--c-on` | `TWILL_C_ON` | off | a `switch` | without `--kube-subnet-mgr` |',
       '| `--d-if` | `TWILL_D_IF` (comma list) |  | name\\|ip | always |',
+      '| `--e-go` | none (command line only) | off | once | `twill run` only |',
+      '| `--f-go` | `TWILL_F_GO` | off | once | `twill run` only, with `--kube-subnet-mgr` |',
     ]);
   });
 });

@@ -18,8 +18,12 @@ import {
 } from '../../src/cli/flags.ts';
 import { TwillError } from '../../src/errors.ts';
 
-function resolve(argv: string[], env: NodeJS.ProcessEnv = {}): RunFlags {
-  const cmd = addRunFlags(new Command('run'));
+function resolve(
+  argv: string[],
+  env: NodeJS.ProcessEnv = {},
+  o: { run: boolean } = { run: true },
+): RunFlags {
+  const cmd = addRunFlags(new Command(o.run ? 'run' : 'status'), o);
   cmd.exitOverride();
   cmd.configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
   cmd.parse(argv, { from: 'user' });
@@ -62,6 +66,7 @@ describe('resolveRunFlags: defaults', () => {
       healthzPort: 0,
       nodeName: undefined,
       logLevel: 'info',
+      cleanup: false,
       kubeSubnetMgr: false,
       kubeconfigFile: undefined,
       kubeApiUrl: undefined,
@@ -128,6 +133,34 @@ describe('resolveRunFlags: command line', () => {
       etcdPrefix: '/twill/network',
       nodeName: 'node-a',
     });
+  });
+});
+
+describe('run-only flags (--cleanup)', () => {
+  const runOnly = RUN_FLAGS.filter((f) => f.runOnly);
+
+  it('are there (this file tests them)', () => {
+    expect(runOnly.map((f) => f.name)).toStrictEqual(['cleanup']);
+  });
+
+  it('are refused by twill status and twill doctor, not ignored', () => {
+    for (const f of runOnly) expect(() => resolve([`--${f.name}`], {}, { run: false })).toThrow();
+    expect(resolve(['--cleanup']).cleanup).toBe(true);
+  });
+
+  it('resolve to their default where they are not declared; the other flags still work', () => {
+    const flags = resolve(['--ip-masq'], { TWILL_CLEANUP: 'true' }, { run: false });
+    expect(flags.cleanup).toBe(false);
+    expect(flags.ipMasq).toBe(true);
+  });
+
+  it("are not in twill status's or twill doctor's --help", async () => {
+    const main = resolvePath(import.meta.dirname, '../../src/cli/main.ts');
+    for (const command of ['status', 'doctor']) {
+      const help = (await promisify(execFile)(process.execPath, [main, command, '--help'])).stdout;
+      expect(help).toContain('--ip-masq');
+      for (const f of runOnly) expect(help).not.toContain(`--${f.name}`);
+    }
   });
 });
 
@@ -490,6 +523,7 @@ describe('RUN_FLAGS: each entry is an option of `twill run` and a TWILL_ variabl
     'healthz-port': { text: '8471', value: 8471 },
     'node-name': { text: 'node-q', value: 'node-q' },
     'log-level': { text: 'debug', value: 'debug' },
+    cleanup: { text: 'true', value: true },
     'kube-subnet-mgr': { text: 'true', value: true },
     'kubeconfig-file': { text: '/etc/twill/kubeconfig', value: '/etc/twill/kubeconfig' },
     'kube-api-url': { text: 'https://10.9.0.1:6443', value: 'https://10.9.0.1:6443' },
@@ -519,8 +553,9 @@ describe('RUN_FLAGS: each entry is an option of `twill run` and a TWILL_ variabl
     const base = sample.with ?? {};
     const field = key(name) as keyof RunFlags;
     expect(resolve([])[field]).not.toStrictEqual(sample.value);
+    // a command-line-only flag ignores its would-be variable
     expect(resolve([], { ...base, [envName(name)]: sample.text })[field]).toStrictEqual(
-      sample.value,
+      f.commandLineOnly ? resolve([])[field] : sample.value,
     );
     const argv = f.kind === 'bool' ? [`--${name}`] : [`--${name}`, sample.text];
     expect(resolve(argv, base)[field]).toStrictEqual(sample.value);
@@ -528,7 +563,7 @@ describe('RUN_FLAGS: each entry is an option of `twill run` and a TWILL_ variabl
     const syntax = f.kind === 'bool' ? `--${name}` : `--${name} <${f.arg ?? 'value'}>`;
     const line = help.split('\n').find((l) => l.trimStart().startsWith(`${syntax} `));
     expect(line, `twill run --help lists ${syntax}`).toBeDefined();
-    expect(line).toContain(`(env: ${envName(name)}`);
+    expect(line).toContain(f.commandLineOnly ? '(command line only)' : `(env: ${envName(name)}`);
     if (f.default !== undefined) expect(line).toContain(`(default: ${JSON.stringify(f.default)})`);
     else if (f.defaultText !== undefined) expect(line).toContain(`(default: ${f.defaultText})`);
   });

@@ -8,13 +8,8 @@ import { readFile, rm, mkdtemp, writeFile, chmod } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  listingParts,
-  listingReader,
-  listingInput,
-  runMonitors,
-  type Touch,
-} from '../../src/dataplane/monitor.ts';
+import { runMonitors, type Touch } from '../../src/dataplane/monitor.ts';
+import { listingInput, listingParts, listingReader } from '../../src/dataplane/nft-listing.ts';
 import { watchLines, type LineWatcher, type WatchOptions } from '../../src/exec/runner.ts';
 import { captureLog } from '../helpers/log.ts';
 import { waitFor } from '../../lab/kit/wait.ts';

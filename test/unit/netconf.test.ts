@@ -759,3 +759,31 @@ describe('parseNetConfig: unknown keys', () => {
     expect(cfg.unknownKeys).toStrictEqual([]);
   });
 });
+
+describe('parseNetConfig: EnableNFTables', () => {
+  it('is false (iptables mode) unless set', () => {
+    expect(parseNetConfig(`{${NET}}`).nftables).toBe(false);
+    expect(parseNetConfig(`{${NET},"EnableNFTables":false}`).nftables).toBe(false);
+    // null is unset, as for every other key
+    expect(parseNetConfig(`{${NET},"EnableNFTables":null}`).nftables).toBe(false);
+  });
+
+  it('turns nftables mode on, in any case, without being an unknown key', () => {
+    for (const key of ['EnableNFTables', 'enablenftables', 'ENABLENFTABLES']) {
+      const cfg = parseNetConfig(`{${NET},"${key}":true}`);
+      expect(cfg.nftables, key).toBe(true);
+      expect(cfg.unknownKeys, key).toStrictEqual([]);
+    }
+  });
+
+  it.each([
+    ['a string', '"true"', '"true"'],
+    ['a number', '1', '1'],
+    ['an object', '{"on":true}', '{"on":true}'],
+  ])('refuses %s, naming the key and the value', (_name, value, shown) => {
+    const err = failure(`{${NET},"EnableNFTables":${value}}`);
+    expect(err.code).toBe('CONFIG_INVALID');
+    expect(err.message).toContain('"EnableNFTables"');
+    expect(err.message).toContain(shown);
+  });
+});

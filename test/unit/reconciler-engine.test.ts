@@ -1180,6 +1180,94 @@ describe('which pass a trigger asks for', () => {
     expect(l.host.kernel.routes.has('10.244.5.0/24')).toBe(true);
   });
 
+  /** Advances the fake clock 1 ms at a time until a pass begins (at most `ms`). */
+  async function untilPassBegins(l: Loop, ms: number): Promise<void> {
+    const before = l.starts;
+    for (let i = 0; i < ms && l.starts === before; i++) await tick(1);
+    expect(l.starts).toBeGreaterThan(before);
+  }
+
+  it('a lease change while a resync pass reads the kernel: the delta goes first, then the resync pass', async () => {
+    const l = await converged();
+    l.host.latencyMs = 50;
+    await tick(RESYNC - 200);
+    await untilPassBegins(l, 1_000);
+    // the resync pass is reading (each read takes 50 ms)
+    await tick(20);
+    l.mark();
+    l.peers = [...l.peers, peerLease(5, { vxlan: true })];
+    l.reconciler.leasesChanged();
+    // the lease's settle (1 ms), then one bridge and one ip batch of 50 ms each
+    await tick(1 + 2 * 50 + 5);
+    expect(l.newReports().map(brief)).toEqual([
+      { kind: 'delta', converged: true, trigger: 'leases' },
+    ]);
+    expect(l.host.kernel.routes.has('10.244.5.0/24')).toBe(true);
+    expect(l.newCalls().filter(isBatch)).toEqual(['bridge -force -batch -', IP_BATCH]);
+    await tick(1_000);
+    expect(l.newReports().map(brief)).toEqual([
+      { kind: 'delta', converged: true, trigger: 'leases' },
+      { kind: 'full', converged: true, trigger: 'resync' },
+    ]);
+  });
+
+  it('a resync pass that also carries a kernel event does not give way (a drift may be pending)', async () => {
+    const l = await converged();
+    l.host.latencyMs = 50;
+    // the safety net's pass and a kernel event it cannot pin down, taken by one pass
+    l.reconciler.trigger('resync');
+    l.reconciler.touch('ip', { kind: 'all' });
+    await untilPassBegins(l, 1_000);
+    await tick(20);
+    l.mark();
+    l.peers = [...l.peers, peerLease(5, { vxlan: true })];
+    l.reconciler.leasesChanged();
+    await tick(2_000);
+    // the observed pass read to the end first; the lease came after it (a delta, or folded into
+    // its verification)
+    expect(l.newReports().map((r) => r.kind)[0]).toBe('full');
+    expect(l.host.kernel.routes.has('10.244.5.0/24')).toBe(true);
+  });
+
+  it('leases changing all the time: a resync pass gives way three times in a row, then reads to the end', async () => {
+    const l = await converged();
+    l.host.latencyMs = 50;
+    await tick(RESYNC - 200);
+    await untilPassBegins(l, 1_000);
+    l.mark();
+    // a lease change every 30 ms for 3 s: never 50 ms of quiet for a read to finish
+    for (let n = 5; n < 105; n++) {
+      l.peers = [...l.peers, peerLease(n, { vxlan: true })];
+      l.reconciler.leasesChanged();
+      await tick(30);
+    }
+    await tick(2_000);
+    const kinds = l.newReports().map((r) => r.kind);
+    const full = kinds.indexOf('full');
+    expect(full).toBeGreaterThan(0);
+    // three deltas went before it, the fourth resync attempt read to the end
+    expect(kinds.slice(0, full)).toEqual(['delta', 'delta', 'delta']);
+    // the leases that came while it read are applied (by it or after it), and all is converged
+    expect(l.newReports().at(-1)?.converged).toBe(true);
+    expect(l.host.kernel.routes.has('10.244.104.0/24')).toBe(true);
+  });
+
+  it('the echo of a delta, judged while the next lease change waits: no observed pass', async () => {
+    const l = await converged();
+    l.peers = [...l.peers, peerLease(5, { vxlan: true })];
+    l.reconciler.leasesChanged();
+    await tick(SETTLE);
+    // peer 6 comes before the monitor has shown peer 5's route coming back
+    l.peers = [...l.peers, peerLease(6, { vxlan: true })];
+    l.reconciler.leasesChanged();
+    const route = { dst: '10.244.5.0/24', via: '10.244.5.0', dev: 'twill.1', onlink: true };
+    l.reconciler.touch('ip', { kind: 'route', deleted: false, dst: route.dst, route });
+    await tick(SETTLE);
+    await tick(RESYNC / 2);
+    expect(l.newReports().map((r) => r.kind)).toEqual(['delta', 'delta']);
+    expect(l.host.kernel.routes.has('10.244.6.0/24')).toBe(true);
+  });
+
   it("one of twill's routes deleted: a repair pass, one batch", async () => {
     const l = await converged();
     l.host.kernel.routes.delete(PEER4_ROUTE);

@@ -5,7 +5,8 @@ import { describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { chainSpecs, chainSpecs6 } from '../../src/dataplane/masq.ts';
 import { isOwnLease } from '../../src/status/inputs.ts';
-import { buildStatus, chainDiff, type StatusInput } from '../../src/status/report.ts';
+import { chainDiff } from '../../src/status/masq.ts';
+import { buildStatus, type StatusInput } from '../../src/status/report.ts';
 import { renderStatus } from '../../src/status/text.ts';
 import type { ObservedState, VxlanDevice } from '../../src/dataplane/model.ts';
 import { desiredState } from '../../src/dataplane/desired.ts';
@@ -75,7 +76,7 @@ describe('twill status report', () => {
       /^refused \(subnet-size\): subnet 10\.244\.5\.0\/25 is not a \/24/,
     );
     const kube = buildStatus({ ...base, anySubnetSize: true });
-    expect(kube.peers[0]?.kernel).toBe('missing route, missing neigh, missing fdb');
+    expect(kube.peers[0]?.kernel).toBe('missing fdb, missing neigh, missing route');
     expect(kube.lease?.expiresAt).toBe('never');
   });
 
@@ -102,8 +103,8 @@ describe('twill status report', () => {
     });
     expect(r.peers.map((p) => p.kernel)).toEqual(['missing route', 'missing fdb']);
     expect(r.diff.missing).toEqual([
-      'route add 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151',
       'fdb append 02:00:00:00:00:04 dev twill.1 dst 10.123.0.4 self permanent',
+      'route add 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151',
     ]);
     expect(r.diff.extra).toEqual(['neigh del 10.244.9.0 dev twill.1']);
     expect(r.inSync).toBe(false);
