@@ -192,13 +192,20 @@ export async function putLeases(n: Node, count: number): Promise<void> {
   });
 }
 
-/** Starts the built daemon with the node flags of its shebang, as the `twill` command runs. */
-export async function startTwill(n: Node, extraArgs: readonly string[] = []): Promise<void> {
+/**
+ * Starts the built daemon with the node flags of its shebang, as the `twill` command runs; its
+ * leases from the node's etcd unless `store` gives other store flags (Kubernetes mode: kube.ts).
+ */
+export async function startTwill(
+  n: Node,
+  extraArgs: readonly string[] = [],
+  store: readonly string[] = etcdStoreFlags(n.etcd.endpoint, 'bench'),
+): Promise<void> {
   const command = await twillCommand(NODE_FLAGS);
   await rm(n.log, { force: true });
   n.spawnedAt = Date.now();
   const argv = twillRunArgv(command, {
-    store: etcdStoreFlags(n.etcd.endpoint, 'bench'),
+    store,
     subnetFile: join(n.dir, 'subnet.env'),
     flags: ['--ip-masq', ...extraArgs],
   });

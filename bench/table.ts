@@ -17,6 +17,8 @@ export interface BenchRow {
 
 export interface BenchSuite {
   readonly name: string;
+  /** run only when named (`--only <name>`), not in the default run (the 30-minute soak) */
+  readonly optIn?: boolean;
   run(signal: AbortSignal): Promise<BenchRow[]>;
 }
 
