@@ -10,17 +10,7 @@ import { assumedFrom, diff, peerDelta } from '../../src/dataplane/diff.ts';
 import { indexDesired, reindexDesired, type Known } from '../../src/dataplane/judge.ts';
 import type { Lease } from '../../src/lease/types.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';
-
-/** mulberry32: a small deterministic generator, so a failure replays. */
-function random(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { random } from '../helpers/random.ts';
 
 const sortedEntries = <V>(m: ReadonlyMap<string, V>): [string, V][] =>
   [...m.entries()].sort(([a], [b]) => a.localeCompare(b));

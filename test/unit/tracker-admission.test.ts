@@ -9,21 +9,11 @@ import { withoutConflicts } from '../../src/lease/admit.ts';
 import { PeerTracker } from '../../src/lease/tracker.ts';
 import type { Lease } from '../../src/lease/types.ts';
 import { peerLease } from '../helpers/dataplane.ts';
+import { random } from '../helpers/random.ts';
 import { captureLog } from '../helpers/log.ts';
 
 const CONFIG = parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}');
 const SELF = peerLease(3, { vxlan: true });
-
-/** A small deterministic generator (mulberry32), so a failure replays. */
-function random(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const DUAL = parseNetConfig(
   '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00::/48","Backend":{"Type":"vxlan"}}',
