@@ -1,11 +1,13 @@
-// twill's Prometheus metrics (prom-client), one registry per daemon: peers
+// twill's Prometheus metrics, one registry per daemon (prom-text.ts): peers
 // by backend (and those with an IPv6 subnet), lease expiry, reconcile
 // passes and their duration, ops applied and drift repaired by kind, store
 // watch re-lists and connectivity, peer leases refused (one gauge, by
-// reason), readiness, build info, plus Node's process metrics.
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+// reason), readiness, build info, plus a few process metrics read when
+// scraped (CPU, start time, RSS, open fds, V8 heap): no timer of their own.
+import { readdirSync } from 'node:fs';
 import { opLabel, type Op } from '../dataplane/model.ts';
 import { REFUSAL_REASONS } from '../lease/admit.ts';
+import { Counter, formatFamily, Gauge, Histogram, Registry, type Collector } from './prom-text.ts';
 
 /** Drift kinds as operators think of them: an address on the device counts as the link. */
 export function driftKind(op: Op): string {
@@ -97,8 +99,102 @@ export class TwillMetrics {
     this.ready = new Gauge({ name: 'twill_ready', help: '1 when /readyz answers 200', registers });
     for (const kind of ['route', 'neigh', 'fdb', 'link', 'masquerade']) this.drift.inc({ kind }, 0);
     for (const result of ['converged', 'changed', 'failed']) this.passes.inc({ result }, 0);
-    // prom-client samples event-loop delay every 10 ms by default: 100 wake-ups a second, most of
-    // an idle daemon's CPU
-    collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 1_000 });
+    // no event-loop-delay monitor (prom-client's sampled every 10 ms by default: 100 wake-ups a
+    // second, most of an idle daemon's CPU)
+    this.registry.register(processMetrics());
+  }
+}
+
+/** When this process started (Unix seconds), as prom-client and client_golang give it. */
+const START_TIME = Math.round(Date.now() / 1000 - process.uptime());
+
+/**
+ * The process metrics, under the names and help texts of prom-client's defaults (dashboards built
+ * on those keep working), each read once per scrape. CPU is the process's since it started.
+ */
+export function processMetrics(): Collector {
+  return {
+    names: [
+      'process_cpu_user_seconds_total',
+      'process_cpu_system_seconds_total',
+      'process_cpu_seconds_total',
+      'process_start_time_seconds',
+      'process_resident_memory_bytes',
+      'process_open_fds',
+      'nodejs_heap_size_total_bytes',
+      'nodejs_heap_size_used_bytes',
+      'nodejs_external_memory_bytes',
+    ],
+    expose(): string {
+      const cpu = process.cpuUsage();
+      const mem = process.memoryUsage();
+      const fds = openFds();
+      return [
+        formatFamily(
+          'process_cpu_user_seconds_total',
+          'Total user CPU time spent in seconds.',
+          'counter',
+          [cpu.user / 1e6],
+        ),
+        formatFamily(
+          'process_cpu_system_seconds_total',
+          'Total system CPU time spent in seconds.',
+          'counter',
+          [cpu.system / 1e6],
+        ),
+        formatFamily(
+          'process_cpu_seconds_total',
+          'Total user and system CPU time spent in seconds.',
+          'counter',
+          [(cpu.user + cpu.system) / 1e6],
+        ),
+        formatFamily(
+          'process_start_time_seconds',
+          'Start time of the process since unix epoch in seconds.',
+          'gauge',
+          [START_TIME],
+        ),
+        formatFamily('process_resident_memory_bytes', 'Resident memory size in bytes.', 'gauge', [
+          mem.rss,
+        ]),
+        // no sample when /proc cannot be read (not Linux, or no /proc mounted)
+        formatFamily(
+          'process_open_fds',
+          'Number of open file descriptors.',
+          'gauge',
+          fds === undefined ? [] : [fds],
+        ),
+        formatFamily(
+          'nodejs_heap_size_total_bytes',
+          'Process heap size from Node.js in bytes.',
+          'gauge',
+          [mem.heapTotal],
+        ),
+        formatFamily(
+          'nodejs_heap_size_used_bytes',
+          'Process heap size used from Node.js in bytes.',
+          'gauge',
+          [mem.heapUsed],
+        ),
+        formatFamily(
+          'nodejs_external_memory_bytes',
+          'Node.js external memory size in bytes.',
+          'gauge',
+          [mem.external],
+        ),
+      ].join('\n\n');
+    },
+  };
+}
+
+/**
+ * Entries of /proc/self/fd, less the one the listing itself held open. Synchronous: /proc is
+ * kernel state, not disk, and a daemon has a few dozen descriptors.
+ */
+function openFds(): number | undefined {
+  try {
+    return readdirSync('/proc/self/fd').length - 1;
+  } catch {
+    return undefined;
   }
 }
