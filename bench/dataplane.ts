@@ -34,6 +34,7 @@ import {
   type PeerSpec,
 } from './node.ts';
 import { waitFor } from '../lab/kit/wait.ts';
+import { twillCommand } from '../lab/kit/twill-command.ts';
 import type { BenchRow, BenchSuite } from './table.ts';
 
 const PEERS = 5_000;
@@ -144,6 +145,24 @@ async function coldConvergence(n: Node): Promise<{ fromStartMs: number; passMs: 
     everyMs: POLL_MS,
   });
   return { fromStartMs: (done?.time ?? 0) - n.spawnedAt, passMs: done?.durationMs ?? 0 };
+}
+
+const START_RUNS = 5;
+
+/** Median spawn -> exit of a bare Node and of `twill --version`, in `ns`, with twill's flags. */
+async function startFloorMs(ns: string): Promise<{ node: number; twill: number }> {
+  const command = await twillCommand();
+  const median = async (argv: string[]): Promise<number> => {
+    const times: number[] = [];
+    for (let i = 0; i < START_RUNS; i++) {
+      const t = performance.now();
+      await nsRun(ns, argv, { timeoutMs: 30_000 });
+      times.push(performance.now() - t);
+    }
+    return times.sort((a, b) => a - b)[Math.floor(START_RUNS / 2)] ?? 0;
+  };
+  const nodeOnly = [...command.slice(0, -1), '-e', '0'];
+  return { node: await median(nodeOnly), twill: await median([...command, '--version']) };
 }
 
 /** Where twill keeps its masquerade: iptables chains, or (EnableNFTables) its own nft tables. */
@@ -437,8 +456,8 @@ async function backendRows(
       unit: 'ms',
       yardstick: { name: 'raw ip -batch', value: Math.round(raw) },
       target: {
-        text: '≤ 1000 ms, ≤ 10× raw',
-        met: cold.fromStartMs <= 1000 && cold.fromStartMs <= 10 * raw,
+        text: '≤ 1000 ms, ≤ 1.5× raw',
+        met: cold.fromStartMs <= 1000 && cold.fromStartMs <= 1.5 * raw,
       },
     });
     rows.push({
@@ -447,6 +466,22 @@ async function backendRows(
       value: Math.round(cold.passMs),
       unit: 'ms',
       yardstick: { name: 'raw ip -batch', value: Math.round(raw) },
+      target: { text: '≤ 1.5× raw', met: cold.passMs <= 1.5 * raw },
+    });
+    // the floor under process start -> all entries: what starting Node, and loading twill's
+    // bundle, cost before twill does anything (same flags, same namespace, same run)
+    const starts = await startFloorMs(n.ns);
+    rows.push({
+      suite: 'dataplane',
+      figure: `  floor: Node's own start (spawn → exit of an empty script, median of ${START_RUNS}), ${label}`,
+      value: Math.round(starts.node),
+      unit: 'ms',
+    });
+    rows.push({
+      suite: 'dataplane',
+      figure: `  floor: Node + twill's code loaded (spawn → exit of twill --version, median of ${START_RUNS}), ${label}`,
+      value: Math.round(starts.twill),
+      unit: 'ms',
     });
     if (floor !== undefined) rows.push(...(await memoryRows(n, { floor, entries, label })));
     // the IPv4 repairs on the IPv4 node, the IPv6 ones on the dual-stack node

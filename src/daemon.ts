@@ -227,26 +227,36 @@ interface Started {
   readonly lease: Lease;
 }
 
-/** Config, interface, lease, subnet.env: everything before the loops start. */
-async function acquire(
+/** net-conf.json from the store (waiting while it is unreachable). */
+async function readConfig(
   deps: DaemonDeps,
-  opts: DaemonOptions,
   progress: StartupProgress,
   signal: AbortSignal,
-): Promise<Started> {
-  const { store, logger } = deps;
+): Promise<NetConfig> {
   const config = await whileUnavailable(
     deps,
     progress,
     'reading network config',
-    () => store.getNetworkConfig(signal),
+    () => deps.store.getNetworkConfig(signal),
     signal,
   );
   if (config.unknownKeys.length > 0)
-    logger.warn(
+    deps.logger.warn(
       { keys: config.unknownKeys },
       'net-conf.json has keys twill does not know; they are ignored',
     );
+  return config;
+}
+
+/** Interface, lease, subnet.env: everything else before the loops start. */
+async function acquire(
+  deps: DaemonDeps,
+  opts: DaemonOptions,
+  config: NetConfig,
+  progress: StartupProgress,
+  signal: AbortSignal,
+): Promise<Started> {
+  const { store, logger } = deps;
   progress.step('choosing the interface');
   const ipv4 = config.ipv4 !== null;
   const ipv6 = config.ipv6 !== null;
@@ -350,9 +360,15 @@ async function runNode(
 ): Promise<void> {
   const { store, logger, runner } = deps;
   const { probe } = opts;
-  const { config, choice, lease } = await acquire(deps, opts, probe, signal);
+  const config = await readConfig(deps, probe, signal);
+  // The netfilter detection (a few iptables or nft runs) needs only the config: it runs while the
+  // interface is chosen and the lease acquired, off the start-up's critical path. Awaited below;
+  // the catch only keeps a failure from going unhandled while the acquisition fails first.
+  const detecting = detectMasq(runner, config, signal);
+  detecting.catch(() => undefined);
+  const { choice, lease } = await acquire(deps, opts, config, probe, signal);
   probe.step(config.nftables ? 'detecting nft' : 'detecting iptables');
-  const netfilter = await detectMasq(runner, config, signal);
+  const netfilter = await detecting;
   if (config.nftables)
     logger.info('nftables mode ("EnableNFTables"): the masquerade is kept in twill\'s nft tables');
   const brProblem = await deps.bridgeNetfilterProblem({ ipv6Only: config.ipv4 === null });

@@ -1,16 +1,17 @@
 // apply: runs a plan's batches (render.ts makes them: ip (pre), bridge, ip
 // (post), one `nft -f -` per table written, iptables-restore and
 // ip6tables-restore --noflush with the xtables lock, one `nft -f -` per table
-// deleted) in that order. ip and bridge run with -force so one failing line
+// deleted) in that order within two lanes that run at once, the links' and the
+// masquerade's. ip and bridge run with -force so one failing line
 // does not stop the rest, and a failing batch does not stop the later ones;
 // failures are mapped back to the lines that caused them (nft's
 // "/dev/stdin:<line>:…" reports, per table, as well as ip's).
 import { describeError } from '../errors.ts';
 import { describeBatchFailures } from '../exec/batch-errors.ts';
 import { CommandError, type Runner } from '../exec/runner.ts';
-import type { Op } from './model.ts';
+import type { Op, Phase } from './model.ts';
 import { describeNftFailures } from './nft-parse.ts';
-import { renderBatches } from './render.ts';
+import { renderBatches, type Batch } from './render.ts';
 
 export interface ApplyResult {
   readonly batches: number;
@@ -18,25 +19,42 @@ export interface ApplyResult {
   readonly failures: readonly string[];
 }
 
-/** Runs the plan's batches; a failing batch does not stop the later ones. */
+/**
+ * Runs the plan's batches in two lanes at once, each in its order: the links, neighbours, FDB and
+ * routes (ip, bridge, ip), and the masquerade (nft writes, the restores, nft deletes). Neither
+ * lane reads what the other writes (a masquerade rule names addresses and interface names, never
+ * a kernel object), so a pass that changes both, as every cold start does, waits for the longer
+ * lane instead of the sum. A failing batch does not stop the later ones; failures are reported in
+ * the batches' order.
+ */
 export async function applyOps(
   runner: Runner,
   ops: readonly Op[],
   signal: AbortSignal,
 ): Promise<ApplyResult> {
   const batches = renderBatches(ops);
-  const failures: string[] = [];
-  for (const b of batches) {
-    try {
-      await runner(b.file, b.args, { signal, input: b.input, timeoutMs: 60_000 });
-    } catch (err) {
-      if (signal.aborted) throw err;
-      const describe = b.phase === 'nft' ? describeNftFailures : describeBatchFailures;
-      const found = err instanceof CommandError ? describe(err.stderr, b.lines) : [];
-      failures.push(
-        ...(found.length > 0 ? found.map((f) => `${b.file}: ${f}`) : [describeError(err)]),
-      );
+  const failed = new Map<Batch, string[]>();
+  const lane = async (phases: readonly Phase[]): Promise<void> => {
+    for (const b of batches) {
+      if (!phases.includes(b.phase)) continue;
+      try {
+        await runner(b.file, b.args, { signal, input: b.input, timeoutMs: 60_000 });
+      } catch (err) {
+        if (signal.aborted) throw err;
+        const describe = b.phase === 'nft' ? describeNftFailures : describeBatchFailures;
+        const found = err instanceof CommandError ? describe(err.stderr, b.lines) : [];
+        failed.set(
+          b,
+          found.length > 0 ? found.map((f) => `${b.file}: ${f}`) : [describeError(err)],
+        );
+      }
     }
-  }
-  return { batches: batches.length, failures };
+  };
+  const lanes = await Promise.allSettled([lane(LINK_PHASES), lane(MASQ_PHASES)]);
+  for (const l of lanes) if (l.status === 'rejected') throw l.reason;
+  return { batches: batches.length, failures: batches.flatMap((b) => failed.get(b) ?? []) };
 }
+
+/** The lanes' phases; together every phase render.ts makes. */
+const LINK_PHASES: readonly Phase[] = ['ip-pre', 'bridge', 'ip-post'];
+const MASQ_PHASES: readonly Phase[] = ['nft', 'iptables'];

@@ -2,6 +2,7 @@
 // compaction and wipe controls.
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
+import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import type { Kv } from '../../src/lease/kv.ts';
 import { MemoryKv } from '../helpers/memory-kv.ts';
@@ -78,6 +79,49 @@ describe('memory store: re-list on compaction and wipe', () => {
         onConnectivity: () => {},
       }),
     ).toMatchObject({ reason: 'compacted' });
+    await own.close();
+  });
+});
+
+describe('memory store: the acquisition primes the first list', () => {
+  it("starts the watch from the acquisition's listing: no second list, our new lease in it, our old-config lease gone, later writes as events", async () => {
+    const own = new MemoryKv();
+    let lists = 0;
+    const counted: Kv = { ...shared(own), list: (p, s) => (lists++, own.list(p, s)) };
+    const store = new KvLeaseStore({ kv: counted, prefix: '/p' });
+    const text = '{"Network":"10.10.0.0/16","SubnetLen":24}';
+    own.putRaw('/p/config', text);
+    const config = parseNetConfig(text);
+    const peer = vxlanAttrs(2);
+    own.putRaw('/p/subnets/10.10.2.0-24', encodeLeaseValue(peer));
+    // our own lease from an older config (a /16's worth outside SubnetLen 24): deleted on acquire
+    own.putRaw('/p/subnets/10.10.0.0-20', encodeLeaseValue(vxlanAttrs(1)));
+    const lease = await store.acquireLease(
+      { config, attrs: vxlanAttrs(1), previous: undefined },
+      new AbortController().signal,
+    );
+    expect(lists).toBe(1);
+    // a write between the acquisition and the watch must arrive as an event
+    own.putRaw('/p/subnets/10.10.3.0-24', encodeLeaseValue(vxlanAttrs(3)));
+    const events: LeaseEvent[] = [];
+    const ctl = new AbortController();
+    const watching = store.watchLeases({ signal: ctl.signal, onEvent: (e) => events.push(e) });
+    await waitFor(() => events.some((e) => e.type === 'put' && e.record.key === '10.10.3.0-24'), {
+      timeoutMs: 2000,
+      what: 'the later write as an event',
+    });
+    expect(lists).toBe(1);
+    const first = events.find((e) => e.type === 'snapshot');
+    const keys = first?.type === 'snapshot' ? first.records.map((r) => r.key).sort() : [];
+    expect(keys).toEqual([lease.key, '10.10.2.0-24'].sort());
+    ctl.abort();
+    await watching;
+    // a later watch lists afresh
+    const again = new AbortController();
+    const second = store.watchLeases({ signal: again.signal, onEvent: () => undefined });
+    await waitFor(() => lists === 2, { timeoutMs: 2000, what: 'a fresh list' });
+    again.abort();
+    await second;
     await own.close();
   });
 });

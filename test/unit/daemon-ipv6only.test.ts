@@ -170,12 +170,13 @@ describe('IPv6-only start-up', () => {
     expect(await readFile(subnetFile, 'utf8')).toBe(
       'FLANNEL_IPV6_NETWORK=fd00:10:244::/56\nFLANNEL_IPV6_SUBNET=fd00:10:244:7::1/64\nFLANNEL_MTU=1430\nFLANNEL_IPMASQ=true\n',
     );
-    // the IPv6 default route chose the interface; ip6tables is the one asked after subnet.env
+    // the IPv6 default route chose the interface; ip6tables is the one asked, as soon as the
+    // config is read (beside the acquisition), and its failure stops start-up once that is done
     expect(calls).toEqual([
+      'ip6tables --version',
       'ip -json addr show',
       'ip -json -6 route show default',
       'ip -json link show',
-      'ip6tables --version',
     ]);
     expect((err as Error).message).toBe('not in this test: ip6tables --version');
   });
