@@ -550,7 +550,7 @@ function checkFlags(flags: RunFlags): RunFlags {
     bad(
       'kube-api-url',
       flags.kubeApiUrl,
-      'must look like https://host:port (client-node refuses plain http)',
+      'must look like https://host:port (plain http would send the credentials in clear)',
     );
   const labels = flags.kubeAnnotationPrefix.split('.');
   if (

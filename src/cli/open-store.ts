@@ -1,8 +1,8 @@
 // The lease store from `twill run`'s flags: one place for `run`, `status`
 // and `doctor`, so the three look at the same store the same way. etcd by
-// default; with --kube-subnet-mgr the Kubernetes API. Each client library
-// is loaded only in its mode: importing client-node costs about 75 MiB of
-// RSS and etcd3 about 30, and a node never needs both.
+// default; with --kube-subnet-mgr the Kubernetes API. Each client is
+// loaded only in its mode: the Kubernetes one brings node:https (TLS) and
+// js-yaml, etcd3 about 30 MiB of RSS, and a node never needs both.
 import { hostname } from 'node:os';
 import type { LeaseStore } from '../lease/types.ts';
 import type { RunFlags } from './flags.ts';

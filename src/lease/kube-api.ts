@@ -1,22 +1,36 @@
 // The few Kubernetes API calls the Kubernetes lease store makes, over
-// @kubernetes/client-node: read, list and watch Nodes, patch nodes/status.
-// Every call is bounded by a timeout and the caller's signal; failures a
-// retry can cure (unreachable, 5xx, 429, 401/403 while RBAC is applied)
-// become STORE_UNAVAILABLE naming the call, so the daemon waits instead of
-// crash-looping. Loaded only in Kubernetes mode (client-node is large).
+// node:https (node:http for an http:// server), with no client library:
+// read, list and watch Nodes, patch nodes/status. Every call is bounded by a
+// timeout and the caller's signal; failures a retry can cure (unreachable,
+// 5xx, 429, 401/403 while RBAC is applied) become STORE_UNAVAILABLE naming
+// the call, so the daemon waits instead of crash-looping. Where the API is
+// and who twill is come from kubeconfig.ts.
+//
+// Memory is the reason this is not @kubernetes/client-node (over 40 MiB of
+// RSS loaded): the Node list, from the apiserver's watch cache, is taken
+// apart as it arrives and each Node turned into a NodeView at once
+// (list-items.ts), so no raw Node outlives its own parse and the list is
+// never whole; a watch reply is read line by line as it arrives
+// (kube-watch-lines.ts); every reply is bounded.
+// One keep-alive agent: a call reuses the connection the previous one left,
+// and a watch holds a second one while it runs.
+import { readFile } from 'node:fs/promises';
 import {
-  CoreV1Api,
-  KubeConfig,
-  Observable,
-  PatchStrategy,
-  Watch,
-  type ConfigurationOptions,
-  type ObservableMiddleware,
-  type RequestContext,
-} from '@kubernetes/client-node';
+  Agent as HttpAgent,
+  request as httpRequest,
+  type IncomingMessage,
+  type OutgoingHttpHeaders,
+} from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import { createSecureContext } from 'node:tls';
 import { TwillError, describeError } from '../errors.ts';
 import { childController } from '../util/abort.ts';
 import { nodeView, type NodeView } from './kube-node.ts';
+import { LineReader } from './kube-watch-lines.ts';
+import { ListItemSplitter } from './list-items.ts';
+import { loadKubeConfig, type KubeAccess, type KubeAuth } from './kubeconfig.ts';
+
+export { loadKubeConfig, type KubeAccess } from './kubeconfig.ts';
 
 export interface NodeListing {
   readonly nodes: readonly NodeView[];
@@ -53,35 +67,67 @@ export interface KubeApi {
   }): Promise<NodeWatchEnd>;
 }
 
-export interface KubeAccess {
-  /** a kubeconfig file; absent: in-cluster config (service account token and CA) */
-  readonly kubeconfigFile?: string | undefined;
-  /** overrides the server URL of either */
-  readonly apiUrl?: string | undefined;
-  /** per-call timeout (default 10 s) */
-  readonly callTimeoutMs?: number;
-}
+/** A watch that sends nothing for this long (not even its headers) is given up: a dead peer. */
+export const WATCH_SILENCE_MS = 30_000;
+/** The largest reply to a single-Node call (etcd keeps objects under 1.5 MiB by default). */
+const MAX_OBJECT_REPLY = 4 * 1024 * 1024;
+/** What is read of a refusal's body, for its Status message. */
+const MAX_ERROR_REPLY = 64 * 1024;
+/** A token file is re-read at most this often (bound service account tokens rotate hourly). */
+const TOKEN_REREAD_MS = 60_000;
+/** How often a list whose continue token expired (410) starts again before the call fails. */
+const LIST_RESTARTS = 3;
 
-/** The HTTP status of a client-node error, when it carries one. */
-function statusOf(err: unknown): number | undefined {
-  const e = err as { code?: unknown; statusCode?: unknown };
-  if (typeof e.code === 'number') return e.code;
-  return typeof e.statusCode === 'number' ? e.statusCode : undefined;
-}
+/** The apiserver answered with an error status. */
+class HttpStatusError extends Error {
+  readonly status: number;
+  /** the apiserver's own explanation (a Status object's message), when it gave one */
+  readonly said: string | undefined;
 
-/** The apiserver's own explanation (a Status object's message), when the error carries one. */
-function serverMessage(err: unknown): string | undefined {
-  const body = (err as { body?: unknown }).body;
-  let obj: unknown = body;
-  if (typeof body === 'string') {
-    try {
-      obj = JSON.parse(body);
-    } catch {
-      return body.slice(0, 200) || undefined;
-    }
+  constructor(status: number, said: string | undefined) {
+    super(`HTTP ${status}${said ? ` ${said}` : ''}`);
+    this.name = 'HttpStatusError';
+    this.status = status;
+    this.said = said;
   }
-  const message = (obj as { message?: unknown } | null)?.message;
-  return typeof message === 'string' ? message : undefined;
+}
+
+/** The abort reason of a call that ran out of time. */
+class CallTimeout extends Error {
+  constructor(ms: number) {
+    super(`no reply within ${ms} ms`);
+    this.name = 'CallTimeout';
+  }
+}
+
+/** The HTTP status of a failed call, when the apiserver answered. */
+function statusOf(err: unknown): number | undefined {
+  return err instanceof HttpStatusError ? err.status : undefined;
+}
+
+/** The apiserver's explanation in an error reply: its Status message, else the text's start. */
+function serverMessage(body: string): string | undefined {
+  try {
+    const message = (JSON.parse(body) as { message?: unknown } | null)?.message;
+    return typeof message === 'string' ? message : undefined;
+  } catch {
+    return body.slice(0, 200) || undefined;
+  }
+}
+
+/** A network-level failure as one line, with what to check when TLS refused the server. */
+function describeFailure(err: unknown): string {
+  const reason = (err as { cause?: unknown }).cause;
+  if (reason instanceof CallTimeout) return reason.message;
+  if (err instanceof CallTimeout) return err.message;
+  const code = (err as { code?: unknown }).code;
+  const text = describeError(err).split('\n')[0] ?? '';
+  const tls =
+    typeof code === 'string' &&
+    /CERT|SELF_SIGNED|UNABLE_TO_(GET|VERIFY)|ALTNAME|^ERR_SSL|^ERR_TLS/.test(code);
+  return tls
+    ? `${text} (TLS: check the certificate-authority and tls-server-name of the kubeconfig, or the service account's ca.crt, and the client certificate)`
+    : text;
 }
 
 /**
@@ -92,15 +138,11 @@ function serverMessage(err: unknown): string | undefined {
  */
 function apiError(what: string, err: unknown, server: string): TwillError {
   const status = statusOf(err);
-  const said = serverMessage(err);
   const hint =
     status === 401 || status === 403
       ? '; twill needs nodes get/list/watch and nodes/status patch (deploy/clusterrole.yaml)'
       : '';
-  const detail =
-    status === undefined
-      ? describeError(err).split('\n')[0]
-      : `HTTP ${status}${said ? ` ${said}` : ''}`;
+  const detail = status === undefined ? describeFailure(err) : (err as Error).message;
   const code =
     status === 400 || status === 413 || status === 422 ? 'CONFIG_INVALID' : 'STORE_UNAVAILABLE';
   return new TwillError(code, `Kubernetes API ${server}: ${what}: ${detail}${hint}`, {
@@ -108,97 +150,232 @@ function apiError(what: string, err: unknown, server: string): TwillError {
   });
 }
 
-/** Wires the caller's signal (and a Content-Type, for patches) into one request. */
-function requestMiddleware(
-  signal: AbortSignal,
-  contentType: string | undefined,
-): ObservableMiddleware {
-  return {
-    pre: (ctx: RequestContext) => {
-      ctx.setSignal(signal);
-      if (contentType !== undefined) ctx.setHeaderParam('Content-Type', contentType);
-      return new Observable(Promise.resolve(ctx));
-    },
-    post: (rsp) => new Observable(Promise.resolve(rsp)),
-  };
+class ReplyTooLarge extends Error {
+  constructor(max: number) {
+    super(`the reply is larger than ${max} bytes`);
+    this.name = 'ReplyTooLarge';
+  }
 }
 
 /**
- * An http(s) URL (in-cluster config without its variables gives "https://undefined:undefined",
- * which is none).
+ * A reply's body as text, at most `max` bytes: beyond, ReplyTooLarge, or with `truncate` the
+ * first `max` bytes.
  */
-function isHttpUrl(text: string): boolean {
-  try {
-    const url = new URL(text);
-    return (url.protocol === 'https:' || url.protocol === 'http:') && url.hostname !== '';
-  } catch {
-    return false;
+async function readBody(res: IncomingMessage, max: number, truncate = false): Promise<string> {
+  if (!truncate && Number(res.headers['content-length']) > max) {
+    res.destroy();
+    throw new ReplyTooLarge(max);
+  }
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of res as AsyncIterable<Buffer>) {
+    if (size + chunk.length > max) {
+      if (!truncate) throw new ReplyTooLarge(max);
+      parts.push(chunk.subarray(0, max - size));
+      size = max;
+      break;
+    }
+    parts.push(chunk);
+    size += chunk.length;
+  }
+  return Buffer.concat(parts, size).toString('utf8');
+}
+
+/** A bearer token kept in a file, re-read at most once a minute, or at once after a 401. */
+class TokenFile {
+  private token: string | undefined;
+  private readAt = Number.NEGATIVE_INFINITY;
+  private readonly path: string;
+
+  constructor(path: string) {
+    this.path = path;
+  }
+
+  /** The token; `fresh`: re-read it now (a 401 may mean it rotated). */
+  async get(fresh = false): Promise<string> {
+    if (fresh || this.token === undefined || Date.now() - this.readAt >= TOKEN_REREAD_MS) {
+      try {
+        this.token = (await readFile(this.path, 'utf8')).trim();
+        this.readAt = Date.now();
+      } catch (err) {
+        // a file being replaced (the kubelet swaps a symlink) is read again on the next call
+        if (this.token === undefined)
+          throw new Error(`cannot read the token ${this.path}: ${describeError(err)}`, {
+            cause: err,
+          });
+      }
+    }
+    return this.token;
   }
 }
 
-export function loadKubeConfig(o: KubeAccess): KubeConfig {
-  const kc = new KubeConfig();
-  try {
-    if (o.kubeconfigFile !== undefined) kc.loadFromFile(o.kubeconfigFile);
-    else kc.loadFromCluster();
-  } catch (err) {
-    throw new TwillError(
-      'CONFIG_INVALID',
-      `--kubeconfig-file ${JSON.stringify(o.kubeconfigFile)}: ${describeError(err)}`,
-      { cause: err },
-    );
-  }
-  const cluster = kc.getCurrentCluster();
-  if (!cluster || (o.apiUrl === undefined && !isHttpUrl(cluster.server))) {
-    const from =
-      o.kubeconfigFile === undefined
-        ? 'in-cluster config: KUBERNETES_SERVICE_HOST/PORT are not set (not in a pod?); pass --kubeconfig-file or --kube-api-url'
-        : `--kubeconfig-file ${o.kubeconfigFile}: no current cluster with a server URL`;
-    throw new TwillError('CONFIG_INVALID', from);
-  }
-  if (o.apiUrl !== undefined) {
-    const user = kc.getCurrentUser() ?? { name: 'none' };
-    kc.loadFromClusterAndUser({ ...cluster, server: o.apiUrl }, user);
-  }
-  return kc;
+interface Exchange {
+  readonly method: 'GET' | 'PATCH';
+  /** the path and query after the server URL */
+  readonly path: string;
+  readonly body?: string;
+  readonly contentType?: string;
+  readonly signal: AbortSignal;
 }
 
 export class ClientKubeApi implements KubeApi {
   readonly server: string;
-  private readonly api: CoreV1Api;
-  private readonly watcher: Watch;
+  private readonly agent: HttpAgent;
+  private readonly request: typeof httpRequest;
+  private readonly auth: KubeAuth;
+  private readonly tokenFile: TokenFile | undefined;
   private readonly timeoutMs: number;
+  private readonly pageSize: number;
 
   constructor(o: KubeAccess) {
-    const kc = loadKubeConfig(o);
-    this.server = kc.getCurrentCluster()?.server ?? '?';
-    this.api = kc.makeApiClient(CoreV1Api);
-    this.watcher = new Watch(kc);
+    const target = loadKubeConfig(o);
+    this.server = target.server;
+    this.auth = target.auth;
+    this.tokenFile = target.auth.kind === 'tokenFile' ? new TokenFile(target.auth.path) : undefined;
     this.timeoutMs = o.callTimeoutMs ?? 10_000;
+    this.pageSize = o.listPageSize ?? 500;
+    // a call reuses the connection the last one left; the watch holds another while it runs
+    const pool = { keepAlive: true, maxFreeSockets: 2 };
+    if (target.server.startsWith('http:')) {
+      this.agent = new HttpAgent(pool);
+      this.request = httpRequest;
+      return;
+    }
+    const tls = {
+      ...(target.ca ? { ca: target.ca } : {}),
+      ...(target.cert ? { cert: target.cert } : {}),
+      ...(target.key ? { key: target.key } : {}),
+    };
+    try {
+      // a CA or key that TLS cannot use stops twill here, not at each call
+      createSecureContext(tls);
+    } catch (err) {
+      throw new TwillError(
+        'CONFIG_INVALID',
+        `${target.source}: the certificate authority or client certificate/key cannot be used: ${describeError(err)}`,
+        { cause: err },
+      );
+    }
+    this.agent = new HttpsAgent({
+      ...pool,
+      ...tls,
+      rejectUnauthorized: !target.insecure,
+      ...(target.tlsServerName ? { servername: target.tlsServerName } : {}),
+    });
+    this.request = httpsRequest;
   }
 
-  /** Runs one call with the caller's signal and the call timeout wired into the request. */
+  /** Closes the idle kept-alive connections (which never hold the process: Node unrefs them). */
+  close(): void {
+    this.agent.destroy();
+  }
+
+  private async authorization(fresh: boolean): Promise<string | undefined> {
+    const a = this.auth;
+    if (a.kind === 'token') return `Bearer ${a.token}`;
+    if (a.kind === 'basic')
+      return `Basic ${Buffer.from(`${a.username}:${a.password}`).toString('base64')}`;
+    if (this.tokenFile) return `Bearer ${await this.tokenFile.get(fresh)}`;
+    return undefined;
+  }
+
+  /** One request; resolves with the reply once its headers are in. */
+  private exchange(x: Exchange, authorization: string | undefined): Promise<IncomingMessage> {
+    const headers: OutgoingHttpHeaders = { Accept: 'application/json', 'User-Agent': 'twill' };
+    if (authorization !== undefined) headers.Authorization = authorization;
+    if (x.body !== undefined) {
+      headers['Content-Type'] = x.contentType ?? 'application/json';
+      headers['Content-Length'] = Buffer.byteLength(x.body);
+    }
+    return new Promise((resolve, reject) => {
+      const req = this.request(
+        new URL(this.server + x.path),
+        { method: x.method, headers, agent: this.agent, signal: x.signal },
+        resolve,
+      );
+      req.on('error', (err: Error & { reusedSocket?: boolean }) => {
+        err.reusedSocket = req.reusedSocket;
+        reject(err);
+      });
+      req.end(x.body);
+    });
+  }
+
+  /**
+   * A request, sent again once when a kept-alive connection turned out closed by the server before
+   * it answered (every call here is idempotent), or when a 401 came while the token file holds a
+   * new token.
+   */
+  private async send(x: Exchange): Promise<IncomingMessage> {
+    let fresh = false;
+    for (let attempt = 0; ; attempt++) {
+      const authorization = await this.authorization(fresh);
+      let res: IncomingMessage;
+      try {
+        res = await this.exchange(x, authorization);
+      } catch (err) {
+        const e = err as { code?: unknown; reusedSocket?: boolean };
+        if (attempt === 0 && e.reusedSocket && e.code === 'ECONNRESET' && !x.signal.aborted)
+          continue;
+        throw err;
+      }
+      if (res.statusCode === 401 && this.tokenFile && !fresh) {
+        fresh = true;
+        if ((await this.authorization(true)) !== authorization) {
+          res.destroy();
+          continue;
+        }
+      }
+      return res;
+    }
+  }
+
+  /** The JSON a request answers with; an error status as HttpStatusError. */
+  private async json(x: Exchange, max: number): Promise<unknown> {
+    const res = await this.send(x);
+    const status = res.statusCode ?? 0;
+    if (status < 200 || status > 299) {
+      const body = await readBody(res, MAX_ERROR_REPLY, true);
+      throw new HttpStatusError(status, serverMessage(body));
+    }
+    const text = await readBody(res, max);
+    try {
+      return JSON.parse(text) as unknown;
+    } catch {
+      throw new Error(`the reply is not JSON: ${JSON.stringify(text.slice(0, 100))}`);
+    }
+  }
+
+  /** Runs one call with the caller's signal and the call timeout wired into its request. */
   private async call<T>(
     what: string,
     signal: AbortSignal,
-    fn: (opts: ConfigurationOptions) => Promise<T>,
-    contentType?: string,
+    fn: (signal: AbortSignal) => Promise<T>,
   ): Promise<T> {
-    const bounded = AbortSignal.any([signal, AbortSignal.timeout(this.timeoutMs)]);
+    const ctl = childController(signal);
+    const timer = setTimeout(() => ctl.abort(new CallTimeout(this.timeoutMs)), this.timeoutMs);
     try {
-      return await fn({
-        middleware: [requestMiddleware(bounded, contentType)],
-        middlewareMergeStrategy: 'append',
-      });
+      return await fn(ctl.signal);
     } catch (err) {
-      throw err instanceof TwillError ? err : apiError(what, err, this.server);
+      if (err instanceof TwillError) throw err;
+      // out of time while the body was arriving fails with a bare "aborted": say why
+      const reason: unknown = ctl.signal.reason;
+      throw apiError(what, reason instanceof CallTimeout ? reason : err, this.server);
+    } finally {
+      clearTimeout(timer);
+      ctl.abort();
     }
   }
 
   async readNode(name: string, signal: AbortSignal): Promise<NodeView | undefined> {
     try {
-      return await this.call(`get node ${name}`, signal, async (opts) =>
-        nodeView(await this.api.readNode({ name }, opts)),
+      return await this.call(`get node ${name}`, signal, async (s) =>
+        nodeView(
+          await this.json(
+            { method: 'GET', path: `/api/v1/nodes/${encodeURIComponent(name)}`, signal: s },
+            MAX_OBJECT_REPLY,
+          ),
+        ),
       );
     } catch (err) {
       if (statusOf((err as Error).cause) === 404) return undefined;
@@ -206,23 +383,99 @@ export class ClientKubeApi implements KubeApi {
     }
   }
 
+  /**
+   * Every Node, from the apiserver's watch cache (resourceVersion=0, as client-go's reflectors
+   * list: a node agent on every node must not make each re-list a quorum read of etcd). Servers
+   * before 1.33 ignore the limit there and answer with every Node in one reply, tens of MiB at a
+   * few thousand Nodes: the reply is taken apart as it arrives (list-items.ts), each Node turned
+   * into a NodeView at once, so neither the text nor a parsed tree of the whole list is ever held.
+   * A server that does page (a continue token) is followed page by page; a continue token that
+   * expired (410) starts the list again.
+   */
   async listNodes(signal: AbortSignal): Promise<NodeListing> {
-    return this.call('list nodes', signal, async (opts) => {
-      // resourceVersion 0: served from the apiserver's watch cache, not a quorum read of etcd (as
-      // informers list)
-      const list = await this.api.listNode({ resourceVersion: '0' }, opts);
-      const nodes = list.items.flatMap((n) => nodeView(n) ?? []);
-      return { nodes, resourceVersion: list.metadata?.resourceVersion ?? '' };
-    });
+    for (let restarts = 0; ; restarts++) {
+      const nodes: NodeView[] = [];
+      let resourceVersion: string;
+      let next = '';
+      try {
+        do {
+          // a continue token carries its own resourceVersion; the first page asks for the cache
+          const query = next
+            ? `limit=${this.pageSize}&continue=${encodeURIComponent(next)}`
+            : `resourceVersion=0&limit=${this.pageSize}`;
+          const page = await this.call('list nodes', signal, (s) =>
+            this.listPage(`/api/v1/nodes?${query}`, s, (v) => nodes.push(v)),
+          );
+          resourceVersion = page.resourceVersion;
+          next = page.next;
+        } while (next !== '');
+        return { nodes, resourceVersion };
+      } catch (err) {
+        if (next !== '' && statusOf((err as Error).cause) === 410 && restarts < LIST_RESTARTS)
+          continue;
+        throw err;
+      }
+    }
+  }
+
+  /** One list reply, its Nodes handed to `onNode` as they arrive: its resourceVersion, continue. */
+  private async listPage(
+    path: string,
+    signal: AbortSignal,
+    onNode: (v: NodeView) => void,
+  ): Promise<{ resourceVersion: string; next: string }> {
+    const res = await this.send({ method: 'GET', path, signal });
+    const status = res.statusCode ?? 0;
+    if (status < 200 || status > 299) {
+      const body = await readBody(res, MAX_ERROR_REPLY, true);
+      throw new HttpStatusError(status, serverMessage(body));
+    }
+    const splitter = new ListItemSplitter(
+      { item: MAX_OBJECT_REPLY, rest: MAX_ERROR_REPLY },
+      (text) => {
+        let node: unknown;
+        try {
+          node = JSON.parse(text);
+        } catch {
+          throw new Error(`a list item is not JSON: ${JSON.stringify(text.slice(0, 100))}`);
+        }
+        const view = nodeView(node);
+        if (view) onNode(view);
+      },
+    );
+    try {
+      for await (const chunk of res as AsyncIterable<Buffer>) splitter.push(chunk);
+    } catch (err) {
+      res.destroy();
+      throw err;
+    }
+    const list = splitter.end() as {
+      items?: unknown;
+      metadata?: { resourceVersion?: unknown; continue?: unknown };
+    };
+    if (!Array.isArray(list?.items)) throw new Error('the reply is not a list of Nodes (no items)');
+    const meta = list.metadata ?? {};
+    return {
+      resourceVersion: typeof meta.resourceVersion === 'string' ? meta.resourceVersion : '',
+      next: typeof meta.continue === 'string' ? meta.continue : '',
+    };
   }
 
   async patchNodeStatus(name: string, patch: unknown, signal: AbortSignal): Promise<NodeView> {
     const what = `patch node ${name} status`;
-    const node = await this.call(
-      what,
-      signal,
-      async (opts) => nodeView(await this.api.patchNodeStatus({ name, body: patch }, opts)),
-      PatchStrategy.StrategicMergePatch,
+    const node = await this.call(what, signal, async (s) =>
+      nodeView(
+        await this.json(
+          {
+            method: 'PATCH',
+            path: `/api/v1/nodes/${encodeURIComponent(name)}/status`,
+            body: JSON.stringify(patch),
+            contentType: 'application/strategic-merge-patch+json',
+            signal: s,
+          },
+          MAX_OBJECT_REPLY,
+        ),
+      ),
     );
     if (!node)
       throw new TwillError(
@@ -239,46 +492,74 @@ export class ClientKubeApi implements KubeApi {
     onEvent: (ev: NodeWatchEvent) => void;
   }): Promise<NodeWatchEnd> {
     if (o.signal.aborted) return { reason: 'aborted' };
-    const ended = Promise.withResolvers<NodeWatchEnd>();
+    // a stop cuts the request at once, even while it is still connecting
     const ctl = childController(o.signal);
-    let request: AbortController | undefined;
-    // a stop answers at once, even while the watch is still connecting (the request is cut when it
-    // arrives)
-    ctl.signal.addEventListener(
-      'abort',
-      () => (request?.abort(), o.signal.aborted && ended.resolve({ reason: 'aborted' })),
-      { once: true },
-    );
-    const fail = (detail: string): void => (
-      ended.resolve({ reason: 'failed', detail }),
-      ctl.abort()
-    );
-    const onEvent = (type: string, obj: unknown): void => {
-      if (ctl.signal.aborted) return;
-      try {
-        this.dispatch(type, obj, o.onEvent, (end) => (ended.resolve(end), ctl.abort()));
-      } catch (err) {
-        // client-node swallows a callback's exceptions: end the watch so the store re-lists
-        fail(`handling a ${type} event failed: ${describeError(err)}`);
-      }
+    let silent = false;
+    let timer: NodeJS.Timeout | undefined;
+    const heard = (): void => {
+      clearTimeout(timer);
+      timer = setTimeout(() => ((silent = true), ctl.abort()), WATCH_SILENCE_MS);
     };
-    const done = (err: unknown): void => {
-      if (o.signal.aborted) ended.resolve({ reason: 'aborted' });
-      else if (err === null || err === undefined) ended.resolve({ reason: 'closed' });
-      else fail(apiError('watch nodes', err, this.server).message);
-    };
-    const query = {
+    const query = new URLSearchParams({
+      watch: 'true',
       resourceVersion: o.resourceVersion,
-      allowWatchBookmarks: true,
-      timeoutSeconds: o.timeoutSeconds,
-    };
-    this.watcher.watch('/api/v1/nodes', query, onEvent, done).then(
-      (c) => ((request = c), ctl.signal.aborted && c.abort()),
-      (err: unknown) => done(err),
-    );
+      allowWatchBookmarks: 'true',
+      timeoutSeconds: String(o.timeoutSeconds),
+    });
+    let end: NodeWatchEnd | undefined;
+    const finish = (e: NodeWatchEnd): void => void (end ??= e);
+    const lines = new LineReader((line) => {
+      if (end) return;
+      let ev: { type?: unknown; object?: unknown };
+      try {
+        ev = JSON.parse(line) as typeof ev;
+      } catch {
+        finish({ reason: 'failed', detail: `a watch event is not JSON: ${line.slice(0, 100)}` });
+        return;
+      }
+      try {
+        this.dispatch(String(ev?.type), ev?.object, o.onEvent, finish);
+      } catch (err) {
+        // the store's handler failed: end the watch so the store re-lists
+        finish({
+          reason: 'failed',
+          detail: `handling a ${String(ev?.type)} event failed: ${describeError(err)}`,
+        });
+      }
+    });
     try {
-      return await ended.promise;
+      heard();
+      const res = await this.send({
+        method: 'GET',
+        path: `/api/v1/nodes?${query.toString()}`,
+        signal: ctl.signal,
+      });
+      if (res.statusCode !== 200) {
+        const err = new HttpStatusError(
+          res.statusCode ?? 0,
+          serverMessage(await readBody(res, MAX_ERROR_REPLY, true)),
+        );
+        const detail = apiError('watch nodes', err, this.server).message;
+        return err.status === 410 ? { reason: 'gone', detail } : { reason: 'failed', detail };
+      }
+      for await (const chunk of res as AsyncIterable<Buffer>) {
+        heard();
+        lines.push(chunk);
+        if (end) return end;
+      }
+      lines.end();
+      return end ?? { reason: 'closed' };
+    } catch (err) {
+      if (o.signal.aborted) return { reason: 'aborted' };
+      if (end) return end;
+      if (silent)
+        return {
+          reason: 'failed',
+          detail: `Kubernetes API ${this.server}: watch nodes: nothing heard for ${WATCH_SILENCE_MS / 1000} s`,
+        };
+      return { reason: 'failed', detail: apiError('watch nodes', err, this.server).message };
     } finally {
+      clearTimeout(timer);
       ctl.abort();
     }
   }
@@ -294,10 +575,10 @@ export class ClientKubeApi implements KubeApi {
     end: (e: NodeWatchEnd) => void,
   ): void {
     if (type === 'ERROR') {
-      const status = obj as { code?: number; message?: string };
+      const status = obj as { code?: number; message?: string } | null;
       end({
-        reason: status.code === 410 ? 'gone' : 'failed',
-        detail: `watch error ${status.code ?? '?'}: ${status.message ?? ''}`,
+        reason: status?.code === 410 ? 'gone' : 'failed',
+        detail: `watch error ${status?.code ?? '?'}: ${status?.message ?? ''}`,
       });
       return;
     }

@@ -54,7 +54,7 @@ export interface KubeLeaseStoreOptions {
   readonly relistIntervalMs?: number;
   /**
    * each watch request ends after this long and resumes from its last resourceVersion (default 25
-   * s: client-node gives up on a watch silent for 30 s)
+   * s: kube-api.ts gives up on a watch silent for 30 s, WATCH_SILENCE_MS)
    */
   readonly watchTimeoutSeconds?: number;
 }
@@ -355,6 +355,7 @@ export class KubeLeaseStore implements LeaseStore {
   }
 
   async close(): Promise<void> {
-    // client-node keeps no connection open between calls; watches end with their signals
+    // the API client's idle keep-alive connections do not hold the process open (Node unrefs
+    // them); watches end with their signals
   }
 }

@@ -5,7 +5,8 @@
 // NetworkUnavailable=False is set without touching other conditions, peers
 // come and go with their Node objects, hostile annotations become invalid
 // records, and the watch carries on after the apiserver restarts, resumes
-// short watches without loss, re-lists after a cut, and stops at once.
+// short watches without loss, re-lists after a cut, and stops at once; a
+// list with a page limit of 2 Nodes sees every Node.
 // Dual-stack: both podCIDRs (either order), flannel's v6 annotations, and a
 // Node without an IPv6 podCIDR (ours: an error; a peer: IPv4 only).
 // IPv6-only: a Node whose spec.podCIDRs is one IPv6 CIDR leases it alone,
@@ -419,6 +420,17 @@ describe('Kubernetes lease store', () => {
       onEvent: () => undefined,
     });
     expect(quiet).toEqual({ reason: 'closed' });
+  });
+
+  it('lists every Node with a page limit of 2 (this apiserver answers from its watch cache whole)', async () => {
+    const paged = await new ClientKubeApi({
+      kubeconfigFile: kubeconfig,
+      listPageSize: 2,
+    }).listNodes(signal);
+    const whole = (await admin.api.listNode()).items.map((n) => n.metadata?.name);
+    expect(whole.length).toBeGreaterThan(4);
+    expect(paged.nodes.map((n) => n.name).sort()).toEqual(whole.sort());
+    expect(Number(paged.resourceVersion)).toBeGreaterThan(0);
   });
 
   it('renews by re-publishing changed annotations; a deleted Node is a lost lease, a new podCIDR a taken one', async () => {
