@@ -1,10 +1,11 @@
 // `npm run build:daemon`: bundles the `twill` command, src/cli/main.ts and everything it imports
 // (npm dependencies included), into dist/src/cli/main.js, the path the package's `bin`, the
 // Dockerfile and the lab run. Dynamic imports become chunks under dist/src/cli/chunks/, loaded
-// only when reached: the etcd client (etcd3, gRPC, protobufjs) in etcd mode, the Kubernetes client
-// in Kubernetes mode (src/cli/open-store.ts). Settled RSS against the files tsc emitted, measured
-// side by side: etcd mode 90 -> 87 MiB at 5,000 peers, Kubernetes mode 115 -> 92 MiB, start-up
-// (spawn to the first log line) 110 ms shorter. What does it:
+// only when reached: the etcd client (node:http2) in etcd mode, the Kubernetes client (node:https,
+// js-yaml) in Kubernetes mode (src/cli/open-store.ts). The bundle needs no node_modules at run
+// time. Settled RSS against the files tsc emitted, measured side by side (with the etcd3 and
+// client-node libraries of the time): etcd mode 90 -> 87 MiB at 5,000 peers, Kubernetes mode
+// 115 -> 92 MiB, start-up (spawn to the first log line) 110 ms shorter. What does it:
 // - Node builtins are taken with require(), not `import`: an ES import of a builtin builds its
 //   namespace from every export, which runs lazy getters. `import … from 'node:http'` so loads
 //   Node's bundled undici for http.WebSocket (7 MiB of RSS in a bare process), 'node:process',
@@ -17,13 +18,11 @@
 // shipped file, where `// src/…` comments mark each module's start.
 import { build, type Plugin } from 'esbuild';
 import { builtinModules } from 'node:module';
-import { chmod, cp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const OUT = join(ROOT, 'dist', 'src', 'cli');
-/** where etcd3's .proto files go: next to the chunk that loads them (see etcd3Proto) */
-const PROTO_DIR = 'etcd3-proto';
 
 /** Node's builtins by name (`fs`, `node:fs`, `node:test`): an ES import of one becomes require. */
 const BUILTIN = new RegExp(
@@ -42,27 +41,6 @@ const builtinsByRequire: Plugin = {
       contents: `module.exports = require(${JSON.stringify(args.path)});`,
       loader: 'js',
     }));
-  },
-};
-
-/**
- * etcd3 loads its gRPC service definitions from `${__dirname}/../proto/rpc.proto` when first
- * imported; in a bundle there is no __dirname. The .proto files are copied next to the chunks and
- * found by the banner's require.resolve, relative to the chunk that holds etcd3.
- */
-const etcd3Proto: Plugin = {
-  name: 'etcd3-proto',
-  setup(b) {
-    b.onLoad({ filter: /[\\/]etcd3[\\/]lib[\\/]connection-pool\.js$/ }, async (args) => {
-      const text = await readFile(args.path, 'utf8');
-      const from = '`${__dirname}/../proto/rpc.proto`';
-      if (text.split(from).length !== 2)
-        throw new Error(
-          `build:daemon: ${args.path} no longer loads ${from} once; update the build`,
-        );
-      const to = `require.resolve(${JSON.stringify(`./${PROTO_DIR}/rpc.proto`)})`;
-      return { contents: text.replace(from, to), loader: 'js' };
-    });
   },
 };
 
@@ -101,15 +79,12 @@ async function main(): Promise<void> {
     legalComments: 'external',
     logLevel: 'warning',
     write: false,
-    plugins: [builtinsByRequire, etcd3Proto],
+    plugins: [builtinsByRequire],
   });
   for (const file of result.outputFiles) {
     await mkdir(resolve(file.path, '..'), { recursive: true });
     await writeFile(file.path, file.path.endsWith('.js') ? ascii(file.text) : file.contents);
   }
-  await cp(join(ROOT, 'node_modules', 'etcd3', 'proto'), join(OUT, 'chunks', PROTO_DIR), {
-    recursive: true,
-  });
   // esbuild keeps main.ts's shebang line (its node flags): the file runs as the `twill` command
   await chmod(join(OUT, 'main.js'), 0o755);
 }

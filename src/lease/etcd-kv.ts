@@ -1,15 +1,36 @@
-// The Kv primitives on etcd v3 through the etcd3 client. Writes are single
+// The Kv primitives on etcd v3 through twill's own gRPC client (etcd-grpc.ts
+// over node:http2, etcd-proto.ts for the messages). Writes are single
 // transactions (create-if-absent, compare-mod-revision-and-put) bound to a
 // freshly granted etcd lease, so a renewal never depends on a keepalive
 // stream surviving an etcd restart. The watch detects a wiped store (the
 // revision or cluster id going backwards on reconnect) and compaction, and
 // hands both back to the caller to re-list.
 import { readFile } from 'node:fs/promises';
-import { Etcd3, type IKeyValue, type IOptions, type IResponseHeader, type Watcher } from 'etcd3';
-import { GRPCUnavailableError } from 'etcd3';
 import { TwillError, describeError } from '../errors.ts';
 import { redactUrlCredentials } from '../log.ts';
-import { abortable, backoffDelay, retry } from '../util/abort.ts';
+import { abortable, backoffDelay, pause, retry } from '../util/abort.ts';
+import { EtcdGrpc, GrpcError, Status, type CallHandle } from './etcd-grpc.ts';
+import {
+  decodeLeaseGrantResponse,
+  decodeLeaseRevokeResponse,
+  decodeLeaseTimeToLiveResponse,
+  decodeRangeResponse,
+  decodeTxnResponse,
+  decodeWatchResponse,
+  encodeLeaseGrantRequest,
+  encodeLeaseRevokeRequest,
+  encodeLeaseTimeToLiveRequest,
+  encodeRangeRequest,
+  encodeTxnRequest,
+  encodeWatchRequest,
+  type KeyValue,
+  type RangeRequest,
+  type RangeResponse,
+  type ResponseHeader,
+  type TxnRequest,
+  type TxnResponse,
+  type WatchResponse,
+} from './etcd-proto.ts';
 import type {
   Kv,
   KvChange,
@@ -74,14 +95,13 @@ function shown(key: Buffer): string {
 }
 
 /**
- * The reply was larger than we accept (grpc-js: RESOURCE_EXHAUSTED, "Received message larger than
- * max").
+ * The reply was larger than we accept (etcd-grpc.ts: RESOURCE_EXHAUSTED, "Received message larger
+ * than max", from the reply's length prefix).
  */
 function tooLarge(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   return (
-    (err as { code?: unknown }).code === 8 ||
-    err.name === 'GRPCResourceExhastedError' ||
+    (err instanceof GrpcError && err.code === Status.RESOURCE_EXHAUSTED) ||
     /RESOURCE_EXHAUSTED|larger than max/i.test(err.message)
   );
 }
@@ -93,17 +113,17 @@ function compacted(err: unknown): boolean {
 
 class ListRestart extends Error {}
 
-function toEntry(kv: IKeyValue): KvEntry {
+function toEntry(kv: KeyValue): KvEntry {
   return {
     key: kv.key.toString('utf8'),
     value: kv.value.toString('utf8'),
-    modRevision: kv.mod_revision,
-    createRevision: kv.create_revision,
+    modRevision: kv.modRevision,
+    createRevision: kv.createRevision,
   };
 }
 
 /**
- * What went wrong in a TLS handshake, from grpc-js's text (an OpenSSL alert
+ * What went wrong in a TLS handshake, from a call's text (an OpenSSL alert
  * from etcd, or Node's verdict on etcd's certificate), for an operator.
  */
 export function tlsProblem(text: string): string | undefined {
@@ -151,100 +171,59 @@ async function readTlsFile(flag: string, path: string): Promise<Buffer> {
   }
 }
 
-/** Retries that need no wait: a list started over, a call sent to the next endpoint. */
+/** Retries that need no wait: a list started over. */
 const AT_ONCE = { next: (): number => 0 };
-const NEVER_ABORTED = new AbortController().signal;
-
-/** etcd3's fault-handling hooks, typed from its options (they are cockatiel's interfaces). */
-type EtcdFaults = Required<NonNullable<IOptions['faultHandling']>>;
 
 /**
- * A policy for etcd3, which only ever calls its `execute`: the call is tried up to `attempts`
- * times, at once, while it fails in a way `retryIf` accepts. Its events never fire.
+ * The TLS material, when TLS is used: with any TLS file, or any https:// endpoint (the rule of the
+ * etcd3 client twill used before), for every endpoint.
  */
-function policy(attempts: number, retryIf: (err: unknown) => boolean): EtcdFaults['global'] {
+async function tlsOptions(
+  opts: EtcdOptions,
+): Promise<{ ca?: Buffer; cert?: Buffer; key?: Buffer } | undefined> {
+  const tls =
+    opts.caFile || opts.certFile || opts.keyFile || opts.endpoints.some((e) => /^https:/i.test(e));
+  if (!tls) return undefined;
+  // without --etcd-cafile, Node's system roots verify etcd's certificate
   return {
-    _altReturn: undefined as never, // a type-only member of cockatiel's IPolicy
-    onSuccess: () => ({ dispose: () => undefined }),
-    onFailure: () => ({ dispose: () => undefined }),
-    execute: (fn, signal = NEVER_ABORTED) =>
-      retry(async () => fn({ signal }), { signal, attempts, retryIf, backoff: AT_ONCE }),
+    ...(opts.caFile ? { ca: await readTlsFile('etcd-cafile', opts.caFile) } : {}),
+    ...(opts.certFile ? { cert: await readTlsFile('etcd-certfile', opts.certFile) } : {}),
+    ...(opts.keyFile ? { key: await readTlsFile('etcd-keyfile', opts.keyFile) } : {}),
   };
 }
 
-/**
- * etcd3 declares watchBackoff as an IBackoff but calls it as cockatiel's backoff factory: `next()`
- * gives the first reconnect's delay, each delay's `next()` the one after, and it starts from the
- * factory again once the stream answers. These are Backoff's delays, 200 ms doubling to 2 s.
- */
-function watchBackoff(): EtcdFaults['watchBackoff'] {
-  const delay = (attempt: number): EtcdFaults['watchBackoff'] => ({
-    duration: backoffDelay(200, 2_000, attempt),
-    next: () => delay(attempt + 1),
-  });
-  return { duration: 0, next: () => delay(0) };
-}
-
-async function buildClientOptions(opts: EtcdOptions): Promise<IOptions> {
-  const tls = opts.caFile || opts.certFile || opts.keyFile;
-  const callTimeoutMs = opts.callTimeoutMs ?? 5_000;
-  return {
-    hosts: [...opts.endpoints],
-    dialTimeout: callTimeoutMs,
-    credentials: tls
-      ? {
-          // without --etcd-cafile, grpc-js falls back to the system roots (null, not an empty CA)
-          rootCertificate: opts.caFile
-            ? await readTlsFile('etcd-cafile', opts.caFile)
-            : (null as unknown as Buffer),
-          ...(opts.certFile
-            ? { certChain: await readTlsFile('etcd-certfile', opts.certFile) }
-            : {}),
-          ...(opts.keyFile ? { privateKey: await readTlsFile('etcd-keyfile', opts.keyFile) } : {}),
-        }
-      : undefined,
-    auth: opts.username ? { username: opts.username, password: opts.password ?? '' } : undefined,
-    defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + callTimeoutMs }),
-    // twill retries with its own backoff; the client's circuit breaker would
-    // fail calls fast for seconds after etcd comes back. The client picks one
-    // endpoint per call: an unreachable member (UNAVAILABLE only) is retried on
-    // the next one at once, so losing one member of three costs no call.
-    faultHandling: {
-      host: () => policy(1, () => false),
-      global: policy(opts.endpoints.length, (e) => e instanceof GRPCUnavailableError),
-      watchBackoff: watchBackoff(),
-    },
-    grpcOptions: {
-      'grpc.initial_reconnect_backoff_ms': 200,
-      'grpc.max_reconnect_backoff_ms': 2_000,
-      'grpc.keepalive_time_ms': 10_000,
-      'grpc.keepalive_timeout_ms': 5_000,
-      'grpc.max_receive_message_length': opts.maxReceiveBytes ?? MAX_RECEIVE_BYTES,
-    },
-  };
-}
+const KV = '/etcdserverpb.KV/';
+const LEASE = '/etcdserverpb.Lease/';
+const WATCH = '/etcdserverpb.Watch/Watch';
 
 export class EtcdKv implements Kv {
   readonly description: string;
-  private readonly client: Etcd3;
+  private readonly grpc: EtcdGrpc;
   private readonly pageSize: number;
   private readonly maxReceiveBytes: number;
 
-  private constructor(client: Etcd3, opts: EtcdOptions) {
-    this.client = client;
+  private constructor(grpc: EtcdGrpc, opts: EtcdOptions) {
+    this.grpc = grpc;
     this.pageSize = Math.max(1, opts.listPageSize ?? LIST_PAGE_SIZE);
     this.maxReceiveBytes = opts.maxReceiveBytes ?? MAX_RECEIVE_BYTES;
     this.description = `etcd ${redactUrlCredentials(opts.endpoints.join(','))}`;
   }
 
   static async connect(opts: EtcdOptions): Promise<EtcdKv> {
-    return new EtcdKv(new Etcd3(await buildClientOptions(opts)), opts);
+    const grpc = new EtcdGrpc({
+      endpoints: opts.endpoints,
+      tls: await tlsOptions(opts),
+      auth: opts.username ? { username: opts.username, password: opts.password ?? '' } : undefined,
+      callTimeoutMs: opts.callTimeoutMs ?? 5_000,
+      maxReceiveBytes: opts.maxReceiveBytes ?? MAX_RECEIVE_BYTES,
+    });
+    return new EtcdKv(grpc, opts);
   }
 
   /**
-   * One Kv call: refused after the abort and given up as soon as `signal` aborts (the etcd3 client
-   * takes no signal: the request runs on and its answer is dropped), both with the signal's reason;
-   * any other failure is STORE_UNAVAILABLE naming `what`.
+   * One Kv call: refused after the abort and given up as soon as `signal` aborts (the request runs
+   * on to its deadline and its answer is dropped), both with the signal's reason; any other failure
+   * is STORE_UNAVAILABLE naming `what`.
    */
   private async call<T>(what: string, signal: AbortSignal, work: () => Promise<T>): Promise<T> {
     signal.throwIfAborted();
@@ -256,20 +235,33 @@ export class EtcdKv implements Kv {
     }
   }
 
+  /** KV/Range (a method of its own so a test can step in between pages). */
+  private async range(req: RangeRequest): Promise<RangeResponse> {
+    return decodeRangeResponse(await this.grpc.unary(`${KV}Range`, encodeRangeRequest(req)));
+  }
+
+  private async txn(req: TxnRequest): Promise<TxnResponse> {
+    return decodeTxnResponse(await this.grpc.unary(`${KV}Txn`, encodeTxnRequest(req)));
+  }
+
   async get(key: string, signal: AbortSignal): Promise<KvEntry | undefined> {
     return this.call(`get ${key}`, signal, async () => {
-      const kv = (await this.client.kv.range({ key: enc(key) })).kvs[0];
+      const kv = (await this.range({ key: enc(key) })).kvs[0];
       return kv ? toEntry(kv) : undefined;
     });
   }
 
   async expiresAt(key: string, signal: AbortSignal): Promise<number | undefined> {
     return this.call(`expiry of ${key}`, signal, async () => {
-      const kv = (await this.client.kv.range({ key: enc(key) })).kvs[0];
-      if (!kv || !kv.lease || kv.lease === '0') return undefined;
-      const ttl = Number(
-        (await this.client.leaseClient.leaseTimeToLive({ ID: kv.lease, keys: false })).TTL,
+      const kv = (await this.range({ key: enc(key) })).kvs[0];
+      if (!kv || kv.lease === '0') return undefined;
+      const res = decodeLeaseTimeToLiveResponse(
+        await this.grpc.unary(
+          `${LEASE}LeaseTimeToLive`,
+          encodeLeaseTimeToLiveRequest({ id: kv.lease }),
+        ),
       );
+      const ttl = Number(res.ttl);
       return ttl >= 0 ? Date.now() + ttl * 1000 : undefined;
     });
   }
@@ -302,12 +294,7 @@ export class EtcdKv implements Kv {
       signal.throwIfAborted();
       let res;
       try {
-        res = await this.client.kv.range({
-          key: from,
-          range_end: end,
-          limit,
-          ...(revision ? { revision } : {}),
-        });
+        res = await this.range({ key: from, rangeEnd: end, limit, revision });
       } catch (err) {
         if (revision && compacted(err))
           throw new ListRestart(
@@ -320,19 +307,19 @@ export class EtcdKv implements Kv {
           continue;
         }
         // one value alone is larger than a reply may be: name it by key and go on
-        const head = await this.client.kv.range({
+        const head = await this.range({
           key: from,
-          range_end: end,
+          rangeEnd: end,
           limit: 1,
-          keys_only: true,
-          ...(revision ? { revision } : {}),
+          keysOnly: true,
+          revision,
         });
         const kv = head.kvs[0];
         if (!kv) throw err;
         revision ??= head.header.revision;
         skipped.push({
           key: kv.key.toString('utf8'),
-          modRevision: kv.mod_revision,
+          modRevision: kv.modRevision,
           reason: `value of ${shown(kv.key)} is larger than the ${this.maxReceiveBytes} bytes an etcd reply may hold; skipped`,
         });
         from = after(kv.key);
@@ -351,12 +338,18 @@ export class EtcdKv implements Kv {
   }
 
   private async grant(ttlSeconds: number): Promise<{ id: string; expiresAt: number }> {
-    const res = await this.client.leaseClient.leaseGrant({ TTL: ttlSeconds, ID: 0 });
-    return { id: String(res.ID), expiresAt: Date.now() + Number(res.TTL) * 1000 };
+    const res = decodeLeaseGrantResponse(
+      await this.grpc.unary(`${LEASE}LeaseGrant`, encodeLeaseGrantRequest({ ttl: ttlSeconds })),
+    );
+    if (res.error) throw new Error(`lease grant: ${res.error}`);
+    return { id: res.id, expiresAt: Date.now() + Number(res.ttl) * 1000 };
   }
 
   private async revoke(id: string): Promise<void> {
-    await this.client.leaseClient.leaseRevoke({ ID: id }).catch(() => undefined);
+    await this.grpc
+      .unary(`${LEASE}LeaseRevoke`, encodeLeaseRevokeRequest({ id }))
+      .then(decodeLeaseRevokeResponse)
+      .catch(() => undefined);
   }
 
   /**
@@ -377,16 +370,14 @@ export class EtcdKv implements Kv {
     // caller's retry finds the key by our PublicIP and adopts it.
     return this.call(`${o.what} ${o.key}`, o.signal, async () => {
       const granted = await this.grant(o.ttl);
-      const compare =
-        o.modRevision === undefined
-          ? { target: 'Create' as const, create_revision: 0 }
-          : { target: 'Mod' as const, mod_revision: o.modRevision };
-      const res = await this.client.kv.txn({
-        compare: [{ key: enc(o.key), result: 'Equal', ...compare }],
+      const res = await this.txn({
+        compare: [
+          o.modRevision === undefined
+            ? { key: enc(o.key), result: 'equal', createRevision: 0 }
+            : { key: enc(o.key), result: 'equal', modRevision: o.modRevision },
+        ],
         success: [
-          {
-            request_put: { key: enc(o.key), value: enc(o.value), lease: granted.id, prev_kv: true },
-          },
+          { put: { key: enc(o.key), value: enc(o.value), lease: granted.id, prevKv: true } },
         ],
       });
       if (!res.succeeded) {
@@ -394,7 +385,7 @@ export class EtcdKv implements Kv {
         return undefined;
       }
       // prev_kv is exactly the version the compare matched, read atomically with the put.
-      const oldLease = res.responses[0]?.response_put.prev_kv?.lease;
+      const oldLease = res.responses[0]?.put?.prevKv?.lease;
       if (oldLease && oldLease !== '0') await this.revoke(oldLease);
       return {
         entry: { key: o.key, value: o.value, modRevision: res.header.revision },
@@ -426,59 +417,79 @@ export class EtcdKv implements Kv {
 
   async deleteIf(key: string, expected: string, signal: AbortSignal): Promise<boolean> {
     return this.call(`delete ${key}`, signal, async () => {
-      const res = await this.client.kv.txn({
-        compare: [{ key: enc(key), result: 'Equal', target: 'Mod', mod_revision: expected }],
-        success: [{ request_delete_range: { key: enc(key) } }],
+      const res = await this.txn({
+        compare: [{ key: enc(key), result: 'equal', modRevision: expected }],
+        success: [{ deleteRange: { key: enc(key) } }],
       });
       return res.succeeded;
     });
   }
 
+  /**
+   * Watches `prefix` from `opts.fromRevision` on a Watch stream of its own. A broken stream is
+   * opened again after 200 ms doubling to 2 s, from the revision after the highest seen; once it
+   * answers, the watch ends 'reconnected' (or 'wiped', or 'compacted' when etcd cancels it).
+   */
   async watch(prefix: string, opts: KvWatchOptions): Promise<WatchEnd> {
     const session = new WatchSession(opts);
-    let watcher: Watcher | undefined;
-    try {
-      // watcher() returns at once, so no event (a compaction error on the
-      // very first attach included) can fire before our listeners exist.
-      watcher = this.client
-        .watch()
-        .prefix(prefix)
-        .startRevision(String(opts.fromRevision))
-        .watcher();
-      session.attach(watcher);
-    } catch (err) {
-      session.finish({
-        reason: 'failed',
-        detail: `etcd watch ${prefix}: ${describeEtcdError(err)}`,
+    const create = {
+      key: enc(prefix),
+      rangeEnd: prefixEnd(prefix),
+      progressNotify: true,
+    };
+    let attempt = 0;
+    let call: CallHandle | undefined;
+    const stopped = new AbortController();
+    void session.ended.then(() => stopped.abort());
+    while (!session.done) {
+      const broken = await new Promise<GrpcError | Error | undefined>((resolve) => {
+        void session.ended.then(() => resolve(undefined));
+        this.grpc
+          .stream(WATCH, {
+            onMessage: (msg) => {
+              let res: WatchResponse;
+              try {
+                res = decodeWatchResponse(msg);
+              } catch (err) {
+                call?.cancel();
+                resolve(err as Error);
+                return;
+              }
+              if (res.created || res.events.length > 0 || res.canceled) attempt = 0;
+              session.onResponse(res);
+            },
+            onEnd: (err) => resolve(err ?? new Error('etcd ended the watch stream')),
+          })
+          .then((c) => {
+            call = c;
+            if (session.done) return c.cancel();
+            c.write(encodeWatchRequest({ create: { ...create, startRevision: session.next } }));
+          }, resolve);
       });
+      if (session.done || !broken) break;
+      call = undefined;
+      session.onDisconnected(broken);
+      await pause(backoffDelay(200, 2_000, attempt++), stopped.signal).catch(() => undefined);
     }
-    const end = await session.ended;
-    // A watch etcd cancelled itself (compaction) never answers a cancel: only
-    // cancel live ones, and never wait long for it. The session ignores any
-    // event that still arrives, so a stale watcher cannot replay old changes.
-    if (watcher && end.reason !== 'compacted') {
-      await Promise.race([
-        watcher.cancel().catch(() => undefined),
-        new Promise((r) => setTimeout(r, 1000).unref()),
-      ]);
-    }
-    watcher?.removeAllListeners();
-    return end;
+    // Closing the stream cancels the watch in etcd; a watch etcd cancelled itself (compaction)
+    // needs nothing more. The session ignores anything that still arrives.
+    call?.cancel();
+    return session.ended;
   }
 
   async close(): Promise<void> {
-    this.client.close();
+    this.grpc.close();
   }
 }
 
-/** Tracks one etcd watch stream: revisions seen, reconnects, and how it ended. */
+/** Tracks one etcd watch: revisions seen, reconnects, and how it ended. */
 class WatchSession {
   readonly ended: Promise<WatchEnd>;
   private resolve!: (end: WatchEnd) => void;
   private highest: bigint;
   private clusterId: string | undefined;
   private readonly opts: KvWatchOptions;
-  private done = false;
+  done = false;
   private disconnected = false;
 
   constructor(opts: KvWatchOptions) {
@@ -489,51 +500,61 @@ class WatchSession {
     opts.signal.addEventListener('abort', () => this.finish({ reason: 'aborted' }), { once: true });
   }
 
+  /** the revision a (re)created watch starts from: after the highest seen */
+  get next(): string {
+    return String(this.highest + 1n);
+  }
+
   finish(end: WatchEnd): void {
+    if (this.done) return;
     this.done = true;
     this.resolve(end);
   }
 
-  attach(w: Watcher): void {
-    w.on('connected', (res: { header: IResponseHeader }) => {
-      if (this.done) return;
+  onResponse(res: WatchResponse): void {
+    if (this.done) return;
+    if (res.canceled) {
+      // etcd cancels a watch itself when its start revision was compacted away (compact_revision
+      // set, the reason often empty), or refuses it (permission): either way, re-list
+      const compactedAt =
+        res.compactRevision !== '0'
+          ? ` (compacted; the oldest revision is ${res.compactRevision})`
+          : '';
+      const why = res.cancelReason || 'cancelled by etcd';
+      this.finish({ reason: 'compacted', detail: `etcd watch: ${why}${compactedAt}` });
+      return;
+    }
+    if (res.created) {
       this.onHeader(res.header);
+      if (this.done) return;
       this.opts.onConnectivity(true, 'etcd watch connected');
       // After a broken stream anything may have happened (a wipe whose new
       // revision already caught up, missed events): re-list rather than trust
       // the resumed stream.
       if (this.disconnected)
         this.finish({ reason: 'reconnected', detail: 'etcd watch reconnected' });
-    });
-    w.on('disconnected', (err: Error) => {
-      if (this.done) return;
-      this.disconnected = true;
-      this.opts.onConnectivity(false, `etcd watch disconnected: ${describeEtcdError(err)}`);
-    });
-    // etcd3 emits 'error' only when etcd cancelled the watch: in practice a
-    // start revision that was compacted away (the reason is often empty).
-    w.on('error', (err: Error) =>
-      this.finish({
-        reason: 'compacted',
-        detail: `etcd watch: ${err.message || 'cancelled by etcd'}`,
-      }),
+      return;
+    }
+    this.onHeader(res.header);
+    if (this.done) return;
+    const changes: KvChange[] = res.events.map((ev) =>
+      ev.type === 'delete'
+        ? { type: 'delete', key: ev.kv.key.toString('utf8') }
+        : { type: 'put', entry: toEntry(ev.kv) },
     );
-    w.on('data', (res: { header: IResponseHeader; events: { type: string; kv: IKeyValue }[] }) => {
-      if (this.done) return;
-      this.onHeader(res.header);
-      const changes: KvChange[] = res.events.map((ev) =>
-        ev.type === 'Delete'
-          ? { type: 'delete', key: ev.kv.key.toString('utf8') }
-          : { type: 'put', entry: toEntry(ev.kv) },
-      );
-      if (changes.length > 0 && !this.done) this.opts.onChanges(changes);
-    });
+    if (changes.length > 0) this.opts.onChanges(changes);
+  }
+
+  onDisconnected(err: Error): void {
+    if (this.done) return;
+    this.disconnected = true;
+    this.opts.onConnectivity(false, `etcd watch disconnected: ${describeEtcdError(err)}`);
   }
 
   /** Every response header: a revision below one already seen means etcd lost its data. */
-  private onHeader(header: IResponseHeader): void {
+  private onHeader(header: ResponseHeader): void {
     const revision = BigInt(header.revision);
-    const clusterChanged = this.clusterId !== undefined && header.cluster_id !== this.clusterId;
+    const clusterChanged = this.clusterId !== undefined && header.clusterId !== this.clusterId;
     if (revision < this.highest || clusterChanged) {
       this.finish({
         reason: 'wiped',
@@ -541,7 +562,7 @@ class WatchSession {
       });
       return;
     }
-    this.clusterId = header.cluster_id;
+    this.clusterId = header.clusterId;
     if (revision > this.highest) this.highest = revision;
   }
 }

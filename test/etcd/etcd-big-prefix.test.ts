@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EtcdKv, type EtcdOptions } from '../../src/lease/etcd-kv.ts';
+import type { RangeRequest, RangeResponse } from '../../src/lease/etcd-proto.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import {
   bigKey,
@@ -135,15 +136,17 @@ describe('etcd list of a big prefix', () => {
 
   it('starts over when its revision is compacted mid-list', async () => {
     const kv = await connect({ listPageSize: 100 });
-    const client = (kv as unknown as { client: Etcd3 }).client;
-    const range = client.kv.range.bind(client.kv);
+    // EtcdKv reads every page through its private range(): count the pages, compact at the third
+    type Range = (req: RangeRequest) => Promise<RangeResponse>;
+    const inside = kv as unknown as { range: Range };
+    const range = inside.range.bind(kv);
     let pages = 0;
-    client.kv.range = async (req, opts) => {
+    inside.range = async (req) => {
       if (++pages === 3) {
         const rev = (await admin.put('/compact-me').value(String(pages))).header.revision;
         await admin.kv.compact({ revision: rev, physical: true });
       }
-      return range(req, opts);
+      return range(req);
     };
     const before = (await admin.get('/compact-me').exec()).header.revision;
     const listing = await kv.list(subnets, signal);

@@ -1,0 +1,521 @@
+// The protobuf messages of etcd's v3 gRPC API that twill sends and reads, by hand: field numbers
+// and types from etcd's api/etcdserverpb/rpc.proto and api/mvccpb/kv.proto. Only what twill uses
+// is here; fields it never reads are skipped on decode like any unknown field. int64 and uint64
+// values (revisions, lease IDs, cluster ids) are decimal strings, so none loses precision. A
+// malformed reply (a truncated field, a varint longer than 10 bytes, a group) throws
+// EtcdProtoError.
+
+/** A reply that is not the protobuf it claims to be. */
+export class EtcdProtoError extends Error {
+  constructor(message: string) {
+    super(`malformed etcd reply: ${message}`);
+    this.name = 'EtcdProtoError';
+  }
+}
+
+// ---- encoding ----
+
+/** An int64 as given: a decimal string, a bigint or a safe integer. */
+export type Int64 = string | bigint | number;
+
+const U64 = (1n << 64n) - 1n;
+
+/** Appends fields in the order written; proto3 defaults are left out unless `always`. */
+class Writer {
+  private readonly parts: Buffer[] = [];
+
+  private varintRaw(v: bigint): void {
+    const bytes: number[] = [];
+    let n = v & U64; // a negative int64 is its 64-bit two's complement, 10 bytes
+    while (n > 0x7fn) {
+      bytes.push(Number(n & 0x7fn) | 0x80);
+      n >>= 7n;
+    }
+    bytes.push(Number(n));
+    this.parts.push(Buffer.from(bytes));
+  }
+
+  private tag(field: number, wire: number): void {
+    this.varintRaw(BigInt((field << 3) | wire));
+  }
+
+  /** int64, uint64, bool or enum */
+  varint(field: number, value: Int64 | boolean | undefined, always = false): this {
+    if (value === undefined) return this;
+    const v = typeof value === 'boolean' ? (value ? 1n : 0n) : BigInt(value);
+    if (v === 0n && !always) return this;
+    this.tag(field, 0);
+    this.varintRaw(v);
+    return this;
+  }
+
+  bytes(field: number, value: Buffer | string | undefined, always = false): this {
+    if (value === undefined) return this;
+    const b = typeof value === 'string' ? Buffer.from(value, 'utf8') : value;
+    if (b.length === 0 && !always) return this;
+    this.tag(field, 2);
+    this.varintRaw(BigInt(b.length));
+    this.parts.push(b);
+    return this;
+  }
+
+  /** an embedded message: always written, an empty one included (it is how a oneof is set) */
+  message(field: number, body: Buffer): this {
+    return this.bytes(field, body, true);
+  }
+
+  finish(): Buffer {
+    return Buffer.concat(this.parts);
+  }
+}
+
+export interface RangeRequest {
+  readonly key: Buffer;
+  readonly rangeEnd?: Buffer | undefined;
+  readonly limit?: Int64 | undefined;
+  readonly revision?: Int64 | undefined;
+  readonly keysOnly?: boolean | undefined;
+}
+
+export function encodeRangeRequest(r: RangeRequest): Buffer {
+  return new Writer()
+    .bytes(1, r.key)
+    .bytes(2, r.rangeEnd)
+    .varint(3, r.limit)
+    .varint(4, r.revision)
+    .varint(8, r.keysOnly)
+    .finish();
+}
+
+export interface Compare {
+  readonly key: Buffer;
+  /** CompareResult: EQUAL only (0) is used */
+  readonly result: 'equal';
+  /** one of the targets, the oneof target_union */
+  readonly createRevision?: Int64;
+  readonly modRevision?: Int64;
+}
+
+const COMPARE_TARGET = { create: 1, mod: 2 } as const;
+
+function encodeCompare(c: Compare): Buffer {
+  const w = new Writer().varint(1, 0); // EQUAL
+  if (c.createRevision !== undefined)
+    w.varint(2, COMPARE_TARGET.create).bytes(3, c.key).varint(5, c.createRevision, true);
+  else if (c.modRevision !== undefined)
+    w.varint(2, COMPARE_TARGET.mod).bytes(3, c.key).varint(6, c.modRevision, true);
+  else throw new Error('etcd compare: no target');
+  return w.finish();
+}
+
+export type RequestOp =
+  | {
+      readonly put: {
+        readonly key: Buffer;
+        readonly value: Buffer;
+        readonly lease?: Int64 | undefined;
+        readonly prevKv?: boolean | undefined;
+      };
+    }
+  | { readonly deleteRange: { readonly key: Buffer; readonly rangeEnd?: Buffer | undefined } };
+
+function encodeRequestOp(op: RequestOp): Buffer {
+  if ('put' in op) {
+    const p = op.put;
+    const body = new Writer()
+      .bytes(1, p.key)
+      .bytes(2, p.value)
+      .varint(3, p.lease)
+      .varint(4, p.prevKv)
+      .finish();
+    return new Writer().message(2, body).finish();
+  }
+  const d = op.deleteRange;
+  return new Writer()
+    .message(3, new Writer().bytes(1, d.key).bytes(2, d.rangeEnd).finish())
+    .finish();
+}
+
+export interface TxnRequest {
+  readonly compare: readonly Compare[];
+  readonly success: readonly RequestOp[];
+  readonly failure?: readonly RequestOp[];
+}
+
+export function encodeTxnRequest(t: TxnRequest): Buffer {
+  const w = new Writer();
+  for (const c of t.compare) w.message(1, encodeCompare(c));
+  for (const op of t.success) w.message(2, encodeRequestOp(op));
+  for (const op of t.failure ?? []) w.message(3, encodeRequestOp(op));
+  return w.finish();
+}
+
+export function encodeLeaseGrantRequest(r: { ttl: Int64; id?: Int64 }): Buffer {
+  return new Writer().varint(1, r.ttl).varint(2, r.id).finish();
+}
+
+export function encodeLeaseRevokeRequest(r: { id: Int64 }): Buffer {
+  return new Writer().varint(1, r.id).finish();
+}
+
+export function encodeLeaseTimeToLiveRequest(r: { id: Int64; keys?: boolean }): Buffer {
+  return new Writer().varint(1, r.id).varint(2, r.keys).finish();
+}
+
+export function encodeAuthenticateRequest(r: { name: string; password: string }): Buffer {
+  return new Writer().bytes(1, r.name).bytes(2, r.password).finish();
+}
+
+export type WatchRequest =
+  | {
+      readonly create: {
+        readonly key: Buffer;
+        readonly rangeEnd?: Buffer | undefined;
+        readonly startRevision?: Int64 | undefined;
+        readonly progressNotify?: boolean | undefined;
+        readonly prevKv?: boolean | undefined;
+      };
+    }
+  | { readonly cancel: { readonly watchId: Int64 } };
+
+export function encodeWatchRequest(r: WatchRequest): Buffer {
+  if ('create' in r) {
+    const c = r.create;
+    const body = new Writer()
+      .bytes(1, c.key)
+      .bytes(2, c.rangeEnd)
+      .varint(3, c.startRevision)
+      .varint(4, c.progressNotify)
+      .varint(6, c.prevKv)
+      .finish();
+    return new Writer().message(1, body).finish();
+  }
+  return new Writer().message(2, new Writer().varint(1, r.cancel.watchId, true).finish()).finish();
+}
+
+// ---- decoding ----
+
+/** Reads one message's fields; `each` is called per field with a reader positioned on its value. */
+class Reader {
+  private pos = 0;
+  private readonly buf: Buffer;
+
+  constructor(buf: Buffer) {
+    this.buf = buf;
+  }
+
+  private varintRaw(): bigint {
+    let result = 0n;
+    for (let i = 0; i < 10; i++) {
+      if (this.pos >= this.buf.length) throw new EtcdProtoError('truncated varint');
+      const b = this.buf[this.pos++] ?? 0;
+      result |= BigInt(b & 0x7f) << BigInt(7 * i);
+      if ((b & 0x80) === 0) return result & U64;
+    }
+    throw new EtcdProtoError('varint longer than 10 bytes');
+  }
+
+  /** the fields in order: field number, wire type, and a reader for the value */
+  fields(each: (field: number, wire: number, value: FieldValue) => void): void {
+    while (this.pos < this.buf.length) {
+      const tag = this.varintRaw();
+      const field = Number(tag >> 3n);
+      const wire = Number(tag & 7n);
+      if (field === 0) throw new EtcdProtoError('field number 0');
+      switch (wire) {
+        case 0: {
+          const v = this.varintRaw();
+          each(field, wire, { varint: v });
+          break;
+        }
+        case 1:
+          this.skip(8);
+          break;
+        case 5:
+          this.skip(4);
+          break;
+        case 2: {
+          const len = this.varintRaw();
+          if (len > BigInt(this.buf.length - this.pos))
+            throw new EtcdProtoError(`field ${field} runs past the end`);
+          const start = this.pos;
+          this.pos += Number(len);
+          each(field, wire, { bytes: this.buf.subarray(start, this.pos) });
+          break;
+        }
+        default:
+          throw new EtcdProtoError(`wire type ${wire} of field ${field}`);
+      }
+    }
+  }
+
+  private skip(n: number): void {
+    if (this.pos + n > this.buf.length) throw new EtcdProtoError('truncated fixed field');
+    this.pos += n;
+  }
+}
+
+interface FieldValue {
+  readonly varint?: bigint;
+  readonly bytes?: Buffer;
+}
+
+function fieldsOf(buf: Buffer, each: (field: number, v: FieldValue) => void): void {
+  new Reader(buf).fields((field, _wire, v) => each(field, v));
+}
+
+/**
+ * A varint field as int64 (signed) in decimal; a length-delimited value where a varint belongs is
+ * malformed.
+ */
+function int64(v: FieldValue, field: number): string {
+  if (v.varint === undefined) throw new EtcdProtoError(`field ${field} is not a varint`);
+  return BigInt.asIntN(64, v.varint).toString();
+}
+
+function uint64(v: FieldValue, field: number): string {
+  if (v.varint === undefined) throw new EtcdProtoError(`field ${field} is not a varint`);
+  return v.varint.toString();
+}
+
+function bool(v: FieldValue, field: number): boolean {
+  if (v.varint === undefined) throw new EtcdProtoError(`field ${field} is not a varint`);
+  return v.varint !== 0n;
+}
+
+function bytes(v: FieldValue, field: number): Buffer {
+  if (v.bytes === undefined) throw new EtcdProtoError(`field ${field} is not length-delimited`);
+  return v.bytes;
+}
+
+function text(v: FieldValue, field: number): string {
+  return bytes(v, field).toString('utf8');
+}
+
+export interface ResponseHeader {
+  readonly clusterId: string;
+  readonly memberId: string;
+  readonly revision: string;
+  readonly raftTerm: string;
+}
+
+export function decodeResponseHeader(buf: Buffer): ResponseHeader {
+  const h = { clusterId: '0', memberId: '0', revision: '0', raftTerm: '0' };
+  fieldsOf(buf, (f, v) => {
+    if (f === 1) h.clusterId = uint64(v, f);
+    else if (f === 2) h.memberId = uint64(v, f);
+    else if (f === 3) h.revision = int64(v, f);
+    else if (f === 4) h.raftTerm = uint64(v, f);
+  });
+  return h;
+}
+
+const NO_HEADER: ResponseHeader = { clusterId: '0', memberId: '0', revision: '0', raftTerm: '0' };
+const EMPTY: Buffer = Buffer.alloc(0);
+
+export interface KeyValue {
+  readonly key: Buffer;
+  readonly createRevision: string;
+  readonly modRevision: string;
+  readonly version: string;
+  readonly value: Buffer;
+  readonly lease: string;
+}
+
+export function decodeKeyValue(buf: Buffer): KeyValue {
+  const kv = {
+    key: EMPTY,
+    createRevision: '0',
+    modRevision: '0',
+    version: '0',
+    value: EMPTY,
+    lease: '0',
+  };
+  fieldsOf(buf, (f, v) => {
+    if (f === 1) kv.key = bytes(v, f);
+    else if (f === 2) kv.createRevision = int64(v, f);
+    else if (f === 3) kv.modRevision = int64(v, f);
+    else if (f === 4) kv.version = int64(v, f);
+    else if (f === 5) kv.value = bytes(v, f);
+    else if (f === 6) kv.lease = int64(v, f);
+  });
+  return kv;
+}
+
+export interface RangeResponse {
+  readonly header: ResponseHeader;
+  readonly kvs: KeyValue[];
+  readonly more: boolean;
+  readonly count: string;
+}
+
+export function decodeRangeResponse(buf: Buffer): RangeResponse {
+  const r = { header: NO_HEADER, kvs: [] as KeyValue[], more: false, count: '0' };
+  fieldsOf(buf, (f, v) => {
+    if (f === 1) r.header = decodeResponseHeader(bytes(v, f));
+    else if (f === 2) r.kvs.push(decodeKeyValue(bytes(v, f)));
+    else if (f === 3) r.more = bool(v, f);
+    else if (f === 4) r.count = int64(v, f);
+  });
+  return r;
+}
+
+/** A ResponseOp: only response_put is read (twill's transactions put or delete). */
+export interface ResponseOp {
+  readonly put?: { readonly header: ResponseHeader; readonly prevKv?: KeyValue | undefined };
+  readonly deleteRange?: { readonly header: ResponseHeader; readonly deleted: string };
+}
+
+function decodeResponseOp(buf: Buffer): ResponseOp {
+  let op: ResponseOp = {};
+  fieldsOf(buf, (f, v) => {
+    if (f === 2) {
+      const put: { header: ResponseHeader; prevKv?: KeyValue } = { header: NO_HEADER };
+      fieldsOf(bytes(v, f), (g, w) => {
+        if (g === 1) put.header = decodeResponseHeader(bytes(w, g));
+        else if (g === 2) put.prevKv = decodeKeyValue(bytes(w, g));
+      });
+      op = { put };
+    } else if (f === 3) {
+      const del = { header: NO_HEADER, deleted: '0' };
+      fieldsOf(bytes(v, f), (g, w) => {
+        if (g === 1) del.header = decodeResponseHeader(bytes(w, g));
+        else if (g === 2) del.deleted = int64(w, g);
+      });
+      op = { deleteRange: del };
+    }
+  });
+  return op;
+}
+
+export interface TxnResponse {
+  readonly header: ResponseHeader;
+  readonly succeeded: boolean;
+  readonly responses: ResponseOp[];
+}
+
+export function decodeTxnResponse(buf: Buffer): TxnResponse {
+  const r = { header: NO_HEADER, succeeded: false, responses: [] as ResponseOp[] };
+  fieldsOf(buf, (f, v) => {
+    if (f === 1) r.header = decodeResponseHeader(bytes(v, f));
+    else if (f === 2) r.succeeded = bool(v, f);
+    else if (f === 3) r.responses.push(decodeResponseOp(bytes(v, f)));
+  });
+  return r;
+}
+
+export interface LeaseGrantResponse {
+  readonly header: ResponseHeader;
+  readonly id: string;
+  readonly ttl: string;
+  readonly error: string;
+}
+
+export function decodeLeaseGrantResponse(buf: Buffer): LeaseGrantResponse {
+  const r = { header: NO_HEADER, id: '0', ttl: '0', error: '' };
+  fieldsOf(buf, (f, v) => {
+    if (f === 1) r.header = decodeResponseHeader(bytes(v, f));
+    else if (f === 2) r.id = int64(v, f);
+    else if (f === 3) r.ttl = int64(v, f);
+    else if (f === 4) r.error = text(v, f);
+  });
+  return r;
+}
+
+export interface LeaseTimeToLiveResponse {
+  readonly header: ResponseHeader;
+  readonly id: string;
+  /** seconds left; -1 when the lease has expired or does not exist */
+  readonly ttl: string;
+  readonly grantedTtl: string;
+}
+
+export function decodeLeaseTimeToLiveResponse(buf: Buffer): LeaseTimeToLiveResponse {
+  const r = { header: NO_HEADER, id: '0', ttl: '0', grantedTtl: '0' };
+  fieldsOf(buf, (f, v) => {
+    if (f === 1) r.header = decodeResponseHeader(bytes(v, f));
+    else if (f === 2) r.id = int64(v, f);
+    else if (f === 3) r.ttl = int64(v, f);
+    else if (f === 4) r.grantedTtl = int64(v, f);
+  });
+  return r;
+}
+
+/** LeaseRevokeResponse: only a header. */
+export function decodeLeaseRevokeResponse(buf: Buffer): { readonly header: ResponseHeader } {
+  let header = NO_HEADER;
+  fieldsOf(buf, (f, v) => {
+    if (f === 1) header = decodeResponseHeader(bytes(v, f));
+  });
+  return { header };
+}
+
+export interface AuthenticateResponse {
+  readonly header: ResponseHeader;
+  readonly token: string;
+}
+
+export function decodeAuthenticateResponse(buf: Buffer): AuthenticateResponse {
+  const r = { header: NO_HEADER, token: '' };
+  fieldsOf(buf, (f, v) => {
+    if (f === 1) r.header = decodeResponseHeader(bytes(v, f));
+    else if (f === 2) r.token = text(v, f);
+  });
+  return r;
+}
+
+export interface WatchEvent {
+  readonly type: 'put' | 'delete';
+  readonly kv: KeyValue;
+  readonly prevKv?: KeyValue | undefined;
+}
+
+export interface WatchResponse {
+  readonly header: ResponseHeader;
+  readonly watchId: string;
+  readonly created: boolean;
+  readonly canceled: boolean;
+  readonly compactRevision: string;
+  readonly cancelReason: string;
+  readonly fragment: boolean;
+  readonly events: WatchEvent[];
+}
+
+function decodeEvent(buf: Buffer): WatchEvent {
+  let type: WatchEvent['type'] = 'put';
+  let kv: KeyValue | undefined;
+  let prevKv: KeyValue | undefined;
+  fieldsOf(buf, (f, v) => {
+    if (f === 1) {
+      const n = uint64(v, f);
+      if (n !== '0' && n !== '1') throw new EtcdProtoError(`event type ${n}`);
+      type = n === '1' ? 'delete' : 'put';
+    } else if (f === 2) kv = decodeKeyValue(bytes(v, f));
+    else if (f === 3) prevKv = decodeKeyValue(bytes(v, f));
+  });
+  return { type, kv: kv ?? decodeKeyValue(EMPTY), ...(prevKv ? { prevKv } : {}) };
+}
+
+export function decodeWatchResponse(buf: Buffer): WatchResponse {
+  const r = {
+    header: NO_HEADER,
+    watchId: '0',
+    created: false,
+    canceled: false,
+    compactRevision: '0',
+    cancelReason: '',
+    fragment: false,
+    events: [] as WatchEvent[],
+  };
+  fieldsOf(buf, (f, v) => {
+    if (f === 1) r.header = decodeResponseHeader(bytes(v, f));
+    else if (f === 2) r.watchId = int64(v, f);
+    else if (f === 3) r.created = bool(v, f);
+    else if (f === 4) r.canceled = bool(v, f);
+    else if (f === 5) r.compactRevision = int64(v, f);
+    else if (f === 6) r.cancelReason = text(v, f);
+    else if (f === 7) r.fragment = bool(v, f);
+    else if (f === 11) r.events.push(decodeEvent(bytes(v, f)));
+  });
+  return r;
+}
