@@ -10,16 +10,22 @@ export const TWILL_CNI = join(ROOT, 'dist/twill-cni');
 const SOURCE_MAIN = join(ROOT, 'src/cli/main.ts');
 
 /**
- * How to start the built `twill` command: this Node, the node flags on its
- * shebang line (`extraNodeFlags` after them), the built main.
+ * How to start the built `twill` command as its shebang line does, with this Node: the
+ * environment it sets (through env(1), which execs Node in the same process), the node flags
+ * (`extraNodeFlags` after them), the built main.
  */
 export async function twillCommand(extraNodeFlags: readonly string[] = []): Promise<string[]> {
   const first = (await readFile(TWILL_MAIN, 'utf8')).split('\n')[0] ?? '';
-  const flags = first
-    .replace(/^#!\/usr\/bin\/env (-S )?node ?/, '')
+  const words = first
+    .replace(/^#!\/usr\/bin\/env (-S )?/, '')
     .split(' ')
     .filter(Boolean);
-  return [process.execPath, ...flags, ...extraNodeFlags, TWILL_MAIN];
+  const node = words.indexOf('node');
+  if (node < 0) throw new Error(`${TWILL_MAIN}: its first line does not run node: ${first}`);
+  const env = words.slice(0, node);
+  const flags = words.slice(node + 1);
+  const launch = [process.execPath, ...flags, ...extraNodeFlags, TWILL_MAIN];
+  return env.length > 0 ? ['/usr/bin/env', ...env, ...launch] : launch;
 }
 
 /** How to start `twill` from its source, with this Node. */

@@ -1,7 +1,14 @@
-#!/usr/bin/env -S node --max-semi-space-size=1 --optimize-for-size
+#!/usr/bin/env -S MALLOC_ARENA_MAX=2 node --max-semi-space-size=1 --optimize-for-size
 // The `twill` command: the only place that reads process.env and
 // process.argv and installs signal handlers. It builds the dependencies as a
 // plain object and hands them to the daemon.
+// The first line is how the command runs (the package's bin, the image's and
+// the lab's symlinks all keep it): V8's young generation held to 1 MiB
+// semi-spaces and V8 told to give memory back (--optimize-for-size), and
+// glibc's malloc held to two arenas (it makes one per thread that contends,
+// up to 8 per core, and keeps what each one grew to: churn left the settled
+// RSS 10 MiB higher with the default). The measurements are in
+// docs/benchmarks.md.
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Command, CommanderError } from 'commander';
