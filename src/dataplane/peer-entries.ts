@@ -136,13 +136,26 @@ export function peerEntries(s: EntriesSetup, peer: Lease): PeerEntries {
   if (s.v6) peer6Entries(s, peer, e6);
   return {
     lease: peer,
-    routes: e4.routes,
-    neighs: e4.neighs,
-    fdb: e4.fdb,
-    routes6: e6.routes,
-    neighs6: e6.neighs,
-    fdb6: e6.fdb,
+    routes: fit(e4.routes),
+    neighs: fit(e4.neighs),
+    fdb: fit(e4.fdb),
+    routes6: fit(e6.routes),
+    neighs6: fit(e6.neighs),
+    fdb6: fit(e6.fdb),
   };
+}
+
+/** No entries: one array shared by every peer that has none of a kind. */
+const NONE: readonly never[] = Object.freeze([]);
+
+/**
+ * `a` as an array of its own length, kept for as long as the peer's lease lives. An array that
+ * grew by push has room for 16 more (V8 grows an empty array's store to 17 slots): 184 bytes for
+ * one entry instead of 56, which at 5,000 dual-stack vxlan peers (six lists each) was 3.7 MiB of
+ * the daemon's heap.
+ */
+function fit<T>(a: readonly T[]): readonly T[] {
+  return a.length === 0 ? NONE : a.slice();
 }
 
 /**

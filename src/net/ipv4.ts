@@ -48,7 +48,8 @@ export function parseCidr(text: string, opts: { strict: boolean }): Cidr | undef
 }
 
 export function formatCidr(c: Cidr): string {
-  return `${formatIpv4(c.base)}/${c.prefix}`;
+  // join, not a template: a flat string (formatCidr6 says why)
+  return [formatIpv4(c.base), c.prefix].join('/');
 }
 
 /** Last address of a block (its broadcast address for prefix < 31). */
