@@ -1,7 +1,7 @@
-// A pino logger that records lines in memory, so tests can assert what was
-// logged (and how often) without printing it.
-import { pino, type Logger } from 'pino';
-import { Writable } from 'node:stream';
+// A logger that records its lines in memory, so tests can assert what was logged (and how often)
+// without printing it. The lines go through the daemon's own formatting and redaction and are
+// parsed back, so tests see what an operator would.
+import { createLogger, type Logger } from '../../src/log.ts';
 
 export interface CapturedLog {
   readonly logger: Logger;
@@ -10,12 +10,10 @@ export interface CapturedLog {
 
 export function captureLog(): CapturedLog {
   const lines: CapturedLog['lines'] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      for (const l of chunk.toString().split('\n'))
-        if (l.trim()) lines.push(JSON.parse(l) as CapturedLog['lines'][number]);
-      cb();
-    },
+  const logger = createLogger({
+    level: 'debug',
+    node: 'test',
+    write: (line) => lines.push(JSON.parse(line) as CapturedLog['lines'][number]),
   });
-  return { logger: pino({ level: 'debug' }, sink), lines };
+  return { logger, lines };
 }
