@@ -12,6 +12,7 @@
 import { sameRoute } from './diff.ts';
 import type { DesiredState, FdbSpec, NeighSpec, PeerEntries, RouteSpec } from './model.ts';
 import type { Touch } from './monitor.ts';
+import { both } from './peer-entries.ts';
 
 /** The last pass's desired state, indexed for judging kernel events. */
 export interface Known {
@@ -20,13 +21,37 @@ export interface Known {
   readonly generation: number;
   readonly routes: ReadonlyMap<string, RouteSpec>;
   readonly neighs: ReadonlyMap<string, NeighSpec>;
-  /** FDB entries by destination (a peer's public IP) */
-  readonly fdb: ReadonlyMap<string, readonly FdbSpec[]>;
+  /**
+   * FDB entries by destination (a peer's public IP): the entry itself, or a list when several
+   * peers share the destination (a list of one for each of 5,000 peers was 0.5 MiB)
+   */
+  readonly fdb: ReadonlyMap<string, FdbSpec | readonly FdbSpec[]>;
+}
+
+type FdbIndex = Map<string, FdbSpec | readonly FdbSpec[]>;
+
+/** The FDB entries towards `dst` in an index. */
+function fdbAt(fdb: Known['fdb'], dst: string): readonly FdbSpec[] | undefined {
+  const v = fdb.get(dst);
+  return v === undefined || Array.isArray(v)
+    ? (v as readonly FdbSpec[] | undefined)
+    : [v as FdbSpec];
+}
+
+function addFdb(fdb: FdbIndex, f: FdbSpec): void {
+  const had = fdbAt(fdb, f.dst);
+  fdb.set(f.dst, had ? [...had, f] : f);
+}
+
+function removeFdb(fdb: FdbIndex, f: FdbSpec): void {
+  const left = (fdbAt(fdb, f.dst) ?? []).filter((x) => x !== f);
+  if (left.length === 0) fdb.delete(f.dst);
+  else fdb.set(f.dst, left.length === 1 ? (left[0] as FdbSpec) : left);
 }
 
 export function indexDesired(want: DesiredState, generation: number): Known {
-  const fdb = new Map<string, FdbSpec[]>();
-  for (const f of want.fdb) fdb.set(f.dst, [...(fdb.get(f.dst) ?? []), f]);
+  const fdb: FdbIndex = new Map();
+  for (const f of want.fdb) addFdb(fdb, f);
   return {
     want,
     generation,
@@ -51,20 +76,16 @@ export function reindexDesired(
 ): Known {
   const routes = k.routes as Map<string, RouteSpec>;
   const neighs = k.neighs as Map<string, NeighSpec>;
-  const fdb = k.fdb as Map<string, readonly FdbSpec[]>;
+  const fdb = k.fdb as FdbIndex;
   for (const p of d.gone) {
-    for (const r of [...p.routes, ...p.routes6]) if (routes.get(r.dst) === r) routes.delete(r.dst);
-    for (const n of [...p.neighs, ...p.neighs6]) if (neighs.get(n.ip) === n) neighs.delete(n.ip);
-    for (const f of [...p.fdb, ...p.fdb6]) {
-      const left = (fdb.get(f.dst) ?? []).filter((x) => x !== f);
-      if (left.length > 0) fdb.set(f.dst, left);
-      else fdb.delete(f.dst);
-    }
+    for (const r of both(p.route, p.route6)) if (routes.get(r.dst) === r) routes.delete(r.dst);
+    for (const n of both(p.neigh, p.neigh6)) if (neighs.get(n.ip) === n) neighs.delete(n.ip);
+    for (const f of both(p.fdb, p.fdb6)) removeFdb(fdb, f);
   }
   for (const p of d.came) {
-    for (const r of [...p.routes, ...p.routes6]) routes.set(r.dst, r);
-    for (const n of [...p.neighs, ...p.neighs6]) neighs.set(n.ip, n);
-    for (const f of [...p.fdb, ...p.fdb6]) fdb.set(f.dst, [...(fdb.get(f.dst) ?? []), f]);
+    for (const r of both(p.route, p.route6)) routes.set(r.dst, r);
+    for (const n of both(p.neigh, p.neigh6)) neighs.set(n.ip, n);
+    for (const f of both(p.fdb, p.fdb6)) addFdb(fdb, f);
   }
   return { want, generation, routes, neighs, fdb };
 }
@@ -98,7 +119,7 @@ export function judge(t: Touch, k: Known | undefined): Work[] {
   }
   if (t.dev !== k.want.vxlan?.name && t.dev !== k.want.vxlan6?.name) return ENTRIES;
   const neigh = k.neighs.get(t.ip);
-  const fdb = k.fdb.get(t.ip);
+  const fdb = fdbAt(k.fdb, t.ip);
   // the kernel's own entries come and go; a permanent one twill does not want is for an observed
   // pass to remove
   if (neigh === undefined && fdb === undefined) return t.deleted || !t.permanent ? [] : ENTRIES;

@@ -20,14 +20,19 @@ import type {
   VxlanDevice,
 } from './model.ts';
 
-/** One family's entries of one peer, as they are built. */
+/** One family's entries of one peer: a route alone, or (vxlan) all three. */
+interface Family {
+  readonly route: RouteSpec;
+  readonly neigh?: NeighSpec;
+  readonly fdb?: FdbSpec;
+}
+
+/** Every peer's entries of one state, as lists (what a DesiredState holds). */
 interface Entries {
   routes: RouteSpec[];
   neighs: NeighSpec[];
   fdb: FdbSpec[];
 }
-
-const noEntries = (): Entries => ({ routes: [], neighs: [], fdb: [] });
 
 /** A peer's IPv4 half: its subnet and PublicIP. */
 interface Peer4 {
@@ -56,23 +61,20 @@ function directRoute(p: Peer4, choice: IfaceChoice): RouteSpec {
  * One peer's IPv4 entries: host-gw a route via its PublicIP; vxlan (`dev`) a neighbour, an FDB
  * entry and an onlink route, or with DirectRouting to a peer on our link host-gw's route.
  */
-function peer4Entries(s: EntriesSetup, p: Peer4, out: Entries): void {
+function peer4Entries(s: EntriesSetup, p: Peer4): Family | undefined {
   const { input, vxlan: dev, backend } = s;
-  if (!dev || backend.type !== 'vxlan') {
-    out.routes.push(directRoute(p, input.choice));
-    return;
-  }
+  if (!dev || backend.type !== 'vxlan') return { route: directRoute(p, input.choice) };
   const mac = p.peer.attrs.backendData?.vtepMac;
-  if (backend.directRouting && onLink(input.choice.iface, p.publicIp)) {
-    out.routes.push(directRoute(p, input.choice));
-    return;
-  }
+  if (backend.directRouting && onLink(input.choice.iface, p.publicIp))
+    return { route: directRoute(p, input.choice) };
   // admission refused vxlan peers without a VtepMAC (admit.ts)
-  if (mac === undefined) return;
+  if (mac === undefined) return undefined;
   const gw = formatIpv4(p.subnet.base);
-  out.neighs.push({ dev: dev.name, ip: gw, mac });
-  out.fdb.push({ dev: dev.name, mac, dst: p.publicIp });
-  out.routes.push({ dst: formatCidr(p.subnet), via: gw, dev: dev.name, onlink: true });
+  return {
+    neigh: { dev: dev.name, ip: gw, mac },
+    fdb: { dev: dev.name, mac, dst: p.publicIp },
+    route: { dst: formatCidr(p.subnet), via: gw, dev: dev.name, onlink: true },
+  };
 }
 
 function directRoute6(
@@ -93,26 +95,23 @@ function directRoute6(
  * none): host-gw a route via its PublicIPv6; vxlan (`vxlan6`) a neighbour, an FDB entry and an
  * onlink route through twill-v6.<VNI>, or with DirectRouting to a peer on our link a direct route.
  */
-function peer6Entries(s: EntriesSetup, peer: Lease, out: Entries): void {
+function peer6Entries(s: EntriesSetup, peer: Lease): Family | undefined {
   const { input, vxlan6: dev, backend } = s;
   const subnet6 = peer.subnet6;
   const publicIpv6 = peer.attrs.publicIpv6;
-  if (!subnet6 || !publicIpv6) return;
-  if (!dev || backend.type !== 'vxlan') {
-    out.routes.push(directRoute6(peer, subnet6, input.choice));
-    return;
-  }
-  if (backend.directRouting && onLink6(input.choice.iface, publicIpv6)) {
-    out.routes.push(directRoute6(peer, subnet6, input.choice));
-    return;
-  }
+  if (!subnet6 || !publicIpv6) return undefined;
+  if (!dev || backend.type !== 'vxlan') return { route: directRoute6(peer, subnet6, input.choice) };
+  if (backend.directRouting && onLink6(input.choice.iface, publicIpv6))
+    return { route: directRoute6(peer, subnet6, input.choice) };
   // a peer without an IPv6 VtepMAC (no IPv6 vxlan device) cannot be reached through ours
   const mac = peer.attrs.backendData6?.vtepMac;
-  if (mac === undefined) return;
+  if (mac === undefined) return undefined;
   const gw = formatIpv6(subnet6.base);
-  out.neighs.push({ dev: dev.name, ip: gw, mac });
-  out.fdb.push({ dev: dev.name, mac, dst: publicIpv6 });
-  out.routes.push({ dst: formatCidr6(subnet6), via: gw, dev: dev.name, onlink: true });
+  return {
+    neigh: { dev: dev.name, ip: gw, mac },
+    fdb: { dev: dev.name, mac, dst: publicIpv6 },
+    route: { dst: formatCidr6(subnet6), via: gw, dev: dev.name, onlink: true },
+  };
 }
 
 /** What every peer's entries are built with: our side of each family, and its device. */
@@ -129,33 +128,19 @@ export interface EntriesSetup {
 
 /** One peer's entries in both families (what a delta pass adds or removes as a whole). */
 export function peerEntries(s: EntriesSetup, peer: Lease): PeerEntries {
-  const e4 = noEntries();
-  const e6 = noEntries();
   const p4 = s.v4 ? peer4Of(peer) : undefined;
-  if (p4) peer4Entries(s, p4, e4);
-  if (s.v6) peer6Entries(s, peer, e6);
+  const e4 = p4 ? peer4Entries(s, p4) : undefined;
+  const e6 = s.v6 ? peer6Entries(s, peer) : undefined;
+  // every field always set, so all peers' entries share one shape
   return {
     lease: peer,
-    routes: fit(e4.routes),
-    neighs: fit(e4.neighs),
-    fdb: fit(e4.fdb),
-    routes6: fit(e6.routes),
-    neighs6: fit(e6.neighs),
-    fdb6: fit(e6.fdb),
+    route: e4?.route,
+    neigh: e4?.neigh,
+    fdb: e4?.fdb,
+    route6: e6?.route,
+    neigh6: e6?.neigh,
+    fdb6: e6?.fdb,
   };
-}
-
-/** No entries: one array shared by every peer that has none of a kind. */
-const NONE: readonly never[] = Object.freeze([]);
-
-/**
- * `a` as an array of its own length, kept for as long as the peer's lease lives. An array that
- * grew by push has room for 16 more (V8 grows an empty array's store to 17 slots): 184 bytes for
- * one entry instead of 56, which at 5,000 dual-stack vxlan peers (six lists each) was 3.7 MiB of
- * the daemon's heap.
- */
-function fit<T>(a: readonly T[]): readonly T[] {
-  return a.length === 0 ? NONE : a.slice();
 }
 
 /**
@@ -176,19 +161,24 @@ export interface EntriesMemo {
 export function joinEntries(
   peers: readonly PeerEntries[],
 ): Pick<DesiredState, 'routes' | 'neighs' | 'fdb'> {
-  const all: Entries = noEntries();
-  for (const p of peers) pushEntries(all, p.routes, p.neighs, p.fdb);
-  for (const p of peers) pushEntries(all, p.routes6, p.neighs6, p.fdb6);
+  const all: Entries = { routes: [], neighs: [], fdb: [] };
+  for (const p of peers) pushEntries(all, p.route, p.neigh, p.fdb);
+  for (const p of peers) pushEntries(all, p.route6, p.neigh6, p.fdb6);
   return all;
 }
 
 function pushEntries(
   to: Entries,
-  routes: readonly RouteSpec[],
-  neighs: readonly NeighSpec[],
-  fdb: readonly FdbSpec[],
+  route: RouteSpec | undefined,
+  neigh: NeighSpec | undefined,
+  fdb: FdbSpec | undefined,
 ): void {
-  for (const r of routes) to.routes.push(r);
-  for (const n of neighs) to.neighs.push(n);
-  for (const f of fdb) to.fdb.push(f);
+  if (route) to.routes.push(route);
+  if (neigh) to.neighs.push(neigh);
+  if (fdb) to.fdb.push(fdb);
+}
+
+/** Each of a peer's entries of one kind, both families (IPv4 first). */
+export function both<T>(a: T | undefined, b: T | undefined): T[] {
+  return a === undefined ? (b === undefined ? [] : [b]) : b === undefined ? [a] : [a, b];
 }

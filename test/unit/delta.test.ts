@@ -21,7 +21,7 @@ const indexes = (k: Known): unknown => ({
   neighs: sortedEntries(k.neighs),
   fdb: sortedEntries(k.fdb).map(([dst, fs]) => [
     dst,
-    [...fs].sort((a, b) => a.mac.localeCompare(b.mac)),
+    [fs].flat().sort((a, b) => a.mac.localeCompare(b.mac)),
   ]),
 });
 
