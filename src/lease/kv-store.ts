@@ -62,6 +62,12 @@ export const MAX_LEASE_VALUE_BYTES = 64 * 1024;
  */
 const PRIMED_MAX_AGE_MS = 10_000;
 
+/** A listed key's record, with its entry (none for a key whose value could not be read). */
+interface Primed {
+  readonly entry: KvEntry | undefined;
+  readonly record: LeaseRecord;
+}
+
 export interface KvLeaseStoreOptions {
   readonly kv: Kv;
   /** key prefix, default /coreos.com/network */
@@ -82,9 +88,12 @@ export class KvLeaseStore implements LeaseStore {
   private readonly random: () => number;
   /**
    * The last listing the start-up acquisition read, for the watch's first list (a second full list
-   * of every lease, 0.1-0.2 s at 5,000, saved from start-up); none once the watch has begun.
+   * of every lease, 0.1-0.2 s at 5,000, saved from start-up), with its records as the acquisition
+   * decoded them (decoding 5,000 leases again took 50 ms, 100 ms dual-stack); none once the watch
+   * has begun.
    */
-  private primed: { readonly listing: KvListing; readonly at: number } | undefined;
+  private primed:
+    { readonly listing: KvListing; readonly records: Primed[]; readonly at: number } | undefined;
   /** the keys of our own leases from an older config this acquisition attempt deleted */
   private deletedOwn: string[] = [];
   private watching = false;
@@ -158,7 +167,7 @@ export class KvLeaseStore implements LeaseStore {
   }
 
   /** Every listed key as a record: unreadable values are invalid records, never a failed list. */
-  private records(listing: KvListing): { entry: KvEntry | undefined; record: LeaseRecord }[] {
+  private records(listing: KvListing): Primed[] {
     return [
       ...listing.entries.map((e) => ({ entry: e, record: this.decode(e) })),
       ...listing.skipped.map((s) => ({
@@ -215,8 +224,8 @@ export class KvLeaseStore implements LeaseStore {
     const attrs: LeaseAttrs =
       req.nodeName === undefined ? req.attrs : { ...req.attrs, node: req.nodeName };
     const listing = await this.kv.list(this.subnetsPrefix, signal);
-    if (!this.watching) this.primed = { listing, at: Date.now() };
     const records = this.records(listing);
+    if (!this.watching) this.primed = { listing, records, at: Date.now() };
     /** our own lease from an older config, deleted below: its subnets are worth keeping */
     const replaced: KeySubnets[] = [];
     for (const { entry, record } of records) {
@@ -446,11 +455,12 @@ export class KvLeaseStore implements LeaseStore {
       ...opts,
       relistMs: this.relistMs,
       list: async (signal) => {
-        const listing = this.takePrimed() ?? (await this.kv.list(this.subnetsPrefix, signal));
+        const primed = this.takePrimed();
+        const listing = primed?.listing ?? (await this.kv.list(this.subnetsPrefix, signal));
         const unreadable =
           listing.skipped.length > 0 ? ` (${listing.skipped.length} unreadable)` : '';
         return {
-          records: this.records(listing).map((r) => r.record),
+          records: (primed?.records ?? this.records(listing)).map((r) => r.record),
           detail: `listed ${listing.entries.length + listing.skipped.length} leases at revision ${listing.revision}${unreadable}`,
           cursor: listing.revision + 1n,
         };
@@ -490,7 +500,7 @@ export class KvLeaseStore implements LeaseStore {
     if (!this.primed) return;
     const key = this.fullKey(lease.key);
     const drop = new Set([key, ...this.deletedOwn]);
-    const { listing, at } = this.primed;
+    const { listing, records, at } = this.primed;
     const before = listing.entries.find((e) => e.key === key);
     const entry: KvEntry = {
       key,
@@ -499,14 +509,17 @@ export class KvLeaseStore implements LeaseStore {
       createRevision: before?.createRevision ?? lease.version,
     };
     const entries = [...listing.entries.filter((e) => !drop.has(e.key)), entry];
-    this.primed = { listing: { ...listing, entries }, at };
+    // the records the same way: an unreadable key (no entry) is never one of ours
+    const kept = records.filter((r) => !r.entry || !drop.has(r.entry.key));
+    kept.push({ entry, record: this.decode(entry) });
+    this.primed = { listing: { ...listing, entries }, records: kept, at };
   }
 
-  /** The acquisition's listing, once, if it is fresh enough to start the watch from. */
-  private takePrimed(): KvListing | undefined {
+  /** The acquisition's listing and records, once, if fresh enough to start the watch from. */
+  private takePrimed(): { listing: KvListing; records: Primed[] } | undefined {
     const primed = this.primed;
     this.primed = undefined;
-    return primed && Date.now() - primed.at <= PRIMED_MAX_AGE_MS ? primed.listing : undefined;
+    return primed && Date.now() - primed.at <= PRIMED_MAX_AGE_MS ? primed : undefined;
   }
 
   async close(): Promise<void> {
