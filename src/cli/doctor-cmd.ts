@@ -5,14 +5,17 @@
 // are looked at) plus --json and --bridge; an unreachable store only skips
 // the checks that need it.
 import { readFile } from 'node:fs/promises';
-import type { Command } from 'commander';
 import { runChecks, doctorExitCode } from '../doctor/checks.ts';
 import type { StoreFact } from '../doctor/facts.ts';
 import { gather, readLeaseStore } from '../doctor/gather.ts';
 import { renderJson, renderTable } from '../doctor/print.ts';
 import { run } from '../exec/runner.ts';
-import { addRunFlags, ifaceRequest, resolveRunFlags, type RunFlags } from './flags.ts';
+import type { CommandSpec, GivenOptions } from './argv.ts';
+import { ifaceRequest, resolveRunFlags, runFlagOptions, type RunFlags } from './flags.ts';
 import { nodeNameOf, openStore } from './open-store.ts';
+
+/** The bridge looked at without --bridge. */
+const DEFAULT_BRIDGE = 'cni0';
 
 /** How long the store may take to answer (each etcd call, and the whole read). */
 const STORE_TIMEOUT_MS = 3_000;
@@ -55,26 +58,29 @@ async function doctor(
   return doctorExitCode(results);
 }
 
-/** Adds `twill doctor` to the program; `setExitCode` receives its exit code. */
-export function addDoctorCommand(
-  program: Command,
-  o: { env: NodeJS.ProcessEnv; setExitCode: (code: number) => void },
-): void {
-  const cmd = program
-    .command('doctor')
-    .description(
-      'check this node for what breaks overlays (sysctls, iptables, nftables, MTU, subnet.env vs lease, stale routes, leftovers); exit 1 when a check fails',
-    )
-    .option('--json', 'print the verdicts as JSON')
-    .option('--bridge <name>', 'the CNI bridge to inspect', 'cni0');
-  addRunFlags(cmd, { run: false }).action(async () => {
-    const own = cmd.opts<{ json?: boolean; bridge: string }>();
-    const flags = resolveRunFlags(cmd, o.env);
-    const code = await doctor(
-      flags,
-      { json: own.json === true, bridge: own.bridge, nodeName: nodeNameOf(flags, o.env) },
-      (text) => process.stdout.write(text),
-    );
-    o.setExitCode(code);
-  });
+/** `twill doctor`'s options: --json, --bridge and `twill run`'s flags but the run-only ones. */
+export const DOCTOR_COMMAND: CommandSpec = {
+  name: 'doctor',
+  description:
+    'check this node for what breaks overlays (sysctls, iptables, nftables, MTU, subnet.env vs lease, stale routes, leftovers); exit 1 when a check fails',
+  options: [
+    { name: 'json', help: 'print the verdicts as JSON' },
+    { name: 'bridge', arg: 'name', help: 'the CNI bridge to inspect', default: DEFAULT_BRIDGE },
+    ...runFlagOptions({ run: false }),
+  ],
+};
+
+/** Runs `twill doctor` with the options given on its command line; its exit code. */
+export async function doctorCommand(given: GivenOptions, env: NodeJS.ProcessEnv): Promise<number> {
+  const flags = resolveRunFlags(given, env);
+  const bridge = given.get('bridge');
+  return doctor(
+    flags,
+    {
+      json: given.get('json') === true,
+      bridge: typeof bridge === 'string' ? bridge : DEFAULT_BRIDGE,
+      nodeName: nodeNameOf(flags, env),
+    },
+    (text) => process.stdout.write(text),
+  );
 }

@@ -1,11 +1,11 @@
-// The flags of `twill run` (flannel's names and meanings) in one table: commander's options, the
-// TWILL_<FLAG_NAME> environment variables and the README's configuration reference
+// The flags of `twill run` (flannel's names and meanings) in one table: the command line's options
+// (src/cli/argv.ts parses them, their --help comes from here), the TWILL_<FLAG_NAME> environment
+// variables and the README's configuration reference
 // (scripts/flags-doc.ts, `npm run docs:flags`) all come from it. The command line wins over the
 // environment, which wins over the default. A default the product also needs elsewhere is that
 // module's constant, never a second literal. Values are parsed strictly here, and a bad one is a
 // FLAG_INVALID error naming the flag and the value.
 import { readFileSync } from 'node:fs';
-import { Option, type Command } from 'commander';
 import { PROC_SYS_NET } from '../dataplane/sysctl.ts';
 import { TwillError } from '../errors.ts';
 import { DEFAULT_ANNOTATION_PREFIX } from '../lease/kube-node.ts';
@@ -15,6 +15,7 @@ import type { IfaceRequest } from '../net/iface.ts';
 import { isIpv4 } from '../net/ipv4.ts';
 import { isUnicastHost6, parseIpv6 } from '../net/ipv6.ts';
 import { DEFAULT_SUBNET_FILE } from '../subnetenv.ts';
+import type { GivenOptions, OptionSpec, OptionValue } from './argv.ts';
 
 export type FlagKind = 'string' | 'list' | 'repeat' | 'bool' | 'int';
 
@@ -350,29 +351,28 @@ function bad(flag: string, value: string, why: string): never {
 }
 
 /**
- * Declares the flags on a commander command (values are parsed by `resolveRunFlags`): `run` for
+ * The flags as options of a command (values are parsed by `resolveRunFlags`): `run` for
  * `twill run`, which alone takes the `runOnly` ones (a flag not declared resolves to its default).
  */
-export function addRunFlags(cmd: Command, o: { readonly run: boolean }): Command {
-  for (const f of RUN_FLAGS) {
-    if (f.runOnly && !o.run) continue;
-    const syntax = f.kind === 'bool' ? `--${f.name}` : `--${f.name} <${f.arg ?? 'value'}>`;
+export function runFlagOptions(o: { readonly run: boolean }): OptionSpec[] {
+  return RUN_FLAGS.filter((f) => o.run || !f.runOnly).map((f) => {
     const envNote = f.commandLineOnly
       ? 'command line only'
       : f.kind === 'repeat'
         ? `env: ${envName(f.name)}, comma-separated`
         : `env: ${envName(f.name)}`;
-    // commander shows a value default itself, after the env note; words for a missing one go
+    // the help shows a value default itself, after the env note; words for a missing one go
     // there too
     const instead =
       f.default === undefined && f.defaultText !== undefined ? ` (default: ${f.defaultText})` : '';
-    const opt = new Option(syntax, `${f.help} (${envNote})${instead}`);
-    if (f.kind === 'repeat')
-      opt.argParser((v: string, prev: string[] | undefined) => [...(prev ?? []), v]);
-    if (f.default !== undefined) opt.default(f.default);
-    cmd.addOption(opt);
-  }
-  return cmd;
+    return {
+      name: f.name,
+      ...(f.kind === 'bool' ? {} : { arg: f.arg ?? 'value' }),
+      ...(f.kind === 'repeat' ? { repeat: true as const } : {}),
+      help: `${f.help} (${envNote})${instead}`,
+      ...(f.default === undefined ? {} : { default: f.default }),
+    };
+  });
 }
 
 function commaList(text: string): string[] {
@@ -382,37 +382,47 @@ function commaList(text: string): string[] {
     .filter((s) => s !== '');
 }
 
-function parseValue(f: FlagSpec, raw: unknown, fromEnv: boolean): unknown {
-  const text = Array.isArray(raw) ? raw.join(',') : String(raw);
+/**
+ * A flag's value: `true` for a switch given on the command line, the values of a repeatable flag
+ * given on the command line, or text (from the command line, the environment or the default).
+ */
+function parseValue(f: FlagSpec, raw: OptionValue): unknown {
+  if (raw === true) return true;
+  if (typeof raw !== 'string') return [...raw];
   switch (f.kind) {
     case 'bool':
-      if (typeof raw === 'boolean') return raw;
-      if (/^(1|t|true|yes)$/i.test(text)) return true;
-      if (/^(0|f|false|no|)$/i.test(text)) return false;
-      return bad(f.name, text, 'is not true or false');
+      if (/^(1|t|true|yes)$/i.test(raw)) return true;
+      if (/^(0|f|false|no|)$/i.test(raw)) return false;
+      return bad(f.name, raw, 'is not true or false');
     case 'int':
-      if (!/^\d+$/.test(text)) return bad(f.name, text, 'is not a non-negative integer');
-      return Number(text);
+      if (!/^\d+$/.test(raw)) return bad(f.name, raw, 'is not a non-negative integer');
+      return Number(raw);
     case 'list':
-      return commaList(text);
     case 'repeat':
-      return fromEnv ? commaList(text) : raw;
+      return commaList(raw);
     case 'string':
-      return text;
+      return raw;
   }
 }
 
-/** Merges command line, environment and defaults into checked RunFlags. */
-export function resolveRunFlags(cmd: Command, env: NodeJS.ProcessEnv): RunFlags {
-  const values = cmd.opts<Record<string, unknown>>();
+/**
+ * Merges the command line (`given`, what src/cli/argv.ts parsed), the environment and the defaults
+ * into checked RunFlags.
+ */
+export function resolveRunFlags(given: GivenOptions, env: NodeJS.ProcessEnv): RunFlags {
   const out: Record<string, unknown> = {};
   for (const f of RUN_FLAGS) {
-    const key = camel(f.name);
-    const fromCli = cmd.getOptionValueSource(key) === 'cli';
-    const envValue = f.commandLineOnly ? undefined : env[envName(f.name)];
-    if (!fromCli && envValue !== undefined) out[key] = parseValue(f, envValue, true);
-    else if (values[key] !== undefined) out[key] = parseValue(f, values[key], false);
-    else out[key] = f.kind === 'bool' ? false : f.kind === 'repeat' ? [] : undefined;
+    const fromCli = given.get(f.name);
+    const fromEnv = f.commandLineOnly ? undefined : env[envName(f.name)];
+    const raw = fromCli ?? fromEnv ?? f.default;
+    out[camel(f.name)] =
+      raw !== undefined
+        ? parseValue(f, raw)
+        : f.kind === 'bool'
+          ? false
+          : f.kind === 'repeat'
+            ? []
+            : undefined;
   }
   return checkFlags(etcdCredentials(out as unknown as RunFlags));
 }

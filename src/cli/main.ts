@@ -15,7 +15,6 @@
 // RSS 10 MiB higher with the default).
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { Command, CommanderError } from 'commander';
 import { runDaemon } from '../daemon.ts';
 import { describeError, TwillError } from '../errors.ts';
 import { ensureForwarding, bridgeNetfilterProblem } from '../dataplane/sysctl.ts';
@@ -24,9 +23,10 @@ import { createLogger } from '../log.ts';
 import { gatherStatus } from '../status/inputs.ts';
 import { renderStatus } from '../status/text.ts';
 import { buildStatus } from '../status/report.ts';
-import { addRunFlags, ifaceRequest, resolveRunFlags, type RunFlags } from './flags.ts';
+import { parseCommandLine, type GivenOptions, type ProgramSpec } from './argv.ts';
+import { ifaceRequest, resolveRunFlags, runFlagOptions, type RunFlags } from './flags.ts';
 import { nodeNameOf, openStore } from './open-store.ts';
-import { addDoctorCommand } from './doctor-cmd.ts';
+import { DOCTOR_COMMAND, doctorCommand } from './doctor-cmd.ts';
 import { cleanupCommand } from './cleanup-cmd.ts';
 
 /** Exit codes: 0 clean stop, 1 runtime failure, 2 bad flags or config. */
@@ -140,46 +140,72 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
   }
 }
 
-async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
-  let exitCode = 0;
-  const program = new Command('twill')
-    .description(
-      'twill: a per-node overlay network daemon for Kubernetes, in the spirit of flannel',
-    )
-    .version(packageVersion(), '--version', 'print the version')
-    .showHelpAfterError()
-    .exitOverride();
-  const runCmd = program
-    .command('run')
-    .description(
-      "lease this node's pod subnet, write subnet.env, track peers and program the dataplane",
-    );
-  addRunFlags(runCmd, { run: true }).action(async () => {
-    exitCode = await runCommand(resolveRunFlags(runCmd, env), env);
-  });
-  const statusCmd = program
-    .command('status')
-    .description(
-      'this node: our lease, every peer and whether the kernel has its entries, the desired-vs-actual diff, the masquerade (chains, or nft tables in nftables mode)',
-    );
-  addRunFlags(statusCmd, { run: false })
-    .option('--json', 'print the report as JSON')
-    .action(async () => {
-      exitCode = await statusCommand(resolveRunFlags(statusCmd, env), {
-        json: statusCmd.opts<{ json?: boolean }>().json === true,
-        env,
-      });
-    });
-  addDoctorCommand(program, { env, setExitCode: (code) => (exitCode = code) });
-  try {
-    await program.parseAsync(argv);
-  } catch (err) {
-    // commander has already printed its message (help, version, unknown flag)
-    if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : EXIT_USAGE;
-    process.stderr.write(`twill: ${describeError(err)}\n`);
-    return EXIT_USAGE;
+const PROGRAM: ProgramSpec = {
+  name: 'twill',
+  description: 'twill: a per-node overlay network daemon for Kubernetes, in the spirit of flannel',
+  commands: [
+    {
+      name: 'run',
+      description:
+        "lease this node's pod subnet, write subnet.env, track peers and program the dataplane",
+      options: runFlagOptions({ run: true }),
+    },
+    {
+      name: 'status',
+      description:
+        'this node: our lease, every peer and whether the kernel has its entries, the desired-vs-actual diff, the masquerade (chains, or nft tables in nftables mode)',
+      options: [
+        ...runFlagOptions({ run: false }),
+        { name: 'json', help: 'print the report as JSON' },
+      ],
+    },
+    DOCTOR_COMMAND,
+  ],
+};
+
+function runCommandLine(
+  command: string,
+  given: GivenOptions,
+  env: NodeJS.ProcessEnv,
+): Promise<number> {
+  switch (command) {
+    case 'run':
+      return runCommand(resolveRunFlags(given, env), env);
+    case 'status':
+      return statusCommand(resolveRunFlags(given, env), { json: given.get('json') === true, env });
+    case 'doctor':
+      return doctorCommand(given, env);
+    default:
+      throw new Error(`no such command: ${command}`);
   }
-  return exitCode;
+}
+
+async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
+  const outcome = parseCommandLine(PROGRAM, argv.slice(2));
+  switch (outcome.kind) {
+    case 'help':
+      process.stdout.write(outcome.text);
+      return 0;
+    case 'version':
+      process.stdout.write(`${packageVersion()}\n`);
+      return 0;
+    case 'error':
+      // the mistake, then the help, as commander printed them
+      process.stderr.write(
+        outcome.message === undefined
+          ? outcome.help
+          : `error: ${outcome.message}\n\n${outcome.help}`,
+      );
+      return EXIT_USAGE;
+    case 'command':
+      try {
+        return await runCommandLine(outcome.command, outcome.given, env);
+      } catch (err) {
+        // a bad flag value (FLAG_INVALID), or a store that cannot be opened
+        process.stderr.write(`twill: ${describeError(err)}\n`);
+        return EXIT_USAGE;
+      }
+  }
 }
 
 process.exit(await main(process.argv, process.env));

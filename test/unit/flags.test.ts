@@ -7,13 +7,13 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve as resolvePath } from 'node:path';
 import { promisify } from 'node:util';
-import { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseCommandLine } from '../../src/cli/argv.ts';
 import {
-  addRunFlags,
   envName,
   resolveRunFlags,
   RUN_FLAGS,
+  runFlagOptions,
   type RunFlags,
 } from '../../src/cli/flags.ts';
 import { TwillError } from '../../src/errors.ts';
@@ -23,11 +23,15 @@ function resolve(
   env: NodeJS.ProcessEnv = {},
   o: { run: boolean } = { run: true },
 ): RunFlags {
-  const cmd = addRunFlags(new Command(o.run ? 'run' : 'status'), o);
-  cmd.exitOverride();
-  cmd.configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
-  cmd.parse(argv, { from: 'user' });
-  return resolveRunFlags(cmd, env);
+  const name = o.run ? 'run' : 'status';
+  const program = {
+    name: 'twill',
+    description: '',
+    commands: [{ name, description: '', options: runFlagOptions(o) }],
+  };
+  const outcome = parseCommandLine(program, [name, ...argv]);
+  if (outcome.kind !== 'command') throw new Error(`${outcome.kind}: ${JSON.stringify(outcome)}`);
+  return resolveRunFlags(outcome.given, env);
 }
 
 function failure(argv: string[], env: NodeJS.ProcessEnv = {}): TwillError {
@@ -351,7 +355,7 @@ describe('resolveRunFlags: bad values', () => {
     expect(failure(['--log-level', 'loud']).message).toMatch(/^--log-level "loud": /);
   });
 
-  it('refuses an unknown option through commander', () => {
+  it('refuses an unknown option on the command line', () => {
     expect(() => resolve(['--no-such-flag'])).toThrow(/no-such-flag/);
   });
 });
