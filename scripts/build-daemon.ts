@@ -1,8 +1,8 @@
 // `npm run build:daemon`: bundles the `twill` command, src/cli/main.ts and everything it imports
 // (npm dependencies included), into dist/src/cli/main.js, the path the package's `bin`, the
 // Dockerfile and the lab run. Dynamic imports become chunks under dist/src/cli/chunks/, loaded
-// only when reached: the etcd client (node:http2) in etcd mode, the Kubernetes client (node:https,
-// js-yaml) in Kubernetes mode (src/cli/open-store.ts). The bundle needs no node_modules at run
+// only when reached: the etcd client (node:net, twill's HTTP/2 client) in etcd mode, the Kubernetes
+// client (node:https, js-yaml) in Kubernetes mode (src/cli/open-store.ts). The bundle needs no node_modules at run
 // time. Settled RSS against the files tsc emitted, measured side by side (with the etcd3 and
 // client-node libraries of the time): etcd mode 90 -> 87 MiB at 5,000 peers, Kubernetes mode
 // 115 -> 92 MiB, start-up (spawn to the first log line) 110 ms shorter. What does it:

@@ -1,22 +1,27 @@
-// gRPC over node:http2, as much as etcd's client API needs: unary calls and one bidirectional
-// stream (the watch), to the endpoints in turn. It speaks etcd's real gRPC API, as etcdctl and
-// flannel do (not the JSON gateway, which behaves differently with client-certificate identities).
+// gRPC over twill's own HTTP/2 client (h2.ts, with hpack.ts; not node:http2, which loads OpenSSL
+// even for http:// endpoints), as much as etcd's client API needs: unary calls and one
+// bidirectional stream (the watch), to the endpoints in turn. It speaks etcd's real gRPC API, as
+// etcdctl and flannel do (not the JSON gateway, which behaves differently with client-certificate
+// identities).
 // - Framing: each message is a 5-byte prefix (flag 0 = not compressed, 4-byte big-endian length)
 //   and the protobuf; the status comes in the grpc-status / grpc-message trailers (or headers of a
 //   trailers-only reply). A reply whose prefix announces more than maxReceiveBytes fails at once
 //   as RESOURCE_EXHAUSTED without buffering it.
-// - Endpoints: one HTTP/2 session at a time, kept while it works. A call that fails as UNAVAILABLE
-//   (no connection, TLS handshake refused, session gone) drops the session and is tried on the next
-//   endpoint at once, each endpoint once per call.
+// - Endpoints: one HTTP/2 connection (session) at a time, kept while it works. A call that fails
+//   as UNAVAILABLE (no connection, TLS handshake refused, session gone, an HTTP/2 protocol error,
+//   GOAWAY) drops the session and is tried on the next endpoint at once, each endpoint once per
+//   call.
 // - Deadlines: each attempt has callTimeoutMs (sent as grpc-timeout too); one that expires before
-//   the session connected drops it, so the next call tries the next endpoint.
+//   the session connected (the server's HTTP/2 SETTINGS arrived) drops it, so the next call tries
+//   the next endpoint.
 // - Keepalive: while a session carries a call or stream, an HTTP/2 ping every 10 s; one unanswered
 //   for 5 s destroys the session, so a partitioned etcd is noticed (as grpc-js's keepalive did).
 //   No ping on an idle session: etcd's server counts those as abuse and sends GOAWAY.
 // - Auth: with a username, a token from Auth/Authenticate rides on each call as the `token`
 //   header; a call refused for an invalid or expired token re-authenticates once.
-import * as http2 from 'node:http2';
 import { decodeAuthenticateResponse, encodeAuthenticateRequest } from './etcd-proto.ts';
+import { ErrorCode, H2Connection, H2StreamError, type H2Stream } from './h2.ts';
+import type { HeaderField } from './hpack.ts';
 
 /** gRPC status codes used here (https://grpc.github.io/grpc/core/md_doc_statuscodes.html) */
 export const Status = {
@@ -150,13 +155,13 @@ function grpcMessage(raw: unknown): string {
 }
 
 /** The status a reply's trailers (or a trailers-only reply's headers) carry, if any. */
-function statusOf(h: http2.IncomingHttpHeaders): GrpcError | 'ok' | undefined {
-  const raw = h['grpc-status'];
+function statusOf(h: ReadonlyMap<string, string>): GrpcError | 'ok' | undefined {
+  const raw = h.get('grpc-status');
   if (raw === undefined) return undefined;
-  const code = Number(raw);
+  const code = raw === '' ? NaN : Number(raw);
   if (!Number.isInteger(code) || code < 0 || code > 16)
     return new GrpcError(Status.UNKNOWN, `etcd sent grpc-status ${JSON.stringify(raw)}`);
-  return code === 0 ? 'ok' : new GrpcError(code, grpcMessage(h['grpc-message']));
+  return code === 0 ? 'ok' : new GrpcError(code, grpcMessage(h.get('grpc-message')));
 }
 
 /** An HTTP status that is not gRPC's 200, as grpc-js maps it. */
@@ -174,20 +179,22 @@ function httpStatusError(status: number): GrpcError {
 
 /** An RST_STREAM from the server as a status (grpc-js's mapping, less ENHANCE_YOUR_CALM). */
 function resetError(rstCode: number): GrpcError {
-  if (rstCode === http2.constants.NGHTTP2_REFUSED_STREAM)
+  if (rstCode === ErrorCode.REFUSED_STREAM)
     return new GrpcError(Status.UNAVAILABLE, 'etcd refused the stream');
-  if (rstCode === http2.constants.NGHTTP2_CANCEL)
+  if (rstCode === ErrorCode.CANCEL)
     return new GrpcError(Status.CANCELLED, 'etcd cancelled the call');
   return new GrpcError(
-    rstCode === http2.constants.NGHTTP2_ENHANCE_YOUR_CALM ? Status.UNAVAILABLE : Status.INTERNAL,
+    rstCode === ErrorCode.ENHANCE_YOUR_CALM ? Status.UNAVAILABLE : Status.INTERNAL,
     `etcd reset the stream (HTTP/2 error ${rstCode})`,
   );
 }
 
 class Session {
-  readonly h2: http2.ClientHttp2Session;
+  readonly conn: H2Connection;
   readonly endpoint: string;
-  connected = false;
+  /** the :scheme and :authority of its requests */
+  readonly scheme: string;
+  readonly authority: string;
   /** why the session failed, when it did: the error every call on it reports */
   failure: Error | undefined;
   private calls = 0;
@@ -197,70 +204,61 @@ class Session {
     this.endpoint = endpoint;
     const url = new URL(endpoint);
     const secure = opts.tls !== undefined;
-    const authority = `${secure ? 'https' : 'http'}://${url.host}`;
-    this.h2 = http2.connect(authority, {
-      ...(secure
-        ? {
-            ...(opts.tls?.ca ? { ca: opts.tls.ca } : {}),
-            ...(opts.tls?.cert ? { cert: opts.tls.cert } : {}),
-            ...(opts.tls?.key ? { key: opts.tls.key } : {}),
-          }
-        : {}),
-      settings: { enablePush: false, initialWindowSize: 1024 * 1024 },
-    });
-    this.h2.on('connect', () => {
-      this.connected = true;
-      this.h2.setLocalWindowSize(4 * 1024 * 1024);
-    });
-    this.h2.on('error', (err: Error) => (this.failure ??= err));
-    this.h2.on('goaway', (code: number) => {
-      this.failure ??= new Error(`etcd closed the connection (GOAWAY ${code})`);
-      onGone(this);
-    });
-    this.h2.on('close', () => {
-      this.failure ??= new Error('connection closed');
-      clearInterval(this.keepalive);
-      onGone(this);
+    this.scheme = secure ? 'https' : 'http';
+    this.authority = url.host;
+    this.conn = new H2Connection({
+      host: url.hostname.replace(/^\[(.*)\]$/, '$1'),
+      port: Number(url.port) || (secure ? 443 : 80),
+      ...(secure ? { tls: opts.tls } : {}),
+      onGoaway: (code) => {
+        this.failure ??= new Error(`etcd closed the connection (GOAWAY ${code})`);
+        onGone(this);
+      },
+      onClose: (err) => {
+        this.failure ??= err;
+        clearInterval(this.keepalive);
+        onGone(this);
+      },
     });
     const every = opts.keepaliveMs ?? 10_000;
     const timeout = opts.keepaliveTimeoutMs ?? 5_000;
     this.keepalive = setInterval(() => {
-      if (!this.connected || this.calls === 0 || this.h2.destroyed) return;
+      if (!this.conn.connected || this.calls === 0 || this.failure) return;
       const timer = setTimeout(
         () => this.destroy(new Error(`keepalive ping unanswered for ${timeout} ms`)),
         timeout,
       );
-      try {
-        this.h2.ping((err) => {
-          clearTimeout(timer);
-          if (err) this.destroy(err);
-        });
-      } catch (err) {
+      this.conn.ping((err) => {
         clearTimeout(timer);
-        this.destroy(err as Error);
-      }
+        if (err) this.destroy(err);
+      });
     }, every);
     this.keepalive.unref();
-    this.h2.unref();
+    this.conn.unref();
+  }
+
+  get connected(): boolean {
+    return this.conn.connected;
   }
 
   /** While calls are open on the session, it keeps the process alive (and is pinged). */
   callStarted(): void {
-    if (this.calls++ === 0 && !this.h2.destroyed) this.h2.ref();
+    if (this.calls++ === 0) this.conn.ref();
   }
 
   callEnded(): void {
-    if (--this.calls === 0 && !this.h2.destroyed) this.h2.unref();
+    if (--this.calls === 0) this.conn.unref();
   }
 
   destroy(err: Error): void {
     this.failure ??= err;
-    if (!this.h2.destroyed) this.h2.destroy();
+    clearInterval(this.keepalive);
+    this.conn.destroy(err);
   }
 
   /** a session a new call may use */
   get usable(): boolean {
-    return !this.h2.destroyed && !this.h2.closed && this.failure === undefined;
+    return this.conn.usable && this.failure === undefined;
   }
 }
 
@@ -338,17 +336,20 @@ export class EtcdGrpc {
         given.onEnd(err);
       },
     };
-    const headers: http2.OutgoingHttpHeaders = {
-      ':method': 'POST',
-      ':path': path,
-      'content-type': 'application/grpc',
-      te: 'trailers',
-      'user-agent': 'twill',
-      ...(deadlineMs !== undefined ? { 'grpc-timeout': `${deadlineMs}m` } : {}),
-      ...(token !== undefined ? { token } : {}),
-    };
-    let stream: http2.ClientHttp2Stream;
+    const fields: HeaderField[] = [
+      [':method', 'POST'],
+      [':scheme', session.scheme],
+      [':path', path],
+      [':authority', session.authority],
+      ['content-type', 'application/grpc'],
+      ['te', 'trailers'],
+      ['user-agent', 'twill'],
+    ];
+    if (deadlineMs !== undefined) fields.push(['grpc-timeout', `${deadlineMs}m`]);
+    if (token !== undefined) fields.push(['token', token]);
+    let stream: H2Stream | undefined;
     let ended = false;
+    let replied = false;
     let status: GrpcError | 'ok' | undefined;
     let timer: NodeJS.Timeout | undefined;
     const end = (err: GrpcError | undefined): void => {
@@ -356,91 +357,94 @@ export class EtcdGrpc {
       ended = true;
       session.callEnded();
       if (timer) clearTimeout(timer);
-      if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
+      stream?.cancel();
       h.onEnd(err);
     };
     const sessionError = (fallback: string): GrpcError => {
       const cause = session.failure;
       return new GrpcError(Status.UNAVAILABLE, cause ? describeCause(cause) : fallback, { cause });
     };
-    try {
-      stream = session.h2.request(headers, { endStream: false });
-    } catch (err) {
-      session.destroy(err as Error);
-      const e = sessionError(describeCause(err as Error));
-      queueMicrotask(() => h.onEnd(e));
-      return { write: () => undefined, end: () => undefined, cancel: () => undefined };
-    }
-    session.callStarted();
     const reader = new FrameReader(this.opts.maxReceiveBytes, (msg) => {
       if (!ended) h.onMessage(msg);
     });
-    stream.on('response', (headers) => {
-      const code = Number(headers[':status']);
-      if (code !== 200) return end(httpStatusError(code));
-      const ctype = String(headers['content-type'] ?? '');
-      if (!ctype.startsWith('application/grpc'))
-        return end(new GrpcError(Status.UNKNOWN, `etcd answered ${ctype || 'no content-type'}`));
-      status = statusOf(headers); // a trailers-only reply
-    });
-    stream.on('data', (chunk: Buffer) => {
-      if (ended) return;
-      try {
-        reader.push(chunk);
-      } catch (err) {
-        end(err instanceof GrpcError ? err : new GrpcError(Status.INTERNAL, String(err)));
-      }
-    });
-    stream.on(
-      'trailers',
-      (trailers: http2.IncomingHttpHeaders) => (status = statusOf(trailers) ?? status),
-    );
-    let streamError: Error | undefined;
-    stream.on('error', (err: Error) => (streamError = err)); // the 'close' below reports it
-    stream.on('close', () => {
-      if (ended) return;
-      // the session's own error (a refused TLS client certificate, a reset connection) may be
-      // emitted just after its streams close: it, not the stream's reset, is what went wrong
-      if (status === undefined && !session.failure) setImmediate(closed);
-      else closed();
-    });
-    const closed = (): void => {
-      if (ended) return;
-      if (status === 'ok')
-        return end(
-          reader.partial ? new GrpcError(Status.INTERNAL, 'truncated message') : undefined,
-        );
-      if (status) return end(status);
-      if (session.failure || !session.connected || session.h2.destroyed)
-        return end(sessionError(streamError ? describeCause(streamError) : 'connection closed'));
-      if (stream.rstCode && stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR)
-        return end(resetError(stream.rstCode));
-      end(new GrpcError(Status.UNAVAILABLE, 'etcd ended the call without a status'));
-    };
+    session.callStarted();
+    try {
+      stream = session.conn.request(fields, {
+        onHeaders: (list, endStream) => {
+          const headers = new Map(list);
+          if (!replied) {
+            replied = true;
+            const code = Number(headers.get(':status'));
+            if (code !== 200) return end(httpStatusError(code));
+            const ctype = headers.get('content-type') ?? '';
+            if (!ctype.startsWith('application/grpc'))
+              return end(
+                new GrpcError(Status.UNKNOWN, `etcd answered ${ctype || 'no content-type'}`),
+              );
+            // a trailers-only reply has its status here
+            status = statusOf(headers);
+          } else if (endStream) {
+            status = statusOf(headers) ?? status;
+          }
+        },
+        onData: (chunk) => {
+          if (ended) return;
+          try {
+            reader.push(chunk);
+          } catch (err) {
+            end(err instanceof GrpcError ? err : new GrpcError(Status.INTERNAL, String(err)));
+          }
+        },
+        onEnd: (err) => {
+          if (ended) return;
+          if (status === 'ok')
+            return end(
+              reader.partial ? new GrpcError(Status.INTERNAL, 'truncated message') : undefined,
+            );
+          if (status) return end(status);
+          if (err instanceof H2StreamError && !err.remote)
+            return end(new GrpcError(Status.INTERNAL, `etcd sent a broken reply: ${err.message}`));
+          if (session.failure || !session.connected)
+            return end(sessionError(err ? describeCause(err) : 'connection closed'));
+          if (err instanceof H2StreamError && err.code !== ErrorCode.NO_ERROR)
+            return end(resetError(err.code));
+          end(new GrpcError(Status.UNAVAILABLE, 'etcd ended the call without a status'));
+        },
+      });
+    } catch (err) {
+      session.destroy(err as Error);
+      const e = sessionError(describeCause(err as Error));
+      ended = true;
+      session.callEnded();
+      queueMicrotask(() => h.onEnd(e));
+      return { write: () => undefined, end: () => undefined, cancel: () => undefined };
+    }
     if (deadlineMs !== undefined) {
       timer = setTimeout(() => {
-        if (!session.connected) {
+        const connected = session.connected;
+        end(new GrpcError(Status.DEADLINE_EXCEEDED, `Deadline exceeded after ${deadlineMs} ms`));
+        if (!connected) {
           // never connected (a partitioned or black-holed endpoint): the next call tries the next
           session.destroy(new Error(`no connection to ${session.endpoint} in ${deadlineMs} ms`));
           this.moveOn(session);
         }
-        end(new GrpcError(Status.DEADLINE_EXCEEDED, `Deadline exceeded after ${deadlineMs} ms`));
       }, deadlineMs);
       timer.unref();
     }
+    const s = stream;
     return {
       write: (msg) => {
-        if (!ended && !stream.destroyed) stream.write(frame(msg));
+        if (!ended) s.write(frame(msg));
       },
       end: () => {
-        if (!ended && !stream.destroyed) stream.end();
+        if (!ended) s.end();
       },
       cancel: () => {
         if (ended) return;
         ended = true;
         session.callEnded();
         if (timer) clearTimeout(timer);
-        if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
+        s.cancel();
       },
     };
   }

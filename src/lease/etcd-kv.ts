@@ -1,5 +1,5 @@
 // The Kv primitives on etcd v3 through twill's own gRPC client (etcd-grpc.ts
-// over node:http2, etcd-proto.ts for the messages). Writes are single
+// over h2.ts, twill's HTTP/2 client; etcd-proto.ts for the messages). Writes are single
 // transactions (create-if-absent, compare-mod-revision-and-put) bound to a
 // freshly granted etcd lease, so a renewal never depends on a keepalive
 // stream surviving an etcd restart. The watch detects a wiped store (the

@@ -1,8 +1,8 @@
 // The gRPC layer of the etcd client (src/lease/etcd-grpc.ts): its framing with known bytes, and
 // its calls against small HTTP/2 servers on loopback that answer as etcd would, or as a hostile or
 // broken one would: status trailers, a reply larger than allowed (refused from its length prefix),
-// a silent server (deadline), a dead endpoint (the next one is tried at once), a refused token
-// (re-authenticated once).
+// a silent server (deadline), a dead endpoint or one that does not speak HTTP/2 (the next one is
+// tried at once), a refused token (re-authenticated once).
 import * as http2 from 'node:http2';
 import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -180,6 +180,51 @@ describe('unary calls', () => {
     expect((await c.unary('/x', Buffer.alloc(0))).toString()).toBe('ok');
     expect(calls).toBe(2);
     expect(c.endpoint).toBe(live);
+  });
+
+  it('fails at the deadline on an endpoint that accepts but never speaks, and the next call moves on', async () => {
+    const sockets: Socket[] = [];
+    const mute = createServer((sock) => {
+      sockets.push(sock);
+      sock.on('error', () => undefined);
+    });
+    await new Promise<void>((r) => mute.listen(0, '127.0.0.1', r));
+    try {
+      const live = await server((s) => reply(s, Buffer.from('ok')));
+      const c = client([`http://127.0.0.1:${(mute.address() as AddressInfo).port}`, live], {
+        timeoutMs: 300,
+      });
+      const started = Date.now();
+      const err = await failure(c.unary('/x', Buffer.alloc(0)));
+      expect(err.code).toBe(Status.DEADLINE_EXCEEDED);
+      expect(Date.now() - started).toBeLessThan(2_000);
+      expect(c.endpoint).toBe(live);
+      expect((await c.unary('/x', Buffer.alloc(0))).toString()).toBe('ok');
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise((r) => mute.close(r));
+    }
+  });
+
+  it('tries the next endpoint at once when one does not speak HTTP/2', async () => {
+    const web = createServer((sock) => {
+      sock.on('error', () => undefined);
+      sock.resume(); // reads to the client's end, so the socket closes
+      sock.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n');
+    });
+    await new Promise<void>((r) => web.listen(0, '127.0.0.1', r));
+    try {
+      const live = await server((s) => reply(s, Buffer.from('ok')));
+      const webEp = `http://127.0.0.1:${(web.address() as AddressInfo).port}`;
+      const c = client([webEp, live]);
+      expect((await c.unary('/x', Buffer.alloc(0))).toString()).toBe('ok');
+      expect(c.endpoint).toBe(live);
+      const err = await failure(client([webEp]).unary('/x', Buffer.alloc(0)));
+      expect(err.code).toBe(Status.UNAVAILABLE);
+      expect(err.message).toContain('it does not speak HTTP/2');
+    } finally {
+      await new Promise((r) => web.close(r));
+    }
   });
 
   it('fails UNAVAILABLE, naming the connection error, when every endpoint is unreachable', async () => {
