@@ -62,6 +62,15 @@ export const MAX_LEASE_VALUE_BYTES = 64 * 1024;
  */
 const PRIMED_MAX_AGE_MS = 10_000;
 
+/**
+ * `s` as a string of its own. A lease's key cut from the stored key is, from 13 characters on, a
+ * view into it that keeps the whole stored key (prefix and all) for as long as the lease lives:
+ * 75 bytes a peer.
+ */
+function ownCopy(s: string): string {
+  return s.length < 13 ? s : s.split('').join('');
+}
+
 /** A listed key's record, with its entry (none for a key whose value could not be read). */
 interface Primed {
   readonly entry: KvEntry | undefined;
@@ -146,7 +155,7 @@ export class KvLeaseStore implements LeaseStore {
 
   /** Decodes one stored entry into a lease or the reason it is not one. */
   decode(entry: KvEntry): LeaseRecord {
-    const key = entry.key.slice(this.subnetsPrefix.length);
+    const key = ownCopy(entry.key.slice(this.subnetsPrefix.length));
     try {
       const { subnet, subnet6 } = parseLeaseKey(key);
       const bytes = Buffer.byteLength(entry.value, 'utf8');
