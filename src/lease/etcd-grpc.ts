@@ -20,7 +20,9 @@
 // - Auth: with a username, a token from Auth/Authenticate rides on each call as the `token`
 //   header; a call refused for an invalid or expired token re-authenticates once.
 import { decodeAuthenticateResponse, encodeAuthenticateRequest } from './etcd-proto.ts';
-import { ErrorCode, H2Connection, H2StreamError, type H2Stream } from './h2.ts';
+import { ErrorCode, H2StreamError } from './h2-errors.ts';
+import type { H2Stream } from './h2-stream.ts';
+import { H2Connection } from './h2.ts';
 import type { HeaderField } from './hpack.ts';
 
 /** gRPC status codes used here (https://grpc.github.io/grpc/core/md_doc_statuscodes.html) */

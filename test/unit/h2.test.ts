@@ -8,20 +8,18 @@ import { createHash } from 'node:crypto';
 import * as http2 from 'node:http2';
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { ErrorCode, H2ConnectionError, H2StreamError } from '../../src/lease/h2-errors.ts';
 import {
   decodeFrameHeader,
   encodeFrame,
   encodeSettings,
-  ErrorCode,
   Flag,
   FrameType,
-  H2Connection,
-  H2ConnectionError,
-  H2StreamError,
   PREFACE,
   Setting,
-  type H2Stream,
-} from '../../src/lease/h2.ts';
+} from '../../src/lease/h2-frame.ts';
+import type { H2Stream } from '../../src/lease/h2-stream.ts';
+import { H2Connection } from '../../src/lease/h2.ts';
 import type { HeaderField } from '../../src/lease/hpack.ts';
 
 describe('frames', () => {
