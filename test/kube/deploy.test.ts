@@ -116,7 +116,7 @@ describe('deploy/', () => {
     expect(pod?.initContainers?.map((c) => c.name)).toEqual(['install-cni-plugin', 'install-cni']);
     expect(main?.livenessProbe?.httpGet).toMatchObject({ path: '/healthz', port: 9810 });
     expect(main?.readinessProbe?.httpGet).toMatchObject({ path: '/readyz', port: 9810 });
-    expect(main?.resources?.requests).toMatchObject({ cpu: '50m', memory: '192Mi' });
+    expect(main?.resources?.requests).toMatchObject({ cpu: '50m', memory: '128Mi' });
     // no container of the pod is privileged; every one is locked down
     const all = [...(pod?.initContainers ?? []), ...(pod?.containers ?? [])];
     expect(all.filter((c) => c.securityContext?.privileged)).toEqual([]);
