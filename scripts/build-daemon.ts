@@ -2,10 +2,11 @@
 // (npm dependencies included), into dist/src/cli/main.js, the path the package's `bin`, the
 // Dockerfile and the lab run. Dynamic imports become chunks under dist/src/cli/chunks/, loaded
 // only when reached: the etcd client (node:net, twill's HTTP/2 client) in etcd mode, the Kubernetes
-// client (node:https, js-yaml) in Kubernetes mode (src/cli/open-store.ts). The bundle needs no node_modules at run
-// time. Settled RSS against the files tsc emitted, measured side by side (with the etcd3 and
-// client-node libraries of the time): etcd mode 90 -> 87 MiB at 5,000 peers, Kubernetes mode
-// 115 -> 92 MiB, start-up (spawn to the first log line) 110 ms shorter. What does it:
+// client (node:https, js-yaml) in Kubernetes mode (src/cli/open-store.ts). The bundle needs no
+// node_modules at run time. Settled RSS against the files tsc emitted, measured side by side
+// (with the etcd3 and client-node libraries of the time): etcd mode 90 -> 87 MiB at 5,000 peers,
+// Kubernetes mode 115 -> 92 MiB, start-up (spawn to the first log line) 110 ms shorter. What
+// does it:
 // - Node builtins are taken with require(), not `import`: an ES import of a builtin builds its
 //   namespace from every export, which runs lazy getters. `import … from 'node:http'` so loads
 //   Node's bundled undici for http.WebSocket (7 MiB of RSS in a bare process), 'node:process',
