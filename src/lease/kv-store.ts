@@ -466,11 +466,12 @@ export class KvLeaseStore implements LeaseStore {
       list: async (signal) => {
         const primed = this.takePrimed();
         const listing = primed?.listing ?? (await this.kv.list(this.subnetsPrefix, signal));
+        const records = primed?.records ?? this.records(listing);
         const unreadable =
           listing.skipped.length > 0 ? ` (${listing.skipped.length} unreadable)` : '';
         return {
-          records: (primed?.records ?? this.records(listing)).map((r) => r.record),
-          detail: `listed ${listing.entries.length + listing.skipped.length} leases at revision ${listing.revision}${unreadable}`,
+          records: records.map((r) => r.record),
+          detail: `listed ${records.length} leases at revision ${listing.revision}${unreadable}`,
           cursor: listing.revision + 1n,
         };
       },
@@ -500,7 +501,8 @@ export class KvLeaseStore implements LeaseStore {
   }
 
   /**
-   * The primed listing as the tracker must see it: with the lease just written (a snapshot without
+   * The primed records as the tracker must see them (the listing keeps only its revision and
+   * unreadable keys for the watch): with the lease just written (a snapshot without
    * our own key reads as a lost lease) and without our old-config leases deleted meanwhile (each
    * would show as a peer with our PublicIP). The watch from the listing's revision + 1 replays
    * those writes, and every other change since, as events.
@@ -510,18 +512,17 @@ export class KvLeaseStore implements LeaseStore {
     const key = this.fullKey(lease.key);
     const drop = new Set([key, ...this.deletedOwn]);
     const { listing, records, at } = this.primed;
-    const before = listing.entries.find((e) => e.key === key);
+    const before = records.find((r) => r.entry?.key === key)?.entry;
     const entry: KvEntry = {
       key,
       value: encodeLeaseValue(lease.attrs),
       modRevision: lease.version,
       createRevision: before?.createRevision ?? lease.version,
     };
-    const entries = [...listing.entries.filter((e) => !drop.has(e.key)), entry];
-    // the records the same way: an unreadable key (no entry) is never one of ours
+    // an unreadable key (no entry) is never one of ours
     const kept = records.filter((r) => !r.entry || !drop.has(r.entry.key));
     kept.push({ entry, record: this.decode(entry) });
-    this.primed = { listing: { ...listing, entries }, records: kept, at };
+    this.primed = { listing, records: kept, at };
   }
 
   /** The acquisition's listing and records, once, if fresh enough to start the watch from. */
