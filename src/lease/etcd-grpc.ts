@@ -19,6 +19,7 @@
 //   No ping on an idle session: etcd's server counts those as abuse and sends GOAWAY.
 // - Auth: with a username, a token from Auth/Authenticate rides on each call as the `token`
 //   header; a call refused for an invalid or expired token re-authenticates once.
+import { truncated } from './admit.ts';
 import { decodeAuthenticateResponse, encodeAuthenticateRequest } from './etcd-proto.ts';
 import { ErrorCode, H2StreamError } from './h2-errors.ts';
 import type { H2Stream } from './h2-stream.ts';
@@ -147,13 +148,16 @@ export function frame(msg: Buffer): Buffer {
   return Buffer.concat([prefix, msg]);
 }
 
+/** The server's grpc-message, decoded and cut short: it ends up in errors and log lines. */
 function grpcMessage(raw: unknown): string {
   if (typeof raw !== 'string') return '';
+  let text = raw;
   try {
-    return decodeURIComponent(raw);
+    text = decodeURIComponent(raw);
   } catch {
-    return raw;
+    // not percent-encoded as the spec asks: shown as sent
   }
+  return truncated(text, 200);
 }
 
 /** The status a reply's trailers (or a trailers-only reply's headers) carry, if any. */

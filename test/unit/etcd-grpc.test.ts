@@ -150,6 +150,14 @@ describe('unary calls', () => {
     );
   });
 
+  it("cuts a long grpc-message short: the server's text ends up in errors and logs", async () => {
+    const ep = await server((s) => reply(s, undefined, 13, `etcdserver: ${'x'.repeat(8_000)}`));
+    const err = await failure(client([ep]).unary('/x', Buffer.alloc(0)));
+    expect(err.code).toBe(13);
+    expect(err.message.startsWith('13 INTERNAL: etcdserver: xxx')).toBe(true);
+    expect(err.message.length).toBeLessThan(260);
+  });
+
   it('refuses a reply larger than maxReceiveBytes, with RESOURCE_EXHAUSTED', async () => {
     const ep = await server((s) => reply(s, Buffer.alloc(5_000)));
     const err = await failure(client([ep], { max: 4_096 }).unary('/x', Buffer.alloc(0)));
