@@ -9,7 +9,6 @@
 // attributes to subnet.env and the dataplane. The masquerade lives in
 // iptables chains, or with "EnableNFTables" in twill's own nftables tables
 // (the nft command then required: its monitor is how changes are seen).
-import { createHash } from 'node:crypto';
 import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { LineWatcher, Runner } from './exec/runner.ts';
@@ -22,7 +21,6 @@ import type { MasqSpec } from './dataplane/model.ts';
 import { Reconciler, type PassReport } from './dataplane/reconciler.ts';
 import { forwardingSysctls } from './dataplane/sysctl.ts';
 import { DaemonProbe, type StartupProgress } from './health/probe.ts';
-import { serveHealth } from './health/server.ts';
 import { LeaseKeeper } from './lease/keeper.ts';
 import { ReadyMark } from './lease/ready.ts';
 import type { PeerContext, Refusal } from './lease/admit.ts';
@@ -34,6 +32,7 @@ import { formatCidr, sameCidr } from './net/ipv4.ts';
 import { formatCidr6, sameCidr6 } from './net/ipv6.ts';
 import { readSubnetEnv, writeSubnetEnv, type SubnetEnv } from './subnetenv.ts';
 import { Backoff, childController, retry } from './util/abort.ts';
+import { sha256 } from './util/sha256.ts';
 
 export interface DaemonDeps {
   readonly store: LeaseStore;
@@ -86,7 +85,7 @@ export interface DaemonState {
 export function derivedVtepMac(nodeName: string, vni: number, family: 4 | 6 = 4): string {
   // the IPv4 input is the one twill always used: a restart keeps an existing node's VtepMAC
   const input = family === 4 ? `twill:${nodeName}:${vni}` : `twill:${nodeName}:${vni}:v6`;
-  const bytes = createHash('sha256').update(input).digest().subarray(0, 6);
+  const bytes = sha256(input).subarray(0, 6);
   bytes[0] = ((bytes[0] ?? 0) & 0xfe) | 0x02;
   return [...bytes].map((b) => b.toString(16).padStart(2, '0')).join(':');
 }
@@ -317,9 +316,14 @@ export async function runDaemon(
   const loops: ((s: AbortSignal) => Promise<void>)[] = [
     (s) => runNode(deps, { ...opts, probe }, s),
   ];
-  // the health endpoint answers from the very start, while etcd may still be unreachable
+  // the health endpoint answers from the very start, while etcd may still be unreachable; its
+  // module (and node:http) is loaded only when it is on: 1.2 MiB of RSS otherwise kept for nothing
   const healthz = opts.healthz;
-  if (healthz) loops.unshift((s) => serveHealth({ ...healthz, probe, logger: deps.logger }, s));
+  if (healthz)
+    loops.unshift(async (s) => {
+      const { serveHealth } = await import('./health/server.ts');
+      await serveHealth({ ...healthz, probe, logger: deps.logger }, s);
+    });
   await runTogether(signal, loops);
 }
 

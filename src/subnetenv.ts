@@ -5,7 +5,6 @@
 // FLANNEL_MTU and FLANNEL_IPMASQ. Each pair is there whole or not at all, and
 // at least one is: IPv4 only, dual-stack or IPv6 only. Written atomically:
 // temp file, fsync, rename, so a reader never sees half a file.
-import { randomBytes } from 'node:crypto';
 import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
 import { readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
@@ -195,15 +194,16 @@ export function readSubnetEnvSync(path: string): SubnetEnv | undefined {
 const isMissing = (err: unknown): boolean =>
   (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
 
+/** Temp files this process has written (writeSubnetEnv). */
+let tmpCount = 0;
+
 /** Writes subnet.env atomically, creating its directory when needed. */
 export async function writeSubnetEnv(path: string, env: SubnetEnv): Promise<void> {
   await mkdir(dirname(path), { recursive: true });
   // unique per write: two writers in one process (tests run several daemons) may start in the same
-  // millisecond
-  const tmp = join(
-    dirname(path),
-    `.${basename(path)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`,
-  );
+  // millisecond, so the process's own count tells them apart (no node:crypto: rule 12)
+  tmpCount += 1;
+  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${tmpCount}.tmp`);
   try {
     const fh = await open(tmp, 'w', 0o644);
     try {

@@ -148,7 +148,7 @@ export interface Pending {
   readonly routes: Set<string>;
   readonly neighs: Set<string>;
   readonly fdbDsts: Set<string>;
-  /** the first trigger since the last pass started, and when (performance.now()) */
+  /** the first trigger since the last pass started, and when (monotonicMs(), util/clock.ts) */
   first: { source: string; at: number } | undefined;
   /**
    * a kernel event asked for some of it (a drift may be pending): the pass must not give way to a

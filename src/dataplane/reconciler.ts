@@ -75,6 +75,7 @@ import type { Touch } from './monitor.ts';
 import { observeNft, nftMasqOps } from './nft-observe.ts';
 import { observe, observeChain } from './observe.ts';
 import { opLines } from './render.ts';
+import { monotonicMs } from '../util/clock.ts';
 
 /**
  * What a lease change must leave alone for a delta pass: the devices and the chains' inputs, as
@@ -187,7 +188,7 @@ export class Reconciler {
     ...nothing(),
     entries: true,
     tables: new Set(['nat', 'filter']),
-    first: { source: 'start', at: performance.now() },
+    first: { source: 'start', at: monotonicMs() },
   };
   private generation = 0;
   private convergedGeneration = -1;
@@ -199,7 +200,7 @@ export class Reconciler {
   private spawns = 0;
   private readonly runner: Runner;
   /**
-   * when the next safety-net full pass is due (performance.now()); only a full pass moves it, so
+   * when the next safety-net full pass is due (monotonicMs()); only a full pass moves it, so
    * other passes cannot put it off
    */
   private fullDueAt = 0;
@@ -272,7 +273,7 @@ export class Reconciler {
   private mark(source: string, f: (p: Pending) => void, internal = false): void {
     if (!internal) this.o.logger.trace({ source }, 'pass triggered');
     f(this.pending);
-    this.pending.first ??= { source, at: performance.now() };
+    this.pending.first ??= { source, at: monotonicMs() };
     this.wakeAny?.();
   }
 
@@ -284,7 +285,7 @@ export class Reconciler {
   async pass(signal: AbortSignal): Promise<PassReport> {
     const r = await this.observedPass(signal, {
       chains: true,
-      first: { source: 'direct', at: performance.now() },
+      first: { source: 'direct', at: monotonicMs() },
     });
     // only a pass that may yield returns without a report
     if (r === undefined) throw new Error('a direct pass gave way');
@@ -310,8 +311,7 @@ export class Reconciler {
     const reading = o.mayYield ? new AbortController() : undefined;
     this.yieldRead = reading;
     await this.checkForwarding();
-    if (o.chains)
-      this.fullDueAt = performance.now() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
+    if (o.chains) this.fullDueAt = monotonicMs() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
     const leftovers6 = o.chains && !want.masq6 && this.leftovers6;
     const leftovers4 = o.chains && !want.masq && this.leftovers4;
     // nftables mode: twill's tables instead of the iptables chains, read alongside
@@ -341,7 +341,7 @@ export class Reconciler {
       this.known = before;
       return undefined;
     }
-    const observed = performance.now();
+    const observed = monotonicMs();
     const ops = [...diff(want, seen), ...(nftSeen ? nftMasqOps(want, nftSeen, nft) : [])];
     const drift = ops.length > 0 && generation === this.convergedGeneration;
     const { failures } =
@@ -451,7 +451,7 @@ export class Reconciler {
             { nftables: true },
           )
         : await this.chainOps(want, tables, signal);
-    const observed = performance.now();
+    const observed = monotonicMs();
     const { failures } =
       ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
     const converged = ops.length === 0 && this.convergedGeneration === this.generation;
@@ -518,14 +518,14 @@ export class Reconciler {
   private begin(): number {
     this.o.onPassStart?.();
     this.spawns = 0;
-    return performance.now();
+    return monotonicMs();
   }
 
   private finish(
     r: Omit<PassReport, 'at' | 'durationMs' | 'stages'>,
     t: { started: number; observed: number; first: { source: string; at: number } },
   ): PassReport {
-    const now = performance.now();
+    const now = monotonicMs();
     const applyMs = r.ops.length > 0 ? now - t.observed : 0;
     const stages: PassStages = {
       trigger: t.first.source,
@@ -580,12 +580,12 @@ export class Reconciler {
     const backoff = new Backoff(200, 5_000);
     let unsettled = 0;
     let chainsUnsettled = 0;
-    this.fullDueAt = performance.now();
+    this.fullDueAt = monotonicMs();
     while (!signal.aborted) {
-      if (performance.now() >= this.fullDueAt) this.mark('resync', everything, true);
+      if (monotonicMs() >= this.fullDueAt) this.mark('resync', everything, true);
       if (isEmpty(this.pending) && this.resume === undefined) {
         const woke = await this.idle(signal, {
-          ms: Math.max(0, this.fullDueAt - performance.now()),
+          ms: Math.max(0, this.fullDueAt - monotonicMs()),
           anyTrigger: true,
         });
         if (!woke) this.mark('resync', everything, true);
@@ -606,7 +606,7 @@ export class Reconciler {
         isEmpty({ ...p, leases: false }) &&
         this.deltaReady();
       if (resume) resume.waited = true;
-      const first = p.first ?? { source: 'resync', at: performance.now() };
+      const first = p.first ?? { source: 'resync', at: monotonicMs() };
       const generation = this.generation;
       let delay = 0;
       try {
