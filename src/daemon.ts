@@ -13,7 +13,13 @@ import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { LineWatcher, Runner } from './exec/runner.ts';
 import { Desired, podMtu, vxlan6DeviceName, vxlanDeviceName } from './dataplane/desired.ts';
-import { pollChains, runMonitors, type FloodGuard, type Touch } from './dataplane/monitor.ts';
+import {
+  MonitorHush,
+  pollChains,
+  runMonitors,
+  type FloodGuard,
+  type Touch,
+} from './dataplane/monitor.ts';
 import { pollNftTables } from './dataplane/nft-monitor.ts';
 import { nftUnusable } from './dataplane/nft-observe.ts';
 import { detectIptables, nftCommandExists } from './dataplane/observe.ts';
@@ -399,9 +405,12 @@ async function runNode(
     probe.peers(admitted, refused);
     opts.onState?.({ lease: keeper.current(), peers: admitted, refused, pass: probe.lastPass() });
   };
+  // big plans (a cold start) run with `ip monitor` stopped: its events would be twill's own
+  const hush = new MonitorHush();
   const reconciler = new Reconciler({
     runner,
     logger,
+    quietMonitors: (f) => hush.during(f),
     nftables: netfilter.nftables,
     nftCommand: netfilter.nftCommand,
     desired: () => desired.state(),
@@ -432,7 +441,7 @@ async function runNode(
     (s) => store.watchLeases({ signal: s, onEvent }),
     (s) => keeper.run(s),
     (s) => reconciler.run(s),
-    ...kernelWatchers({ deps, opts, choice, netfilter, reconciler, desired, ...families }),
+    ...kernelWatchers({ deps, opts, choice, netfilter, reconciler, desired, hush, ...families }),
   ]);
 }
 
@@ -486,6 +495,8 @@ function kernelWatchers(o: {
   netfilter: MasqBackend;
   reconciler: Reconciler;
   desired: Desired;
+  /** stops `ip monitor` while the reconciler applies a big plan */
+  hush: MonitorHush;
   /** IPv6 on (dual-stack or IPv6 only): the IPv6 chains are polled, IPv6 underlay events matter */
   ipv6: boolean;
   /** false (IPv6 only): no iptables chain is polled, nor are iptables' events or IPv4 addresses */
@@ -517,6 +528,7 @@ function kernelWatchers(o: {
         nft: o.netfilter.events,
         onEvent: trigger,
         poll,
+        hush: o.hush,
         ...(o.opts.nftFlood ? { flood: o.opts.nftFlood } : {}),
       },
       s,

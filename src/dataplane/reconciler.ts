@@ -52,11 +52,16 @@
 // and jumps, or twill's nftables tables).
 // No pass runs before `ready` (the first complete peer list): a pass on an
 // empty peer set would sweep every peer's entries on a restart.
+// A plan of QUIET_MIN_ENTRIES entries or more (a cold start, a device
+// recreated) is applied with `ip monitor` stopped (quietMonitors, monitor.ts'
+// MonitorHush): its thousands of events would be twill's own, and reading them
+// slows the batch that makes them; the monitor's restart asks for the full
+// pass that looks at the kernel again.
 import { describeError } from '../errors.ts';
 import type { Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { abortable, Backoff, pause, quietOnAbort } from '../util/abort.ts';
-import { applyOps } from './apply.ts';
+import { applyOps, type ApplyResult } from './apply.ts';
 import { assumedFrom, assumedWithout, diff, peerDelta } from './diff.ts';
 import {
   everything,
@@ -164,7 +169,19 @@ export interface ReconcilerOptions {
    * tables an nftables-mode run left
    */
   readonly nftCommand?: boolean;
+  /**
+   * runs a plan of at least QUIET_MIN_ENTRIES routes, neighbours and FDB entries with `ip monitor`
+   * stopped (monitor.ts, MonitorHush): the events of twill's own writes would otherwise slow them
+   */
+  readonly quietMonitors?: <T>(f: () => Promise<T>) => Promise<T>;
 }
+
+/**
+ * A plan with this many entries (routes, neighbours, FDB entries) runs with `ip monitor` stopped
+ * (`quietMonitors`): a cold start, a device recreated, hundreds of nodes joining at once. Below it,
+ * restarting the monitor and the full pass its restart asks for would cost more than its events.
+ */
+export const QUIET_MIN_ENTRIES = 1_000;
 
 /** How long a pass asked for by lease changes alone waits for more (see the loop). */
 const LEASE_SETTLE_MS = 1;
@@ -344,8 +361,7 @@ export class Reconciler {
     const observed = monotonicMs();
     const ops = [...diff(want, seen), ...(nftSeen ? nftMasqOps(want, nftSeen, nft) : [])];
     const drift = ops.length > 0 && generation === this.convergedGeneration;
-    const { failures } =
-      ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
+    const { failures } = ops.length > 0 ? await this.apply(ops, signal) : { failures: [] };
     // removed, or there were none: later passes need not look
     if (leftovers6 && failures.length === 0) this.leftovers6 = false;
     if (leftovers4 && failures.length === 0) this.leftovers4 = false;
@@ -452,8 +468,7 @@ export class Reconciler {
           )
         : await this.chainOps(want, tables, signal);
     const observed = monotonicMs();
-    const { failures } =
-      ops.length > 0 ? await applyOps(this.runner, ops, signal) : { failures: [] };
+    const { failures } = ops.length > 0 ? await this.apply(ops, signal) : { failures: [] };
     const converged = ops.length === 0 && this.convergedGeneration === this.generation;
     return this.finish(
       {
@@ -551,6 +566,17 @@ export class Reconciler {
     return report;
   }
 
+  /** Applies a plan; a big one with the monitors quiet (`quietMonitors`). */
+  private apply(ops: readonly Op[], signal: AbortSignal): Promise<ApplyResult> {
+    const run = (): Promise<ApplyResult> => applyOps(this.runner, ops, signal);
+    const quiet = this.o.quietMonitors;
+    if (quiet === undefined) return run();
+    let entries = 0;
+    for (const op of ops)
+      if (op.kind === 'route' || op.kind === 'neigh' || op.kind === 'fdb') entries++;
+    return entries >= QUIET_MIN_ENTRIES ? quiet(run) : run();
+  }
+
   /**
    * Applies the ops of a pass that did not read the kernel; false when any failed (logged at
    * debug): then an entries pass, which does read it, decides.
@@ -561,7 +587,7 @@ export class Reconciler {
     what: string,
   ): Promise<boolean> {
     if (ops.length === 0) return true;
-    const { failures } = await applyOps(this.runner, ops, signal);
+    const { failures } = await this.apply(ops, signal);
     if (failures.length === 0) return true;
     this.o.logger.debug(
       { failures: failures.slice(0, 5) },

@@ -5,6 +5,7 @@
 // the chain poll, or nft monitor with the poll taking over when flooded.
 import { desiredState, type BackendInput } from '../../src/dataplane/desired.ts';
 import {
+  MonitorHush,
   pollChains,
   runMonitors,
   type FloodGuard,
@@ -35,6 +36,10 @@ export async function startGuardedNode(o: {
   watch: 'nft' | 'poll' | 'nft-then-poll';
   flood?: FloodGuard;
   settleMs?: number;
+  /** the reconciler's runner, wrapped (the monitors and the test keep the plain one) */
+  wrapRunner?: (r: Runner) => Runner;
+  /** how long the first converged pass may take (default 10 s) */
+  convergeMs?: number;
 }): Promise<GuardedNode> {
   await sweepStaleNetns();
   const lab = new NetnsLab();
@@ -47,9 +52,11 @@ export async function startGuardedNode(o: {
   const runner = nsRunner(ns);
   const log = captureLog();
   const logger = log.logger;
+  const hush = new MonitorHush();
   const r = new Reconciler({
-    runner,
+    runner: o.wrapRunner ? o.wrapRunner(runner) : runner,
     logger,
+    quietMonitors: (f) => hush.during(f),
     desired: () => desiredState(o.input),
     ensureForwarding: nsForwarding(ns),
     resyncMs: 600_000,
@@ -74,6 +81,7 @@ export async function startGuardedNode(o: {
     ctx: { underlay: 'eth0', ipv6: o.input.config.ipv6 !== null },
     nft: o.watch !== 'poll',
     onEvent: (s: string, t?: Touch) => (t ? r.touch(s, t) : r.trigger(s)),
+    hush,
   };
   const loops = Promise.all([
     r.run(ctl.signal),
@@ -86,7 +94,7 @@ export async function startGuardedNode(o: {
     o.watch === 'poll' ? poll(ctl.signal) : Promise.resolve(),
   ]);
   await waitFor(() => r.lastPass()?.converged === true, {
-    timeoutMs: 10_000,
+    timeoutMs: o.convergeMs ?? 10_000,
     what: 'first converged pass',
   });
   return {

@@ -1,5 +1,5 @@
 // The reconciler's engine, driven for real with a fake clock (vitest's fake
-// timers: setTimeout, Date and performance; Math.random pinned, so back-off
+// timers: setTimeout, Date and process.hrtime; Math.random pinned, so back-off
 // and resync jitter are exact) and a fake runner that answers the reads and
 // runs the batches against an in-memory kernel: triggers coalesce, passes
 // never overlap, failures back off (a success resets it), the resync timer
@@ -10,7 +10,7 @@
 // fields and the fake kernel, never on the ops themselves.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { desiredState } from '../../src/dataplane/desired.ts';
-import { Reconciler, type PassReport } from '../../src/dataplane/reconciler.ts';
+import { QUIET_MIN_ENTRIES, Reconciler, type PassReport } from '../../src/dataplane/reconciler.ts';
 import { CommandError, type RunResult, type Runner } from '../../src/exec/runner.ts';
 import type { Lease } from '../../src/lease/types.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';
@@ -444,6 +444,8 @@ class Loop {
   /** passes begun while a process started earlier was still running */
   overlaps = 0;
   forwardingChecks = 0;
+  /** the commands run inside each quietMonitors call (the `quiet` option) */
+  readonly quietCalls: string[][] = [];
   finished = false;
   private markCalls = 0;
   private markReports = 0;
@@ -456,6 +458,8 @@ class Loop {
       forwardingSysctls?: readonly string[];
       /** IPv6 only ("EnableIPv4": false), with IPv6-only peers */
       ipv6Only?: boolean;
+      /** give the reconciler quietMonitors, recording the calls made inside it */
+      quiet?: boolean;
     } = {},
   ) {
     const family = o.ipv6Only ? { ipv6: true, ipv4: false } : {};
@@ -478,6 +482,18 @@ class Loop {
         if (this.host.inFlight > 0) this.overlaps++;
       },
       onPassError: (err) => this.errors.push(err),
+      ...(o.quiet
+        ? {
+            quietMonitors: async <T>(f: () => Promise<T>): Promise<T> => {
+              const from = this.host.calls.length;
+              try {
+                return await f();
+              } finally {
+                this.quietCalls.push(this.host.calls.slice(from).map((c) => c.cmd));
+              }
+            },
+          }
+        : {}),
     });
     this.done = this.reconciler.run(this.ctl.signal).then(() => void (this.finished = true));
   }
@@ -518,7 +534,7 @@ const isBatch = (cmd: string): boolean =>
 let loop: Loop | undefined;
 
 /** A loop that has made the (empty) kernel match: a full pass, then its verification. */
-async function converged(o: { ready?: Promise<void> } = {}): Promise<Loop> {
+async function converged(o: { ready?: Promise<void>; quiet?: boolean } = {}): Promise<Loop> {
   const l = new Loop(o);
   loop = l;
   await tick(2 * SETTLE);
@@ -1068,6 +1084,37 @@ describe('ready', () => {
     expect(l.finished).toBe(true);
     expect(l.host.calls).toEqual([]);
     expect(vi.getTimerCount()).toBe(0);
+  });
+});
+
+describe('quiet monitors', () => {
+  it(`a plan of ${QUIET_MIN_ENTRIES} entries or more is applied inside quietMonitors, a smaller one outside`, async () => {
+    const l = await converged({ quiet: true });
+    // the start: two peers, six entries
+    expect(l.quietCalls).toEqual([]);
+    // 334 new vxlan peers: a route, a neighbour and an FDB entry each
+    const many = Array.from({ length: 337 }, (_, i) => i + 1).filter((n) => n !== 3);
+    l.peers = many.map((n) => peerLease(n, { vxlan: true }));
+    l.reconciler.leasesChanged();
+    await tick(2 * SETTLE);
+    const big = l.newReports()[0];
+    expect(big?.ops.length).toBeGreaterThanOrEqual(QUIET_MIN_ENTRIES);
+    expect(l.quietCalls).toHaveLength(1);
+    expect(l.quietCalls[0]?.filter(isBatch).length).toBeGreaterThan(0);
+    // every batch of that pass ran inside it
+    const batches = l
+      .callsSinceMark()
+      .map((c) => c.cmd)
+      .filter(isBatch);
+    expect(l.quietCalls[0]?.filter(isBatch)).toEqual(batches);
+    expect(l.host.kernel.routes.size).toBe(many.length);
+    // one more peer: three entries, outside
+    l.mark();
+    l.peers = [...l.peers, peerLease(400, { vxlan: true })];
+    l.reconciler.leasesChanged();
+    await tick(2 * SETTLE);
+    expect(l.newCalls().filter(isBatch).length).toBeGreaterThan(0);
+    expect(l.quietCalls).toHaveLength(1);
   });
 });
 
