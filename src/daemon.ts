@@ -319,17 +319,18 @@ export async function runDaemon(
   signal: AbortSignal,
 ): Promise<void> {
   const probe = new DaemonProbe({ version: opts.version ?? 'dev', resyncMs: opts.resyncMs });
-  const loops: ((s: AbortSignal) => Promise<void>)[] = [
-    (s) => runNode(deps, { ...opts, probe }, s),
-  ];
+  const loops: Loop[] = [['the node', (s) => runNode(deps, { ...opts, probe }, s)]];
   // the health endpoint answers from the very start, while etcd may still be unreachable; its
   // module (and node:http) is loaded only when it is on: 1.2 MiB of RSS otherwise kept for nothing
   const healthz = opts.healthz;
   if (healthz)
-    loops.unshift(async (s) => {
-      const { serveHealth } = await import('./health/server.ts');
-      await serveHealth({ ...healthz, probe, logger: deps.logger }, s);
-    });
+    loops.unshift([
+      'the health endpoint',
+      async (s) => {
+        const { serveHealth } = await import('./health/server.ts');
+        await serveHealth({ ...healthz, probe, logger: deps.logger }, s);
+      },
+    ]);
   await runTogether(signal, loops);
 }
 
@@ -438,9 +439,9 @@ async function runNode(
     probe.storeEvent(ev);
   };
   await runTogether(signal, [
-    (s) => store.watchLeases({ signal: s, onEvent }),
-    (s) => keeper.run(s),
-    (s) => reconciler.run(s),
+    ['the lease watch', (s) => store.watchLeases({ signal: s, onEvent })],
+    ['the lease keeper', (s) => keeper.run(s)],
+    ['the reconciler', (s) => reconciler.run(s)],
     ...kernelWatchers({ deps, opts, choice, netfilter, reconciler, desired, hush, ...families }),
   ]);
 }
@@ -501,7 +502,7 @@ function kernelWatchers(o: {
   ipv6: boolean;
   /** false (IPv6 only): no iptables chain is polled, nor are iptables' events or IPv4 addresses */
   ipv4: boolean;
-}): ((s: AbortSignal) => Promise<void>)[] {
+}): Loop[] {
   const { deps, reconciler } = o;
   const { runner, logger } = deps;
   const trigger = (source: string, touch?: Touch): void =>
@@ -533,20 +534,29 @@ function kernelWatchers(o: {
       },
       s,
     );
-  return o.netfilter.events ? [monitors] : [monitors, poll];
+  const monitorLoop: Loop = ['the kernel monitors', monitors];
+  return o.netfilter.events ? [monitorLoop] : [monitorLoop, ['the chain poll', poll]];
 }
+
+/** A part of the daemon that runs until its signal aborts, named for the log. */
+export type Loop = readonly [name: string, run: (s: AbortSignal) => Promise<void>];
 
 /**
  * Runs loops until `signal` aborts; the first loop to fail stops the others and its error is
- * thrown.
+ * thrown. A loop that ends on its own before then is a failure too (LOOP_ENDED, naming it): each
+ * runs until stopped, so the daemon must not go on without it, nor stop without saying why.
  */
-async function runTogether(
-  signal: AbortSignal,
-  loops: ((s: AbortSignal) => Promise<void>)[],
-): Promise<void> {
+export async function runTogether(signal: AbortSignal, loops: readonly Loop[]): Promise<void> {
   const ctl = childController(signal);
   const results = await Promise.allSettled(
-    loops.map((loop) => loop(ctl.signal).finally(() => ctl.abort())),
+    loops.map(([name, loop]) =>
+      loop(ctl.signal)
+        .then(() => {
+          if (!ctl.signal.aborted)
+            throw new TwillError('LOOP_ENDED', `${name} ended on its own; stopping`);
+        })
+        .finally(() => ctl.abort()),
+    ),
   );
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (failed)

@@ -17,7 +17,9 @@ export type ErrorCode =
   | 'SYSCTL_FAILED'
   | 'IFACE_NOT_FOUND'
   | 'SUBNET_ENV_INVALID'
-  | 'CNI_FAILED';
+  | 'CNI_FAILED'
+  /** a part of the daemon that runs until stopped ended on its own (a bug: the daemon stops) */
+  | 'LOOP_ENDED';
 
 export class TwillError extends Error {
   readonly code: ErrorCode;
