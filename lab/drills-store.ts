@@ -390,22 +390,39 @@ export function duplicateSubnets(all: readonly LeaseView[]): number {
 }
 
 /**
- * "n/a: …" when a host-gw lab with IPv6 (dual-stack or IPv6-only) of `nodes` nodes cannot fit
- * this machine's IPv6 neighbour table. The kernel keeps one table for all network namespaces
- * (gc_thresh3, 1,024 entries by default, counts them all), and over host-gw every node resolves
- * every peer's IPv6 address twice: its global one, and the link-local one its peer solicits from
- * when it forwards a pod's packet. 24 nodes need about 2 × 24 × 23 = 1,104 entries: the table
- * overflows, and packets wait on neighbours that are never made (a lab artifact: a real node has
- * the table to itself; vxlan's permanent entries are not counted). The drill says so, and changes
+ * "n/a: …" when a lab of `nodes` nodes whose nodes talk to each other over IPv6 cannot fit this
+ * machine's IPv6 neighbour table: a host-gw lab with IPv6 (dual-stack or IPv6-only), or a vxlan
+ * lab that is IPv6-only (its tunnels run over the nodes' IPv6 addresses). The kernel keeps one
+ * table for all network namespaces (gc_thresh3, 1,024 entries by default, counts them all), and
+ * there every node resolves every peer's IPv6 address twice: its global one, and the link-local
+ * one its peer solicits from when it re-confirms a stale entry. 24 nodes need about 2 × 24 × 23 =
+ * 1,104 entries: the table overflows ("neighbor table overflow" in the kernel log), and packets
+ * wait on neighbours that are never made (a lab artifact: a real node has the table to itself;
+ * vxlan's permanent entries for the pod side are not counted). The drill says so, and changes
  * nothing on the host.
  */
+export function neighbourBudget(
+  lab: { readonly outsideIp6?: string; readonly ipv6Only?: boolean },
+  backend: string,
+  nodes: number,
+): number | undefined {
+  if (lab.outsideIp6 === undefined) return undefined;
+  if (backend !== 'host-gw' && lab.ipv6Only !== true) return undefined;
+  return 2 * nodes * (nodes - 1);
+}
+
 async function neighbourTableTooSmall(c: Cluster, nodes: number): Promise<string | undefined> {
-  if (c.outsideIp6 === undefined || (await backendOf(c)) !== 'host-gw') return undefined;
+  const backend = await backendOf(c);
+  const need = neighbourBudget(c, backend, nodes);
+  if (need === undefined) return undefined;
   const file = '/proc/sys/net/ipv6/neigh/default/gc_thresh3';
   const limit = Number((await readFile(file, 'utf8').catch(() => '')).trim());
-  const need = 2 * nodes * (nodes - 1);
   if (!Number.isFinite(limit) || limit >= need) return undefined;
-  return `n/a: ${nodes} host-gw nodes with IPv6 need about ${need} IPv6 neighbour entries in this machine's one shared table, and ${file} is ${limit} (raise it with sysctl -w net.ipv6.neigh.default.gc_thresh3=${need * 2} to run this drill here)`;
+  const over =
+    backend === 'host-gw'
+      ? `${nodes} host-gw nodes with IPv6`
+      : `${nodes} vxlan nodes over IPv6 alone`;
+  return `n/a: ${over} need about ${need} IPv6 neighbour entries in this machine's one shared table, and ${file} is ${limit} (raise it with sysctl -w net.ipv6.neigh.default.gc_thresh3=${need * 2} to run this drill here)`;
 }
 
 /**

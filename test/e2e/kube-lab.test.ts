@@ -9,12 +9,15 @@
 // ones, the matrix in both families, a Node deleted, two IPv6 breaks): the
 // whole drill set costs 75 s a backend. IPv6-only over vxlan (`--ipv6-only`:
 // EnableIPv4 false, one IPv6 podCIDR per Node), the whole drill set: the IPv4
-// breaks say n/a, the IPv6 ones and the store drills run and heal by IPv6.
+// breaks say n/a, the IPv6 ones and the store drills run and heal by IPv6
+// (twenty-nodes says n/a instead where this machine's one IPv6 neighbour table,
+// gc_thresh3, cannot hold 24 nodes tunnelling over IPv6: see docs/lab.md).
 // Runs in the separate e2e pass (see package.json).
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { NetnsCluster } from '../../lab/netns-cluster.ts';
+import { neighbourBudget } from '../../lab/drills-store.ts';
 import { labDir } from '../../lab/state.ts';
 import { ANNOTATION_PREFIX, nodeObjects } from '../../lab/store-view.ts';
 import { lab, labDrills, labLeftovers } from '../helpers/lab.ts';
@@ -38,6 +41,14 @@ const KUBE_DRILLS = [
   'node-added',
   'twenty-nodes',
 ];
+
+/** An IPv6-only lab, as the neighbour budget sees it. */
+const IPV6_ONLY = { outsideIp6: '2001:db8:113::2', ipv6Only: true };
+
+/** This machine's IPv6 neighbour table size (shared by every network namespace). */
+async function gcThresh3(): Promise<number> {
+  return Number((await readFile('/proc/sys/net/ipv6/neigh/default/gc_thresh3', 'utf8')).trim());
+}
 
 /**
  * Brings lab `name` up in kube mode (3 nodes), checks the matrix; `down` when the test ends, pass
@@ -223,9 +234,17 @@ describe('the netns lab in Kubernetes mode over vxlan, IPv6-only', () => {
       const ipv4Breaks = KUBE_DRILLS.slice(0, 7);
       for (const r of results.filter((x) => ipv4Breaks.includes(x.name)))
         expect(r.notes[0], r.name).toMatch(/^n\/a: breaks IPv4, and an IPv6-only lab has none/);
-      // the IPv6 breaks and the store drills really ran and healed (timed), not n/a
-      for (const r of results.filter((x) => !ipv4Breaks.includes(x.name)))
-        expect(typeof r.met, `${r.name}: ${r.notes.join('; ')}`).toBe('boolean');
+      // the IPv6 breaks and the store drills really ran and healed (timed), not n/a; but for
+      // twenty-nodes when this machine's one IPv6 neighbour table cannot hold 24 nodes whose
+      // tunnels run over IPv6 (then it says so, naming the sysctl to raise)
+      const tableTooSmall = (await gcThresh3()) < (neighbourBudget(IPV6_ONLY, 'vxlan', 24) ?? 0);
+      for (const r of results.filter((x) => !ipv4Breaks.includes(x.name))) {
+        if (r.name === 'twenty-nodes' && tableTooSmall)
+          expect(r.notes[0]).toMatch(
+            /^n\/a: 24 vxlan nodes over IPv6 alone need about 1104 IPv6 neighbour entries .*gc_thresh3 is \d+ \(raise it/,
+          );
+        else expect(typeof r.met, `${r.name}: ${r.notes.join('; ')}`).toBe('boolean');
+      }
       const status = await lab('--name', name, 'status');
       expect(status).toContain('full connectivity');
       expect(status).toContain('by IPv6 alone');

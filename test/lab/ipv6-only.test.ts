@@ -10,7 +10,11 @@ import { CommandError } from '../../src/exec/runner.ts';
 import type { Cluster, LabNode, LabPod, Target } from '../../lab/cluster.ts';
 import { goneEverywhere, goneNode, leftovers } from '../../lab/drill-kit.ts';
 import { DRILLS, drillsFor, familyNotApplicable, runDrill } from '../../lab/drills.ts';
-import { duplicateSubnets, everyNodeRoutesEveryLease } from '../../lab/drills-store.ts';
+import {
+  duplicateSubnets,
+  everyNodeRoutesEveryLease,
+  neighbourBudget,
+} from '../../lab/drills-store.ts';
 import { connectivity, matrixTargets, renderMatrix } from '../../lab/matrix.ts';
 import { LAB_IPV6_NETWORK, labNetConfig, labPodCidrs, nodeObject } from '../../lab/netns-kube.ts';
 import {
@@ -371,6 +375,18 @@ describe('the drills on an IPv6-only lab', () => {
       'node-added',
       'twenty-nodes',
     ]);
+  });
+
+  it('count on the shared IPv6 neighbour table when the nodes talk over IPv6', () => {
+    const ipv6Only = { outsideIp6: '2001:db8:113::2', ipv6Only: true };
+    const dual = { outsideIp6: '2001:db8:113::2' };
+    // the vxlan tunnels of an IPv6-only lab run over IPv6: each peer's global and link-local
+    expect(neighbourBudget(ipv6Only, 'vxlan', 24)).toBe(1104);
+    expect(neighbourBudget(ipv6Only, 'host-gw', 24)).toBe(1104);
+    expect(neighbourBudget(dual, 'host-gw', 23)).toBe(1012);
+    // a dual-stack vxlan lab tunnels over IPv4; an IPv4 lab has no IPv6 at all
+    expect(neighbourBudget(dual, 'vxlan', 24)).toBeUndefined();
+    expect(neighbourBudget({}, 'host-gw', 24)).toBeUndefined();
   });
 
   it('leave the family checks of the other labs as they were', () => {
