@@ -192,6 +192,9 @@ export async function putLeases(n: Node, count: number): Promise<void> {
   });
 }
 
+/** deploy/base/daemonset.yaml's health endpoint flags (its liveness and readiness probes) */
+export const DAEMONSET_HEALTH_FLAGS = ['--healthz-ip', '127.0.0.1', '--healthz-port', '9810'];
+
 /**
  * Starts the built daemon with the node flags of its shebang, as the `twill` command runs; its
  * leases from the node's etcd unless `store` gives other store flags (Kubernetes mode: kube.ts).
@@ -207,7 +210,8 @@ export async function startTwill(
   const argv = twillRunArgv(command, {
     store,
     subnetFile: join(n.dir, 'subnet.env'),
-    flags: ['--ip-masq', ...extraArgs],
+    // its health endpoint on, as deploy/'s DaemonSet runs it (what it costs is in every row)
+    flags: ['--ip-masq', ...DAEMONSET_HEALTH_FLAGS, ...extraArgs],
   });
   n.child = n.lab.spawn(n.ns, argv, n.log);
 }

@@ -5,6 +5,7 @@
 // the stored objects say what docs/operations.md (Deploying) promises (capabilities instead of
 // privileged, probes, tolerations, volumes); and the ConfigMap's files pass
 // twill's own parsers (net-conf.json, and the conflist's twill plugin).
+import { DAEMONSET_HEALTH_FLAGS } from '../../bench/node.ts';
 import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import {
@@ -115,6 +116,11 @@ describe('deploy/', () => {
     expect(procSysNet?.readOnly).not.toBe(true);
     expect(pod?.initContainers?.map((c) => c.name)).toEqual(['install-cni-plugin', 'install-cni']);
     expect(main?.livenessProbe?.httpGet).toMatchObject({ path: '/healthz', port: 9810 });
+    // the bench runs the daemon with these health flags too, so its rows count what they cost
+    const benchHealth = [0, 2].map(
+      (i) => `${DAEMONSET_HEALTH_FLAGS[i] ?? ''}=${DAEMONSET_HEALTH_FLAGS[i + 1] ?? ''}`,
+    );
+    expect(main?.args).toEqual(expect.arrayContaining(benchHealth));
     expect(main?.readinessProbe?.httpGet).toMatchObject({ path: '/readyz', port: 9810 });
     expect(main?.resources?.requests).toMatchObject({ cpu: '50m', memory: '128Mi' });
     // no container of the pod is privileged; every one is locked down
