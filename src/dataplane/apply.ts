@@ -1,8 +1,8 @@
-// apply: runs a plan's batches (render.ts makes them: ip (pre), then bridge
-// and ip (post) at once; one `nft -f -` per table written, iptables-restore
-// and ip6tables-restore --noflush with the xtables lock, one `nft -f -` per
-// table deleted, in that order) in two lanes that run at once, the links' and
-// the masquerade's. ip and bridge run with -force so one failing line
+// apply: runs a plan's batches (render.ts makes them: ip (pre), bridge, ip
+// (post), one `nft -f -` per table written, iptables-restore and
+// ip6tables-restore --noflush with the xtables lock, one `nft -f -` per table
+// deleted) in that order within two lanes that run at once, the links' and the
+// masquerade's. ip and bridge run with -force so one failing line
 // does not stop the rest, and a failing batch does not stop the later ones;
 // failures are mapped back to the lines that caused them (nft's
 // "/dev/stdin:<line>:…" reports, per table, as well as ip's).
@@ -20,17 +20,12 @@ export interface ApplyResult {
 }
 
 /**
- * Runs the plan's batches in two lanes at once: the links, neighbours, FDB and routes, and the
- * masquerade (nft writes, the restores, nft deletes, in that order). Neither lane reads what the
- * other writes (a masquerade rule names addresses and interface names, never a kernel object), so
- * a pass that changes both, as every cold start does, waits for the longer lane instead of the
- * sum. Within the links' lane the `ip` batch of links, addresses and deletions runs first; then the
- * `bridge` batch (FDB) and the `ip` batch of neighbours and routes run at once: each needs only
- * the device the first made, neither reads what the other writes (an FDB entry names a MAC and an
- * underlay address, a route or neighbour an overlay address), so a new peer's three entries cost
- * one process start of waiting instead of two (unless the second deletes a device, whose FDB
- * entries the first deletes: then they keep that order). A failing batch does not stop the later
- * ones; failures are reported in the batches' order.
+ * Runs the plan's batches in two lanes at once, each in its order: the links, neighbours, FDB and
+ * routes (ip, bridge, ip), and the masquerade (nft writes, the restores, nft deletes). Neither
+ * lane reads what the other writes (a masquerade rule names addresses and interface names, never
+ * a kernel object), so a pass that changes both, as every cold start does, waits for the longer
+ * lane instead of the sum. A failing batch does not stop the later ones; failures are reported in
+ * the batches' order.
  */
 export async function applyOps(
   runner: Runner,
@@ -55,25 +50,11 @@ export async function applyOps(
       }
     }
   };
-  // a device deleted after its FDB entries (a backend or family turned off) keeps the order
-  const deletesLinks = ops.some(
-    (o) => o.kind === 'link' && o.action === 'delete' && o.phase === 'ip-post',
-  );
-  const links = async (): Promise<void> => {
-    await lane(['ip-pre']);
-    if (deletesLinks) for (const p of LINK_PHASES_AT_ONCE) await lane([p]);
-    else await together(LINK_PHASES_AT_ONCE.map((p) => lane([p])));
-  };
-  await together([links(), lane(MASQ_PHASES)]);
+  const lanes = await Promise.allSettled([lane(LINK_PHASES), lane(MASQ_PHASES)]);
+  for (const l of lanes) if (l.status === 'rejected') throw l.reason;
   return { batches: batches.length, failures: batches.flatMap((b) => failed.get(b) ?? []) };
 }
 
-/** Waits for all of `work`; then throws the first rejection, if any (an abort). */
-async function together(work: readonly Promise<void>[]): Promise<void> {
-  const settled = await Promise.allSettled(work);
-  for (const l of settled) if (l.status === 'rejected') throw l.reason;
-}
-
-/** After 'ip-pre', these phases of the links' lane run at once. */
-const LINK_PHASES_AT_ONCE: readonly Phase[] = ['bridge', 'ip-post'];
+/** The lanes' phases; together every phase render.ts makes. */
+const LINK_PHASES: readonly Phase[] = ['ip-pre', 'bridge', 'ip-post'];
 const MASQ_PHASES: readonly Phase[] = ['nft', 'iptables'];

@@ -230,8 +230,7 @@ export type OpAction = 'add' | 'change' | 'delete';
  * delete (FDB, neighbour, route on add; route, neighbour, FDB on delete) with
  * a fixed number of processes: ip-pre (links, route deletes, neighbour
  * deletes), bridge (FDB), ip-post (neighbour adds, route adds, link deletes),
- * so a peer that comes or goes costs one ip and one bridge process, which run at once
- * (apply.ts); nft is one `nft -f -`
+ * so a peer that comes or goes costs one ip and one bridge process; nft is one `nft -f -`
  * transaction per nftables table of twill's (nftables mode, or removing what such a run left),
  * run before iptables when it writes the table and after it when it deletes it (render.ts);
  * iptables is one iptables-restore (and, with IPv6, one ip6tables-restore after it). Both
