@@ -20,6 +20,13 @@ export const HEALTH_LIMITS = {
   requestTimeoutMs: 10_000,
 } as const;
 
+export interface HealthLimits {
+  readonly maxConnections: number;
+  readonly maxHeaderBytes: number;
+  /** from a connection's start to its reply, however the request trickles in */
+  readonly requestTimeoutMs: number;
+}
+
 const TEXT = 'text/plain; charset=utf-8';
 
 const REASONS: Readonly<Record<number, string>> = {
@@ -92,24 +99,40 @@ export function replyBytes(reply: HealthReply, head: boolean): Buffer {
   return head ? top : Buffer.concat([top, body]);
 }
 
+/** How long a connection stays open after its reply, for the client to read it and close. */
+const LINGER_MS = 1_000;
+
 /**
- * One connection: its request head (up to HEALTH_LIMITS.maxHeaderBytes, within
- * requestTimeoutMs), one reply, then closed. Whatever follows the head (a body, a second request)
- * is not read.
+ * One connection: its request head (up to `limits.maxHeaderBytes`, within `limits.requestTimeoutMs`
+ * of the connection's start however slowly it trickles in), one reply, then closed. Whatever
+ * follows the head (a body, a second request) is not read. A client that half-closes after its
+ * request still gets the reply.
  */
-function serveConnection(socket: Socket, probe: DaemonProbe, logger: Logger): void {
+function serveConnection(
+  socket: Socket,
+  probe: DaemonProbe,
+  logger: Logger,
+  limits: HealthLimits,
+): void {
   let received = Buffer.alloc(0);
-  socket.setTimeout(HEALTH_LIMITS.requestTimeoutMs, () => socket.destroy());
+  let headDone = false;
+  // a deadline from the start, not an idle timeout: a byte every few seconds must not hold a slot
+  const deadline = setTimeout(() => socket.destroy(), limits.requestTimeoutMs);
+  socket.once('close', () => clearTimeout(deadline));
   socket.on('error', () => socket.destroy());
   const reply = (r: HealthReply, method: string): void => {
-    if (!socket.destroyed) socket.end(replyBytes(r, method === 'HEAD'));
+    if (socket.destroyed) return;
+    socket.end(replyBytes(r, method === 'HEAD'), () => {
+      setTimeout(() => socket.destroy(), LINGER_MS).unref();
+    });
   };
   const onData = (chunk: Buffer): void => {
     received = Buffer.concat([received, chunk]);
     const end = received.indexOf('\r\n\r\n');
-    if (end < 0 && received.length <= HEALTH_LIMITS.maxHeaderBytes) return;
+    if (end < 0 && received.length <= limits.maxHeaderBytes) return;
+    headDone = true;
     socket.off('data', onData);
-    if (end < 0 || end > HEALTH_LIMITS.maxHeaderBytes) {
+    if (end < 0 || end > limits.maxHeaderBytes) {
       reply(plain(431, 'request head too large\n'), 'GET');
       return;
     }
@@ -128,23 +151,36 @@ function serveConnection(socket: Socket, probe: DaemonProbe, logger: Logger): vo
     );
   };
   socket.on('data', onData);
+  // the client is done sending: without a whole head there is nothing to answer
+  socket.on('end', () => {
+    if (!headDone) reply(plain(400, 'incomplete request\n'), 'GET');
+  });
 }
 
 /**
  * Serves until `signal` aborts; a port that cannot be bound is a start-up error naming the flags.
  */
 export async function serveHealth(
-  o: { ip: string; port: number; probe: DaemonProbe; logger: Logger },
+  o: {
+    ip: string;
+    port: number;
+    probe: DaemonProbe;
+    logger: Logger;
+    /** HEALTH_LIMITS unless given (tests shorten the timeout) */
+    limits?: HealthLimits;
+  },
   signal: AbortSignal,
 ): Promise<void> {
+  const limits = o.limits ?? HEALTH_LIMITS;
   // probes and a scraper: small requests, few at a time; anything else is cut off, never queued
   const open = new Set<Socket>();
-  const server = createServer((socket) => {
+  // half-open allowed: a client that shuts its side after the request still gets the reply
+  const server = createServer({ allowHalfOpen: true }, (socket) => {
     open.add(socket);
     socket.once('close', () => open.delete(socket));
-    serveConnection(socket, o.probe, o.logger);
+    serveConnection(socket, o.probe, o.logger, limits);
   });
-  server.maxConnections = HEALTH_LIMITS.maxConnections;
+  server.maxConnections = limits.maxConnections;
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err) =>
       reject(

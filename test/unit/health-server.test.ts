@@ -8,6 +8,7 @@ import { connect, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   HEALTH_LIMITS,
+  type HealthLimits,
   readRequestLine,
   replyBytes,
   serveHealth,
@@ -24,9 +25,13 @@ afterEach(() => {
   ctl = new AbortController();
 });
 
-async function serve(probe = {} as DaemonProbe, logger = captureLog().logger): Promise<number> {
+async function serve(
+  probe = {} as DaemonProbe,
+  logger = captureLog().logger,
+  limits: HealthLimits = HEALTH_LIMITS,
+): Promise<number> {
   const port = await freePort();
-  void serveHealth({ ip: '127.0.0.1', port, probe, logger }, ctl.signal);
+  void serveHealth({ ip: '127.0.0.1', port, probe, logger, limits }, ctl.signal);
   for (let i = 0; i < 100; i++) {
     const up = await new Promise<boolean>((resolve) => {
       const s = connect(port, '127.0.0.1', () => (s.destroy(), resolve(true))).on('error', () =>
@@ -164,5 +169,58 @@ describe('health server HTTP', () => {
     const r = await fetch(`http://127.0.0.1:${port}/healthz`);
     expect([r.status, await r.text()]).toEqual([500, 'internal error\n']);
     expect(log.lines.filter((l) => l.msg === 'health endpoint failed')).toHaveLength(1);
+  });
+});
+
+describe('health server connections', () => {
+  it('closes a connection whose head trickles in past the deadline, however steadily', async () => {
+    const port = await serve(
+      new DaemonProbe({ version: '0.0.0-test', resyncMs: 5_000 }),
+      undefined,
+      {
+        ...HEALTH_LIMITS,
+        requestTimeoutMs: 400,
+      },
+    );
+    const c = await open(port);
+    const t0 = performance.now();
+    // a byte every 50 ms: an idle timeout of 400 ms would never fire
+    const drip = setInterval(() => c.socket.write('X'), 50);
+    try {
+      const closedIn = await Promise.race([
+        c.closed.then(() => performance.now() - t0),
+        new Promise<number>((r) => setTimeout(() => r(Infinity), 3_000)),
+      ]);
+      expect(closedIn).toBeGreaterThanOrEqual(350);
+      expect(closedIn).toBeLessThan(3_000);
+    } finally {
+      clearInterval(drip);
+    }
+  });
+
+  it('answers a client that shuts its side right after the request', async () => {
+    // a probe that takes a while, as one that reads the kernel does: the reply comes after the
+    // client's end has arrived
+    const real = new DaemonProbe({ version: '0.0.0-test', resyncMs: 5_000 });
+    const slow = {
+      metrics: real.metrics,
+      facts: async () => {
+        await new Promise((r) => setTimeout(r, 100));
+        return real.facts();
+      },
+    } as unknown as DaemonProbe;
+    const port = await serve(slow);
+    const c = await open(port);
+    c.socket.end('GET /healthz HTTP/1.0\r\n\r\n');
+    await c.closed;
+    expect(c.data()).toMatch(/^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nstarting: starting\n$/);
+  });
+
+  it('answers 400 to a client that shuts its side before the head is whole', async () => {
+    const port = await serve(new DaemonProbe({ version: '0.0.0-test', resyncMs: 5_000 }));
+    const c = await open(port);
+    c.socket.end('GET /healthz HTTP/1.1\r\nHost: x\r\n');
+    await c.closed;
+    expect(c.data()).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
   });
 });
