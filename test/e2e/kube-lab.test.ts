@@ -241,7 +241,7 @@ describe('the netns lab in Kubernetes mode over vxlan, IPv6-only', () => {
       for (const r of results.filter((x) => !ipv4Breaks.includes(x.name))) {
         if (r.name === 'twenty-nodes' && tableTooSmall)
           expect(r.notes[0]).toMatch(
-            /^n\/a: 24 vxlan nodes over IPv6 alone need about 1104 IPv6 neighbour entries .*gc_thresh3 is \d+ \(raise it/,
+            /^n\/a: 24 vxlan nodes over IPv6 alone need about 1200 IPv6 neighbour entries .*gc_thresh3 is \d+ \(raise it/,
           );
         else expect(typeof r.met, `${r.name}: ${r.notes.join('; ')}`).toBe('boolean');
       }

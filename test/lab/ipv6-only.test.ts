@@ -377,13 +377,15 @@ describe('the drills on an IPv6-only lab', () => {
     ]);
   });
 
-  it('count on the shared IPv6 neighbour table when the nodes talk over IPv6', () => {
+  it('count on the shared IPv6 neighbour table when the nodes talk over IPv6, the router included', () => {
     const ipv6Only = { outsideIp6: '2001:db8:113::2', ipv6Only: true };
     const dual = { outsideIp6: '2001:db8:113::2' };
     // the vxlan tunnels of an IPv6-only lab run over IPv6: each peer's global and link-local
-    expect(neighbourBudget(ipv6Only, 'vxlan', 24)).toBe(1104);
-    expect(neighbourBudget(ipv6Only, 'host-gw', 24)).toBe(1104);
-    expect(neighbourBudget(dual, 'host-gw', 23)).toBe(1012);
+    // the router too: 23 nodes already need more than the default table (1,024)
+    expect(neighbourBudget(ipv6Only, 'vxlan', 24)).toBe(1200);
+    expect(neighbourBudget(ipv6Only, 'host-gw', 24)).toBe(1200);
+    expect(neighbourBudget(ipv6Only, 'vxlan', 23)).toBe(1104);
+    expect(neighbourBudget(dual, 'host-gw', 23)).toBe(1104);
     // a dual-stack vxlan lab tunnels over IPv4; an IPv4 lab has no IPv6 at all
     expect(neighbourBudget(dual, 'vxlan', 24)).toBeUndefined();
     expect(neighbourBudget({}, 'host-gw', 24)).toBeUndefined();
