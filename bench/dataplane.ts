@@ -10,6 +10,7 @@
 // repairs and the memory are the same code as in iptables mode, measured
 // there). Then the same again dual-stack: 5,000 peers with an IPv6 subnet
 // each, so twice the entries, and the IPv6 entries' repair.
+import { readFile } from 'node:fs/promises';
 import { run } from '../src/exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
 import { NetnsLab, nsRun, sweepStaleNetns } from '../lab/kit/netns.ts';
@@ -132,13 +133,25 @@ async function allRoutes(n: Node): Promise<boolean> {
 async function coldConvergence(n: Node): Promise<{ fromStartMs: number; passMs: number }> {
   let done: LogLine | undefined;
   const routes = n.dualStack ? 2 * PEERS : PEERS;
+  const child = n.child;
   await waitFor(
     async () => {
       done = (await logLines(n.log)).find((l) => (l.ops?.['route add'] ?? 0) >= routes);
+      // a daemon that ended will not converge: say how, with its log's end, rather than wait
+      if (!done && child && (child.exitCode !== null || child.signalCode !== null))
+        throw new Error(
+          `bench: the daemon ended (${String(child.exitCode ?? child.signalCode)}) before converging; its log ends:\n${(await readFile(n.log, 'utf8').catch(() => '')).slice(-3000)}`,
+        );
       return done !== undefined;
     },
     { timeoutMs: 120_000, what: 'cold convergence', everyMs: POLL_MS },
-  );
+  ).catch(async (err: unknown) => {
+    // what the passes did instead, for whoever reads a failed run
+    const passes = (await logLines(n.log)).filter((l) => l.msg === 'dataplane updated');
+    throw new Error(
+      `${err instanceof Error ? err.message : String(err)}; the daemon's passes: ${JSON.stringify(passes.map((l) => l.ops)).slice(0, 2000)}`,
+    );
+  });
   await waitFor(() => allRoutes(n), {
     timeoutMs: 10_000,
     what: 'every route in the kernel',
