@@ -14,7 +14,7 @@ import { readFile } from 'node:fs/promises';
 import { run } from '../src/exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
 import { NetnsLab, nsRun, sweepStaleNetns } from '../lab/kit/netns.ts';
-import { stopProcess } from '../lab/kit/process.ts';
+import { hasEnded, stopProcess } from '../lab/kit/process.ts';
 import {
   ETCD_PREFIX,
   logLines,
@@ -138,7 +138,7 @@ async function coldConvergence(n: Node): Promise<{ fromStartMs: number; passMs: 
     async () => {
       done = (await logLines(n.log)).find((l) => (l.ops?.['route add'] ?? 0) >= routes);
       // a daemon that ended will not converge: say how, with its log's end, rather than wait
-      if (!done && child && (child.exitCode !== null || child.signalCode !== null))
+      if (!done && child && hasEnded(child))
         throw new Error(
           `bench: the daemon ended (${String(child.exitCode ?? child.signalCode)}) before converging; its log ends:\n${(await readFile(n.log, 'utf8').catch(() => '')).slice(-3000)}`,
         );

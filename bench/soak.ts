@@ -12,7 +12,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { sweepStaleNetns } from '../lab/kit/netns.ts';
-import { exited, stopProcess } from '../lab/kit/process.ts';
+import { exited, hasEnded, stopProcess } from '../lab/kit/process.ts';
 import { waitFor } from '../lab/kit/wait.ts';
 import {
   ETCD_PREFIX,
@@ -181,7 +181,7 @@ async function soakRows(n: Node, minutes: number, signal: AbortSignal): Promise<
   try {
     for (;;) {
       const d = n.child;
-      if (!d || d.exitCode !== null || d.signalCode !== null)
+      if (!d || hasEnded(d))
         throw new Error(`bench: soak: the daemon exited during the churn; see ${n.log}`);
       const sample = { atMs: Date.now() - t0, mib: await statusMiB(pid) };
       samples.push(sample);

@@ -54,6 +54,11 @@ export function startProcess(
   return child;
 }
 
+/** True once a child process has exited (with a code or by a signal). */
+export function hasEnded(child: ChildProcess): boolean {
+  return child.exitCode !== null || child.signalCode !== null;
+}
+
 /** Resolves with the exit code (or signal) of a child process. */
 export function exited(child: ChildProcess): Promise<number | string> {
   if (child.exitCode !== null) return Promise.resolve(child.exitCode);
@@ -63,10 +68,10 @@ export function exited(child: ChildProcess): Promise<number | string> {
 
 /** SIGTERM, then SIGKILL if it is still running after `graceMs`. */
 export async function stopProcess(child: ChildProcess, graceMs = 5000): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
+  if (hasEnded(child)) return;
   child.kill('SIGTERM');
   await Promise.race([exited(child), new Promise((r) => setTimeout(r, graceMs))]);
-  if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  if (!hasEnded(child)) child.kill('SIGKILL');
   await exited(child);
 }
 

@@ -20,12 +20,8 @@ export const HEALTH_LIMITS = {
   requestTimeoutMs: 10_000,
 } as const;
 
-export interface HealthLimits {
-  readonly maxConnections: number;
-  readonly maxHeaderBytes: number;
-  /** from a connection's start to its reply, however the request trickles in */
-  readonly requestTimeoutMs: number;
-}
+/** HEALTH_LIMITS' fields (requestTimeoutMs: from a connection's start to its reply) */
+export type HealthLimits = { readonly [K in keyof typeof HEALTH_LIMITS]: number };
 
 const TEXT = 'text/plain; charset=utf-8';
 
