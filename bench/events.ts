@@ -7,7 +7,10 @@
 // every 100 ms, each timed until its route's "Deleted" line: that includes
 // the 500 ms a peer deleted by an event is kept (docs/operations.md,
 // "Dataplane"), which the target rows take off (the delete takes effect when
-// the grace ends) and the ↳ rows keep.
+// the grace ends) and the ↳ rows keep. The last rows are what the daemon's
+// kept `ip -batch -` and `bridge -batch -` (src/exec/kept-batch.ts), which
+// apply those changes, hold in memory after them, beside the daemon's own RSS.
+import { readdir, readFile } from 'node:fs/promises';
 import { sweepStaleNetns } from '../lab/kit/netns.ts';
 import { DEFAULT_DELETE_LINGER_MS } from '../src/lease/tracker.ts';
 import {
@@ -17,6 +20,7 @@ import {
   ownLeaseKey,
   peer,
   POLL_MS,
+  statusMiB,
   putLeases,
   setupNode,
   startTwill,
@@ -98,6 +102,44 @@ async function measure(n: Node, t: Taps): Promise<{ add: number[]; del: number[]
   return { add, del: await Promise.all(dels) };
 }
 
+/** A figure of /proc/<pid>/smaps_rollup, in KiB (0 when the process is gone). */
+async function rollupKiB(pid: number, field: 'Rss' | 'Pss'): Promise<number> {
+  const text = await readFile(`/proc/${pid}/smaps_rollup`, 'utf8').catch(() => '');
+  return Number(new RegExp(`^${field}:\\s+(\\d+)`, 'm').exec(text)?.[1] ?? 0);
+}
+
+/** The daemon's kept batch processes (children running `-batch -`): how many, RSS and PSS. */
+async function keptMemory(pid: number): Promise<{ count: number; rss: number; pss: number }> {
+  const children: number[] = [];
+  for (const tid of await readdir(`/proc/${pid}/task`)) {
+    const text = await readFile(`/proc/${pid}/task/${tid}/children`, 'utf8').catch(() => '');
+    children.push(...text.split(' ').filter(Boolean).map(Number));
+  }
+  const out = { count: 0, rss: 0, pss: 0 };
+  for (const c of children) {
+    const argv = await readFile(`/proc/${c}/cmdline`, 'utf8').catch(() => '');
+    if (!argv.split('\0').includes('-batch')) continue;
+    out.count++;
+    out.rss += (await rollupKiB(c, 'Rss')) / 1024;
+    out.pss += (await rollupKiB(c, 'Pss')) / 1024;
+  }
+  return out;
+}
+
+function memoryRows(
+  backend: string,
+  k: { count: number; rss: number; pss: number; daemon: number },
+): BenchRow[] {
+  const row = (what: string, value: number): BenchRow => ({
+    suite: 'events',
+    figure: `kept ip/bridge -batch processes after the events, ${backend}: ${k.count}, ${what}`,
+    value: Math.round(value * 10) / 10,
+    unit: 'MiB',
+    yardstick: { name: 'the daemon itself, RSS', value: Math.round(k.daemon * 10) / 10 },
+  });
+  return [row('RSS', k.rss), row('PSS (their share of shared pages)', k.pss)];
+}
+
 function rows(backend: string, m: { add: number[]; del: number[] }): BenchRow[] {
   const row = (what: string, sample: number[], p: number, target: boolean): BenchRow => {
     const value = Math.round(percentile(sample, p) * 10) / 10;
@@ -144,7 +186,10 @@ async function backendRows(backend: string): Promise<BenchRow[]> {
     };
     taps.push(t.monitor, t.client);
     await t.client.next((l) => l === 'ready', 20_000);
-    return rows(backend, await measure(n, t));
+    const measured = await measure(n, t);
+    const pid = n.child?.pid ?? 0;
+    const kept = { ...(await keptMemory(pid)), daemon: await statusMiB(pid) };
+    return [...rows(backend, measured), ...memoryRows(backend, kept)];
   } finally {
     for (const tap of taps) tap.close();
     await stopNode(n);

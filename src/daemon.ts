@@ -11,7 +11,7 @@
 // (the nft command then required: its monitor is how changes are seen).
 import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
-import type { LineWatcher, Runner } from './exec/runner.ts';
+import type { Feeder, LineWatcher, Runner } from './exec/runner.ts';
 import { Desired, podMtu, vxlan6DeviceName, vxlanDeviceName } from './dataplane/desired.ts';
 import {
   MonitorHush,
@@ -44,6 +44,8 @@ export interface DaemonDeps {
   readonly store: LeaseStore;
   readonly runner: Runner;
   readonly watch: LineWatcher;
+  /** starts the kept `ip`/`bridge` batches of lease changes and repairs (exec/kept-batch.ts) */
+  readonly feed?: Feeder;
   readonly logger: Logger;
   /**
    * keeps forwarding on: net.ipv4.ip_forward unless IPv4 is off, and net.ipv6.conf.all.forwarding
@@ -410,6 +412,7 @@ async function runNode(
   const hush = new MonitorHush();
   const reconciler = new Reconciler({
     runner,
+    ...(deps.feed ? { feed: deps.feed } : {}),
     logger,
     quietMonitors: (f) => hush.during(f),
     nftables: netfilter.nftables,

@@ -9,8 +9,10 @@
 // process.ts.
 import type { ChildProcess } from 'node:child_process';
 import {
+  openFed,
   run,
   watchLines,
+  type Feeder,
   type LineWatcher,
   type RunOptions,
   type RunResult,
@@ -36,6 +38,14 @@ export function nsRun(ns: string, argv: readonly string[], opts?: RunOptions): P
  */
 export function nsRunner(ns: string): Runner {
   return (file, args, opts) => nsRun(ns, [file, ...args], opts);
+}
+
+/** A fed process (the reconciler's kept `ip -batch -`) inside network namespace `ns`. */
+export function nsFeeder(ns: string): Feeder {
+  return (file, args, opts) => {
+    const [nsenter, ...rest] = nsenterArgv(ns, [file, ...args]);
+    return openFed(nsenter as string, rest, opts);
+  };
 }
 
 /** A line watcher (ip monitor, nft monitor) inside network namespace `ns`. */

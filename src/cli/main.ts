@@ -18,7 +18,7 @@ import { dirname, join } from 'node:path';
 import { runDaemon } from '../daemon.ts';
 import { describeError, TwillError } from '../errors.ts';
 import { ensureForwarding, bridgeNetfilterProblem } from '../dataplane/sysctl.ts';
-import { run, watchLines } from '../exec/runner.ts';
+import { openFed, run, watchLines } from '../exec/runner.ts';
 import { createLogger } from '../log.ts';
 import { gatherStatus } from '../status/inputs.ts';
 import { renderStatus } from '../status/text.ts';
@@ -110,6 +110,7 @@ async function runCommand(flags: RunFlags, env: NodeJS.ProcessEnv): Promise<numb
         store,
         runner: run,
         watch: watchLines,
+        feed: openFed,
         logger,
         ensureForwarding: (o) => ensureForwarding(flags.procSysNet, o),
         bridgeNetfilterProblem: (o) => bridgeNetfilterProblem(flags.procSysNet, o),

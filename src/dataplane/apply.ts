@@ -5,9 +5,12 @@
 // masquerade's. ip and bridge run with -force so one failing line
 // does not stop the rest, and a failing batch does not stop the later ones;
 // failures are mapped back to the lines that caused them (nft's
-// "/dev/stdin:<line>:…" reports, per table, as well as ip's).
+// "/dev/stdin:<line>:…" reports, per table, as well as ip's). A pass that
+// reads nothing (a delta, a repair) may hand its ip and bridge batches to
+// kept processes (exec/kept-batch.ts) instead of starting new ones.
 import { describeError } from '../errors.ts';
 import { describeBatchFailures } from '../exec/batch-errors.ts';
+import type { KeptBatches } from '../exec/kept-batch.ts';
 import { CommandError, type Runner } from '../exec/runner.ts';
 import type { Op, Phase } from './model.ts';
 import { describeNftFailures } from './nft-parse.ts';
@@ -28,17 +31,24 @@ export interface ApplyResult {
  * the batches' order.
  */
 export async function applyOps(
-  runner: Runner,
   ops: readonly Op[],
-  signal: AbortSignal,
+  o: {
+    readonly runner: Runner;
+    readonly signal: AbortSignal;
+    /** runs the ip and bridge batches in kept processes instead of new ones */
+    readonly kept?: KeptBatches;
+  },
 ): Promise<ApplyResult> {
+  const { runner, signal } = o;
   const batches = renderBatches(ops);
   const failed = new Map<Batch, string[]>();
   const lane = async (phases: readonly Phase[]): Promise<void> => {
     for (const b of batches) {
       if (!phases.includes(b.phase)) continue;
       try {
-        await runner(b.file, b.args, { signal, input: b.input, timeoutMs: 60_000 });
+        const kept = o.kept?.for(b.file);
+        if (kept) await kept.run(b.lines, { signal, timeoutMs: 60_000 });
+        else await runner(b.file, b.args, { signal, input: b.input, timeoutMs: 60_000 });
       } catch (err) {
         if (signal.aborted) throw err;
         const describe = b.phase === 'nft' ? describeNftFailures : describeBatchFailures;

@@ -13,13 +13,16 @@
 //            its desired state: the entries of the peers whose leases changed
 //            (diff.ts, peerDelta) are diffed, old against new, and the
 //            difference applied, without reading the kernel (a new peer: one
-//            bridge and one ip batch). If anything fails, or the device or
-//            chains would change, an entries pass.
+//            bridge and one ip batch, fed to kept processes when `feed` is
+//            given: exec/kept-batch.ts; an observed pass that finds nothing
+//            to do starts them). If anything fails, or the device or chains
+//            would change, an entries pass.
 //   repair   a kernel event showed one of twill's routes, neighbours or FDB
 //            entries deleted or changed: just those entries are re-applied
-//            from the desired state of the last observed pass, with no observing
-//            (one or two processes). Their own events then match the desired
-//            state and trigger nothing. If the repair fails, an entries pass.
+//            from the desired state of the last observed pass, with no
+//            observing (one or two batches, in kept processes as a delta's).
+//            Their own events then match the desired state and trigger
+//            nothing. If the repair fails, an entries pass.
 //   chains   a rule event: only the touched table's two chains are observed,
 //            diffed and rewritten.
 // A resync pass (the safety net) that is still reading the kernel when a lease
@@ -58,7 +61,8 @@
 // slows the batch that makes them; the monitor's restart asks for the full
 // pass that looks at the kernel again.
 import { describeError } from '../errors.ts';
-import type { Runner } from '../exec/runner.ts';
+import { KeptBatches } from '../exec/kept-batch.ts';
+import type { Feeder, Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { abortable, Backoff, pause, quietOnAbort } from '../util/abort.ts';
 import { applyOps, type ApplyResult } from './apply.ts';
@@ -129,6 +133,11 @@ export interface PassStages {
 
 export interface ReconcilerOptions {
   readonly runner: Runner;
+  /**
+   * starts the kept `ip -batch -` and `bridge -batch -` that delta and repair passes feed
+   * (kept-batch.ts); without it they start their batches as observed passes do
+   */
+  readonly feed?: Feeder;
   readonly logger: Logger;
   /** the desired state now (from our lease and the current peers) */
   readonly desired: () => DesiredState;
@@ -216,6 +225,7 @@ export class Reconciler {
   private last: PassReport | undefined;
   private spawns = 0;
   private readonly runner: Runner;
+  private readonly kept: KeptBatches | undefined;
   /**
    * when the next safety-net full pass is due (monotonicMs()); only a full pass moves it, so
    * other passes cannot put it off
@@ -252,6 +262,8 @@ export class Reconciler {
       this.spawns++;
       return o.runner(file, args, opts);
     };
+    const feed = o.feed;
+    this.kept = feed && new KeptBatches({ feed, onSpawn: () => this.spawns++ });
   }
 
   /** Asks for a full pass (entries and chains). */
@@ -361,12 +373,19 @@ export class Reconciler {
     const observed = monotonicMs();
     const ops = [...diff(want, seen), ...(nftSeen ? nftMasqOps(want, nftSeen, nft) : [])];
     const drift = ops.length > 0 && generation === this.convergedGeneration;
+    // the kernel was not as twill left it (a device made again, by twill or another program, has a
+    // new index, which the kept processes would not know): they start afresh once it is
+    if (ops.length > 0) this.kept?.recycle();
     const { failures } = ops.length > 0 ? await this.apply(ops, signal) : { failures: [] };
     // removed, or there were none: later passes need not look
     if (leftovers6 && failures.length === 0) this.leftovers6 = false;
     if (leftovers4 && failures.length === 0) this.leftovers4 = false;
     if (nft.leftovers && failures.length === 0) this.leftoversMode = false;
-    if (ops.length === 0) this.convergedGeneration = generation;
+    if (ops.length === 0) {
+      this.convergedGeneration = generation;
+      // the next lease change or repair then waits for no process start
+      this.kept?.warm(want.vxlan || want.vxlan6 ? ['ip', 'bridge'] : ['ip']);
+    }
     return this.finish(
       {
         kind: o.chains ? 'full' : 'entries',
@@ -566,15 +585,18 @@ export class Reconciler {
     return report;
   }
 
-  /** Applies a plan; a big one with the monitors quiet (`quietMonitors`). */
-  private apply(ops: readonly Op[], signal: AbortSignal): Promise<ApplyResult> {
-    const run = (): Promise<ApplyResult> => applyOps(this.runner, ops, signal);
+  /**
+   * Applies a plan; a big one with the monitors quiet (`quietMonitors`); with `kept` (a pass that
+   * read nothing) its ip and bridge batches in the kept processes.
+   */
+  private apply(ops: readonly Op[], signal: AbortSignal, kept = false): Promise<ApplyResult> {
+    const o = { runner: this.runner, signal, ...(kept && this.kept ? { kept: this.kept } : {}) };
+    const run = (): Promise<ApplyResult> => applyOps(ops, o);
     const quiet = this.o.quietMonitors;
-    if (quiet === undefined) return run();
     let entries = 0;
     for (const op of ops)
       if (op.kind === 'route' || op.kind === 'neigh' || op.kind === 'fdb') entries++;
-    return entries >= QUIET_MIN_ENTRIES ? quiet(run) : run();
+    return quiet !== undefined && entries >= QUIET_MIN_ENTRIES ? quiet(run) : run();
   }
 
   /**
@@ -587,8 +609,10 @@ export class Reconciler {
     what: string,
   ): Promise<boolean> {
     if (ops.length === 0) return true;
-    const { failures } = await this.apply(ops, signal);
+    const { failures } = await this.apply(ops, signal, true);
     if (failures.length === 0) return true;
+    // a stale device index fails both tools' lines: neither is kept
+    this.kept?.recycle();
     this.o.logger.debug(
       { failures: failures.slice(0, 5) },
       `${what} did not apply; an entries pass decides`,
@@ -598,7 +622,7 @@ export class Reconciler {
 
   /** Runs passes until `signal` aborts (and then ends quietly). */
   run(signal: AbortSignal): Promise<void> {
-    return quietOnAbort(signal, () => this.loop(signal));
+    return quietOnAbort(signal, () => this.loop(signal)).finally(() => this.kept?.recycle());
   }
 
   private async loop(signal: AbortSignal): Promise<void> {

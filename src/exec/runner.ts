@@ -290,10 +290,20 @@ export interface FedOptions {
    * reservation), which must not count against the time its own work gets.
    */
   readonly timeoutMs?: number;
-  /** milliseconds from the start until `end` is called; default 60 s */
+  /**
+   * milliseconds from the start until `end` is called; default 60 s; Infinity for a process kept
+   * for many calls (kept-batch.ts), whose every call has its own limit
+   */
   readonly idleMs?: number;
   /** called with stdout as it arrives, decoded as UTF-8 (a character is never split) */
   readonly onStdout?: (text: string) => void;
+  /** called with stderr as it arrives, decoded as UTF-8 */
+  readonly onStderr?: (text: string) => void;
+  /**
+   * false: output goes only to the callbacks, and the outcome's stdout and stderr are empty (a
+   * process kept for hours must not keep all it ever printed); default true
+   */
+  readonly collect?: boolean;
 }
 
 /** A process fed as it goes: what `openFed` returns. */
@@ -340,11 +350,15 @@ export const openFed: Feeder = (file, args, opts = {}) => {
   let stderr = '';
   child.stdout?.setEncoding('utf8');
   child.stderr?.setEncoding('utf8');
+  const collect = opts.collect !== false;
   child.stdout?.on('data', (d: string) => {
-    stdout += d;
+    if (collect) stdout += d;
     opts.onStdout?.(d);
   });
-  child.stderr?.on('data', (d: string) => (stderr += d));
+  child.stderr?.on('data', (d: string) => {
+    if (collect) stderr += d;
+    opts.onStderr?.(d);
+  });
   // a child that exits without reading all its input: its exit code tells
   child.stdin?.on('error', () => undefined);
   const state = { timedOut: false, cancelled: false, spawnError: undefined as Error | undefined };
@@ -356,7 +370,8 @@ export const openFed: Feeder = (file, args, opts = {}) => {
       terminate(child);
     }, ms);
   };
-  limit(opts.idleMs ?? 60_000);
+  const idleMs = opts.idleMs ?? 60_000;
+  if (Number.isFinite(idleMs)) limit(idleMs);
   const onAbort = (): void => {
     state.cancelled = true;
     terminate(child);

@@ -7,7 +7,7 @@ import { runDaemon, type DaemonState } from '../../src/daemon.ts';
 import type { LeaseStore } from '../../src/lease/types.ts';
 import { captureLog, type CapturedLog } from './log.ts';
 import { nsFamilyForwarding } from './sysctl.ts';
-import { NetnsLab, nsRunner, nsWatch } from '../../lab/kit/netns.ts';
+import { NetnsLab, nsFeeder, nsRunner, nsWatch } from '../../lab/kit/netns.ts';
 
 export interface TestNode {
   state: () => DaemonState | undefined;
@@ -50,6 +50,7 @@ export async function startTestDaemon(o: {
       store: o.store,
       runner: nsRunner(ns),
       watch: nsWatch(ns),
+      feed: nsFeeder(ns),
       logger: log.logger,
       ensureForwarding: nsFamilyForwarding(ns),
       bridgeNetfilterProblem: async () => undefined,

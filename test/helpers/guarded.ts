@@ -14,7 +14,14 @@ import {
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { captureLog, type CapturedLog } from './log.ts';
-import { NetnsLab, nsForwarding, nsRunner, nsWatch, sweepStaleNetns } from '../../lab/kit/netns.ts';
+import {
+  NetnsLab,
+  nsFeeder,
+  nsForwarding,
+  nsRunner,
+  nsWatch,
+  sweepStaleNetns,
+} from '../../lab/kit/netns.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
 
 export interface GuardedNode {
@@ -55,6 +62,7 @@ export async function startGuardedNode(o: {
   const hush = new MonitorHush();
   const r = new Reconciler({
     runner: o.wrapRunner ? o.wrapRunner(runner) : runner,
+    feed: nsFeeder(ns),
     logger,
     quietMonitors: (f) => hush.during(f),
     desired: () => desiredState(o.input),

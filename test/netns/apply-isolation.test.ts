@@ -51,7 +51,7 @@ function peerOps(n: number, dev: string): Op[] {
 describe('applying a plan with entries the kernel refuses', () => {
   it('programs every other entry and reports only the refused lines', async () => {
     const ops: Op[] = [4, 5, 6].flatMap((n) => peerOps(n, n === 5 ? 'no-such-dev' : 'twill.1'));
-    const r = await applyOps(nsRunner(ns), ops, AbortSignal.timeout(30_000));
+    const r = await applyOps(ops, { runner: nsRunner(ns), signal: AbortSignal.timeout(30_000) });
     expect(r.batches).toBe(3);
     expect(r.failures).toHaveLength(3);
     for (const f of r.failures) expect(f).toContain('no-such-dev');

@@ -18,7 +18,14 @@ import { ensureIpForward } from '../../src/dataplane/sysctl.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, masqOf, peerLease, SELF_MAC } from '../helpers/dataplane.ts';
 import { captureLog } from '../helpers/log.ts';
-import { NetnsLab, nsForwarding, nsRunner, sweepStaleNetns } from '../../lab/kit/netns.ts';
+import {
+  namespacePids,
+  NetnsLab,
+  nsFeeder,
+  nsForwarding,
+  nsRunner,
+  sweepStaleNetns,
+} from '../../lab/kit/netns.ts';
 import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 import { fakeProcSysNet } from '../helpers/sysctl.ts';
 
@@ -42,13 +49,18 @@ const VXLAN_PEERS = [1, 2, 4].map((n) => peerLease(n, { vxlan: true }));
  * A reconciler running its loop over vxlan peers (read on every pass) until the test ends, with its
  * log.
  */
-function running(peers: () => BackendInput['peers']): {
+function running(
+  peers: () => BackendInput['peers'],
+  o: { kept?: boolean } = {},
+): {
   r: Reconciler;
   log: ReturnType<typeof captureLog>;
+  stop: () => Promise<void>;
 } {
   const log = captureLog();
   const r = new Reconciler({
     runner,
+    ...(o.kept === true ? { feed: nsFeeder(ns) } : {}),
     logger: log.logger,
     desired: () => desiredState(backendInput({ backend: 'vxlan', peers: peers() })),
     ensureForwarding: nsForwarding(ns),
@@ -56,11 +68,12 @@ function running(peers: () => BackendInput['peers']): {
   });
   const ctl = new AbortController();
   const loop = r.run(ctl.signal);
-  onTestFinished(async () => {
+  const stop = async (): Promise<void> => {
     ctl.abort();
     await loop;
-  });
-  return { r, log };
+  };
+  onTestFinished(stop);
+  return { r, log, stop };
 }
 
 beforeAll(async () => {
@@ -429,9 +442,11 @@ describe('dataplane programmer on a real kernel', () => {
     // a new peer: its FDB entry, then its neighbour and route, in two batches, nothing read
     peers = [...VXLAN_PEERS, peerLease(5, { vxlan: true })];
     r.leasesChanged();
+    // the kernel has the change before the pass that made it is logged
     await waitFor(
       async () =>
-        (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.includes('proto 151'),
+        (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.includes('proto 151') &&
+        passes().length > before,
       { timeoutMs: slowBound(1_000), what: 'the new peer route' },
     );
     expect(passes().slice(before)).toEqual([{ kind: 'delta', spawns: 2 }]);
@@ -441,7 +456,9 @@ describe('dataplane programmer on a real kernel', () => {
     peers = VXLAN_PEERS;
     r.leasesChanged();
     await waitFor(
-      async () => (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.trim() === '',
+      async () =>
+        (await runner('ip', ['route', 'show', '10.244.5.0/24'])).stdout.trim() === '' &&
+        passes().length > before + 1,
       { timeoutMs: slowBound(1_000), what: 'the peer route gone' },
     );
     expect(passes().slice(before + 1)).toEqual([{ kind: 'delta', spawns: 2 }]);
@@ -451,6 +468,67 @@ describe('dataplane programmer on a real kernel', () => {
         (await kernelView(runner)).fdb.length === 3,
       { timeoutMs: slowBound(1_000), what: 'its neighbour and FDB entry gone' },
     );
+  });
+
+  it('feeds lease changes to kept ip and bridge processes, started again after the device is made again', async () => {
+    let peers = VXLAN_PEERS;
+    const { r, log, stop } = running(() => peers, { kept: true });
+    await waitFor(() => r.lastPass()?.converged === true, {
+      timeoutMs: slowBound(2_000),
+      what: 'converged',
+    });
+    const passes = (): { kind: string; spawns: number }[] =>
+      log.lines
+        .filter((l) => l.msg === 'dataplane updated' || l.msg === 'repaired dataplane drift')
+        .map((l) => ({ kind: String(l.kind), spawns: Number(l.spawns) }));
+    const route = async (n: number): Promise<string> =>
+      (await runner('ip', ['route', 'show', `10.244.${n}.0/24`])).stdout;
+    /** peers 1, 2, 4 and `more`; resolves when `n`'s route is there (or gone, with `gone`) */
+    const change = async (more: number[], n: number, gone = false): Promise<void> => {
+      const logged = passes().length;
+      peers = [...VXLAN_PEERS, ...more.map((m) => peerLease(m, { vxlan: true }))];
+      r.leasesChanged();
+      // the kernel has the change before the pass that made it is logged
+      await waitFor(
+        async () => (await route(n)).includes('proto 151') !== gone && passes().length > logged,
+        { timeoutMs: slowBound(1_000), what: `peer ${n}'s route ${gone ? 'gone' : 'there'}` },
+      );
+    };
+    const before = passes().length;
+    // the converged pass started the kept bridge and ip: no change starts a process
+    await change([5], 5);
+    await change([5, 6], 6);
+    await change([5], 6, true);
+    expect(passes().slice(before)).toEqual([
+      { kind: 'delta', spawns: 0 },
+      { kind: 'delta', spawns: 0 },
+      { kind: 'delta', spawns: 0 },
+    ]);
+    const view = await kernelView(runner);
+    expect([view.routes.length, view.neighs.length, view.fdb.length]).toEqual([4, 4, 4]);
+    // the device deleted and made again by a full pass: the kept processes knew its old index, so
+    // they are ended and started again, and the next change is still a delta that applies
+    await runner('ip', ['link', 'del', 'twill.1']);
+    const full = passes().length;
+    r.trigger('test');
+    await waitFor(async () => (await route(5)).includes('proto 151'), {
+      timeoutMs: slowBound(2_000),
+      what: 'the device and its entries back',
+    });
+    await waitFor(() => r.lastPass()?.converged === true, {
+      timeoutMs: slowBound(2_000),
+      what: 'converged again',
+    });
+    const after = passes().length;
+    expect(after).toBeGreaterThan(full);
+    await change([5, 6], 6);
+    expect(passes().slice(after)).toEqual([{ kind: 'delta', spawns: 0 }]);
+    // stopped: no kept process is left in the namespace
+    await stop();
+    await waitFor(async () => (await namespacePids(ns)).length === 0, {
+      timeoutMs: slowBound(2_000),
+      what: 'the kept processes gone',
+    });
   });
 
   it("removes a CNI gateway of an earlier lease of ours from a bridge, so the route to that subnet's new holder goes in", async () => {

@@ -145,8 +145,9 @@ describe('dual-stack drift repair with kernel monitors', () => {
           expect.stringMatching(/^masquerade /),
         ]);
       else expect(first?.kind, seen).toBe(kind);
-      // a repair re-applies what it touched: one ip or bridge batch, nothing read back
-      if (kind === 'repair') expect(first?.spawns, what).toBe(1);
+      // a repair re-applies what it touched: one ip or bridge batch, in the kept process (started
+      // now when none runs yet), nothing read back
+      if (kind === 'repair') expect(first?.spawns, what).toBeLessThanOrEqual(1);
     });
   }
 });

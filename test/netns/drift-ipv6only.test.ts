@@ -116,7 +116,8 @@ describe('IPv6-only drift repair with kernel monitors', () => {
           expect.stringMatching(/^masquerade /),
         ]);
       else expect(first?.kind, seen).toBe(kind);
-      if (kind === 'repair') expect(first?.spawns, what).toBe(1);
+      // one batch, in the kept process (started now when none runs yet)
+      if (kind === 'repair') expect(first?.spawns, what).toBeLessThanOrEqual(1);
     });
   }
 });

@@ -3,7 +3,7 @@
 // kind of damage an operator or another program can do is undone, back to
 // exactly the state it had, chain order included, by the least work that
 // can: a deleted route, neighbour or FDB entry by a repair pass that only
-// re-applies it (one process, no observing), a rule change by a pass over
+// re-applies it (one batch in a kept process, no observing), a rule change by a pass over
 // the chains alone, a device by a pass over the entries (not the chains). How fast is the bench's
 // and
 // the drills' business; the bound here holds on a machine ten times slower.
@@ -167,8 +167,9 @@ describe('drift repair with kernel monitors', () => {
       expect(first?.kind, `${what}: ${JSON.stringify(node.repairPasses().slice(before))}`).toBe(
         kind,
       );
-      // a repair re-applies what it touched: one ip or bridge batch, nothing read back
-      if (kind === 'repair') expect(first?.spawns, what).toBe(1);
+      // a repair re-applies what it touched: one ip or bridge batch, in the kept process (started
+      // now when none runs yet), nothing read back
+      if (kind === 'repair') expect(first?.spawns, what).toBeLessThanOrEqual(1);
     });
   }
 });

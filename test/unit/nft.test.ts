@@ -212,7 +212,7 @@ describe('the transaction', () => {
         [nftTableLabel(T6), null],
       ]),
     );
-    const r = await applyOps(runner, ops, new AbortController().signal);
+    const r = await applyOps(ops, { runner, signal: new AbortController().signal });
     expect(ran).toEqual(['add table ip twill-ipv4', 'add table ip6 twill-ipv6']);
     expect(r.batches).toBe(2);
     expect(r.failures).toEqual([
@@ -438,7 +438,7 @@ describe('a pass in either mode', () => {
         new CommandError({ command: [file, ...args], exitCode: 1, stderr, reason: 'exit code 1' }),
       );
     const ops = diffNftTables(wantedNftTables(MASQ, null), new Map([[nftTableLabel(T4), null]]));
-    const r = await applyOps(runner, ops, new AbortController().signal);
+    const r = await applyOps(ops, { runner, signal: new AbortController().signal });
     expect(r.failures).toEqual([
       'nft: table ip twill-ipv4 {: Error: Could not process rule: No such file or directory',
     ]);
