@@ -8,7 +8,8 @@ import { chmod, cp, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'nod
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CommandError, run } from '../../src/exec/runner.ts';
+import { run } from '../../src/exec/runner.ts';
+import { commandFailure } from '../helpers/rejection.ts';
 import { VAGRANT_LAB } from '../../lab/vagrant-cluster.ts';
 import { LXC_LAB } from '../../lab/vagrant-lab.ts';
 
@@ -55,12 +56,7 @@ async function vagrant(
 }
 
 async function failure(p: Promise<unknown>): Promise<string> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(CommandError);
-  return (err as CommandError).message;
+  return (await commandFailure(p)).message;
 }
 
 /** A copy of the Vagrantfile and lab/vagrant/ with `edit` applied to the Vagrantfile. */

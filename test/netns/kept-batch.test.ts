@@ -8,7 +8,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { describeBatchFailures } from '../../src/exec/batch-errors.ts';
 import { KeptBatch } from '../../src/exec/kept-batch.ts';
-import { CommandError, openFed, type Feeder, type Runner } from '../../src/exec/runner.ts';
+import { openFed, type Feeder, type Runner } from '../../src/exec/runner.ts';
+import { commandFailure } from '../helpers/rejection.ts';
 import { NetnsLab, nsFeeder, nsRunner, sweepStaleNetns } from '../../lab/kit/netns.ts';
 
 const lab = new NetnsLab();
@@ -30,16 +31,6 @@ async function veth(): Promise<void> {
 
 const routes = async (): Promise<string> =>
   (await sh('ip', ['route', 'show', 'proto', '151'])).stdout;
-
-/** The error a batch rejected with. */
-async function failure(p: Promise<unknown>): Promise<CommandError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(CommandError);
-  return err as CommandError;
-}
 
 beforeAll(async () => {
   await sweepStaleNetns();
@@ -69,7 +60,7 @@ describe('a kept ip -batch', () => {
 
   it('reports a failed line by its number in its own batch, and starts afresh after it', async () => {
     const lines = [route(10), route(0), route(11)];
-    const err = await failure(ip.run(lines, opts()));
+    const err = await commandFailure(ip.run(lines, opts()));
     // route(0) exists already: line 2 of this batch, though the process has read 10 lines before
     expect(describeBatchFailures(err.stderr, lines)).toEqual([
       `${route(0)}: RTNETLINK answers: File exists`,
@@ -84,7 +75,7 @@ describe('a kept ip -batch', () => {
     await sh('ip', ['link', 'del', 'kb0']);
     await veth();
     // the process still has kb0's old index
-    await failure(ip.run([route(21)], opts()));
+    await commandFailure(ip.run([route(21)], opts()));
     const before = spawned;
     await ip.run([route(21)], opts());
     expect(spawned).toBe(before + 1);
@@ -93,7 +84,7 @@ describe('a kept ip -batch', () => {
 
   it('a process that dies mid-batch rejects it, and the next batch starts another', async () => {
     // ip exits on an argument it cannot parse, leaving the rest of its input unread
-    const err = await failure(ip.run(['route add bogus via 10.77.0.2', route(30)], opts()));
+    const err = await commandFailure(ip.run(['route add bogus via 10.77.0.2', route(30)], opts()));
     expect(err.reason).toMatch(/exit code/);
     expect(err.stderr).toContain('bogus');
     expect(await routes()).not.toContain('10.130.0.0/24');
@@ -109,11 +100,11 @@ describe('a kept batch that never finishes', () => {
   it('times out, and its process is stopped', async () => {
     let starts = 0;
     const k = new KeptBatch({ feed: silent, file: 'ip', onSpawn: () => starts++ });
-    const err = await failure(
+    const err = await commandFailure(
       k.run(['x'], { signal: AbortSignal.timeout(20_000), timeoutMs: 200 }),
     );
     expect(err.reason).toBe('timed out');
-    const again = await failure(
+    const again = await commandFailure(
       k.run(['x'], { signal: AbortSignal.timeout(20_000), timeoutMs: 200 }),
     );
     expect(again.reason).toBe('timed out');
@@ -125,7 +116,7 @@ describe('a kept batch that never finishes', () => {
     const ctl = new AbortController();
     const p = k.run(['x'], { signal: ctl.signal, timeoutMs: 10_000 });
     setTimeout(() => ctl.abort(), 50);
-    expect((await failure(p)).reason).toBe('cancelled');
+    expect((await commandFailure(p)).reason).toBe('cancelled');
     k.recycle();
   });
 });

@@ -2,7 +2,8 @@
 // output seen as it arrives, and failing as `run` does (exit code with
 // stderr, timeout, abort), with a second end() sending nothing.
 import { describe, expect, it } from 'vitest';
-import { CommandError, openFed } from '../../src/exec/runner.ts';
+import { openFed } from '../../src/exec/runner.ts';
+import { commandFailure } from '../helpers/rejection.ts';
 
 /** Echoes each line read back as "got <line>"; exits 3 on "fail", with a word on stderr. */
 const ECHO = [
@@ -14,15 +15,6 @@ const ECHO = [
 
 function sh(script: string, opts: Parameters<typeof openFed>[2] = {}) {
   return openFed('/bin/sh', ['-c', script], opts);
-}
-
-async function rejection(p: Promise<unknown>): Promise<CommandError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(CommandError);
-  return err as CommandError;
 }
 
 describe('openFed', () => {
@@ -47,7 +39,7 @@ describe('openFed', () => {
   it('rejects a failing exit with the command, exit code and stderr', async () => {
     const p = sh(ECHO);
     p.write('one\n');
-    const err = await rejection(p.end('fail\nnever\n'));
+    const err = await commandFailure(p.end('fail\nnever\n'));
     expect(err.command).toEqual(['/bin/sh', '-c', ECHO]);
     expect(err.exitCode).toBe(3);
     expect(err.stderr).toBe('bad line\n');
@@ -57,7 +49,7 @@ describe('openFed', () => {
 
   it('settles `done` when the process exits on its own, before end', async () => {
     const p = sh('echo early; exit 5');
-    const err = await rejection(p.done);
+    const err = await commandFailure(p.done);
     expect(err.exitCode).toBe(5);
   });
 
@@ -68,7 +60,7 @@ describe('openFed', () => {
     p.write('x\n');
     await new Promise((r) => setTimeout(r, 300));
     const started = Date.now();
-    const err = await rejection(p.end());
+    const err = await commandFailure(p.end());
     expect(err.reason).toBe('timed out');
     expect(Date.now() - started).toBeGreaterThanOrEqual(140);
     expect(Date.now() - started).toBeLessThan(5_000);
@@ -77,7 +69,7 @@ describe('openFed', () => {
   it('stops a process never ended after its idle limit', async () => {
     const p = sh('exec sleep 30', { idleMs: 150, timeoutMs: 60_000 });
     const started = Date.now();
-    const err = await rejection(p.done);
+    const err = await commandFailure(p.done);
     expect(err.reason).toBe('timed out');
     expect(Date.now() - started).toBeGreaterThanOrEqual(140);
     expect(Date.now() - started).toBeLessThan(5_000);
@@ -87,7 +79,7 @@ describe('openFed', () => {
     const ctl = new AbortController();
     const p = sh('exec sleep 30', { signal: ctl.signal });
     setTimeout(() => ctl.abort(), 50);
-    const err = await rejection(p.done);
+    const err = await commandFailure(p.done);
     expect(err.reason).toBe('cancelled');
   });
 
@@ -95,7 +87,7 @@ describe('openFed', () => {
     const ctl = new AbortController();
     ctl.abort();
     const p = sh('echo started', { signal: ctl.signal });
-    const err = await rejection(p.end('x\n'));
+    const err = await commandFailure(p.end('x\n'));
     expect(err.reason).toBe('cancelled');
     expect(err.exitCode).toBeUndefined();
   });
