@@ -15,6 +15,7 @@
 // IPv6 lines share the ip and bridge batches: `ip` and `bridge` take each
 // line's family from its addresses (there is no per-line `-6` in a batch,
 // and none is needed).
+import { FORCE_BATCH_ARGS } from '../exec/batch-errors.ts';
 import { isIpv6Device, ROUTE_PROTOCOL, type Op, type Phase, type RouteSpec } from './model.ts';
 import { nftTableLines } from './nft.ts';
 
@@ -27,7 +28,6 @@ export interface Batch {
   readonly lines: readonly string[];
 }
 
-const BATCH_ARGS = ['-force', '-batch', '-'];
 const NFT_ARGS = ['-f', '-'];
 
 function routeText(r: RouteSpec): string {
@@ -114,7 +114,7 @@ export function renderBatches(ops: readonly Op[]): Batch[] {
   const lined = (phase: Phase, file: string): void => {
     const lines = ops.filter((o) => o.phase === phase).flatMap(opLines);
     if (lines.length > 0)
-      batches.push({ phase, file, args: BATCH_ARGS, input: `${lines.join('\n')}\n`, lines });
+      batches.push({ phase, file, args: FORCE_BATCH_ARGS, input: `${lines.join('\n')}\n`, lines });
   };
   lined('ip-pre', 'ip');
   lined('bridge', 'bridge');

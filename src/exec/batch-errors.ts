@@ -20,6 +20,28 @@ export interface BatchErrors {
 }
 
 const FAILED = /^Command failed -:(\d+)/;
+const REPORTS = /Command failed -:(\d+)\n/g;
+
+/** How twill runs `ip` and `bridge` batches: every line runs, each failure reported, stdin. */
+export const FORCE_BATCH_ARGS: readonly string[] = ['-force', '-batch', '-'];
+
+/** The report line for input line `n` ("Command failed -:n\n"). */
+export function reportLine(n: number): string {
+  return `Command failed -:${n}\n`;
+}
+
+/**
+ * The reports of the stderr of a tool that had read `base` lines before a batch, numbered from 1 as
+ * the batch counts its lines; what follows the last report is left out unless `all` ('' when there
+ * is no report and not `all`).
+ */
+export function renumberReports(stderr: string, base: number, all = false): string {
+  let end = 0;
+  for (const m of stderr.matchAll(REPORTS)) end = m.index + m[0].length;
+  return (all ? stderr : stderr.slice(0, end)).replace(REPORTS, (_m, n: string) =>
+    reportLine(Number(n) - base),
+  );
+}
 
 /** Reads the stderr of a failed `ip -batch -` / `bridge -batch -`. */
 export function parseBatchErrors(stderr: string): BatchErrors {

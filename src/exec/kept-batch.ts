@@ -22,13 +22,11 @@
 // processes of its own), and the reconciler `recycle`s both after any failure
 // and whenever an observed pass finds the kernel changed. A batch that times
 // out or is cancelled ends its process too.
+import { FORCE_BATCH_ARGS, renumberReports, reportLine } from './batch-errors.ts';
 import { CommandError, type Feeder, type FedProcess, type RunResult } from './runner.ts';
 
 /** The line after each batch: no command of `ip` or `bridge`, so it fails with no kernel call. */
 export const MARK = 'twill-mark';
-
-const BATCH_ARGS = ['-force', '-batch', '-'];
-const FAILED = /Command failed -:(\d+)\n/g;
 
 export interface KeptBatchOptions {
   readonly feed: Feeder;
@@ -120,7 +118,7 @@ export class KeptBatch {
       const kill = (reason: string): void => {
         if (this.kept === k) this.kept = undefined;
         k.stop.abort();
-        end(this.error(reason, renumber(batch.err, base, true)));
+        end(this.error(reason, renumberReports(batch.err, base, true)));
       };
       const timer = setTimeout(() => kill('timed out'), o.timeoutMs);
       const onAbort = (): void => kill('cancelled');
@@ -136,7 +134,7 @@ export class KeptBatch {
 
   private start(): Kept {
     const stop = new AbortController();
-    const proc = this.o.feed(this.o.file, BATCH_ARGS, {
+    const proc = this.o.feed(this.o.file, FORCE_BATCH_ARGS, {
       signal: stop.signal,
       idleMs: Infinity,
       collect: false,
@@ -147,7 +145,7 @@ export class KeptBatch {
     const ended = (reason: string): void => {
       if (this.kept === k) this.kept = undefined;
       const b = k.batch;
-      b?.settle(this.error(reason, renumber(b.err, b.base, true)));
+      b?.settle(this.error(reason, renumberReports(b.err, b.base, true)));
     };
     proc.done.then(
       () => ended('exited before its input ended'),
@@ -161,38 +159,24 @@ export class KeptBatch {
     const b = k.batch;
     if (b === undefined) return;
     b.err += text;
-    const needle = `Command failed -:${b.mark}\n`;
+    const needle = reportLine(b.mark);
     const at = b.err.indexOf(needle, b.from);
     if (at < 0) {
       b.from = Math.max(0, b.err.length - needle.length);
       return;
     }
-    const own = renumber(b.err.slice(0, at), b.base);
+    const own = renumberReports(b.err.slice(0, at), b.base);
     b.settle(own === '' ? undefined : this.error('a line failed', own));
   }
 
   private error(reason: string, stderr: string): CommandError {
     return new CommandError({
-      command: [this.o.file, ...BATCH_ARGS],
+      command: [this.o.file, ...FORCE_BATCH_ARGS],
       exitCode: undefined,
       stderr,
       reason,
     });
   }
-}
-
-/**
- * The reports of one batch from the stderr it printed up to its MARK line's report, numbered from
- * 1 (`base` lines came before it); '' when no line failed. The MARK's own message (after the last
- * report) is left out, unless `all` (the process ended: what it said last is why).
- */
-function renumber(stderr: string, base: number, all = false): string {
-  let end = 0;
-  for (const m of stderr.matchAll(FAILED)) end = m.index + m[0].length;
-  return (all ? stderr : stderr.slice(0, end)).replace(
-    FAILED,
-    (_m, n: string) => `Command failed -:${Number(n) - base}\n`,
-  );
 }
 
 /** A reconciler's kept `ip` and `bridge`, each started on first use. */
