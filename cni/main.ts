@@ -1,14 +1,13 @@
 // Entry point of the twill CNI plugin (the single executable twill-cni): the
 // only reader of process.env and stdin here. Hands both to runPlugin and
 // writes its answer to stdout; SIGTERM/SIGINT abort the work in flight.
-// Inside the executable this module is loaded into a V8 startup snapshot at
-// build time (after warm-up calls: VERSION, and ADD and DEL against a fake
-// `ip`), and `start` runs when the snapshot is deserialized.
+// Nothing runs on load: the executable's main script (sea-loader.ts) calls
+// `start`; at build time it calls `warmUp` (VERSION, and ADD and DEL against
+// a fake `ip`) and then keeps the code cache those calls compiled.
 import { mkdtempSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { isatty } from 'node:tty';
 import { join } from 'node:path';
-import { startupSnapshot } from 'node:v8';
 import { openFed, run, type Feeder, type Runner } from '../src/exec/runner.ts';
 import { linkKind } from './kernel.ts';
 import { runPlugin } from './plugin.ts';
@@ -51,7 +50,8 @@ async function main(): Promise<number> {
   return outcome.exitCode;
 }
 
-function start(): void {
+/** Runs one call of the plugin (the executable's start) and exits with its code. */
+export function start(): void {
   main().then(
     (code) => {
       // everything is awaited and written (stdout above; stderr and the log file are written
@@ -67,7 +67,7 @@ function start(): void {
 
 /**
  * An `ip` that answers without running: each `link show dev X` line of a batch gets a link named
- * X, and `ip -d link show` a bridge; everything else succeeds. Only for the snapshot's warm-up
+ * X, and `ip -d link show` a bridge; everything else succeeds. Only for the build's warm-up
  * calls.
  */
 const fakeIp: Runner = (_file, args, opts = {}) => {
@@ -107,7 +107,7 @@ const fakeLiveIp: Feeder = (_file, _args, opts) => openFed('/bin/sh', ['-c', FAK
  * Runs ADD and DEL once each, for an IPv4 node whose bridge exists (lo plays it) and for a
  * dual-stack node whose bridge does not, against the fake ips and a throwaway subnet.env, netns
  * stand-in and IP store (no gateway: nothing of the build host's is read or written but those
- * files), so that the snapshot holds their code paths compiled too.
+ * files), so that the code cache holds their code paths compiled too.
  */
 async function warmUpCalls(signal: AbortSignal): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'twill-cni-warm-'));
@@ -149,25 +149,16 @@ async function warmUpCalls(signal: AbortSignal): Promise<void> {
 }
 
 /**
- * Runs the code paths of a call once while the snapshot is built, so that the
- * snapshot holds them compiled: a first spawn costs ~7 ms of
- * lazy compilation otherwise, and ADD's own path some more.
+ * Runs the code paths of a call once at build time, before the code cache is taken (sea-loader.ts),
+ * so that the cache holds them compiled: a first spawn costs ~7 ms of lazy compilation otherwise,
+ * and ADD's own path some more.
  */
-function warmUp(): void {
+export async function warmUp(): Promise<void> {
   const signal = new AbortController().signal;
   const version = runPlugin(
     { env: { CNI_COMMAND: 'VERSION' }, stdin: '{}' },
     { runner: run, signal },
   );
   const spawned = run(process.execPath, ['--version'], { signal });
-  Promise.all([version, spawned, warmUpCalls(signal)]).catch((err: unknown) =>
-    process.stderr.write(`twill-cni: warm-up failed: ${String(err)}\n`),
-  );
-}
-
-if (startupSnapshot.isBuildingSnapshot()) {
-  startupSnapshot.setDeserializeMainFunction(start);
-  warmUp();
-} else {
-  start();
+  await Promise.all([version, spawned, warmUpCalls(signal)]);
 }

@@ -49,9 +49,10 @@ function code(err: unknown): string | undefined {
 }
 
 /**
- * A random UUID drawn from fresh entropy. randomUUID's cache of random bytes, once filled, would be
- * held in twill-cni's startup snapshot (its warm-up reserves an address), and every process would
- * then draw the same temp names and lock tokens.
+ * A random UUID drawn from fresh entropy. Were twill-cni built with a V8 startup snapshot (it was,
+ * until its code cache proved quicker to start), randomUUID's cache of random bytes, filled by the
+ * build's warm-up (it reserves an address), would be frozen into it, and every process would draw
+ * the same temp names and lock tokens. Without the cache the store is right however it is built.
  */
 export function freshUuid(): string {
   return randomUUID({ disableEntropyCache: true });
