@@ -14,6 +14,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFinished }
 import { desiredState, type BackendInput } from '../../src/dataplane/desired.ts';
 import { masqRules, forwardRules } from '../../src/dataplane/masq.ts';
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
+import { SPREAD_WAYS } from '../../src/dataplane/apply.ts';
+import { SPREAD_MIN_OPS } from '../../src/dataplane/render.ts';
 import { ensureIpForward } from '../../src/dataplane/sysctl.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, masqOf, peerLease, SELF_MAC } from '../helpers/dataplane.ts';
@@ -425,6 +427,41 @@ describe('dataplane programmer on a real kernel', () => {
       few.filter((f) => f === 'ip' || f === 'bridge' || f === 'iptables-restore').length,
     );
     expect(many.length).toBeLessThanOrEqual(12);
+  });
+
+  it('spreads a big cold start over processes at once and leaves every entry, which a second pass finds matching', async () => {
+    const batches: { file: string; first: string; lines: number }[] = [];
+    const counted: Runner = (file, args, opts) => {
+      if (opts?.input !== undefined && (file === 'ip' || file === 'bridge')) {
+        const lines = opts.input.trimEnd().split('\n');
+        batches.push({ file, first: lines[0]?.split(' ')[0] ?? '', lines: lines.length });
+      }
+      return runner(file, args, opts);
+    };
+    // 600 peers: 1,200 neighbours and routes in the ip (post) batch, past SPREAD_MIN_OPS
+    const list = Array.from({ length: 600 }, (_, i) => peerLease(i + 4, { vxlan: true }));
+    expect(2 * list.length).toBeGreaterThanOrEqual(SPREAD_MIN_OPS);
+    const input = backendInput({ backend: 'vxlan', peers: list, network: '10.240.0.0/12' });
+    const r = reconciler(() => input, counted);
+    const report = await r.pass(AbortSignal.timeout(60_000));
+    expect(report.failures).toEqual([]);
+    const view = await kernelView(runner);
+    expect([view.routes.length, view.neighs.length, view.fdb.length]).toEqual([600, 600, 600]);
+    const want = desiredState(input);
+    expect(view.routes.map((l) => l.split(' ')[0]).sort()).toEqual(
+      want.routes.map((x) => x.dst).sort(),
+    );
+    // one ip batch of neighbours, the routes in SPREAD_WAYS parts of equal size (± 1)
+    const routeParts = batches.filter((b) => b.file === 'ip' && b.first === 'route');
+    expect(routeParts).toHaveLength(SPREAD_WAYS);
+    for (const b of routeParts)
+      expect(Math.abs(b.lines - 600 / SPREAD_WAYS)).toBeLessThanOrEqual(1);
+    if (SPREAD_WAYS > 1)
+      expect(batches.filter((b) => b.file === 'ip' && b.first === 'neigh')).toEqual([
+        { file: 'ip', first: 'neigh', lines: 600 },
+      ]);
+    const again = await r.pass(AbortSignal.timeout(60_000));
+    expect([again.ops.length, again.failures]).toEqual([0, []]);
   });
 
   it('applies a lease change without reading the kernel when the last pass left it matching', async () => {
