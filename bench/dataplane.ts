@@ -42,9 +42,13 @@ const PEERS = 5_000;
 
 /**
  * Raw `ip -batch` (and `bridge -batch`) time for the same entries in a fresh namespace (both
- * families for a dual-stack node).
+ * families for a dual-stack node; `ms6` the IPv6 half's share, 0 without it).
  */
-async function rawBatchMs(lab: NetnsLab, backend: string, dualStack: boolean): Promise<number> {
+async function rawBatchMs(
+  lab: NetnsLab,
+  backend: string,
+  dualStack: boolean,
+): Promise<{ ms: number; ms6: number }> {
   const ns = await lab.add(`raw-${backend}${dualStack ? '-ds' : ''}`);
   await run('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
   await run('ip', ['-n', ns, 'addr', 'add', '172.16.0.2/12', 'dev', 'eth0']);
@@ -57,6 +61,7 @@ async function rawBatchMs(lab: NetnsLab, backend: string, dualStack: boolean): P
     nsRun(ns, [file, '-batch', '-'], { input, timeoutMs: 60_000 });
   const started = performance.now();
   if (dualStack) await rawBatch6(sh, backend, peers);
+  const ms6 = performance.now() - started;
   if (backend === 'vxlan') {
     await sh(
       'ip',
@@ -84,7 +89,7 @@ async function rawBatchMs(lab: NetnsLab, backend: string, dualStack: boolean): P
       `${peers.map((p) => `route add ${p.subnet} via ${p.ip} dev eth0 proto ${ROUTE_PROTOCOL}`).join('\n')}\n`,
     );
   }
-  return performance.now() - started;
+  return { ms: performance.now() - started, ms6 };
 }
 
 /** The IPv6 half of the raw yardstick: the entries twill makes for IPv6 peers. */
@@ -191,6 +196,11 @@ interface Drift {
    * kernel entry, the same code in both modes, run in iptables mode
    */
   readonly masq?: MasqMode;
+  /**
+   * the whole device goes: its repair writes every entry of its family again, which the raw
+   * batch of those entries measures (the row's yardstick)
+   */
+  readonly wholeDevice?: boolean;
   /** the commands that break it (a function: they depend on the node's state, as a handle) */
   readonly breakIt: string[][] | ((ns: string) => Promise<string[][]>);
   readonly healthy: (ns: string) => Promise<boolean>;
@@ -261,6 +271,7 @@ const DRIFTS: Drift[] = [
   },
   {
     name: 'IPv6 vxlan device deleted',
+    wholeDevice: true,
     backends: ['vxlan'],
     ipv6: true,
     breakIt: [['ip', 'link', 'del', 'twill-v6.1']],
@@ -301,6 +312,7 @@ const DRIFTS: Drift[] = [
   },
   {
     name: 'vxlan device deleted',
+    wholeDevice: true,
     backends: ['vxlan'],
     breakIt: [['ip', 'link', 'del', 'twill.1']],
     healthy: async (ns) => (await ownedRoutes(ns)) === PEERS,
@@ -461,7 +473,7 @@ async function backendRows(
         what: "twill's nft table",
         everyMs: POLL_MS,
       });
-    const raw = await rawBatchMs(rawLab, backend, dualStack);
+    const { ms: raw, ms6: raw6 } = await rawBatchMs(rawLab, backend, dualStack);
     rows.push({
       suite: 'dataplane',
       figure: `cold convergence, ${entries}, ${label} (process start → all entries)`,
@@ -506,11 +518,16 @@ async function backendRows(
     );
     for (const d of drifts) {
       const ms = await repairMs(n.ns, d);
+      // a device's entries are those of its family alone: the IPv6 half on a dual-stack node
+      const floor = d.wholeDevice === true ? (d.ipv6 === true ? raw6 : raw) : undefined;
       rows.push({
         suite: 'dataplane',
         figure: `drift repair: ${d.name}, ${label}, ${entries}`,
         value: Math.round(ms),
         unit: 'ms',
+        ...(floor === undefined
+          ? {}
+          : { yardstick: { name: 'raw ip -batch of its entries', value: Math.round(floor) } }),
         target: { text: '≤ 1000 ms', met: ms <= 1000 },
       });
       await new Promise((r) => setTimeout(r, 300));
