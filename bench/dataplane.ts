@@ -354,16 +354,35 @@ const DRIFTS: Drift[] = [
   },
 ];
 
-async function repairMs(ns: string, d: Drift): Promise<number> {
-  const commands = typeof d.breakIt === 'function' ? await d.breakIt(ns) : d.breakIt;
-  for (const cmd of commands) await sh(ns, cmd);
+async function repairMs(n: Node, d: Drift): Promise<number> {
+  const commands = typeof d.breakIt === 'function' ? await d.breakIt(n.ns) : d.breakIt;
+  for (const cmd of commands) await sh(n.ns, cmd);
   const broken = performance.now();
-  await waitFor(() => d.healthy(ns), {
+  const brokenAt = Date.now();
+  if (d.wholeDevice !== true) {
+    await waitFor(() => d.healthy(n.ns), {
+      timeoutMs: 10_000,
+      what: `repair of ${d.name}`,
+      everyMs: POLL_MS,
+    });
+    return performance.now() - broken;
+  }
+  // Every entry of the device comes back: listing 5,000 routes every 20 ms would take a core of
+  // the two the repair runs on. The kernel is checked every 250 ms instead, and the repair's end
+  // is the last pass that added routes since the break, from the daemon's log (as cold
+  // convergence reads it).
+  await waitFor(() => d.healthy(n.ns), {
     timeoutMs: 10_000,
     what: `repair of ${d.name}`,
-    everyMs: POLL_MS,
+    everyMs: 250,
   });
-  return performance.now() - broken;
+  const passes = (await logLines(n.log)).filter(
+    (l) => l.time >= brokenAt && (l.ops?.['route add'] ?? 0) > 0,
+  );
+  const last = passes.at(-1);
+  if (!last)
+    throw new Error(`bench: ${d.name}: repaired, but no pass since the break added routes`);
+  return last.time - brokenAt;
 }
 
 /** The daemon with no peers (Node + libraries floor), MiB; it is stopped after. */
@@ -508,6 +527,15 @@ async function backendRows(
       value: Math.round(starts.twill),
       unit: 'ms',
     });
+    // what a daemon that did nothing but start and write the raw batch would take: the cold row's
+    // floor, and how much of 1.5x raw it leaves to the store, the lease and the kernel's reading
+    rows.push({
+      suite: 'dataplane',
+      figure: `  floor: Node + twill's code loaded + the raw batch, ${label}`,
+      value: Math.round(starts.twill + raw),
+      unit: 'ms',
+      yardstick: { name: 'raw ip -batch', value: Math.round(raw) },
+    });
     if (floor !== undefined) rows.push(...(await memoryRows(n, { floor, entries, label })));
     // the IPv4 repairs on the IPv4 node, the IPv6 ones on the dual-stack node
     const drifts = DRIFTS.filter(
@@ -517,17 +545,17 @@ async function backendRows(
         (x.masq ?? 'iptables') === mode,
     );
     for (const d of drifts) {
-      const ms = await repairMs(n.ns, d);
+      const ms = await repairMs(n, d);
       // a device's entries are those of its family alone: the IPv6 half on a dual-stack node
-      const floor = d.wholeDevice === true ? (d.ipv6 === true ? raw6 : raw) : undefined;
+      const deviceRaw = d.wholeDevice === true ? (d.ipv6 === true ? raw6 : raw) : undefined;
       rows.push({
         suite: 'dataplane',
         figure: `drift repair: ${d.name}, ${label}, ${entries}`,
         value: Math.round(ms),
         unit: 'ms',
-        ...(floor === undefined
+        ...(deviceRaw === undefined
           ? {}
-          : { yardstick: { name: 'raw ip -batch of its entries', value: Math.round(floor) } }),
+          : { yardstick: { name: 'raw ip -batch of its entries', value: Math.round(deviceRaw) } }),
         target: { text: '≤ 1000 ms', met: ms <= 1000 },
       });
       await new Promise((r) => setTimeout(r, 300));

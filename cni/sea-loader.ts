@@ -1,5 +1,5 @@
 // The twill-cni executable's main script (a Node single-executable application;
-// scripts/build-cni.ts bundles this file into dist/cni-sea/loader.cjs), and at
+// scripts/build-cni.ts bundles this file into dist/cni-sea/sea-loader.cjs), and at
 // build time the maker of the code cache it starts with.
 //
 // In the executable: the plugin's bundle (the executable's asset "plugin") is
@@ -10,12 +10,13 @@
 // cache made by Node's "useCodeCache" holds. It replaced a V8 startup snapshot
 // ("useSnapshot"), which held the same compiled code but cost more to start
 // than it saved: measured on the 2-core development machine on 2026-11-28, an
-// ADD took 196-203 ms with the snapshot, 183-189 with Node's code cache and
-// 176-184 with this one (medians of 15; the snapshot alone, with no script in
-// it, made Node's start 60 ms longer than Node's own).
+// ADD took 201-208 ms with the snapshot, 183-189 with Node's code cache and
+// 179-186 with this one (medians of 15, six runs interleaved; the snapshot
+// alone, with no script in it, made Node's start 60 ms longer than Node's own).
 //
-// At build time, `node loader.cjs BUNDLE CACHE`: compiles BUNDLE with the very
-// same wrapper, runs its `warmUp`, and writes the code cache to CACHE.
+// At build time, `node sea-loader.cjs BUNDLE CACHE` (BUNDLE: main.cjs):
+// compiles BUNDLE with the very same wrapper, runs its `warmUp`, and writes
+// the code cache to CACHE.
 //
 // A cache V8 rejects (another Node built it) costs only speed: the bundle is
 // compiled from its source, and one line on stderr says so (the build checks

@@ -55,7 +55,11 @@ async function main(): Promise<void> {
   await mkdir(WORK, { recursive: true });
   const [plugin, loader] = [await bundle('main'), await bundle('sea-loader')];
   const cache = join(WORK, 'twill-cni.cache');
-  await run(process.execPath, [loader, plugin, cache], { timeoutMs: 120_000 });
+  // V8 accepts a code cache only under the flags it was made with: made, and checked, without
+  // any NODE_OPTIONS of the shell that builds (a container runtime calls the plugin without)
+  await run('env', ['-u', 'NODE_OPTIONS', process.execPath, loader, plugin, cache], {
+    timeoutMs: 120_000,
+  });
   const data = await blob({ loader, plugin, cache });
   await rm(OUT, { force: true });
   await copyFile(process.execPath, OUT);
@@ -63,7 +67,9 @@ async function main(): Promise<void> {
   // node from npm carries symbols and debug info: dropping them saves 18 MB (optional)
   await run('strip', ['--strip-all', OUT], { timeoutMs: 120_000 }).catch(() => undefined);
   await inject(OUT, 'NODE_SEA_BLOB', data, { sentinelFuse: FUSE });
-  const { stderr } = await run('env', ['CNI_COMMAND=VERSION', OUT], { timeoutMs: 30_000 });
+  const { stderr } = await run('env', ['-u', 'NODE_OPTIONS', 'CNI_COMMAND=VERSION', OUT], {
+    timeoutMs: 30_000,
+  });
   if (stderr.includes('code cache was rejected'))
     throw new Error(`build:cni: ${OUT} starts without its code cache: ${stderr.trim()}`);
   const { size } = await stat(OUT);

@@ -70,9 +70,12 @@ export async function applyOps(
   };
   const lane = async (phases: readonly Phase[]): Promise<void> => {
     const mine = batches.filter((b) => phases.includes(b.phase));
-    // batches come in stage order
-    for (const stage of new Set(mine.map((b) => b.stage)))
-      await Promise.all(mine.filter((b) => b.stage === stage).map(runOne));
+    // batches come in stage order; a stage ends when all of its batches have (one aborted still
+    // waits for the others, so no batch outlives the pass)
+    for (const stage of new Set(mine.map((b) => b.stage))) {
+      const ended = await Promise.allSettled(mine.filter((b) => b.stage === stage).map(runOne));
+      for (const e of ended) if (e.status === 'rejected') throw e.reason;
+    }
   };
   const lanes = await Promise.allSettled([lane(LINK_PHASES), lane(MASQ_PHASES)]);
   for (const l of lanes) if (l.status === 'rejected') throw l.reason;

@@ -18,9 +18,10 @@
 // and none is needed).
 // A big plan (a cold start, a device made again: an ip (post) batch of at
 // least SPREAD_MIN_OPS) may be spread over processes that run at once
-// (`ways`, one per core): its neighbours run beside the bridge batch, and its
-// routes, split in `ways` parts, after both, so a route still comes after its
-// neighbour and FDB entry. Each batch carries its stage: a lane runs its
+// (`ways`, one per core): the neighbours of its new routes run beside the
+// bridge batch, and its routes, split in `ways` parts, after both (with the
+// other neighbours), so a route still comes after its neighbour and FDB
+// entry, and a changed neighbour after its FDB entry. Each batch carries its stage: a lane runs its
 // stages in order and the batches of one stage at once (apply.ts).
 import { FORCE_BATCH_ARGS } from '../exec/batch-errors.ts';
 import { isIpv6Device, ROUTE_PROTOCOL, type Op, type Phase, type RouteSpec } from './model.ts';
@@ -149,11 +150,20 @@ export function renderBatches(ops: readonly Op[], o: { ways?: number } = {}): Ba
   const post = inPhase('ip-post');
   const ways = Math.max(1, Math.floor(o.ways ?? 1));
   if (ways > 1 && post.length >= SPREAD_MIN_OPS) {
+    // a neighbour whose route comes in this plan runs beside the FDB batch (the route waits for
+    // both); one for a route already there runs after it, as unspread, so its new MAC never
+    // meets an FDB entry not yet updated
+    const routed = new Set(
+      post.flatMap((op) => (op.kind === 'route' ? [`${op.route.dev} ${op.route.via}`] : [])),
+    );
+    const early = (op: Op): boolean =>
+      op.kind === 'neigh' && routed.has(`${op.neigh.dev} ${op.neigh.ip}`);
+    add('ip-post', 'ip', 1, post.filter(early));
     add(
       'ip-post',
       'ip',
-      1,
-      post.filter((op) => op.kind === 'neigh'),
+      2,
+      post.filter((op) => op.kind === 'neigh' && !early(op)),
     );
     const routes = post.filter((op) => op.kind === 'route');
     const part = Math.ceil(routes.length / ways);

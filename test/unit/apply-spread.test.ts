@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { applyOps } from '../../src/dataplane/apply.ts';
 import type { Op } from '../../src/dataplane/model.ts';
 import { renderBatches, SPREAD_MIN_OPS } from '../../src/dataplane/render.ts';
+import type { KeptBatches } from '../../src/exec/kept-batch.ts';
 import { CommandError, type Runner } from '../../src/exec/runner.ts';
 
 const DEV = 'twill.1';
@@ -85,6 +86,68 @@ describe('a big plan spread over processes', () => {
     expect(lines(2)).toEqual(lines(1));
     for (const b of renderBatches(ops, { ways: 2 }))
       expect(b.input).toBe(`${b.lines.join('\n')}\n`);
+  });
+
+  it('spreads from exactly SPREAD_MIN_OPS ops', () => {
+    // 500 peers with no link delete: 1,000 neighbours and routes
+    const ops = coldOps(500).filter((op) => op.kind !== 'link' || op.action !== 'delete');
+    expect(ops.filter((op) => op.phase === 'ip-post')).toHaveLength(SPREAD_MIN_OPS);
+    expect(shape(ops, 2)).toEqual([
+      'ip 0 1 link set',
+      'bridge 1 500 fdb append',
+      'ip 1 500 neigh replace',
+      'ip 2 250 route add',
+      'ip 2 250 route add',
+    ]);
+  });
+
+  it('runs a neighbour whose route is already there after the FDB batch, beside the routes', () => {
+    // the first 100 peers' routes exist: their neighbours (a new MAC, say) are all the plan has
+    // for them
+    const ops = coldOps(600).filter(
+      (op) => op.kind !== 'route' || !/^10\.100\.\d\.0\/|^10\.100\.[1-9]\d\.0\//.test(op.route.dst),
+    );
+    expect(ops.filter((op) => op.kind === 'route')).toHaveLength(500);
+    const batches = renderBatches(ops, { ways: 2 });
+    const neighStage = (ip: string): number | undefined =>
+      batches.find((b) => b.lines.some((l) => l.startsWith(`neigh replace ${ip} `)))?.stage;
+    expect(neighStage('10.100.0.0')).toBe(2);
+    expect(neighStage('10.100.99.0')).toBe(2);
+    expect(neighStage('10.100.100.0')).toBe(1);
+    expect(neighStage('10.102.87.0')).toBe(1);
+    expect(shape(ops, 2)).toEqual([
+      'ip 0 1 link set',
+      'bridge 1 600 fdb append',
+      'ip 1 500 neigh replace',
+      'ip 2 100 neigh replace',
+      'ip 2 250 route add',
+      'ip 2 250 route add',
+      'ip 3 1 link del',
+    ]);
+  });
+
+  it('never spreads over kept processes: one ip batch after the FDB one', async () => {
+    const ran: string[] = [];
+    const kept = {
+      for: (file: string) =>
+        file === 'ip' || file === 'bridge'
+          ? {
+              run: async (lines: readonly string[]) => {
+                ran.push(`${file} ${lines.length}`);
+                return { stdout: '', stderr: '' };
+              },
+            }
+          : undefined,
+    } as unknown as KeptBatches;
+    const runner: Runner = () => Promise.reject(new Error('no new process with kept ones'));
+    const r = await applyOps(coldOps(600), {
+      runner,
+      signal: new AbortController().signal,
+      kept,
+      ways: 4,
+    });
+    expect(r).toEqual({ batches: 3, failures: [] });
+    expect(ran).toEqual(['ip 1', 'bridge 600', 'ip 1201']);
   });
 
   it('runs a lane stage by stage, a stage’s batches at once; a failing part reports its own line', async () => {
