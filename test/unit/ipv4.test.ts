@@ -51,8 +51,55 @@ describe('parseIpv4', () => {
     '1.2.3.4/32',
     '::1',
     '１.2.3.4',
+    '٣.2.3.4',
+    '1.2.3.',
+    '.1.2.3',
+    '1.2.3.4.',
+    '1000.1.1.1',
+    '1.2.3.-4',
+    '1.2.3.4a',
+    '1.2.3.0004',
+    '1.2.3.04',
+    '255.255.255.256',
+    '1 .2.3.4',
   ])('refuses %j', (text) => {
     expect(parseIpv4(text)).toBeUndefined();
+  });
+
+  // the definition, as a regular expression and per-octet arithmetic: the parser must agree with it
+  // on every string, near-misses included
+  const QUAD = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/;
+  const byDefinition = (text: string): number | undefined =>
+    QUAD.test(text) ? text.split('.').reduce((a, o) => a * 256 + Number(o), 0) : undefined;
+
+  it('agrees with the definition on 20,000 random strings of digits and dots', () => {
+    // a fixed-seed generator (xorshift): the same strings every run
+    let seed = 0x2545f491;
+    const next = (n: number): number => {
+      seed ^= seed << 13;
+      seed ^= seed >>> 17;
+      seed ^= seed << 5;
+      return (seed >>> 0) % n;
+    };
+    const alphabet = '0123456789...25 x';
+    let accepted = 0;
+    for (let i = 0; i < 20_000; i++) {
+      const text =
+        next(2) === 0
+          ? Array.from({ length: next(18) }, () => alphabet[next(alphabet.length)]).join('')
+          : Array.from({ length: 4 }, () => String(next(300)).padStart(next(3) === 0 ? 2 : 1, '0'))
+              .join('.')
+              .slice(0, 15 + next(2));
+      const got = parseIpv4(text);
+      expect(got, JSON.stringify(text)).toBe(byDefinition(text));
+      if (got !== undefined) {
+        accepted++;
+        expect(formatIpv4(got)).toBe(text);
+      }
+    }
+    // both halves were exercised: many strings taken, many refused
+    expect(accepted).toBeGreaterThan(1000);
+    expect(accepted).toBeLessThan(19_000);
   });
 });
 
