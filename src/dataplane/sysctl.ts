@@ -15,7 +15,7 @@
 // link-local address, runs no duplicate address detection and sends no
 // router solicitation, whatever accept_dad and accept_ra say; neighbours on
 // it are permanent entries, so no neighbour discovery crosses the tunnel.
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describeError, TwillError } from '../errors.ts';
 
@@ -80,6 +80,9 @@ export function forwardingSysctls(o: { ipv4?: boolean; ipv6: boolean }): string[
 }
 
 /** `rel` under `dir` ("ipv4/ip_forward") set to 1 when it is not; true when it had to. */
+// Read and written synchronously, as every /proc/sys file here: one answers at once, and a round
+// trip through libuv's thread pool costs more (in a CNI ADD, the only use of the pool: its four
+// threads were started for this one read).
 async function ensureOne(dir: string, rel: string, o: { readOnlyHint?: string }): Promise<boolean> {
   const name = sysctlName(rel);
   // Node's fs messages already name the errno and the path ("EROFS: read-only file system, open
@@ -87,7 +90,7 @@ async function ensureOne(dir: string, rel: string, o: { readOnlyHint?: string })
   const path = join(dir, rel);
   let value: string;
   try {
-    value = (await readFile(path, 'utf8')).trim();
+    value = readFileSync(path, 'utf8').trim();
   } catch (err) {
     throw new TwillError('SYSCTL_FAILED', `cannot read ${name}: ${describeError(err)}`, {
       cause: err,
@@ -95,7 +98,7 @@ async function ensureOne(dir: string, rel: string, o: { readOnlyHint?: string })
   }
   if (value === '1') return false;
   try {
-    await writeFile(path, '1\n');
+    writeFileSync(path, '1\n');
   } catch (err) {
     const hint =
       errnoOf(err) === 'EROFS'
@@ -123,7 +126,7 @@ export async function bridgeNetfilterProblem(
     : ['iptables', 'bridge-nf-call-iptables'];
   let value: string;
   try {
-    value = (await readFile(join(dir, 'bridge', key), 'utf8')).trim();
+    value = readFileSync(join(dir, 'bridge', key), 'utf8').trim();
   } catch {
     return `br_netfilter is not loaded (no ${join(dir, 'bridge')}): pod-to-service traffic on the bridge bypasses ${tool}; run \`modprobe br_netfilter\``;
   }
