@@ -441,14 +441,11 @@ async function runNode(
     peers.handle(ev);
     probe.storeEvent(ev);
   };
-  // the kernel monitors start before the reconciler: their start asks for a full pass (events may
-  // have been missed), and so comes before the first pass's read, which the reconciler begins at
-  // once (a change the read may not show makes that pass read again)
   await runTogether(signal, [
     ['the lease watch', (s) => store.watchLeases({ signal: s, onEvent })],
     ['the lease keeper', (s) => keeper.run(s)],
-    ...kernelWatchers({ deps, opts, choice, netfilter, reconciler, desired, hush, ...families }),
     ['the reconciler', (s) => reconciler.run(s)],
+    ...kernelWatchers({ deps, opts, choice, netfilter, reconciler, desired, hush, ...families }),
   ]);
 }
 

@@ -54,15 +54,7 @@
 // tolerantly read, what a run in the other mode left (twill's iptables chains
 // and jumps, or twill's nftables tables).
 // No pass runs before `ready` (the first complete peer list): a pass on an
-// empty peer set would sweep every peer's entries on a restart. The first
-// full pass's kernel read begins at once, though, while the peers load (a
-// cold start's 5,000 leases take longer to list and admit than the read
-// takes): reading changes nothing, and that pass then diffs and applies
-// against it, unless a kernel event or an outside trigger came after the
-// read began (the kernel monitors start first, so their start's trigger
-// comes before it), the read began over EARLY_READ_MAX_AGE_MS before, or the
-// devices and chains it read for are no longer the desired ones; then the
-// pass reads again.
+// empty peer set would sweep every peer's entries on a restart.
 // A plan of QUIET_MIN_ENTRIES entries or more (a cold start, a device
 // recreated) is applied with `ip monitor` stopped (quietMonitors, monitor.ts'
 // MonitorHush): its thousands of events would be twill's own, and reading them
@@ -87,9 +79,9 @@ import {
   type Pending,
 } from './judge.ts';
 import { chainSpecs, chainSpecs6, diffChain } from './masq.ts';
-import { opLogLabel, type DesiredState, type ObservedState, type Op } from './model.ts';
+import { opLogLabel, type DesiredState, type Op } from './model.ts';
 import type { Touch } from './monitor.ts';
-import { observeNft, nftMasqOps, type NftObserved } from './nft-observe.ts';
+import { observeNft, nftMasqOps } from './nft-observe.ts';
 import { observe, observeChain } from './observe.ts';
 import { opLines } from './render.ts';
 import { monotonicMs } from '../util/clock.ts';
@@ -134,34 +126,9 @@ export interface PassReport {
 export interface PassStages {
   readonly trigger: string;
   readonly waitedMs: number;
-  /**
-   * the kernel read (in the first pass, when read while the peer list was loading: that read, which
-   * `waitedMs` then overlaps; see the loop)
-   */
   readonly observeMs: number;
   readonly applyMs: number;
   readonly spawns: number;
-  /** the first pass used the kernel read made while the peer list was loading (see the loop) */
-  readonly readBeforeReady?: true;
-}
-
-/** One observed pass's kernel read: entries and chains (observe.ts), and twill's nft tables. */
-interface KernelRead {
-  readonly seen: ObservedState;
-  readonly nftSeen: NftObserved | undefined;
-}
-
-/**
- * The first full pass's kernel read, begun while the reconciler waits for `ready` (see the loop),
- * with what makes it usable: the devices and chains' inputs it read for (setupKey), and the kernel
- * news count when it began.
- */
-interface EarlyRead {
-  readonly setup: string;
-  readonly news: number;
-  /** monotonicMs() when it began */
-  readonly at: number;
-  readonly result: Promise<KernelRead & { readonly ms: number; readonly spawns: number }>;
 }
 
 export interface ReconcilerOptions {
@@ -224,14 +191,6 @@ export interface ReconcilerOptions {
  * restarting the monitor and the full pass its restart asks for would cost more than its events.
  */
 export const QUIET_MIN_ENTRIES = 1_000;
-
-/**
- * The first pass's early read (see the loop) stands for its own read only if it began at most this
- * long before: a kernel change that no event reports (there are none in normal operation) is then
- * seen no later than it was when the first read came after `ready`. A store that answers later (an
- * outage at start) leaves the first pass to read for itself.
- */
-export const EARLY_READ_MAX_AGE_MS = 2_000;
 
 /** How long a pass asked for by lease changes alone waits for more (see the loop). */
 const LEASE_SETTLE_MS = 1;
@@ -296,10 +255,6 @@ export class Reconciler {
   private yields = 0;
   /** a resync pass gave way (with the chains or not): it runs right after one delta */
   private resume: { readonly chains: boolean; waited: boolean } | undefined;
-  /** kernel events and outside triggers so far: a read begun before one may have missed it */
-  private news = 0;
-  /** the first pass's kernel read, made while waiting for `ready`; taken by that pass */
-  private early: EarlyRead | undefined;
 
   constructor(o: ReconcilerOptions) {
     this.o = o;
@@ -313,7 +268,6 @@ export class Reconciler {
 
   /** Asks for a full pass (entries and chains). */
   trigger(source: string): void {
-    this.news++;
     this.mark(source, everything);
   }
 
@@ -333,7 +287,6 @@ export class Reconciler {
    * matches the desired state).
    */
   touch(source: string, t: Touch): void {
-    this.news++;
     const work = judge(t, this.known);
     if (work.length > 0)
       this.mark(source, (p) => {
@@ -388,26 +341,36 @@ export class Reconciler {
     this.yieldRead = reading;
     await this.checkForwarding();
     if (o.chains) this.fullDueAt = monotonicMs() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
-    const plan = this.readPlan(want, o.chains);
-    const early = await this.takeEarlyRead(want, o.chains);
+    const leftovers6 = o.chains && !want.masq6 && this.leftovers6;
+    const leftovers4 = o.chains && !want.masq && this.leftovers4;
+    // nftables mode: twill's tables instead of the iptables chains, read alongside
+    const nft = {
+      nftables: this.o.nftables === true,
+      leftovers: o.chains && this.leftoversMode,
+      nftCommand: this.o.nftCommand === true,
+    };
     const readSignal = reading ? AbortSignal.any([signal, reading.signal]) : signal;
-    const read =
-      early ??
-      (await this.readKernel(want, plan, this.runner, readSignal)
-        .catch((err: unknown) => {
-          if (reading?.signal.aborted && !signal.aborted) return undefined;
-          throw err;
-        })
-        .finally(() => (this.yieldRead = undefined)));
-    this.yieldRead = undefined;
-    const { seen, nftSeen } = read ?? {};
+    const read = Promise.all([
+      observe(this.runner, want.vxlan?.name, readSignal, {
+        chains: o.chains && !nft.nftables,
+        ...(want.masq6 ? { ipv6: true, dev6: want.vxlan6?.name } : {}),
+        ...(leftovers6 ? { leftovers6: true } : {}),
+        ...(want.masq ? {} : { ipv4: false }),
+        ...(leftovers4 ? { leftovers4: true } : {}),
+      }),
+      o.chains ? observeNft(this.runner, want, nft, readSignal) : undefined,
+    ]).finally(() => (this.yieldRead = undefined));
+    const [seen, nftSeen] =
+      (await read.catch((err: unknown) => {
+        if (reading?.signal.aborted && !signal.aborted) return undefined;
+        throw err;
+      })) ?? [];
     // it gave way having changed nothing: the kernel is still what the last pass left
     if (seen === undefined) {
       this.known = before;
       return undefined;
     }
     const observed = monotonicMs();
-    const { leftovers6, leftovers4, nft } = plan;
     const ops = [...diff(want, seen), ...(nftSeen ? nftMasqOps(want, nftSeen, nft) : [])];
     const drift = ops.length > 0 && generation === this.convergedGeneration;
     // the kernel was not as twill left it (a device made again, by twill or another program, has a
@@ -431,97 +394,8 @@ export class Reconciler {
         converged: ops.length === 0,
         drift,
       },
-      { started, observed, first: o.first, ...(early ? { early } : {}) },
+      { started, observed, first: o.first },
     );
-  }
-
-  /**
-   * What an observed pass reads besides its own family's entries and chains: what a run of the
-   * other family, or in the other masquerade mode, may have left (first full pass only).
-   */
-  private readPlan(
-    want: DesiredState,
-    chains: boolean,
-  ): {
-    chains: boolean;
-    leftovers6: boolean;
-    leftovers4: boolean;
-    nft: { nftables: boolean; leftovers: boolean; nftCommand: boolean };
-  } {
-    return {
-      chains,
-      leftovers6: chains && !want.masq6 && this.leftovers6,
-      leftovers4: chains && !want.masq && this.leftovers4,
-      // nftables mode: twill's tables instead of the iptables chains, read alongside
-      nft: {
-        nftables: this.o.nftables === true,
-        leftovers: chains && this.leftoversMode,
-        nftCommand: this.o.nftCommand === true,
-      },
-    };
-  }
-
-  /**
-   * Begins the first full pass's kernel read (see the loop): for the devices and chains of the
-   * desired state as it is now, which the peers do not change (setupKey), with processes counted
-   * for that pass.
-   */
-  private beginEarlyRead(signal: AbortSignal): EarlyRead {
-    const want = this.o.desired();
-    const t0 = monotonicMs();
-    let spawns = 0;
-    const runner: Runner = (file, args, opts) => {
-      spawns++;
-      return this.o.runner(file, args, opts);
-    };
-    const result = this.readKernel(want, this.readPlan(want, true), runner, signal).then((r) => ({
-      ...r,
-      ms: monotonicMs() - t0,
-      spawns,
-    }));
-    // a read that fails, or is given up, is not the pass's failure: the pass reads again
-    result.catch(() => undefined);
-    return { setup: setupKey(want), news: this.news, at: t0, result };
-  }
-
-  /**
-   * The early read, once, when it can stand for a full pass's own read now: no kernel event or
-   * outside trigger came since it began (it may not show that change), it began at most
-   * EARLY_READ_MAX_AGE_MS ago, the devices and chains' inputs are the ones it read for, and it
-   * succeeded. Otherwise undefined: the pass reads.
-   */
-  private async takeEarlyRead(
-    want: DesiredState,
-    chains: boolean,
-  ): Promise<Awaited<EarlyRead['result']> | undefined> {
-    const e = this.early;
-    this.early = undefined;
-    if (!e || !chains || e.news !== this.news || e.setup !== setupKey(want)) return undefined;
-    if (monotonicMs() - e.at > EARLY_READ_MAX_AGE_MS) return undefined;
-    const r = await e.result.catch(() => undefined);
-    // an event that came while it was still reading: the kernel may have moved past it
-    return r && e.news === this.news ? r : undefined;
-  }
-
-  /** The kernel read of an observed pass (`plan` from readPlan), with the chains when `chains`. */
-  private async readKernel(
-    want: DesiredState,
-    plan: ReturnType<Reconciler['readPlan']>,
-    runner: Runner,
-    signal: AbortSignal,
-  ): Promise<KernelRead> {
-    const { leftovers6, leftovers4, nft } = plan;
-    const [seen, nftSeen] = await Promise.all([
-      observe(runner, want.vxlan?.name, signal, {
-        chains: plan.chains && !nft.nftables,
-        ...(want.masq6 ? { ipv6: true, dev6: want.vxlan6?.name } : {}),
-        ...(leftovers6 ? { leftovers6: true } : {}),
-        ...(want.masq ? {} : { ipv4: false }),
-        ...(leftovers4 ? { leftovers4: true } : {}),
-      }),
-      plan.chains ? observeNft(runner, want, nft, signal) : undefined,
-    ]);
-    return { seen, nftSeen };
   }
 
   /**
@@ -683,24 +557,16 @@ export class Reconciler {
 
   private finish(
     r: Omit<PassReport, 'at' | 'durationMs' | 'stages'>,
-    t: {
-      started: number;
-      observed: number;
-      first: { source: string; at: number };
-      /** the read made before `ready` that this pass used: its own time and processes count */
-      early?: { ms: number; spawns: number };
-    },
+    t: { started: number; observed: number; first: { source: string; at: number } },
   ): PassReport {
     const now = monotonicMs();
     const applyMs = r.ops.length > 0 ? now - t.observed : 0;
-    const early = t.early;
     const stages: PassStages = {
       trigger: t.first.source,
       waitedMs: t.started - t.first.at,
-      observeMs: early ? early.ms : t.observed - t.started,
+      observeMs: t.observed - t.started,
       applyMs,
-      spawns: this.spawns + (early?.spawns ?? 0),
-      ...(early ? { readBeforeReady: true as const } : {}),
+      spawns: this.spawns,
     };
     // ip_forward is only checked by observed passes; its failure holds for the passes between them
     // too
@@ -710,8 +576,7 @@ export class Reconciler {
       ...r,
       failures,
       at: Date.now(),
-      // with an early read: that read, then the rest of the pass (not the wait between them)
-      durationMs: now - t.started + (early?.ms ?? 0),
+      durationMs: now - t.started,
       stages,
     };
     this.logPass(report, r.failures);
@@ -761,12 +626,7 @@ export class Reconciler {
   }
 
   private async loop(signal: AbortSignal): Promise<void> {
-    if (this.o.ready) {
-      // the first pass's kernel read begins now, while the peers load: reading changes nothing,
-      // and that pass then only diffs and applies (takeEarlyRead says when it reads again)
-      this.early = this.beginEarlyRead(signal);
-      await abortable(this.o.ready, signal);
-    }
+    if (this.o.ready) await abortable(this.o.ready, signal);
     const backoff = new Backoff(200, 5_000);
     let unsettled = 0;
     let chainsUnsettled = 0;
@@ -904,7 +764,6 @@ export class Reconciler {
       observeMs: Math.round(s.observeMs),
       applyMs: Math.round(s.applyMs),
       spawns: s.spawns,
-      ...(s.readBeforeReady ? { readBeforeReady: true } : {}),
     };
     if (failures.length > 0)
       this.o.logger.warn(

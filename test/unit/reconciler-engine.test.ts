@@ -10,12 +10,7 @@
 // fields and the fake kernel, never on the ops themselves.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { desiredState } from '../../src/dataplane/desired.ts';
-import {
-  EARLY_READ_MAX_AGE_MS,
-  QUIET_MIN_ENTRIES,
-  Reconciler,
-  type PassReport,
-} from '../../src/dataplane/reconciler.ts';
+import { QUIET_MIN_ENTRIES, Reconciler, type PassReport } from '../../src/dataplane/reconciler.ts';
 import { CommandError, type RunResult, type Runner } from '../../src/exec/runner.ts';
 import type { Lease } from '../../src/lease/types.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';
@@ -1060,10 +1055,7 @@ describe('the resync timer', () => {
 });
 
 describe('ready', () => {
-  const reads = (l: Loop): string[] => l.host.calls.map((c) => c.cmd).filter((c) => c === LINKS);
-  const writes = (l: Loop): string[] => l.host.calls.map((c) => c.cmd).filter(isBatch);
-
-  it('changes nothing before ready resolves, whatever triggers arrive: no pass, write or sysctl check', async () => {
+  it('runs no pass, process or sysctl check before ready resolves, whatever triggers arrive', async () => {
     const ready = Promise.withResolvers<void>();
     const l = new Loop({ ready: ready.promise });
     loop = l;
@@ -1072,94 +1064,25 @@ describe('ready', () => {
     l.reconciler.leasesChanged();
     l.reconciler.touch('ip', { kind: 'all' });
     await tick(RESYNC * 2);
-    // the first pass's read alone ran: every call a read, nothing written
-    expect(reads(l)).toEqual([LINKS]);
-    expect(writes(l)).toEqual([]);
+    expect(l.host.calls).toEqual([]);
     expect(l.starts).toBe(0);
     expect(l.forwardingChecks).toBe(0);
-    expect(l.host.kernel.routes.size).toBe(0);
     ready.resolve();
     await tick(SETTLE - 1);
     expect(l.starts).toBe(0);
     await tick(1);
     expect(l.reports.map(brief)).toEqual([{ kind: 'full', converged: false, trigger: 'start' }]);
     expect(l.forwardingChecks).toBe(1);
-    // triggers came after that read began: the pass read the kernel again
-    expect(reads(l)).toEqual([LINKS, LINKS]);
-    expect(l.reports[0]?.stages.readBeforeReady).toBeUndefined();
   });
 
-  it('the first pass diffs against the read made while waiting for ready, and reads nothing itself', async () => {
-    const ready = Promise.withResolvers<void>();
-    const l = new Loop({ ready: ready.promise });
-    loop = l;
-    l.host.latencyMs = 5;
-    await tick(EARLY_READ_MAX_AGE_MS - SETTLE - 100);
-    const before = l.host.calls.length;
-    expect(reads(l)).toEqual([LINKS]);
-    expect(writes(l)).toEqual([]);
-    ready.resolve();
-    // up to the first report, before its verification begins
-    for (let ms = 0; ms < 200 && l.reports.length === 0; ms++) await tick(1);
-    const first = l.reports[0];
-    expect(first && brief(first)).toEqual({ kind: 'full', converged: false, trigger: 'start' });
-    expect(first?.stages.readBeforeReady).toBe(true);
-    // the read's own time and processes are the pass's (every call takes 5 ms here)
-    expect(first?.stages.observeMs).toBeGreaterThanOrEqual(5);
-    expect(first?.stages.spawns).toBeGreaterThan(writes(l).length);
-    // what the pass ran: the batches, no read
-    const during = l.host.calls.slice(before).map((c) => c.cmd);
-    expect(during.length).toBeGreaterThan(0);
-    expect(during.filter((c) => !isBatch(c))).toEqual([]);
-    expect(l.host.kernel.routes.has(PEER4_ROUTE)).toBe(true);
-    // its verification reads the kernel anew, and finds it converged
-    await tick(SETTLE + 100);
-    expect(l.reports.map(brief)).toEqual([
-      { kind: 'full', converged: false, trigger: 'start' },
-      { kind: 'full', converged: true, trigger: 'verification' },
-    ]);
-    expect(reads(l)).toEqual([LINKS, LINKS]);
-  });
-
-  it('a kernel event while the early read is still reading makes the first pass read again', async () => {
-    const ready = Promise.withResolvers<void>();
-    const l = new Loop({ ready: ready.promise });
-    loop = l;
-    const held = l.host.hold((c) => c === ROUTES);
-    await tick(0);
-    expect(held.reached).toBe(true);
-    // a route of ours added behind twill's back, after that read began
-    l.reconciler.touch('ip monitor', { kind: 'all' });
-    held.release();
-    ready.resolve();
-    await tick(SETTLE);
-    expect(l.reports.map(brief)).toEqual([{ kind: 'full', converged: false, trigger: 'start' }]);
-    expect(l.reports[0]?.stages.readBeforeReady).toBeUndefined();
-    expect(reads(l)).toEqual([LINKS, LINKS]);
-  });
-
-  it(`a read made more than ${EARLY_READ_MAX_AGE_MS} ms before the first pass is not used: it reads again`, async () => {
-    const ready = Promise.withResolvers<void>();
-    const l = new Loop({ ready: ready.promise });
-    loop = l;
-    await tick(EARLY_READ_MAX_AGE_MS - SETTLE + 1);
-    expect(reads(l)).toEqual([LINKS]);
-    ready.resolve();
-    await tick(SETTLE);
-    expect(l.reports.map(brief)).toEqual([{ kind: 'full', converged: false, trigger: 'start' }]);
-    expect(l.reports[0]?.stages.readBeforeReady).toBeUndefined();
-    expect(reads(l)).toEqual([LINKS, LINKS]);
-  });
-
-  it('an abort before ready ends the loop without a pass or a write', async () => {
+  it('an abort before ready ends the loop without a pass', async () => {
     const l = new Loop({ ready: new Promise(() => undefined) });
     loop = l;
     await tick(RESYNC);
     l.ctl.abort();
     await tick(0);
     expect(l.finished).toBe(true);
-    expect(l.starts).toBe(0);
-    expect(writes(l)).toEqual([]);
+    expect(l.host.calls).toEqual([]);
     expect(vi.getTimerCount()).toBe(0);
   });
 });
