@@ -79,10 +79,12 @@ export function forwardingSysctls(o: { ipv4?: boolean; ipv6: boolean }): string[
   );
 }
 
-/** `rel` under `dir` ("ipv4/ip_forward") set to 1 when it is not; true when it had to. */
-// Read and written synchronously, as every /proc/sys file here: one answers at once, and a round
-// trip through libuv's thread pool costs more (in a CNI ADD, the only use of the pool: its four
-// threads were started for this one read).
+/**
+ * `rel` under `dir` ("ipv4/ip_forward") set to 1 when it is not; true when it had to. Read and
+ * written synchronously, as every /proc/sys file here: one answers at once, and a round trip
+ * through libuv's thread pool costs more (in a CNI ADD, the only use of the pool: its four threads
+ * were started for this one read).
+ */
 async function ensureOne(dir: string, rel: string, o: { readOnlyHint?: string }): Promise<boolean> {
   const name = sysctlName(rel);
   // Node's fs messages already name the errno and the path ("EROFS: read-only file system, open
