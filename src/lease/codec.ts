@@ -45,8 +45,8 @@ export function parseLeaseKey(key: string): KeySubnets {
     );
   }
   if (m[3] === undefined) return { subnet, subnet6: null };
-  const subnet6 = parseCidr6(`${m[3]}/${m[4]}`, { strict: true });
-  if (!subnet6 || canonicalIpv6(m[3]) !== m[3]) {
+  const subnet6 = parseCidr6(`${m[3]}/${m[4]}`, { strict: true, canonical: true });
+  if (!subnet6) {
     invalid(
       `key ${JSON.stringify(key.slice(0, 120))}: ${JSON.stringify(`${m[3]}-${m[4]}`)} is not a canonical IPv6 subnet with no host bits`,
     );

@@ -7,8 +7,8 @@
 // `discoverInterface` does the two reads.
 import { TwillError } from '../errors.ts';
 import { runJson, type Runner } from '../exec/runner.ts';
-import { containsAddr, isIpv4, parseCidr, parseIpv4 } from './ipv4.ts';
-import { canonicalIpv6, containsAddr6, parseCidr6, parseIpv6 } from './ipv6.ts';
+import { containsAddr, isIpv4, parseCidr, parseIpv4, type Cidr } from './ipv4.ts';
+import { canonicalIpv6, containsAddr6, parseCidr6, parseIpv6, type Cidr6 } from './ipv6.ts';
 
 export interface IfaceInfo {
   readonly name: string;
@@ -22,24 +22,44 @@ export interface IfaceInfo {
   readonly networks6?: readonly string[];
 }
 
+/**
+ * An interface's on-link networks parsed, once per list: admission asks of every peer's address,
+ * 5,000 times in a cold start, and the list is the same array each time.
+ */
+const parsedNetworks = new WeakMap<readonly string[], readonly Cidr[]>();
+const parsedNetworks6 = new WeakMap<readonly string[], readonly Cidr6[]>();
+
+function parsedOnce<C>(
+  memo: WeakMap<readonly string[], readonly C[]>,
+  networks: readonly string[],
+  parse: (text: string) => C | undefined,
+): readonly C[] {
+  let parsed = memo.get(networks);
+  if (parsed === undefined) {
+    parsed = networks.flatMap((n) => parse(n) ?? []);
+    memo.set(networks, parsed);
+  }
+  return parsed;
+}
+
 /** True when `ip` lies in one of the interface's on-link networks. */
 export function onLink(iface: Pick<IfaceInfo, 'networks'>, ip: string): boolean {
   const addr = parseIpv4(ip);
   if (addr === undefined) return false;
-  return iface.networks.some((n) => {
-    const cidr = parseCidr(n, { strict: false });
-    return cidr !== undefined && containsAddr(cidr, addr);
-  });
+  const networks = parsedOnce(parsedNetworks, iface.networks, (n) =>
+    parseCidr(n, { strict: false }),
+  );
+  return networks.some((cidr) => containsAddr(cidr, addr));
 }
 
 /** True when the IPv6 address `ip` lies in one of the interface's global IPv6 networks. */
 export function onLink6(iface: Pick<IfaceInfo, 'networks6'>, ip: string): boolean {
   const addr = parseIpv6(ip);
-  if (addr === undefined) return false;
-  return (iface.networks6 ?? []).some((n) => {
-    const cidr = parseCidr6(n, { strict: false });
-    return cidr !== undefined && containsAddr6(cidr, addr);
-  });
+  if (addr === undefined || iface.networks6 === undefined) return false;
+  const networks = parsedOnce(parsedNetworks6, iface.networks6, (n) =>
+    parseCidr6(n, { strict: false }),
+  );
+  return networks.some((cidr) => containsAddr6(cidr, addr));
 }
 
 export interface IfaceChoice {
