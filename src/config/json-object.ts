@@ -5,50 +5,89 @@
 import { TwillError, type ErrorCode } from '../errors.ts';
 
 export class CiObject {
-  private readonly entries = new Map<string, { key: string; value: unknown }>();
-  private readonly seen = new Set<string>();
+  private readonly obj: Record<string, unknown>;
+  /**
+   * The keys by their lower case; undefined while every key is spelled as one of the `known`
+   * names the caller gave (a lease value as flannel and twill write it): a name is then looked up
+   * as spelled, with no index made for each of 5,000 leases.
+   */
+  private index: Map<string, string> | undefined;
+  /** the names asked for, as the getters spelled them */
+  private readonly asked: string[] = [];
 
   readonly where: string;
   private readonly code: ErrorCode;
 
-  /** `where` prefixes every error, e.g. "net-conf.json" or "Backend". */
-  constructor(where: string, obj: Record<string, unknown>, code: ErrorCode) {
+  /**
+   * `where` prefixes every error, e.g. "net-conf.json" or "Backend". `known`: the names the caller
+   * will ask for, no two the same but for case.
+   */
+  constructor(
+    where: string,
+    obj: Record<string, unknown>,
+    code: ErrorCode,
+    known?: ReadonlySet<string>,
+  ) {
     this.where = where;
     this.code = code;
-    for (const [key, value] of Object.entries(obj)) {
-      const lower = key.toLowerCase();
-      const prev = this.entries.get(lower);
-      if (prev)
-        this.fail(`keys "${prev.key}" and "${key}" are the same key (keys are case-insensitive)`);
-      this.entries.set(lower, { key, value });
-    }
+    this.obj = obj;
+    const keys = Object.keys(obj);
+    // keys that are all known names differ from each other in more than case
+    let allKnown = known !== undefined;
+    for (let i = 0; allKnown && i < keys.length; i++) allKnown = known?.has(keys[i] ?? '') === true;
+    if (!allKnown) this.index = this.indexOf(keys);
   }
 
-  static from(where: string, value: unknown, code: ErrorCode): CiObject {
+  private indexOf(keys: readonly string[]): Map<string, string> {
+    const index = new Map<string, string>();
+    for (const key of keys) {
+      const lower = key.toLowerCase();
+      const prev = index.get(lower);
+      if (prev !== undefined)
+        this.fail(`keys "${prev}" and "${key}" are the same key (keys are case-insensitive)`);
+      index.set(lower, key);
+    }
+    return index;
+  }
+
+  static from(
+    where: string,
+    value: unknown,
+    code: ErrorCode,
+    known?: ReadonlySet<string>,
+  ): CiObject {
     if (typeof value !== 'object' || value === null || Array.isArray(value)) {
       throw new TwillError(
         code,
         `${where}: must be a JSON object, got ${JSON.stringify(value) ?? String(value)}`,
       );
     }
-    return new CiObject(where, value as Record<string, unknown>, code);
+    return new CiObject(where, value as Record<string, unknown>, code, known);
+  }
+
+  /** The object's key for `name`, whatever its case; undefined when it has none. */
+  private keyFor(name: string): string | undefined {
+    this.asked.push(name);
+    if (Object.hasOwn(this.obj, name)) return name;
+    // without an index every key is a known name spelled as the caller spells it: only a name
+    // outside `known` can still match one in another case
+    this.index ??= this.indexOf(Object.keys(this.obj));
+    return this.index.get(name.toLowerCase());
   }
 
   fail(message: string): never {
     throw new TwillError(this.code, `${this.where}: ${message}`);
   }
 
-  /** Returns the value (undefined when absent or null) and the key's spelling. */
+  /** Returns the value (undefined when absent or null). */
   get(name: string): unknown {
-    const hit = this.entries.get(name.toLowerCase());
-    this.seen.add(name.toLowerCase());
-    return hit?.value ?? undefined;
+    const key = this.keyFor(name);
+    return key === undefined ? undefined : (this.obj[key] ?? undefined);
   }
 
   has(name: string): boolean {
-    const hit = this.entries.get(name.toLowerCase());
-    this.seen.add(name.toLowerCase());
-    return hit !== undefined && hit.value !== null;
+    const key = this.keyFor(name);
+    return key !== undefined && this.obj[key] !== null;
   }
 
   string(name: string): string | undefined {
@@ -80,8 +119,7 @@ export class CiObject {
 
   /** Keys present in the object that no getter asked for, in their spelling. */
   unknownKeys(): string[] {
-    return [...this.entries.entries()]
-      .filter(([lower]) => !this.seen.has(lower))
-      .map(([, e]) => e.key);
+    const seen = new Set(this.asked.map((name) => name.toLowerCase()));
+    return Object.keys(this.obj).filter((key) => !seen.has(key.toLowerCase()));
   }
 }

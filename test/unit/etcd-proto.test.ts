@@ -361,6 +361,23 @@ describe('known bytes', () => {
     expect(decodeKeyValue(Buffer.from('10ffffffffffffffffff01', 'hex')).createRevision).toBe('-1');
   });
 
+  // a varint is read as a number up to 7 bytes (2^49 - 1) and as a bigint past that
+  it.each([
+    '127',
+    '128',
+    '562949953421311',
+    '562949953421312',
+    '9007199254740993',
+    '9223372036854775807',
+    '-9223372036854775808',
+  ])('reads revision %s, at the edges of a 7-byte varint and past them', (rev) => {
+    const buf = encoded('mvccpb.KeyValue', { key: RAW_KEY, create_revision: rev, version: '1' });
+    const kv = decodeKeyValue(buf);
+    expect(kv.createRevision).toBe(rev);
+    expect(kv.version).toBe('1');
+    expect(kv.key).toEqual(RAW_KEY);
+  });
+
   it('skips fields it does not know, of every wire type', () => {
     // field 15 varint 1, field 14 fixed64, field 13 fixed32, field 12 bytes "xy", then key "k"
     const buf = Buffer.from(
