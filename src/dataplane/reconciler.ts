@@ -642,9 +642,12 @@ export class Reconciler {
       }
       // kernel events come line by line (a device's neighbours go one after another): wait for
       // the rest; a lease change needs no such wait (a store delivers a burst of changes at once,
-      // handled before this timer fires, and more arriving during the pass coalesce into the next)
+      // handled before this timer fires, and more arriving during the pass coalesce into the next),
+      // nor does the first pass, which reads everything anyway and answers no event: its wait was
+      // 10 ms of every cold start
       const onlyLeases = this.pending.leases && isEmpty({ ...this.pending, leases: false });
-      await pause(onlyLeases ? LEASE_SETTLE_MS : (this.o.settleMs ?? 10), signal);
+      const atStart = this.pending.first?.source === 'start';
+      if (!atStart) await pause(onlyLeases ? LEASE_SETTLE_MS : (this.o.settleMs ?? 10), signal);
       const p = this.pending;
       this.pending = nothing();
       // a resync pass that gave way to a lease change (see below) lets one delta go first; it
