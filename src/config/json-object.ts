@@ -33,9 +33,7 @@ export class CiObject {
     this.obj = obj;
     const keys = Object.keys(obj);
     // keys that are all known names differ from each other in more than case
-    let allKnown = known !== undefined;
-    for (let i = 0; allKnown && i < keys.length; i++) allKnown = known?.has(keys[i] ?? '') === true;
-    if (!allKnown) this.index = this.indexOf(keys);
+    if (known === undefined || !keys.every((k) => known.has(k))) this.index = this.indexOf(keys);
   }
 
   private indexOf(keys: readonly string[]): Map<string, string> {

@@ -91,7 +91,6 @@ export function encodeLeaseValue(attrs: LeaseAttrs): string {
   return JSON.stringify(value);
 }
 
-/** Decodes a lease value. Throws LEASE_INVALID naming the field and value. */
 /**
  * A lease value's keys as flannel and twill spell them: a value with no other key is read without
  * a case-insensitive index (json-object.ts), 5,000 times in a cold start.
@@ -106,6 +105,7 @@ const LEASE_KEYS: ReadonlySet<string> = new Set([
 ]);
 const VXLAN_KEYS: ReadonlySet<string> = new Set(['VNI', 'VtepMAC']);
 
+/** Decodes a lease value. Throws LEASE_INVALID naming the field and value. */
 export function decodeLeaseValue(text: string): LeaseAttrs {
   let raw: unknown;
   try {

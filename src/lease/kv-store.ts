@@ -301,8 +301,8 @@ export class KvLeaseStore implements LeaseStore {
     // IPv4 subnet and its pods' addresses. (flannel then takes a random IPv4 subnet as well.)
     const prev = [...replaced.map((r) => r.subnet), req.previous].find(free);
     const prev6 = [...replaced.map((r) => r.subnet6), req.previous6].find(free6);
-    // the keys listed above (but ours, deleted) name no subnet we pick: createDual's check skips
-    // them
+    // no key listed above names a subnet we pick (but ours of an older config, deleted above):
+    // createDual's check for an earlier claim skips them
     const listed = new Set<string>();
     for (const { record } of records) if (!gone.has(record.key)) listed.add(record.key);
     let lost = false;

@@ -29,6 +29,9 @@ export interface IfaceInfo {
 const parsedNetworks = new WeakMap<readonly string[], readonly Cidr[]>();
 const parsedNetworks6 = new WeakMap<readonly string[], readonly Cidr6[]>();
 
+const parseNetwork = (n: string): Cidr | undefined => parseCidr(n, { strict: false });
+const parseNetwork6 = (n: string): Cidr6 | undefined => parseCidr6(n, { strict: false });
+
 function parsedOnce<C>(
   memo: WeakMap<readonly string[], readonly C[]>,
   networks: readonly string[],
@@ -46,9 +49,7 @@ function parsedOnce<C>(
 export function onLink(iface: Pick<IfaceInfo, 'networks'>, ip: string): boolean {
   const addr = parseIpv4(ip);
   if (addr === undefined) return false;
-  const networks = parsedOnce(parsedNetworks, iface.networks, (n) =>
-    parseCidr(n, { strict: false }),
-  );
+  const networks = parsedOnce(parsedNetworks, iface.networks, parseNetwork);
   return networks.some((cidr) => containsAddr(cidr, addr));
 }
 
@@ -56,9 +57,7 @@ export function onLink(iface: Pick<IfaceInfo, 'networks'>, ip: string): boolean 
 export function onLink6(iface: Pick<IfaceInfo, 'networks6'>, ip: string): boolean {
   const addr = parseIpv6(ip);
   if (addr === undefined || iface.networks6 === undefined) return false;
-  const networks = parsedOnce(parsedNetworks6, iface.networks6, (n) =>
-    parseCidr6(n, { strict: false }),
-  );
+  const networks = parsedOnce(parsedNetworks6, iface.networks6, parseNetwork6);
   return networks.some((cidr) => containsAddr6(cidr, addr));
 }
 

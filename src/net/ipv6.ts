@@ -177,7 +177,8 @@ export function parseCidr6(
   if (g === undefined || (opts.canonical === true && formatGroups(g) !== addrText))
     return undefined;
   const addr = groupsValue(g);
-  const base = prefix === 0 ? 0n : (addr >> BigInt(128 - prefix)) << BigInt(128 - prefix);
+  const hostBits = BigInt(128 - prefix);
+  const base = (addr >> hostBits) << hostBits;
   if (opts.strict && base !== addr) return undefined;
   return { base, prefix };
 }

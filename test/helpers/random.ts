@@ -9,3 +9,9 @@ export function random(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/** The same generator as whole numbers: next(n) is one of 0 … n - 1. */
+export function randomBelow(seed: number): (n: number) => number {
+  const next = random(seed);
+  return (n) => Math.floor(next() * n);
+}

@@ -1,6 +1,7 @@
 // Unit tests of the IPv4 helpers: strict dotted quads and CIDRs (leases come
 // from other nodes), block arithmetic and the unicast-host check.
 import { describe, expect, it } from 'vitest';
+import { randomBelow } from '../helpers/random.ts';
 import {
   blockSize,
   containsCidr,
@@ -73,14 +74,8 @@ describe('parseIpv4', () => {
     QUAD.test(text) ? text.split('.').reduce((a, o) => a * 256 + Number(o), 0) : undefined;
 
   it('agrees with the definition on 20,000 random strings of digits and dots', () => {
-    // a fixed-seed generator (xorshift): the same strings every run
-    let seed = 0x2545f491;
-    const next = (n: number): number => {
-      seed ^= seed << 13;
-      seed ^= seed >>> 17;
-      seed ^= seed << 5;
-      return (seed >>> 0) % n;
-    };
+    // a fixed seed: the same strings every run
+    const next = randomBelow(0x2545f491);
     const alphabet = '0123456789...25 x';
     let accepted = 0;
     for (let i = 0; i < 20_000; i++) {
