@@ -116,6 +116,13 @@ function compacted(err: unknown): boolean {
 
 class ListRestart extends Error {}
 
+/** A listing of some keys only, without their values (keysCreatedBetween). */
+interface Only {
+  readonly keysOnly: true;
+  readonly minCreateRevision: bigint;
+  readonly maxCreateRevision: bigint;
+}
+
 function toEntry(kv: KeyValue): KvEntry {
   return {
     key: kv.key.toString('utf8'),
@@ -276,8 +283,34 @@ export class EtcdKv implements Kv {
    * starts over at a fresh revision.
    */
   async list(prefix: string, signal: AbortSignal): Promise<KvListing> {
-    return this.call(`list ${prefix}`, signal, () =>
-      retry(() => this.listOnce(prefix, signal), {
+    return this.listing(`list ${prefix}`, prefix, signal);
+  }
+
+  async keysCreatedBetween(
+    prefix: string,
+    revisions: { readonly after: bigint; readonly before: bigint },
+    signal: AbortSignal,
+  ): Promise<string[]> {
+    // etcd's create-revision bounds are inclusive; one that is 0 is none
+    const only: Only = {
+      keysOnly: true,
+      minCreateRevision: revisions.after + 1n,
+      maxCreateRevision: revisions.before - 1n,
+    };
+    if (only.maxCreateRevision < only.minCreateRevision) return [];
+    const what = `list ${prefix} created after ${revisions.after}`;
+    return (await this.listing(what, prefix, signal, only)).entries.map((e) => e.key);
+  }
+
+  /** listOnce, started over if the snapshot's revision is compacted away under it. */
+  private listing(
+    what: string,
+    prefix: string,
+    signal: AbortSignal,
+    only?: Only,
+  ): Promise<KvListing> {
+    return this.call(what, signal, () =>
+      retry(() => this.listOnce(prefix, signal, only), {
         signal,
         attempts: LIST_ATTEMPTS,
         retryIf: (err) => err instanceof ListRestart,
@@ -286,7 +319,7 @@ export class EtcdKv implements Kv {
     );
   }
 
-  private async listOnce(prefix: string, signal: AbortSignal): Promise<KvListing> {
+  private async listOnce(prefix: string, signal: AbortSignal, only?: Only): Promise<KvListing> {
     const end = prefixEnd(prefix);
     const entries: KvEntry[] = [];
     const skipped: KvSkipped[] = [];
@@ -297,7 +330,7 @@ export class EtcdKv implements Kv {
       signal.throwIfAborted();
       let res;
       try {
-        res = await this.range({ key: from, rangeEnd: end, limit, revision });
+        res = await this.range({ key: from, rangeEnd: end, limit, revision, ...only });
       } catch (err) {
         if (revision && compacted(err))
           throw new ListRestart(

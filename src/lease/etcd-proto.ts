@@ -75,6 +75,10 @@ export interface RangeRequest {
   readonly limit?: Int64 | undefined;
   readonly revision?: Int64 | undefined;
   readonly keysOnly?: boolean | undefined;
+  /** only keys created at or after this revision (0: no bound) */
+  readonly minCreateRevision?: Int64 | undefined;
+  /** only keys created at or before this revision (0: no bound) */
+  readonly maxCreateRevision?: Int64 | undefined;
 }
 
 export function encodeRangeRequest(r: RangeRequest): Buffer {
@@ -84,6 +88,8 @@ export function encodeRangeRequest(r: RangeRequest): Buffer {
     .varint(3, r.limit)
     .varint(4, r.revision)
     .varint(8, r.keysOnly)
+    .varint(12, r.minCreateRevision)
+    .varint(13, r.maxCreateRevision)
     .finish();
 }
 

@@ -301,10 +301,10 @@ export class KvLeaseStore implements LeaseStore {
     // IPv4 subnet and its pods' addresses. (flannel then takes a random IPv4 subnet as well.)
     const prev = [...replaced.map((r) => r.subnet), req.previous].find(free);
     const prev6 = [...replaced.map((r) => r.subnet6), req.previous6].find(free6);
-    // no key listed above names a subnet we pick (but ours of an older config, deleted above):
-    // createDual's check for an earlier claim skips them
-    const listed = new Set<string>();
-    for (const { record } of records) if (!gone.has(record.key)) listed.add(record.key);
+    // no key in the listing names a subnet we pick (but ours of an older config, deleted above:
+    // should it come back, it was created after the listing): createDual's check for an earlier
+    // claim reads only the keys created since
+    const listed = listing.revision;
     let lost = false;
     if (prev && prev6) {
       const written = await this.createDual(
@@ -346,13 +346,13 @@ export class KvLeaseStore implements LeaseStore {
    * "10.244.3.0-24&fd00:0:0:1::-64"), and likewise for one IPv6 subnet. So after creating, the
    * subnets are listed again: when another key that was created first claims one of ours, ours is
    * deleted and the race counts as lost (the caller tries again). Peers admit the first claim
-   * meanwhile (admit.ts), so the loser's brief key routes nothing. `listed`: the keys (without
-   * the prefix) of the listing the subnets were picked from, none of which names them.
+   * meanwhile (admit.ts), so the loser's brief key routes nothing. `listed`: the revision of the
+   * listing the subnets were picked from, none of whose keys names them.
    */
   private async createDual(
     subnets: KeySubnets & { subnet6: Cidr6 },
     attrs: LeaseAttrs,
-    listed: ReadonlySet<string>,
+    listed: bigint,
     signal: AbortSignal,
   ): Promise<Lease | undefined> {
     const lease = await this.create(subnets, attrs, signal);
@@ -368,28 +368,30 @@ export class KvLeaseStore implements LeaseStore {
    * subnets fit the config (aligned blocks of SubnetLen / IPv6SubnetLen), so of the keys that fit
    * it (the only ones `taken` counts) those are the ones that overlap ours; a hostile "0.0.0.0-0"
    * or "10.244.200.0-24&::-0" overlaps every lease but fits no config, and must not make every
-   * acquisition lose. A key in `listed` is not read again: its text, and so the subnets it names,
-   * were judged when ours were picked (a key deleted and created again since names the same ones);
-   * with 5,000 leases, parsing each again cost a dual-stack cold start tens of milliseconds.
+   * acquisition lose. Only keys created after revision `listed` are read: those of a listing at
+   * it were judged when ours were picked (a key deleted and created again since is read again),
+   * and with 5,000 leases, listing every one again cost a dual-stack cold start tens of
+   * milliseconds. Keys only: the key names the subnets.
    */
   private async claimedEarlier(
     lease: Lease,
-    listed: ReadonlySet<string>,
+    listed: bigint,
     signal: AbortSignal,
   ): Promise<string | undefined> {
-    const ours = BigInt(lease.version);
-    const listing = await this.kv.list(this.subnetsPrefix, signal);
-    const earlier = listing.entries.find((e) => {
-      const key = e.key.slice(this.subnetsPrefix.length);
-      if (key === lease.key || listed.has(key)) return false;
-      if (BigInt(e.createRevision ?? e.modRevision) >= ours) return false;
+    const keys = await this.kv.keysCreatedBetween(
+      this.subnetsPrefix,
+      { after: listed, before: BigInt(lease.version) },
+      signal,
+    );
+    const earlier = keys.find((k) => {
+      const key = k.slice(this.subnetsPrefix.length);
       return takenByKey(key).some(
         (other) =>
           (!!lease.subnet && sameCidr(other.subnet, lease.subnet)) ||
           (!!other.subnet6 && !!lease.subnet6 && sameCidr6(other.subnet6, lease.subnet6)),
       );
     });
-    return earlier?.key.slice(this.subnetsPrefix.length);
+    return earlier?.slice(this.subnetsPrefix.length);
   }
 
   async renewLease(lease: Lease, signal: AbortSignal): Promise<Lease> {
@@ -420,7 +422,7 @@ export class KvLeaseStore implements LeaseStore {
         // our IPv4 (or IPv6) subnet under a key with another half. The first claim keeps it, as
         // a taken IPv4-only key does.
         if (!back.subnet6) return back;
-        const holder = await this.claimedEarlier(back, new Set(), signal);
+        const holder = await this.claimedEarlier(back, 0n, signal);
         if (holder === undefined) return back;
         await this.kv.deleteIf(key, back.version, signal);
         throw new TwillError(

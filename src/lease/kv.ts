@@ -77,6 +77,16 @@ export interface Kv {
   readonly description: string;
   get(key: string, signal: AbortSignal): Promise<KvEntry | undefined>;
   list(prefix: string, signal: AbortSignal): Promise<KvListing>;
+  /**
+   * The keys under `prefix` (in key order, without their values) created after revision `after`
+   * and before revision `before`, as of now: what a claim written at `before` must yield to
+   * beyond a listing at `after`, without reading every lease again.
+   */
+  keysCreatedBetween(
+    prefix: string,
+    revisions: { readonly after: bigint; readonly before: bigint },
+    signal: AbortSignal,
+  ): Promise<string[]>;
   /** Writes `key` bound to a fresh TTL only if it is absent; undefined when it exists. */
   create(
     key: string,

@@ -5,9 +5,10 @@ import { parseNetConfig } from '../../src/config/netconf.ts';
 import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import type { Kv } from '../../src/lease/kv.ts';
-import { MemoryKv } from '../helpers/memory-kv.ts';
+import { MemoryKv, shared } from '../helpers/memory-kv.ts';
 import type { LeaseEvent } from '../../src/lease/types.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
+import { keysCreatedContract } from './kv-created.ts';
 import { kvHarness, leaseStoreContract, vxlanAttrs } from './lease-store.ts';
 
 const kv = new MemoryKv();
@@ -22,20 +23,7 @@ leaseStoreContract('memory', () =>
   }),
 );
 
-/** Stores share one MemoryKv; closing a store must not close it for the others. */
-function shared(inner: MemoryKv): Kv {
-  return {
-    description: inner.description,
-    get: (key, signal) => inner.get(key, signal),
-    list: (prefix, signal) => inner.list(prefix, signal),
-    create: (key, value, ttl, signal) => inner.create(key, value, ttl, signal),
-    replace: (o) => inner.replace(o),
-    deleteIf: (key, expected, signal) => inner.deleteIf(key, expected, signal),
-    expiresAt: (key, signal) => inner.expiresAt(key, signal),
-    watch: (prefix, opts) => inner.watch(prefix, opts),
-    close: async () => undefined,
-  };
-}
+keysCreatedContract('memory', async () => shared(kv), '/created-memory');
 
 describe('memory store: re-list on compaction and wipe', () => {
   it('re-lists with a snapshot after a wipe and after falling behind a compaction', async () => {

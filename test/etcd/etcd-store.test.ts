@@ -13,6 +13,7 @@ import { PeerTracker } from '../../src/lease/tracker.ts';
 import type { LeaseAttrs, LeaseEvent, LeaseStore } from '../../src/lease/types.ts';
 import { formatCidr6, parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 import { captureLog } from '../helpers/log.ts';
+import { keysCreatedContract } from '../contract/kv-created.ts';
 import { kvHarness, leaseStoreContract, vxlanAttrs } from '../contract/lease-store.ts';
 import { startEtcd, type EtcdServer } from '../../lab/kit/etcd.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
@@ -21,6 +22,7 @@ import { startProxy } from '../helpers/proxy.ts';
 let etcd: EtcdServer;
 let admin: Etcd3;
 const opened: LeaseStore[] = [];
+const kvs: EtcdKv[] = [];
 const signal = new AbortController().signal;
 
 beforeAll(async () => {
@@ -28,7 +30,7 @@ beforeAll(async () => {
   admin = new Etcd3({ hosts: etcd.endpoint });
 });
 afterAll(async () => {
-  await Promise.all(opened.map((s) => s.close()));
+  await Promise.all([...opened, ...kvs].map((s) => s.close()));
   admin?.close();
   await etcd?.destroy();
 });
@@ -55,6 +57,16 @@ leaseStoreContract('etcd', () =>
     del: async (k) => void (await admin.delete().key(k)),
     get: async (k) => (await admin.get(k).string()) ?? undefined,
   }),
+);
+
+keysCreatedContract(
+  'etcd',
+  async () => {
+    const kv = await EtcdKv.connect({ endpoints: [etcd.endpoint] });
+    kvs.push(kv);
+    return kv;
+  },
+  '/created-etcd',
 );
 
 const NETCONF = '{"Network":"10.30.0.0/16","Backend":{"Type":"vxlan"}}';
@@ -321,6 +333,40 @@ describe('etcd lease store, dual-stack (one key for both families, as flannel wr
     expect(other.key).toMatch(KEY);
     expect(other.key.startsWith('10.31.78.0-24&')).toBe(true);
     expect(other.key).not.toContain('fd00:31:0:4d::');
+  });
+
+  it('yields its previous pair to a key claiming its IPv4 subnet created between its listing and its create', async () => {
+    const prefix = '/dual-race';
+    const kv = await EtcdKv.connect({ endpoints: [etcd.endpoint] });
+    const store = new KvLeaseStore({ kv, prefix });
+    opened.push(store);
+    // another node's key, created after our listing: it names our previous IPv4 subnet with
+    // another IPv6 subnet, so our create-if-absent of the previous pair succeeds all the same
+    const rival = '10.31.90.0-24&fd00:31:0:99::-64';
+    const create = kv.create.bind(kv);
+    const created: string[] = [];
+    kv.create = async (key, value, ttl, s) => {
+      if (created.length === 0) await admin.put(`${prefix}/subnets/${rival}`).value('{}');
+      created.push(key.slice(`${prefix}/subnets/`.length));
+      return create(key, value, ttl, s);
+    };
+    const previous = parseLeaseKey('10.31.90.0-24&fd00:31:0:5a::-64');
+    const lease = await store.acquireLease(
+      {
+        config: dual,
+        attrs: dualAttrs(3),
+        previous: previous.subnet,
+        previous6: previous.subnet6 ?? undefined,
+      },
+      signal,
+    );
+    expect(created[0]).toBe('10.31.90.0-24&fd00:31:0:5a::-64');
+    expect(created).toHaveLength(2);
+    expect(lease.key).toBe(created[1]);
+    expect(lease.key).toMatch(KEY);
+    expect(lease.key.startsWith('10.31.90.0-24&')).toBe(false);
+    // our first key is gone again; the rival's stays
+    expect(await keysUnder(prefix)).toEqual([lease.key, rival].sort());
   });
 
   it('gives 20 concurrent dual-stack acquisitions distinct subnets in both families', async () => {

@@ -99,6 +99,20 @@ export class MemoryKv implements Kv {
     return { entries, skipped: [], revision: this.revision };
   }
 
+  async keysCreatedBetween(
+    prefix: string,
+    revisions: { readonly after: bigint; readonly before: bigint },
+    signal?: AbortSignal,
+  ): Promise<string[]> {
+    const { entries } = await this.list(prefix, signal);
+    return entries
+      .filter((e) => {
+        const created = BigInt(e.createRevision ?? e.modRevision);
+        return created > revisions.after && created < revisions.before;
+      })
+      .map((e) => e.key);
+  }
+
   async create(
     key: string,
     value: string,
@@ -189,4 +203,21 @@ export class MemoryKv implements Kv {
     this.revision += 1n;
     this.publish({ type: 'delete', key });
   }
+}
+
+/** A Kv over `inner` that many stores can share: closing one of them does not close `inner`. */
+export function shared(inner: MemoryKv): Kv {
+  return {
+    description: inner.description,
+    get: (key, signal) => inner.get(key, signal),
+    list: (prefix, signal) => inner.list(prefix, signal),
+    keysCreatedBetween: (prefix, revisions, signal) =>
+      inner.keysCreatedBetween(prefix, revisions, signal),
+    create: (key, value, ttl, signal) => inner.create(key, value, ttl, signal),
+    replace: (o) => inner.replace(o),
+    deleteIf: (key, expected, signal) => inner.deleteIf(key, expected, signal),
+    expiresAt: (key, signal) => inner.expiresAt(key, signal),
+    watch: (prefix, opts) => inner.watch(prefix, opts),
+    close: async () => undefined,
+  };
 }

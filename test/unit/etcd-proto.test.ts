@@ -64,6 +64,8 @@ describe('requests: encoded here, decoded by protobufjs from rpc.proto', () => {
       limit: 200,
       revision: BIG,
       keysOnly: true,
+      minCreateRevision: 7n,
+      maxCreateRevision: BIG,
     });
     expect(decoded('etcdserverpb.RangeRequest', buf)).toEqual({
       key: RAW_KEY,
@@ -71,6 +73,8 @@ describe('requests: encoded here, decoded by protobufjs from rpc.proto', () => {
       limit: '200',
       revision: BIG,
       keys_only: true,
+      min_create_revision: '7',
+      max_create_revision: BIG,
     });
     // proto3 defaults are left out
     expect(decoded('etcdserverpb.RangeRequest', encodeRangeRequest({ key: RAW_KEY }))).toEqual({
