@@ -10,7 +10,8 @@
 // repairs and the memory are the same code as in iptables mode, measured
 // there). Then the same again dual-stack: 5,000 peers with an IPv6 subnet
 // each, so twice the entries, and the IPv6 entries' repair.
-import { readFile } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import { run } from '../src/exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
 import { NetnsLab, nsRun, sweepStaleNetns } from '../lab/kit/netns.ts';
@@ -36,7 +37,7 @@ import {
 } from './node.ts';
 import { waitFor } from '../lab/kit/wait.ts';
 import { twillCommand } from '../lab/kit/twill-command.ts';
-import type { BenchRow, BenchSuite } from './table.ts';
+import { percentile, type BenchRow, type BenchSuite } from './table.ts';
 
 const PEERS = 5_000;
 
@@ -48,8 +49,9 @@ async function rawBatchMs(
   lab: NetnsLab,
   backend: string,
   dualStack: boolean,
+  index: number,
 ): Promise<{ ms: number; ms6: number }> {
-  const ns = await lab.add(`raw-${backend}${dualStack ? '-ds' : ''}`);
+  const ns = await lab.add(`raw-${backend}${dualStack ? '-ds' : ''}-${index}`);
   await run('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
   await run('ip', ['-n', ns, 'addr', 'add', '172.16.0.2/12', 'dev', 'eth0']);
   if (dualStack)
@@ -166,6 +168,32 @@ async function coldConvergence(n: Node): Promise<{ fromStartMs: number; passMs: 
 }
 
 const START_RUNS = 5;
+
+/**
+ * Cold starts per row, and raw batches: one machine's speed moves 10-20 % from minute to minute, so
+ * a single sample of either decides a 1.5x target by chance. The cold row and its yardstick are
+ * each the median of this many.
+ */
+const COLD_RUNS = 3;
+
+/**
+ * Makes the node cold again for the next cold start: the daemon stopped, its kernel state removed
+ * by the product's own uninstall step (`twill run --cleanup`), its lease deleted from etcd and its
+ * subnet.env removed, as on a node that never ran twill; then the daemon started again.
+ */
+async function coldAgain(n: Node, peerKeys: ReadonlySet<string>): Promise<void> {
+  if (n.child) await stopProcess(n.child);
+  await nsRun(n.ns, [...(await twillCommand()), 'run', '--cleanup', '--node-name', 'bench'], {
+    timeoutMs: 120_000,
+  });
+  const ctl = ['etcdctl', '--endpoints', n.etcd.endpoint];
+  const prefix = `${ETCD_PREFIX}/subnets/`;
+  const keys = await sh(n.etcdNs, [...ctl, 'get', '--prefix', '--keys-only', prefix]);
+  for (const key of keys.split('\n').filter(Boolean))
+    if (!peerKeys.has(key.slice(prefix.length))) await sh(n.etcdNs, [...ctl, 'del', key]);
+  await rm(join(n.dir, 'subnet.env'), { force: true });
+  await startTwill(n);
+}
 
 /** Median spawn -> exit of a bare Node and of `twill --version`, in `ns`, with twill's flags. */
 async function startFloorMs(ns: string): Promise<{ node: number; twill: number }> {
@@ -484,21 +512,38 @@ async function backendRows(
     if (mode === 'nftables') await enableNftables(n);
     const floor = mode === 'iptables' ? await floorMiB(n) : undefined;
     await putLeases(n, PEERS);
+    const peerKeys = new Set(
+      Array.from({ length: PEERS }, (_, i) => (dualStack ? peer(i).dualKey : peer(i).key)),
+    );
     await startTwill(n);
-    const cold = await coldConvergence(n);
+    const colds: { fromStartMs: number; passMs: number }[] = [];
+    for (let i = 0; i < COLD_RUNS; i++) {
+      if (i > 0) await coldAgain(n, peerKeys);
+      colds.push(await coldConvergence(n));
+    }
+    const fromStart = colds.map((c) => c.fromStartMs);
+    const passes = colds.map((c) => c.passMs);
+    const cold = { fromStartMs: percentile(fromStart, 50), passMs: percentile(passes, 50) };
     if (mode === 'nftables')
       await waitFor(() => NFT_OK(n.ns), {
         timeoutMs: 10_000,
         what: "twill's nft table",
         everyMs: POLL_MS,
       });
-    const { ms: raw, ms6: raw6 } = await rawBatchMs(rawLab, backend, dualStack);
+    const raws = [];
+    for (let i = 0; i < COLD_RUNS; i++) raws.push(await rawBatchMs(rawLab, backend, dualStack, i));
+    const [rawMs, rawMs6] = [raws.map((r) => r.ms), raws.map((r) => r.ms6)];
+    const [raw, raw6] = [percentile(rawMs, 50), percentile(rawMs6, 50)];
+    // the samples behind the medians, for whoever wonders how far they spread
+    process.stderr.write(
+      `bench: ${label}: cold starts ${fromStart.map(Math.round).join(', ')} ms, passes ${passes.map(Math.round).join(', ')} ms, raw batches ${rawMs.map(Math.round).join(', ')} ms\n`,
+    );
     rows.push({
       suite: 'dataplane',
-      figure: `cold convergence, ${entries}, ${label} (process start → all entries)`,
+      figure: `cold convergence, ${entries}, ${label} (process start → all entries, median of ${COLD_RUNS})`,
       value: Math.round(cold.fromStartMs),
       unit: 'ms',
-      yardstick: { name: 'raw ip -batch', value: Math.round(raw) },
+      yardstick: { name: `raw ip -batch, median of ${COLD_RUNS}`, value: Math.round(raw) },
       target: {
         text: '≤ 1000 ms, ≤ 1.5× raw',
         met: cold.fromStartMs <= 1000 && cold.fromStartMs <= 1.5 * raw,
@@ -506,7 +551,7 @@ async function backendRows(
     });
     rows.push({
       suite: 'dataplane',
-      figure: `  the programming pass alone (observe, diff, apply), ${label}`,
+      figure: `  the programming pass alone (observe, diff, apply), ${label}, median of ${COLD_RUNS}`,
       value: Math.round(cold.passMs),
       unit: 'ms',
       yardstick: { name: 'raw ip -batch', value: Math.round(raw) },
