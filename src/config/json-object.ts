@@ -12,6 +12,8 @@ export class CiObject {
    * as spelled, with no index made for each of 5,000 leases.
    */
   private index: Map<string, string> | undefined;
+  /** the names the caller will ask for (see the constructor) */
+  private readonly known: ReadonlySet<string> | undefined;
   /** the names asked for, as the getters spelled them */
   private readonly asked: string[] = [];
 
@@ -31,6 +33,7 @@ export class CiObject {
     this.where = where;
     this.code = code;
     this.obj = obj;
+    this.known = known;
     const keys = Object.keys(obj);
     // keys that are all known names differ from each other in more than case
     if (known === undefined || !keys.every((k) => known.has(k))) this.index = this.indexOf(keys);
@@ -67,8 +70,10 @@ export class CiObject {
   private keyFor(name: string): string | undefined {
     this.asked.push(name);
     if (Object.hasOwn(this.obj, name)) return name;
-    // without an index every key is a known name spelled as the caller spells it: only a name
-    // outside `known` can still match one in another case
+    // without an index every key is a known name spelled as the caller spells it: a known name
+    // not there as spelled is absent (an IPv4 lease's PublicIPv6), and only a name outside
+    // `known` can still match one in another case
+    if (this.index === undefined && this.known?.has(name)) return undefined;
     this.index ??= this.indexOf(Object.keys(this.obj));
     return this.index.get(name.toLowerCase());
   }

@@ -158,7 +158,11 @@ export class KvLeaseStore implements LeaseStore {
     const key = ownCopy(entry.key.slice(this.subnetsPrefix.length));
     try {
       const { subnet, subnet6 } = parseLeaseKey(key);
-      const bytes = Buffer.byteLength(entry.value, 'utf8');
+      // a UTF-16 unit is at most 3 UTF-8 bytes: a value that short needs no count
+      const bytes =
+        entry.value.length * 3 <= MAX_LEASE_VALUE_BYTES
+          ? 0
+          : Buffer.byteLength(entry.value, 'utf8');
       if (bytes > MAX_LEASE_VALUE_BYTES) {
         throw new TwillError(
           'LEASE_INVALID',

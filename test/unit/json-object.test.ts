@@ -24,6 +24,9 @@ describe.each([
     // every key known: a name in another case is still found
     expect(ci({ PublicIP: 'a', VNI: 1 }).get('PUBLICIP')).toBe('a');
     expect(ci({ PublicIP: 'a', VNI: 1 }).has('vni')).toBe(true);
+    // and a known name that is not there, in any case, is absent
+    expect(ci({ PublicIP: 'a', VNI: 1 }).get('BackendType')).toBeUndefined();
+    expect(ci({ PublicIP: 'a', backendTYPE: 'x' }).get('BackendType')).toBe('x');
   });
 
   it('refuses two keys that differ only in case, whichever is known', () => {
