@@ -390,8 +390,10 @@ export class EtcdKv implements Kv {
 
   /**
    * Puts `key` if it is absent (no modRevision) or at `modRevision`, bound to
-   * a new TTL lease (revoked when the compare fails). On success the old
-   * record's etcd lease, which now holds nothing of ours, is revoked too.
+   * a new TTL lease (revoked when the compare fails, unless the key already
+   * holds it: our own put, committed on a try whose reply was lost). On
+   * success the old record's etcd lease, which now holds nothing of ours, is
+   * revoked too.
    */
   private async guardedPut(o: {
     key: string;
@@ -417,6 +419,16 @@ export class EtcdKv implements Kv {
         ],
       });
       if (!res.succeeded) {
+        // The compare also fails when this very put committed on an earlier try whose reply was
+        // lost (a leader killed mid-call: the call is tried again on the next member): the key
+        // is then bound to our new lease, and revoking it would delete the record just written.
+        const now = (await this.range({ key: enc(o.key) })).kvs[0];
+        if (now?.lease === granted.id) {
+          return {
+            entry: { key: o.key, value: o.value, modRevision: now.modRevision },
+            expiresAt: granted.expiresAt,
+          };
+        }
         await this.revoke(granted.id);
         return undefined;
       }

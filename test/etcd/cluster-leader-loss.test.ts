@@ -163,7 +163,7 @@ for (const victim of ['leader', 'follower'] as const) {
             lines
               .filter((l) => /own lease lost|lease acquired|twill starting/.test(l.msg))
               .map((l) => l.msg),
-            `node-${i + 1}`,
+            `node-${i + 1}; ${context}`,
           ).toEqual([]);
         }
 

@@ -17,6 +17,7 @@ import { keysCreatedContract } from '../contract/kv-created.ts';
 import { kvHarness, leaseStoreContract, vxlanAttrs } from '../contract/lease-store.ts';
 import { startEtcd, type EtcdServer } from '../../lab/kit/etcd.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
+import { pause } from '../../src/util/abort.ts';
 import { startProxy } from '../helpers/proxy.ts';
 
 let etcd: EtcdServer;
@@ -91,6 +92,53 @@ function collect(store: LeaseStore): {
 }
 
 describe('etcd lease store under failure', () => {
+  it('keeps a record whose put committed on a try whose reply was lost (the retry compares in vain)', async () => {
+    // A leader killed mid-call: the transaction commits, its reply is lost, and the call is tried
+    // again on the next member, where the compare fails because of that very write. The new
+    // lease then holds the key: revoking it, as a failed compare does, would delete the record.
+    const kv = await EtcdKv.connect({ endpoints: [etcd.endpoint] });
+    kvs.push(kv);
+    type Txn = (req: unknown) => Promise<unknown>;
+    const inside = kv as unknown as { txn: Txn };
+    const txn = inside.txn.bind(kv);
+    let twice = true;
+    inside.txn = async (req) => {
+      if (!twice) return txn(req);
+      twice = false;
+      await txn(req);
+      return txn(req);
+    };
+    const key = '/lost-reply/subnets/10.30.9.0-24';
+    const created = await kv.create(key, '{"PublicIP":"192.0.2.9"}', 60, signal);
+    expect(created?.entry.modRevision).toBe(
+      String((await admin.get(key).exec()).kvs[0]?.mod_revision),
+    );
+    twice = true;
+    const replaced = await kv.replace({
+      key,
+      value: '{"PublicIP":"192.0.2.9","n":2}',
+      expected: created?.entry.modRevision ?? '',
+      ttlSeconds: 60,
+      signal,
+    });
+    expect(replaced).toBeDefined();
+    // the record stays, bound to a live lease, long after the revokes would have run
+    await pause(300);
+    expect(await admin.get(key).string()).toBe('{"PublicIP":"192.0.2.9","n":2}');
+    expect(await kv.expiresAt(key, signal)).toBeGreaterThan(Date.now() + 30_000);
+    // a compare that fails for another writer's change still writes nothing and keeps nothing
+    twice = false;
+    const stale = await kv.replace({
+      key,
+      value: '{"PublicIP":"192.0.2.99"}',
+      expected: created?.entry.modRevision ?? '',
+      ttlSeconds: 60,
+      signal,
+    });
+    expect(stale).toBeUndefined();
+    expect(await admin.get(key).string()).toBe('{"PublicIP":"192.0.2.9","n":2}');
+  });
+
   it('gives 50 concurrent acquisitions 50 distinct subnets', async () => {
     const prefix = '/fifty';
     await admin.put(`${prefix}/config`).value(NETCONF);
