@@ -36,8 +36,9 @@ const neighKey = (n: NeighSpec): string => n.ip;
 const fdbKey = (f: FdbSpec): string => f.dst;
 
 /**
- * Peers changed at once past which a delta pass indexes its state anew: each change moves the
- * entries after it in the sorted arrays, a rebuild sorts entries that are mostly in order.
+ * Peers gone and come at once (a changed peer counts twice: its old entries go, its new ones come)
+ * past which a delta pass indexes its state anew: each moves the entries after it in the sorted
+ * arrays, where a rebuild sorts them once.
  */
 const REINDEX_CHANGES = 64;
 

@@ -299,6 +299,7 @@ export class EtcdKv implements Kv {
     };
     if (only.maxCreateRevision < only.minCreateRevision) return [];
     const what = `list ${prefix} created after ${revisions.after}`;
+    // keys only: no reply is too large for one key, so none is skipped
     return (await this.listing(what, prefix, signal, only)).entries.map((e) => e.key);
   }
 
@@ -347,8 +348,9 @@ export class EtcdKv implements Kv {
           key: from,
           rangeEnd: end,
           limit: 1,
-          keysOnly: true,
           revision,
+          ...only,
+          keysOnly: true,
         });
         const kv = head.kvs[0];
         if (!kv) throw err;
@@ -422,6 +424,8 @@ export class EtcdKv implements Kv {
         // The compare also fails when this very put committed on an earlier try whose reply was
         // lost (a leader killed mid-call: the call is tried again on the next member): the key
         // is then bound to our new lease, and revoking it would delete the record just written.
+        // (The old record's etcd lease is then not revoked, its id being in the lost reply: it
+        // holds nothing and runs out with its TTL.)
         const now = (await this.range({ key: enc(o.key) })).kvs[0];
         if (now?.lease === granted.id) {
           return {

@@ -348,10 +348,10 @@ export class KvLeaseStore implements LeaseStore {
    * `create` for a dual-stack pair. Create-if-absent guards one key, but two nodes racing for one
    * IPv4 subnet with different IPv6 subnets write two keys ("10.244.3.0-24&fd00::-64" and
    * "10.244.3.0-24&fd00:0:0:1::-64"), and likewise for one IPv6 subnet. So after creating, the
-   * subnets are listed again: when another key that was created first claims one of ours, ours is
-   * deleted and the race counts as lost (the caller tries again). Peers admit the first claim
-   * meanwhile (admit.ts), so the loser's brief key routes nothing. `listed`: the revision of the
-   * listing the subnets were picked from, none of whose keys names them.
+   * keys created since the listing are read: when another key that was created first claims one
+   * of ours, ours is deleted and the race counts as lost (the caller tries again). Peers admit the
+   * first claim meanwhile (admit.ts), so the loser's brief key routes nothing. `listed`: the
+   * revision of the listing the subnets were picked from, none of whose keys names them.
    */
   private async createDual(
     subnets: KeySubnets & { subnet6: Cidr6 },
@@ -382,9 +382,12 @@ export class KvLeaseStore implements LeaseStore {
     listed: bigint,
     signal: AbortSignal,
   ): Promise<string | undefined> {
+    const ours = BigInt(lease.version);
+    // a store wiped or restored since the listing counts revisions anew: read every key then
+    const after = ours > listed ? listed : 0n;
     const keys = await this.kv.keysCreatedBetween(
       this.subnetsPrefix,
-      { after: listed, before: BigInt(lease.version) },
+      { after, before: ours },
       signal,
     );
     const earlier = keys.find((k) => {

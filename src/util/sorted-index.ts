@@ -11,8 +11,9 @@ export class SortedIndex<T> {
   constructor(items: readonly T[], keyOf: (t: T) => string) {
     this.keyOf = keyOf;
     this.items = items.slice();
-    // TimSort: input already in order, or nearly (the desired state lists peers in their leases'
-    // key order), costs about one comparison an entry
+    // stable (values under one key keep their order); input already in order costs about one
+    // comparison an entry (the desired state's IPv4 routes and neighbours, listed in their leases'
+    // key order), other input n log n (FDB entries by public IP, IPv6 destinations)
     this.items.sort((a, b) => compare(keyOf(a), keyOf(b)));
   }
 

@@ -112,4 +112,35 @@ describe('memory store: the acquisition primes the first list', () => {
     await second;
     await own.close();
   });
+
+  it('lists every lease once for a dual-stack acquisition too: the earlier-claim check reads only the keys created since', async () => {
+    const own = new MemoryKv();
+    const calls = { lists: 0, created: 0 };
+    const counted: Kv = {
+      ...shared(own),
+      list: (p, s) => (calls.lists++, own.list(p, s)),
+      keysCreatedBetween: (p, r, s) => (calls.created++, own.keysCreatedBetween(p, r, s)),
+    };
+    const store = new KvLeaseStore({ kv: counted, prefix: '/d' });
+    const text =
+      '{"Network":"10.10.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10::/56","Backend":{"Type":"vxlan"}}';
+    own.putRaw('/d/config', text);
+    for (let n = 2; n < 6; n++)
+      own.putRaw(`/d/subnets/10.10.${n}.0-24&fd00:10:0:${n}::-64`, encodeLeaseValue(vxlanAttrs(n)));
+    const lease = await store.acquireLease(
+      {
+        config: parseNetConfig(text),
+        attrs: {
+          ...vxlanAttrs(1),
+          publicIpv6: 'fd00:56::1',
+          backendData6: vxlanAttrs(1).backendData,
+        },
+        previous: undefined,
+      },
+      new AbortController().signal,
+    );
+    expect(lease.subnet6).toBeDefined();
+    expect(calls).toEqual({ lists: 1, created: 1 });
+    await own.close();
+  });
 });

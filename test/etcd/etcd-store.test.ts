@@ -36,6 +36,13 @@ afterAll(async () => {
   await etcd?.destroy();
 });
 
+/** An EtcdKv of its own on the test's etcd, closed after the file. */
+async function openKv(): Promise<EtcdKv> {
+  const kv = await EtcdKv.connect({ endpoints: [etcd.endpoint] });
+  kvs.push(kv);
+  return kv;
+}
+
 async function openStore(o: {
   prefix: string;
   ttlSeconds?: number;
@@ -60,15 +67,7 @@ leaseStoreContract('etcd', () =>
   }),
 );
 
-keysCreatedContract(
-  'etcd',
-  async () => {
-    const kv = await EtcdKv.connect({ endpoints: [etcd.endpoint] });
-    kvs.push(kv);
-    return kv;
-  },
-  '/created-etcd',
-);
+keysCreatedContract('etcd', openKv, '/created-etcd');
 
 const NETCONF = '{"Network":"10.30.0.0/16","Backend":{"Type":"vxlan"}}';
 const config = parseNetConfig(NETCONF);
@@ -96,8 +95,7 @@ describe('etcd lease store under failure', () => {
     // A leader killed mid-call: the transaction commits, its reply is lost, and the call is tried
     // again on the next member, where the compare fails because of that very write. The new
     // lease then holds the key: revoking it, as a failed compare does, would delete the record.
-    const kv = await EtcdKv.connect({ endpoints: [etcd.endpoint] });
-    kvs.push(kv);
+    const kv = await openKv();
     type Txn = (req: unknown) => Promise<unknown>;
     const inside = kv as unknown as { txn: Txn };
     const txn = inside.txn.bind(kv);
@@ -385,9 +383,8 @@ describe('etcd lease store, dual-stack (one key for both families, as flannel wr
 
   it('yields its previous pair to a key claiming its IPv4 subnet created between its listing and its create', async () => {
     const prefix = '/dual-race';
-    const kv = await EtcdKv.connect({ endpoints: [etcd.endpoint] });
+    const kv = await openKv();
     const store = new KvLeaseStore({ kv, prefix });
-    opened.push(store);
     // another node's key, created after our listing: it names our previous IPv4 subnet with
     // another IPv6 subnet, so our create-if-absent of the previous pair succeeds all the same
     const rival = '10.31.90.0-24&fd00:31:0:99::-64';

@@ -70,6 +70,30 @@ describe('delta passes over the peers that changed', () => {
     });
   }
 
+  it('indexes anew when many peers change at once, and the index is the same', () => {
+    const memo: EntriesMemo = { entries: new WeakMap() };
+    const state = (from: number) =>
+      desiredState(
+        backendInput({
+          backend: 'vxlan',
+          ipv6: true,
+          peers: Array.from({ length: 40 }, (_, i) =>
+            peerLease(from + i, { vxlan: true, ipv6: true }),
+          ),
+        }),
+        memo,
+      );
+    const before = state(4);
+    const after = state(44);
+    const delta = peerDelta(before, after);
+    if (!delta) throw new Error('both states have their per-peer view');
+    // 40 gone and 40 come: past the in-place limit
+    expect(delta.gone.length + delta.came.length).toBe(80);
+    const known = reindexDesired(indexDesired(before, 0), delta, after, 1);
+    expect(indexes(known)).toEqual(indexes(indexDesired(after, 1)));
+    expect(known.routes.size).toBe(80);
+  });
+
   it('a state without its per-peer view gives no delta (the whole diff decides)', () => {
     const a = desiredState(
       backendInput({ backend: 'vxlan', peers: [peerLease(4, { vxlan: true })] }),
