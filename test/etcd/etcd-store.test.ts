@@ -111,14 +111,17 @@ describe('etcd lease store under failure', () => {
     expect(created?.entry.modRevision).toBe(
       String((await admin.get(key).exec()).kvs[0]?.mod_revision),
     );
+    // a replace of the created record, at its first revision
+    const replace = (value: string) =>
+      kv.replace({
+        key,
+        value,
+        expected: created?.entry.modRevision ?? '',
+        ttlSeconds: 60,
+        signal,
+      });
     twice = true;
-    const replaced = await kv.replace({
-      key,
-      value: '{"PublicIP":"192.0.2.9","n":2}',
-      expected: created?.entry.modRevision ?? '',
-      ttlSeconds: 60,
-      signal,
-    });
+    const replaced = await replace('{"PublicIP":"192.0.2.9","n":2}');
     expect(replaced).toBeDefined();
     // the record stays, bound to a live lease, long after the revokes would have run
     await pause(300);
@@ -126,13 +129,7 @@ describe('etcd lease store under failure', () => {
     expect(await kv.expiresAt(key, signal)).toBeGreaterThan(Date.now() + 30_000);
     // a compare that fails for another writer's change still writes nothing and keeps nothing
     twice = false;
-    const stale = await kv.replace({
-      key,
-      value: '{"PublicIP":"192.0.2.99"}',
-      expected: created?.entry.modRevision ?? '',
-      ttlSeconds: 60,
-      signal,
-    });
+    const stale = await replace('{"PublicIP":"192.0.2.99"}');
     expect(stale).toBeUndefined();
     expect(await admin.get(key).string()).toBe('{"PublicIP":"192.0.2.9","n":2}');
   });
