@@ -14,6 +14,7 @@ import { chainSpecs, chainSpecs6, diffChain, noChainSpecs, noChainSpecs6 } from 
 import {
   type DesiredState,
   type LinkSetting,
+  type ObservedChains,
   type ObservedLink,
   type ObservedState,
   type Op,
@@ -306,11 +307,6 @@ export function assumedWithout(want: DesiredState, r: Repairs): ObservedState {
 export function diff(want: DesiredState, seen: ObservedState): Op[] {
   const devices = devicesOf(want);
   const links = diffLinks(devices, seen);
-  // IPv4 off (IPv6 only): iptables chains that were read (the first pass after a start) must not
-  // exist
-  const chains = want.masq ? chainSpecs(want.masq) : noChainSpecs();
-  // IPv6 off: ip6tables chains that were read (the first pass after a start) must not exist
-  const chains6 = want.masq6 ? chainSpecs6(want.masq6) : noChainSpecs6();
   // a device that is (re)created comes back without the routes it carried
   const routes =
     links.fresh.size > 0 ? seen.routes.filter((r) => !links.fresh.has(r.dev)) : seen.routes;
@@ -332,10 +328,20 @@ export function diff(want: DesiredState, seen: ObservedState): Op[] {
     ...neighOps.filter(post),
     ...routeOps.filter(post),
     ...links.ops.filter(post),
-    // iptables' chains only when they were read
+    ...diffChains(want, seen),
+  ];
+}
+
+/** The chains' part of `diff`: the iptables and ip6tables chains, each only when it was read. */
+export function diffChains(want: DesiredState, seen: ObservedChains): Op[] {
+  // IPv4 off (IPv6 only): iptables chains that were read (the first pass after a start) must not
+  // exist
+  const chains = want.masq ? chainSpecs(want.masq) : noChainSpecs();
+  // IPv6 off: ip6tables chains that were read (the first pass after a start) must not exist
+  const chains6 = want.masq6 ? chainSpecs6(want.masq6) : noChainSpecs6();
+  return [
     ...(seen.postrouting ? diffChain(chains.postrouting, seen.postrouting) : []),
     ...(seen.forward ? diffChain(chains.forward, seen.forward) : []),
-    // ip6tables' chains only when they were read
     ...(seen.postrouting6 ? diffChain(chains6.postrouting, seen.postrouting6) : []),
     ...(seen.forward6 ? diffChain(chains6.forward, seen.forward6) : []),
   ];

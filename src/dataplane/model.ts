@@ -223,6 +223,12 @@ export interface ObservedState {
   readonly bridgeAddrs?: readonly ObservedAddr[];
 }
 
+/** twill's chains of an observed state: what a full pass reads in the masquerade's lane. */
+export type ObservedChains = Pick<
+  ObservedState,
+  'postrouting' | 'forward' | 'postrouting6' | 'forward6'
+>;
+
 export type OpAction = 'add' | 'change' | 'delete';
 
 /**

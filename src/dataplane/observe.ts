@@ -18,6 +18,7 @@ import {
   ROUTE_PROTOCOL,
   type ObservedAddr,
   type ObservedChain,
+  type ObservedChains,
   type ObservedFdb,
   type ObservedLink,
   type ObservedNeigh,
@@ -317,20 +318,15 @@ export async function observe(
       return none;
     });
   const read6 = ipv6 || leftovers6;
-  const read4 = ipv4 || leftovers4;
-  // a family that is on is read as always; its leftovers (the family off) tolerantly
-  const chains = (v6: boolean, on: boolean): Promise<OwnChains | undefined> =>
-    readOwnChains(runner, { ipv6: v6, policy: on ? 'strict' : 'tolerant' }, signal);
   const dev4 = ipv4 ? dev : undefined;
-  const [routes, routes6, neighs, neighs6, fdb, fdb6, chains4, chains6] = await Promise.all([
+  const [routes, routes6, neighs, neighs6, fdb, fdb6, chains] = await Promise.all([
     ipv4 ? routesOf([]) : leftovers4 ? tolerant(routesOf([]), []) : [],
     ipv6 ? routesOf(['-6']) : leftovers6 ? tolerant(routesOf(['-6']), []) : [],
     ofDevice(dev4, neighsOf),
     ofDevice(dev6, neighsOf),
     ofDevice(dev4, fdbOf),
     ofDevice(dev6, fdbOf),
-    o.chains && read4 ? chains(false, ipv4) : undefined,
-    o.chains && read6 ? chains(true, ipv6) : undefined,
+    o.chains ? observeChains(runner, signal, o) : NOT_READ,
   ]);
   const gone = (x: { dev: string }): boolean => vanished.has(x.dev);
   return {
@@ -338,10 +334,38 @@ export async function observe(
     routes: read6 ? [...routes, ...routes6] : routes,
     neighs: [...neighs, ...neighs6].filter((n) => !gone(n)),
     fdb: [...fdb, ...fdb6].filter((f) => !gone(f)),
+    ...chains,
+    bridgeAddrs: parseBridgeAddrs(all),
+  };
+}
+
+/** No chain read: each is left as it is. */
+export const NOT_READ: ObservedChains = { postrouting: undefined, forward: undefined };
+
+/**
+ * The chains part of `observe` alone (its options but `chains`): a full pass reads them in the
+ * masquerade's lane, after the entries' batches have started.
+ */
+export async function observeChains(
+  runner: Runner,
+  signal: AbortSignal,
+  o: Omit<ObserveOptions, 'chains' | 'dev6'>,
+): Promise<ObservedChains> {
+  const ipv6 = o.ipv6 === true;
+  const ipv4 = o.ipv4 !== false;
+  const read6 = ipv6 || o.leftovers6 === true;
+  const read4 = ipv4 || o.leftovers4 === true;
+  // a family that is on is read as always; its leftovers (the family off) tolerantly
+  const chains = (v6: boolean, on: boolean): Promise<OwnChains | undefined> =>
+    readOwnChains(runner, { ipv6: v6, policy: on ? 'strict' : 'tolerant' }, signal);
+  const [chains4, chains6] = await Promise.all([
+    read4 ? chains(false, ipv4) : undefined,
+    read6 ? chains(true, ipv6) : undefined,
+  ]);
+  return {
     postrouting: chains4?.postrouting,
     forward: chains4?.forward,
     ...(read6 ? { postrouting6: chains6?.postrouting, forward6: chains6?.forward } : {}),
-    bridgeAddrs: parseBridgeAddrs(all),
   };
 }
 

@@ -5,7 +5,11 @@
 //            the safety-net timer, when a monitor (re)starts, after a
 //            failure. One that changed something is followed by a
 //            verification pass; the state is converged when a pass finds
-//            nothing to do.
+//            nothing to do. It runs in two lanes, as apply.ts does: the
+//            entries (links, routes, neighbours, FDB) are read, diffed and
+//            their batches started first; only then are the chains (or nft
+//            tables) read, diffed and rewritten, so a cold start's 5,000
+//            routes wait for no iptables run.
 //   entries  the same without the chains (which depend on our own lease
 //            only): for kernel events about links, addresses or anything
 //            twill cannot pin down.
@@ -66,7 +70,7 @@ import type { Feeder, Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { abortable, Backoff, pause, quietOnAbort } from '../util/abort.ts';
 import { applyOps, type ApplyResult } from './apply.ts';
-import { assumedFrom, assumedWithout, diff, peerDelta } from './diff.ts';
+import { assumedFrom, assumedWithout, diff, diffChains, peerDelta } from './diff.ts';
 import {
   everything,
   indexDesired,
@@ -81,8 +85,8 @@ import {
 import { chainSpecs, chainSpecs6, diffChain } from './masq.ts';
 import { opLogLabel, type DesiredState, type Op } from './model.ts';
 import type { Touch } from './monitor.ts';
-import { observeNft, nftMasqOps } from './nft-observe.ts';
-import { observe, observeChain } from './observe.ts';
+import { observeNft, nftMasqOps, type NftReadOptions } from './nft-observe.ts';
+import { NOT_READ, observe, observeChain, observeChains, type ObserveOptions } from './observe.ts';
 import { opLines } from './render.ts';
 import { monotonicMs } from '../util/clock.ts';
 
@@ -95,6 +99,9 @@ function setupKey(want: DesiredState): string {
     typeof v === 'bigint' ? v.toString() : v,
   );
 }
+
+/** What a plan with nothing to apply returns. */
+const NO_APPLY: ApplyResult = { batches: 0, failures: [] };
 
 export type PassKind = 'full' | 'entries' | 'delta' | 'repair' | 'chains';
 
@@ -350,33 +357,50 @@ export class Reconciler {
       nftCommand: this.o.nftCommand === true,
     };
     const readSignal = reading ? AbortSignal.any([signal, reading.signal]) : signal;
-    const read = Promise.all([
-      observe(this.runner, want.vxlan?.name, readSignal, {
-        chains: o.chains && !nft.nftables,
-        ...(want.masq6 ? { ipv6: true, dev6: want.vxlan6?.name } : {}),
-        ...(leftovers6 ? { leftovers6: true } : {}),
-        ...(want.masq ? {} : { ipv4: false }),
-        ...(leftovers4 ? { leftovers4: true } : {}),
-      }),
-      o.chains ? observeNft(this.runner, want, nft, readSignal) : undefined,
-    ]).finally(() => (this.yieldRead = undefined));
-    const [seen, nftSeen] =
-      (await read.catch((err: unknown) => {
-        if (reading?.signal.aborted && !signal.aborted) return undefined;
-        throw err;
-      })) ?? [];
+    const families = {
+      ...(want.masq6 ? { ipv6: true } : {}),
+      ...(leftovers6 ? { leftovers6: true } : {}),
+      ...(want.masq ? {} : { ipv4: false }),
+      ...(leftovers4 ? { leftovers4: true } : {}),
+    };
+    // the entries' lane reads alone: the masquerade's reads (a dozen iptables or nft runs) wait
+    // until the entries' batches have started, off a cold start's path (its 5,000 routes are the
+    // kernel's longest work)
+    const read = observe(this.runner, want.vxlan?.name, readSignal, {
+      chains: false,
+      ...families,
+      ...(want.masq6 ? { dev6: want.vxlan6?.name } : {}),
+    }).finally(() => (this.yieldRead = undefined));
+    const seen = await read.catch((err: unknown) => {
+      if (reading?.signal.aborted && !signal.aborted) return undefined;
+      throw err;
+    });
     // it gave way having changed nothing: the kernel is still what the last pass left
     if (seen === undefined) {
       this.known = before;
       return undefined;
     }
     const observed = monotonicMs();
-    const ops = [...diff(want, seen), ...(nftSeen ? nftMasqOps(want, nftSeen, nft) : [])];
-    const drift = ops.length > 0 && generation === this.convergedGeneration;
+    const entryOps = diff(want, seen);
     // the kernel was not as twill left it (a device made again, by twill or another program, has a
     // new index, which the kept processes would not know): they start afresh once it is
-    if (ops.length > 0) this.kept?.recycle();
-    const { failures } = ops.length > 0 ? await this.apply(ops, signal) : { failures: [] };
+    if (entryOps.length > 0) this.kept?.recycle();
+    let batchesStarted = (): void => undefined;
+    const entriesStarted = new Promise<void>((resolve) => (batchesStarted = resolve));
+    const entries = (
+      entryOps.length > 0
+        ? this.apply(entryOps, signal, false, batchesStarted)
+        : Promise.resolve(NO_APPLY)
+    ).finally(batchesStarted);
+    const masq = o.chains
+      ? entriesStarted.then(() => this.masqLane(want, { families, nft }, signal))
+      : Promise.resolve({ ops: [], failures: [] });
+    const [e, m] = await Promise.allSettled([entries, masq]);
+    if (e.status === 'rejected') throw e.reason;
+    if (m.status === 'rejected') throw m.reason;
+    const ops = [...entryOps, ...m.value.ops];
+    const failures = [...e.value.failures, ...m.value.failures];
+    const drift = ops.length > 0 && generation === this.convergedGeneration;
     // removed, or there were none: later passes need not look
     if (leftovers6 && failures.length === 0) this.leftovers6 = false;
     if (leftovers4 && failures.length === 0) this.leftovers4 = false;
@@ -586,12 +610,43 @@ export class Reconciler {
   }
 
   /**
-   * Applies a plan; a big one with the monitors quiet (`quietMonitors`); with `kept` (a pass that
-   * read nothing) its ip and bridge batches in the kept processes.
+   * The masquerade's lane of a full pass: reads twill's chains (iptables mode) or nftables tables,
+   * and what a run in the other mode left, and applies what they need.
    */
-  private apply(ops: readonly Op[], signal: AbortSignal, kept = false): Promise<ApplyResult> {
+  private async masqLane(
+    want: DesiredState,
+    o: {
+      families: Omit<ObserveOptions, 'chains' | 'dev6'>;
+      nft: NftReadOptions;
+    },
+    signal: AbortSignal,
+  ): Promise<{ ops: Op[]; failures: readonly string[] }> {
+    const [chains, nftSeen] = await Promise.all([
+      o.nft.nftables ? NOT_READ : observeChains(this.runner, signal, o.families),
+      observeNft(this.runner, want, o.nft, signal),
+    ]);
+    const ops = [...diffChains(want, chains), ...nftMasqOps(want, nftSeen, o.nft)];
+    const { failures } = ops.length > 0 ? await this.apply(ops, signal) : NO_APPLY;
+    return { ops, failures };
+  }
+
+  /**
+   * Applies a plan; a big one with the monitors quiet (`quietMonitors`); with `kept` (a pass that
+   * read nothing) its ip and bridge batches in the kept processes. `started` is called once the
+   * first batches have been started.
+   */
+  private apply(
+    ops: readonly Op[],
+    signal: AbortSignal,
+    kept = false,
+    started?: () => void,
+  ): Promise<ApplyResult> {
     const o = { runner: this.runner, signal, ...(kept && this.kept ? { kept: this.kept } : {}) };
-    const run = (): Promise<ApplyResult> => applyOps(ops, o);
+    const run = (): Promise<ApplyResult> => {
+      const applying = applyOps(ops, o);
+      started?.();
+      return applying;
+    };
     const quiet = this.o.quietMonitors;
     let entries = 0;
     for (const op of ops)

@@ -591,6 +591,27 @@ describe('the pass loop', () => {
     expect(l.newCalls()).toEqual([]);
     expect(l.newReports()).toEqual([]);
   });
+
+  it("a full pass starts the entries' batches before it reads a chain, and applies the chains after reading them", async () => {
+    const l = new Loop();
+    loop = l;
+    await tick(0);
+    const cmds = l.host.calls.map((c) => c.cmd);
+    const first = (match: (cmd: string) => boolean): number => cmds.findIndex(match);
+    const batch = first((c) => c === IP_BATCH);
+    const chainRead = first((c) => c.startsWith('iptables -w 5 -t '));
+    const restore = first((c) => c.startsWith('iptables-restore'));
+    expect(first((c) => c === ROUTES)).toBeGreaterThan(-1);
+    expect(batch).toBeGreaterThan(first((c) => c === ROUTES));
+    expect(chainRead).toBeGreaterThan(batch);
+    expect(restore).toBeGreaterThan(chainRead);
+    // one pass made the kernel whole: its verification finds nothing to do in either lane
+    await tick(SETTLE);
+    expect(l.reports.map(brief)).toEqual([
+      { kind: 'full', converged: false, trigger: 'start' },
+      { kind: 'full', converged: true, trigger: 'verification' },
+    ]);
+  });
 });
 
 describe('forwarding', () => {
