@@ -24,6 +24,7 @@ import {
   encodeTxnRequest,
   encodeWatchRequest,
   type KeyValue,
+  type RangeKv,
   type RangeRequest,
   type RangeResponse,
   type ResponseHeader,
@@ -123,10 +124,10 @@ interface Only {
   readonly maxCreateRevision: bigint;
 }
 
-function toEntry(kv: KeyValue): KvEntry {
+function toEntry(kv: KeyValue | RangeKv): KvEntry {
   return {
-    key: kv.key.toString('utf8'),
-    value: kv.value.toString('utf8'),
+    key: typeof kv.key === 'string' ? kv.key : kv.key.toString('utf8'),
+    value: typeof kv.value === 'string' ? kv.value : kv.value.toString('utf8'),
     modRevision: kv.modRevision,
     createRevision: kv.createRevision,
   };
@@ -352,24 +353,23 @@ export class EtcdKv implements Kv {
           ...only,
           keysOnly: true,
         });
-        const kv = head.kvs[0];
-        if (!kv) throw err;
+        const [kv, key] = [head.kvs[0], head.lastKey];
+        if (!kv || !key) throw err;
         revision ??= head.header.revision;
         skipped.push({
-          key: kv.key.toString('utf8'),
+          key: kv.key,
           modRevision: kv.modRevision,
-          reason: `value of ${shown(kv.key)} is larger than the ${this.maxReceiveBytes} bytes an etcd reply may hold; skipped`,
+          reason: `value of ${shown(key)} is larger than the ${this.maxReceiveBytes} bytes an etcd reply may hold; skipped`,
         });
-        from = after(kv.key);
+        from = after(key);
         limit = this.pageSize;
         continue;
       }
       // the first page fixes the snapshot; later replies carry the current revision in their header
       revision ??= res.header.revision;
       for (const kv of res.kvs) entries.push(toEntry(kv));
-      const last = res.kvs.at(-1);
-      if (!res.more || !last) break;
-      from = after(last.key);
+      if (!res.more || !res.lastKey) break;
+      from = after(res.lastKey);
       limit = Math.min(this.pageSize, limit * 2);
     }
     return { entries, skipped, revision: BigInt(revision) };

@@ -203,11 +203,19 @@ export function encodeWatchRequest(r: WatchRequest): Buffer {
 
 /** Reads one message's fields; `each` is called per field with a reader positioned on its value. */
 class Reader {
-  private pos = 0;
-  private readonly buf: Buffer;
+  pos: number;
+  readonly buf: Buffer;
+  /** where the message ends in `buf` (a message read in place within a larger one) */
+  private readonly end: number;
 
-  constructor(buf: Buffer) {
+  constructor(buf: Buffer, start = 0, end = buf.length) {
     this.buf = buf;
+    this.pos = start;
+    this.end = end;
+  }
+
+  get done(): boolean {
+    return this.pos >= this.end;
   }
 
   /**
@@ -216,21 +224,27 @@ class Reader {
    * operation for each byte cost a 5,000-lease listing about 10 ms in the interpreter twill runs
    * in (--max-opt=1).
    */
-  private varintRaw(): number | bigint {
+  varintRaw(): number | bigint {
     const buf = this.buf;
+    const end = this.end;
+    let pos = this.pos;
     let result = 0;
     let scale = 1;
     for (let i = 0; i < 7; i++) {
-      if (this.pos >= buf.length) throw new EtcdProtoError('truncated varint');
-      const b = buf[this.pos++] ?? 0;
+      if (pos >= end) throw new EtcdProtoError('truncated varint');
+      const b = buf[pos++] ?? 0;
       result += (b & 0x7f) * scale;
-      if ((b & 0x80) === 0) return result;
+      if ((b & 0x80) === 0) {
+        this.pos = pos;
+        return result;
+      }
       scale *= 128;
     }
+    this.pos = pos;
     // 8 to 10 bytes: a large uint64, or a negative int64 (its two's complement, 10 bytes)
     let big = BigInt(result);
     for (let i = 7; i < 10; i++) {
-      if (this.pos >= buf.length) throw new EtcdProtoError('truncated varint');
+      if (this.pos >= this.end) throw new EtcdProtoError('truncated varint');
       const b = buf[this.pos++] ?? 0;
       big |= BigInt(b & 0x7f) << BigInt(7 * i);
       if ((b & 0x80) === 0) return big & U64;
@@ -240,41 +254,54 @@ class Reader {
 
   /** the fields in order: field number, wire type, and a reader for the value */
   fields(each: (field: number, wire: number, value: FieldValue) => void): void {
-    while (this.pos < this.buf.length) {
-      const tag = this.varintRaw();
-      // a tag past 49 bits names a field number no message has: its low bits still give the wire
-      const field = typeof tag === 'number' ? Math.floor(tag / 8) : Number(tag >> 3n);
-      const wire = typeof tag === 'number' ? tag % 8 : Number(tag & 7n);
-      if (field === 0) throw new EtcdProtoError('field number 0');
+    while (this.pos < this.end) {
+      this.nextTag();
+      const { field, wire } = this;
       switch (wire) {
         case 0: {
           const v = this.varintRaw();
           each(field, wire, { varint: v });
           break;
         }
-        case 1:
-          this.skip(8);
-          break;
-        case 5:
-          this.skip(4);
-          break;
         case 2: {
-          const len = this.varintRaw();
-          if (typeof len !== 'number' || len > this.buf.length - this.pos)
-            throw new EtcdProtoError(`field ${field} runs past the end`);
-          const start = this.pos;
-          this.pos += Number(len);
+          const start = this.lengthDelimited(field);
           each(field, wire, { bytes: this.buf.subarray(start, this.pos) });
           break;
         }
         default:
-          throw new EtcdProtoError(`wire type ${wire} of field ${field}`);
+          this.skipFixed(field, wire);
       }
     }
   }
 
-  private skip(n: number): void {
-    if (this.pos + n > this.buf.length) throw new EtcdProtoError('truncated fixed field');
+  /** the last tag's field number and wire type */
+  field = 0;
+  wire = 0;
+
+  /** Reads a field's tag into `field` and `wire`. */
+  nextTag(): void {
+    const tag = this.varintRaw();
+    // a tag past 49 bits names a field number no message has: its low bits still give the wire
+    this.field = typeof tag === 'number' ? Math.floor(tag / 8) : Number(tag >> 3n);
+    this.wire = typeof tag === 'number' ? tag % 8 : Number(tag & 7n);
+    if (this.field === 0) throw new EtcdProtoError('field number 0');
+  }
+
+  /** A length-delimited value: where it starts; `pos` is left at its end. */
+  lengthDelimited(field: number): number {
+    const len = this.varintRaw();
+    if (typeof len !== 'number' || len > this.end - this.pos)
+      throw new EtcdProtoError(`field ${field} runs past the end`);
+    const start = this.pos;
+    this.pos += len;
+    return start;
+  }
+
+  /** Skips a fixed64 or fixed32 value; any other wire type here is malformed. */
+  skipFixed(field: number, wire: number): void {
+    const n = wire === 1 ? 8 : wire === 5 ? 4 : 0;
+    if (n === 0) throw new EtcdProtoError(`wire type ${wire} of field ${field}`);
+    if (this.pos + n > this.end) throw new EtcdProtoError('truncated fixed field');
     this.pos += n;
   }
 }
@@ -294,10 +321,20 @@ function fieldsOf(buf: Buffer, each: (field: number, v: FieldValue) => void): vo
  * malformed.
  */
 function int64(v: FieldValue, field: number): string {
-  if (v.varint === undefined) throw new EtcdProtoError(`field ${field} is not a varint`);
-  // a number is below 2^49: the same as a signed or an unsigned value
-  return typeof v.varint === 'number' ? String(v.varint) : BigInt.asIntN(64, v.varint).toString();
+  if (v.varint === undefined) throw notVarint(field);
+  return int64Text(v.varint);
 }
+
+/** A varint as int64 (signed) in decimal. */
+function int64Text(v: number | bigint): string {
+  // a number is below 2^49: the same as a signed or an unsigned value
+  return typeof v === 'number' ? String(v) : BigInt.asIntN(64, v).toString();
+}
+
+const notVarint = (field: number): EtcdProtoError =>
+  new EtcdProtoError(`field ${field} is not a varint`);
+const notBytes = (field: number): EtcdProtoError =>
+  new EtcdProtoError(`field ${field} is not length-delimited`);
 
 function uint64(v: FieldValue, field: number): string {
   if (v.varint === undefined) throw new EtcdProtoError(`field ${field} is not a varint`);
@@ -310,7 +347,7 @@ function bool(v: FieldValue, field: number): boolean {
 }
 
 function bytes(v: FieldValue, field: number): Buffer {
-  if (v.bytes === undefined) throw new EtcdProtoError(`field ${field} is not length-delimited`);
+  if (v.bytes === undefined) throw notBytes(field);
   return v.bytes;
 }
 
@@ -368,22 +405,94 @@ export function decodeKeyValue(buf: Buffer): KeyValue {
   return kv;
 }
 
-export interface RangeResponse {
-  readonly header: ResponseHeader;
-  readonly kvs: KeyValue[];
-  readonly more: boolean;
-  readonly count: string;
+/** A key-value of a RangeResponse, key and value as text (bytes that are not UTF-8 replaced). */
+export interface RangeKv {
+  readonly key: string;
+  readonly createRevision: string;
+  readonly modRevision: string;
+  readonly version: string;
+  readonly value: string;
+  readonly lease: string;
 }
 
+export interface RangeResponse {
+  readonly header: ResponseHeader;
+  readonly kvs: RangeKv[];
+  readonly more: boolean;
+  readonly count: string;
+  /** the last kv's key as etcd sent it, byte for byte (a next page starts after it) */
+  readonly lastKey: Buffer | undefined;
+}
+
+/**
+ * A RangeResponse. Its kvs are read in place, field by field, straight into text, where `fieldsOf`
+ * made an object and a sub-buffer for every field and the listing turned them into text after: a
+ * 5,000-lease reply decoded into entries in 20-26 ms, now 16-22 (micro-benchmark, same run, the
+ * daemon's V8 flags).
+ */
 export function decodeRangeResponse(buf: Buffer): RangeResponse {
-  const r = { header: NO_HEADER, kvs: [] as KeyValue[], more: false, count: '0' };
-  fieldsOf(buf, (f, v) => {
-    if (f === 1) r.header = decodeResponseHeader(bytes(v, f));
-    else if (f === 2) r.kvs.push(decodeKeyValue(bytes(v, f)));
-    else if (f === 3) r.more = bool(v, f);
-    else if (f === 4) r.count = int64(v, f);
-  });
-  return r;
+  let header = NO_HEADER;
+  let more = false;
+  let count = '0';
+  const kvs: RangeKv[] = [];
+  let lastKey = { start: 0, end: 0 };
+  const r = new Reader(buf);
+  while (!r.done) {
+    r.nextTag();
+    const { field, wire } = r;
+    if (wire === 2) {
+      const start = r.lengthDelimited(field);
+      if (field === 1) header = decodeResponseHeader(buf.subarray(start, r.pos));
+      else if (field === 2) {
+        const kv = rangeKv(new Reader(buf, start, r.pos));
+        kvs.push(kv.kv);
+        lastKey = kv.keyAt;
+      } else if (field === 3 || field === 4) throw notVarint(field);
+    } else if (wire === 0) {
+      const v = r.varintRaw();
+      if (field === 3) more = v !== 0 && v !== 0n;
+      else if (field === 4) count = int64Text(v);
+      else if (field === 1 || field === 2) throw notBytes(field);
+    } else r.skipFixed(field, wire);
+  }
+  const keyBytes = kvs.length > 0 ? buf.subarray(lastKey.start, lastKey.end) : undefined;
+  return { header, kvs, more, count, lastKey: keyBytes };
+}
+
+/** One KeyValue of a RangeResponse, read in place by `r`; where its key lies in the buffer. */
+function rangeKv(r: Reader): { kv: RangeKv; keyAt: { start: number; end: number } } {
+  const buf = r.buf;
+  let key = '';
+  let value = '';
+  let createRevision = '0';
+  let modRevision = '0';
+  let version = '0';
+  let lease = '0';
+  let keyStart = 0;
+  let keyEnd = 0;
+  while (!r.done) {
+    r.nextTag();
+    const field = r.field;
+    const wire = r.wire;
+    if (wire === 2) {
+      const start = r.lengthDelimited(field);
+      if (field === 1) {
+        key = buf.toString('utf8', start, r.pos);
+        keyStart = start;
+        keyEnd = r.pos;
+      } else if (field === 5) value = buf.toString('utf8', start, r.pos);
+      else if (field >= 2 && field <= 6) throw notVarint(field);
+    } else if (wire === 0) {
+      const v = r.varintRaw();
+      if (field === 2) createRevision = int64Text(v);
+      else if (field === 3) modRevision = int64Text(v);
+      else if (field === 4) version = int64Text(v);
+      else if (field === 6) lease = int64Text(v);
+      else if (field === 1 || field === 5) throw notBytes(field);
+    } else r.skipFixed(field, wire);
+  }
+  const kv = { key, createRevision, modRevision, version, value, lease };
+  return { kv, keyAt: { start: keyStart, end: keyEnd } };
 }
 
 /** A ResponseOp: only response_put is read (twill's transactions put or delete). */

@@ -199,25 +199,28 @@ describe('replies: encoded by protobufjs from rpc.proto, decoded here', () => {
   it('RangeResponse', () => {
     const buf = encoded('etcdserverpb.RangeResponse', {
       header: HEADER,
-      kvs: [KV, { key: Buffer.from('/b'), mod_revision: '5' }],
+      kvs: [{ key: Buffer.from('/b'), mod_revision: '5' }, KV],
       more: true,
       count: BIG2,
     });
+    // keys and values as text; the last key byte for byte, bytes that are not UTF-8 too (the
+    // next page starts after it)
     expect(decodeRangeResponse(buf)).toEqual({
       header: OUR_HEADER,
       kvs: [
-        OUR_KV,
         {
-          key: Buffer.from('/b'),
+          key: '/b',
           createRevision: '0',
           modRevision: '5',
           version: '0',
-          value: Buffer.alloc(0),
+          value: '',
           lease: '0',
         },
+        { ...OUR_KV, key: RAW_KEY.toString('utf8'), value: RAW_VALUE.toString('utf8') },
       ],
       more: true,
       count: BIG2,
+      lastKey: RAW_KEY,
     });
     // an empty reply: every field at its default
     expect(decodeRangeResponse(Buffer.alloc(0))).toEqual({
@@ -225,6 +228,7 @@ describe('replies: encoded by protobufjs from rpc.proto, decoded here', () => {
       kvs: [],
       more: false,
       count: '0',
+      lastKey: undefined,
     });
   });
 
@@ -401,5 +405,24 @@ describe('known bytes', () => {
     ['a varint where bytes belong', '0801'],
   ])('refuses %s', (_what, hex) => {
     expect(() => decodeKeyValue(Buffer.from(hex, 'hex'))).toThrow(EtcdProtoError);
+    // the same KeyValue inside a RangeResponse, read in place
+    const kv = Buffer.from(hex, 'hex');
+    const range = Buffer.concat([Buffer.from([0x12, kv.length]), kv]);
+    expect(() => decodeRangeResponse(range)).toThrow(EtcdProtoError);
+  });
+
+  it("refuses a RangeResponse kv's field that runs past the kv, though not past the reply", () => {
+    // kv of 3 bytes: key field (1) of length 5, and 4 more bytes of the reply after the kv
+    const buf = Buffer.from('12030a0561626364', 'hex');
+    expect(() => decodeRangeResponse(buf)).toThrow(/field 1 runs past the end/);
+  });
+
+  it.each([
+    ['a revision as bytes', '120131'],
+    ['a value as a varint', '2801'],
+  ])('refuses a RangeResponse kv with %s', (_what, hex) => {
+    const kv = Buffer.from(`0a012f${hex}`, 'hex');
+    const range = Buffer.concat([Buffer.from([0x12, kv.length]), kv]);
+    expect(() => decodeRangeResponse(range)).toThrow(/is not (a varint|length-delimited)/);
   });
 });
