@@ -1,7 +1,8 @@
 # The twill image: the daemon (dist/src, run by Node 24) and the CNI plugin
 # (dist/twill-cni, a single executable the DaemonSet's init container copies
 # to the host's /opt/cni/bin/twill), with the tools twill runs: ip and
-# bridge (iproute2), iptables, nft; nsenter comes with util-linux.
+# bridge (iproute2), iptables, nft; nsenter comes with util-linux; and
+# jemalloc, twill's malloc.
 #   docker build -t twill:0.1.0 .
 
 FROM node:24-bookworm-slim AS build
@@ -15,8 +16,11 @@ RUN npm run build && npm prune --omit=dev
 
 FROM node:24-bookworm-slim
 RUN apt-get update \
-  && apt-get install -y --no-install-recommends iproute2 iptables nftables \
+  && apt-get install -y --no-install-recommends iproute2 iptables nftables libjemalloc2 \
   && rm -rf /var/lib/apt/lists/*
+# twill's malloc: jemalloc, one arena, no thread caches (src/cli/allocator.ts, which keeps it from
+# the tools twill runs)
+ENV LD_PRELOAD=libjemalloc.so.2 MALLOC_CONF=narenas:1,tcache:false
 WORKDIR /usr/local/lib/twill
 COPY --from=build /src/package.json ./
 COPY --from=build /src/node_modules ./node_modules

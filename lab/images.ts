@@ -3,7 +3,7 @@
 // `ctr -n k8s.io images import`: no registry, no Docker daemon.
 //   twill.local/twill:lab    what the Dockerfile builds: Debian bookworm
 //                            (debootstrap minbase + iproute2, iptables,
-//                            nftables) with the repo's Node 24 as
+//                            nftables, libjemalloc2) with the repo's Node 24 as
 //                            /usr/local/bin/node (one cached layer), then
 //                            /usr/local/lib/twill from the repo's dist/ and
 //                            production node_modules (a layer built each time)
@@ -34,6 +34,7 @@ import {
   writeFile,
 } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
+import { ALLOCATOR_ENV } from '../src/cli/allocator.ts';
 import { run } from '../src/exec/runner.ts';
 import { alive } from './kit/process.ts';
 
@@ -59,10 +60,10 @@ const EPOCH = '1970-01-01T00:00:00Z';
  * key.
  */
 const BASE_RECIPE = {
-  version: 3,
+  version: 4,
   suite: 'bookworm',
   variant: 'minbase',
-  include: ['iproute2', 'iptables', 'nftables'],
+  include: ['iproute2', 'iptables', 'nftables', 'libjemalloc2'],
   mirror: 'http://deb.debian.org/debian',
   /** node is stripped of its symbols and debug info (18 MB), as for dist/twill-cni */
   stripNode: true,
@@ -103,6 +104,8 @@ interface Layer {
 }
 
 interface ImageConfig {
+  /** beyond PATH */
+  readonly Env?: readonly string[];
   readonly Entrypoint?: readonly string[];
   readonly Cmd?: readonly string[];
   readonly WorkingDir: string;
@@ -608,7 +611,7 @@ async function writeArchive(o: {
     architecture: imageArch(),
     os: 'linux',
     created: EPOCH,
-    config: { Env: [PATH_ENV], ...o.config },
+    config: { ...o.config, Env: [PATH_ENV, ...(o.config.Env ?? [])] },
     rootfs: { type: 'layers', diff_ids: o.layers.map((l) => `sha256:${l.hex}`) },
     history: o.layers.map((l) => ({ created: EPOCH, created_by: l.createdBy })),
   };
@@ -691,7 +694,12 @@ export async function buildLabImages(o: {
       out: images.twill,
       ref: LAB_IMAGE_REFS.twill,
       layers: [base, app],
-      config: { Entrypoint: ['/usr/local/bin/twill'], WorkingDir: '/usr/local/lib/twill' },
+      config: {
+        // as the Dockerfile's ENV: twill runs with jemalloc (src/cli/allocator.ts)
+        Env: Object.entries(ALLOCATOR_ENV).map(([k, v]) => `${k}=${v}`),
+        Entrypoint: ['/usr/local/bin/twill'],
+        WorkingDir: '/usr/local/lib/twill',
+      },
       work,
     });
     await buildPauseArchive({ out: images.pause, work: join(work, 'pause') });

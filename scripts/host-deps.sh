@@ -23,6 +23,8 @@ check vagrant vagrant
 check lxc-start lxc
 dpkg-query -W -f='${Status}' vagrant-lxc 2>/dev/null | grep -q ' installed$' || need="$need vagrant-lxc"
 check shellcheck shellcheck
+# twill's malloc where it is deployed (src/cli/allocator.ts): the bench and the netns lab preload it
+dpkg-query -W -f='${Status}' libjemalloc2 2>/dev/null | grep -q ' installed$' || need="$need libjemalloc2"
 [ -x /usr/lib/cni/bridge ] || need="$need containernetworking-plugins"
 # the kubelet lab's images (lab/images.ts) and the containerd that runs them
 check debootstrap debootstrap

@@ -23,7 +23,7 @@ CACHE=${TWILL_BOX_CACHE:-/var/cache/twill/vagrant}
 PACKAGES=(
   systemd systemd-sysv dbus openssh-server sudo netbase procps
   iproute2 iptables nftables iputils-ping tcpdump curl ca-certificates xz-utils jq rsync
-  etcd-server etcd-client
+  etcd-server etcd-client libjemalloc2
 )
 
 log() { echo "vagrant-box: $*" >&2; }

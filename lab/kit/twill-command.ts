@@ -3,6 +3,7 @@
 // and the `twill run` command line of a host on the underlay.
 import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
+import { ALLOCATOR_ENV } from '../../src/cli/allocator.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const TWILL_MAIN = join(ROOT, 'dist/src/cli/main.js');
@@ -10,9 +11,10 @@ export const TWILL_CNI = join(ROOT, 'dist/twill-cni');
 const SOURCE_MAIN = join(ROOT, 'src/cli/main.ts');
 
 /**
- * How to start the built `twill` command as its shebang line does, with this Node: the
- * environment it sets (through env(1), which execs Node in the same process), the node flags
- * (`extraNodeFlags` after them), the built main.
+ * How to start the built `twill` command as its shebang line does, with this Node, in the
+ * environment a deployed one has: the allocator's preload (ALLOCATOR_ENV, as the image's ENV),
+ * the environment the shebang sets (through env(1), which execs Node in the same process), the
+ * node flags (`extraNodeFlags` after them), the built main.
  */
 export async function twillCommand(extraNodeFlags: readonly string[] = []): Promise<string[]> {
   const first = (await readFile(TWILL_MAIN, 'utf8')).split('\n')[0] ?? '';
@@ -25,7 +27,9 @@ export async function twillCommand(extraNodeFlags: readonly string[] = []): Prom
   const env = words.slice(0, node);
   const flags = words.slice(node + 1);
   const launch = [process.execPath, ...flags, ...extraNodeFlags, TWILL_MAIN];
-  return env.length > 0 ? ['/usr/bin/env', ...env, ...launch] : launch;
+  // and the allocator the image and the units preload (src/cli/allocator.ts)
+  const allocator = Object.entries(ALLOCATOR_ENV).map(([k, v]) => `${k}=${v}`);
+  return ['/usr/bin/env', ...allocator, ...env, ...launch];
 }
 
 /** How to start `twill` from its source, with this Node. */

@@ -95,6 +95,8 @@ After=network-online.target twill-lab-route.service
 Wants=network-online.target
 
 [Service]
+# jemalloc, as in the image (src/cli/allocator.ts)
+Environment=LD_PRELOAD=libjemalloc.so.2 MALLOC_CONF=narenas:1,tcache:false
 ExecStart=/usr/local/bin/twill run --etcd-endpoints $etcd --iface $ip --ip-masq --node-name %H
 KillMode=mixed
 TimeoutStopSec=30

@@ -6,13 +6,15 @@
 // only with twill's CNI config in place and NetworkUnavailable cleared, its
 // podCIDR comes from the controller-manager, `kubectl exec` and `kubectl
 // logs` work, twill runs locked down (capabilities, no new privileges,
-// seccomp, read-only root), every drill passes (how fast is the table's `met`), and
+// seccomp, read-only root) with jemalloc as its malloc, every drill passes
+// (how fast is the table's `met`), and
 // `down` leaves no namespace, process, mount, cgroup or file. Runs in the
 // separate e2e pass (see package.json).
 import { access, readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { NetnsCluster } from '../../lab/netns-cluster.ts';
+import { allocatorIn } from '../../src/cli/allocator.ts';
 import { run } from '../../src/exec/runner.ts';
 import { nodeObjects } from '../../lab/store-view.ts';
 import { labDrills, labLeftovers, labWith } from '../helpers/lab.ts';
@@ -125,6 +127,8 @@ describe('the kubelet lab', () => {
           .split('\n')
           .find((l) => l.split(' ')[4] === '/');
         expect(root?.split(' ')[5], pid).toMatch(/^ro,/);
+        // and with the image's malloc, jemalloc (src/cli/allocator.ts)
+        expect(allocatorIn(await readFile(`/proc/${pid}/maps`, 'utf8')), pid).toBe('jemalloc');
       }
 
       // the apiserver reaches each kubelet: exec and logs
