@@ -349,8 +349,8 @@ async function trimRootfs(rootfs: string): Promise<void> {
 }
 
 /**
- * The twill image's first layer: Debian bookworm minbase + iproute2, iptables, nftables, and node;
- * cached.
+ * The twill image's first layer: Debian bookworm minbase + iproute2, iptables, nftables,
+ * libjemalloc2, and node; cached.
  */
 async function ensureBase(cache: string, log: (line: string) => void): Promise<Layer> {
   const node = await realpath(join(ROOT, 'node_modules', 'node', 'bin', 'node'));

@@ -18,8 +18,8 @@ set -eu
 BOX=twill/bookworm-lxc
 SUITE=bookworm
 CACHE=${TWILL_BOX_CACHE:-/var/cache/twill/vagrant}
-# What every machine needs, without a download: base.sh's packages, etcd.sh's, and what makes a
-# Vagrant machine (init, ssh, sudo).
+# What every machine needs, without a download: base.sh's packages (libjemalloc2 among them, twill's
+# malloc), etcd.sh's, and what makes a Vagrant machine (init, ssh, sudo).
 PACKAGES=(
   systemd systemd-sysv dbus openssh-server sudo netbase procps
   iproute2 iptables nftables iputils-ping tcpdump curl ca-certificates xz-utils jq rsync

@@ -7,7 +7,8 @@
 set -eu
 
 export DEBIAN_FRONTEND=noninteractive
-packages=(iproute2 iptables nftables iputils-ping tcpdump curl ca-certificates xz-utils jq rsync)
+# libjemalloc2: twill's malloc (twill.service preloads it; src/cli/allocator.ts)
+packages=(iproute2 iptables nftables iputils-ping tcpdump curl ca-certificates xz-utils jq rsync libjemalloc2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q ' installed$' || missing+=("$p")

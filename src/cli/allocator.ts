@@ -27,11 +27,13 @@ export const ALLOCATOR_ENV: Readonly<Record<'LD_PRELOAD' | 'MALLOC_CONF', string
 export type Allocator = 'jemalloc' | 'glibc';
 
 /**
- * Takes our own preload (and its MALLOC_CONF) out of `env`, the environment children inherit:
- * true when it was there.
+ * Takes a jemalloc preload (and our MALLOC_CONF) out of `env`, the environment children inherit:
+ * true when it was there. Another preload, or one of several libraries, is left as it is.
  */
 export function dropOwnPreload(env: NodeJS.ProcessEnv): boolean {
-  if (env.LD_PRELOAD !== OWN_PRELOAD) return false;
+  // by name, or by a path to it (as guides write it)
+  if (env.LD_PRELOAD === undefined || !/(^|\/)libjemalloc\.so\.2$/.test(env.LD_PRELOAD))
+    return false;
   delete env.LD_PRELOAD;
   if (env.MALLOC_CONF === OWN_MALLOC_CONF) delete env.MALLOC_CONF;
   return true;

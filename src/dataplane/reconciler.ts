@@ -133,7 +133,9 @@ export interface PassReport {
 export interface PassStages {
   readonly trigger: string;
   readonly waitedMs: number;
+  /** reading the kernel: in a full pass the entries' reads (the masquerade's count in applyMs) */
   readonly observeMs: number;
+  /** from the reads to the end when anything was applied, else 0 */
   readonly applyMs: number;
   readonly spawns: number;
 }
@@ -395,6 +397,9 @@ export class Reconciler {
     const masq = o.chains
       ? entriesStarted.then(() => this.masqLane(want, { families, nft }, signal))
       : Promise.resolve({ ops: [], failures: [] });
+    // a masquerade read that fails fails the pass, as a failed read always has (a full pass
+    // retries it with back-off); the entries' batches it started have run by then, and the retry
+    // finds them in place
     const [e, m] = await Promise.allSettled([entries, masq]);
     if (e.status === 'rejected') throw e.reason;
     if (m.status === 'rejected') throw m.reason;

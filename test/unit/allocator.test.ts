@@ -16,6 +16,15 @@ describe('dropOwnPreload', () => {
     expect(env).toEqual({ PATH: '/bin' });
   });
 
+  it('takes out a preload of jemalloc by its path too', () => {
+    const env = {
+      LD_PRELOAD: `/usr/lib/x86_64-linux-gnu/${OWN_PRELOAD}`,
+      MALLOC_CONF: OWN_MALLOC_CONF,
+    };
+    expect(dropOwnPreload(env)).toBe(true);
+    expect(env).toEqual({});
+  });
+
   it('keeps a MALLOC_CONF that is not ours, and any other preload with everything else', () => {
     const mine = { LD_PRELOAD: OWN_PRELOAD, MALLOC_CONF: 'narenas:4' };
     expect(dropOwnPreload(mine)).toBe(true);
@@ -23,6 +32,10 @@ describe('dropOwnPreload', () => {
     const theirs = { LD_PRELOAD: 'libfaketime.so.1', MALLOC_CONF: OWN_MALLOC_CONF };
     expect(dropOwnPreload(theirs)).toBe(false);
     expect(theirs).toEqual({ LD_PRELOAD: 'libfaketime.so.1', MALLOC_CONF: OWN_MALLOC_CONF });
+    // jemalloc among other libraries: the operator's list, left whole
+    const several = { LD_PRELOAD: `libfaketime.so.1 ${OWN_PRELOAD}` };
+    expect(dropOwnPreload(several)).toBe(false);
+    expect(several).toEqual({ LD_PRELOAD: `libfaketime.so.1 ${OWN_PRELOAD}` });
     const none = { PATH: '/bin' };
     expect(dropOwnPreload(none)).toBe(false);
     expect(none).toEqual({ PATH: '/bin' });

@@ -412,8 +412,9 @@ describe('known bytes', () => {
   });
 
   it("refuses a RangeResponse kv's field that runs past the kv, though not past the reply", () => {
-    // kv of 3 bytes: key field (1) of length 5, and 4 more bytes of the reply after the kv
-    const buf = Buffer.from('12030a0561626364', 'hex');
+    // a kv of 3 bytes whose key (field 1) claims 5; the 5 bytes after the kv are a well-formed
+    // count (field 4, twice): read to the reply's end, the key would fit and nothing would fail
+    const buf = Buffer.from('12030a056120012001', 'hex');
     expect(() => decodeRangeResponse(buf)).toThrow(/field 1 runs past the end/);
   });
 
