@@ -39,6 +39,24 @@ async function logOf(file: string): Promise<string> {
   return readFile(join(dir, file), 'utf8').catch(() => '');
 }
 
+/** `twill run` of node n1 against the lab's etcd, started by `command`. */
+function runArgv(command: readonly string[]): string[] {
+  return twillRunArgv(command, {
+    store: etcdStoreFlags(etcd.endpoint, 'n1'),
+    subnetFile: join(dir, 'subnet.env'),
+    flags: ['--ip-masq'],
+  });
+}
+
+/** The daemon's log once its first pass has programmed something. */
+async function firstPass(file: string): Promise<string> {
+  await waitFor(async () => (await logOf(file)).includes('"dataplane updated"'), {
+    timeoutMs: slowBound(10_000),
+    what: `the first pass (${file})`,
+  });
+  return logOf(file);
+}
+
 function startLine(log: string): { allocator?: string } {
   const line = log.split('\n').find((l) => l.includes('"msg":"twill starting"'));
   return line ? (JSON.parse(line) as { allocator?: string }) : {};
@@ -77,18 +95,9 @@ describe('the built twill run, jemalloc preloaded as deployed', () => {
   it('runs with jemalloc and says so; the tools it runs do not inherit the preload', async () => {
     const command = await twillCommand();
     expect(command).toContain(`LD_PRELOAD=${OWN_PRELOAD}`);
-    const argv = twillRunArgv(command, {
-      store: etcdStoreFlags(etcd.endpoint, 'n1'),
-      subnetFile: join(dir, 'subnet.env'),
-      flags: ['--ip-masq'],
-    });
-    const twill = lab.spawn(nodeNs, argv, join(dir, 'twill.log'));
+    const twill = lab.spawn(nodeNs, runArgv(command), join(dir, 'twill.log'));
     try {
-      await waitFor(async () => (await logOf('twill.log')).includes('"dataplane updated"'), {
-        timeoutMs: slowBound(10_000),
-        what: 'the first pass',
-      });
-      const log = await logOf('twill.log');
+      const log = await firstPass('twill.log');
       expect(startLine(log).allocator).toBe('jemalloc');
       expect(log).not.toContain('could not be loaded');
       const pid = twill.pid as number;
@@ -114,12 +123,7 @@ describe('the built twill run, jemalloc preloaded as deployed', () => {
   });
 
   it('where jemalloc cannot be loaded: glibc, a warning that names the package, the peers routed', async () => {
-    const command = await twillCommand();
-    const argv = twillRunArgv(command, {
-      store: etcdStoreFlags(etcd.endpoint, 'n1'),
-      subnetFile: join(dir, 'subnet.env'),
-      flags: ['--ip-masq'],
-    });
+    const argv = runArgv(await twillCommand());
     // the library where ld.so finds it, hidden in a mount namespace of the daemon's alone
     const { stdout } = await run('ldconfig', ['-p']);
     const path = /\blibjemalloc\.so\.2 \([^)]*\) => (\S+)/.exec(stdout)?.[1];
@@ -138,11 +142,7 @@ describe('the built twill run, jemalloc preloaded as deployed', () => {
     await lab.exec(nodeNs, 'ip', ['route', 'flush', 'proto', '151']);
     const twill = lab.spawn(nodeNs, hidden, join(dir, 'twill-glibc.log'));
     try {
-      await waitFor(async () => (await logOf('twill-glibc.log')).includes('"dataplane updated"'), {
-        timeoutMs: slowBound(10_000),
-        what: 'the first pass',
-      });
-      const log = await logOf('twill-glibc.log');
+      const log = await firstPass('twill-glibc.log');
       expect(log).toContain(`object '${OWN_PRELOAD}' from LD_PRELOAD cannot be preloaded`);
       expect(startLine(log).allocator).toBe('glibc');
       expect(log).toMatch(

@@ -1,5 +1,7 @@
 // src/cli/allocator.ts: our own preload leaves the environment children
 // inherit, anyone else's stays; the allocator is read from a maps text.
+import { readFile } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
   ALLOCATOR_ENV,
@@ -54,4 +56,17 @@ describe('allocatorIn', () => {
     // a file that only mentions it elsewhere in its path is not the library
     expect(allocatorIn([...base, line('/tmp/libjemalloc.so.2.notes/x')].join('\n'))).toBe('glibc');
   });
+});
+
+describe('ALLOCATOR_ENV where it is written out by hand', () => {
+  const root = resolve(import.meta.dirname, '../..');
+  const line = Object.entries(ALLOCATOR_ENV)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(' ');
+  it.each([['Dockerfile'], ['lab/vagrant/node.sh'], ['docs/lab.md']])(
+    '%s says the same',
+    async (file) => {
+      expect(await readFile(resolve(root, file), 'utf8')).toContain(line);
+    },
+  );
 });
