@@ -127,6 +127,27 @@ export function judge(t: Touch, k: Known | undefined): Work[] {
   return work;
 }
 
+/**
+ * What asked for a pass: the first source since the last pass started, when (monotonicMs(),
+ * util/clock.ts), and the other sources that joined it before it started (distinct, at most
+ * MAX_JOINED): why a chains event may be answered by a full pass, say.
+ */
+export interface Trigger {
+  readonly source: string;
+  readonly at: number;
+  readonly joined: string[];
+}
+
+export const MAX_JOINED = 4;
+
+/** A trigger from `source` now, or `source` joining the one pending. */
+export function joinTrigger(t: Trigger | undefined, source: string, at: number): Trigger {
+  if (t === undefined) return { source, at, joined: [] };
+  if (source !== t.source && !t.joined.includes(source) && t.joined.length < MAX_JOINED)
+    t.joined.push(source);
+  return t;
+}
+
 /** What the next pass must look at. */
 export interface Pending {
   /** links, routes, neighbours and FDB entries: observe and diff them all */
@@ -138,8 +159,8 @@ export interface Pending {
   readonly routes: Set<string>;
   readonly neighs: Set<string>;
   readonly fdbDsts: Set<string>;
-  /** the first trigger since the last pass started, and when (monotonicMs(), util/clock.ts) */
-  first: { source: string; at: number } | undefined;
+  /** the first trigger since the last pass started, and those that joined it */
+  first: Trigger | undefined;
   /**
    * a kernel event asked for some of it (a drift may be pending): the pass must not give way to a
    * delta, which assumes none is

@@ -81,6 +81,8 @@ import {
   addWork,
   type Known,
   type Pending,
+  joinTrigger,
+  type Trigger,
 } from './judge.ts';
 import { chainSpecs, chainSpecs6, diffChain } from './masq.ts';
 import { opLogLabel, type DesiredState, type Op } from './model.ts';
@@ -132,6 +134,8 @@ export interface PassReport {
 
 export interface PassStages {
   readonly trigger: string;
+  /** other sources that asked before the pass started (judge.ts's Trigger); absent when none */
+  readonly joined?: readonly string[];
   readonly waitedMs: number;
   /** reading the kernel: in a full pass the entries' reads (the masquerade's count in applyMs) */
   readonly observeMs: number;
@@ -223,7 +227,7 @@ export class Reconciler {
     ...nothing(),
     entries: true,
     tables: new Set(['nat', 'filter']),
-    first: { source: 'start', at: monotonicMs() },
+    first: { source: 'start', at: monotonicMs(), joined: [] },
   };
   private generation = 0;
   private convergedGeneration = -1;
@@ -311,7 +315,7 @@ export class Reconciler {
   private mark(source: string, f: (p: Pending) => void, internal = false): void {
     if (!internal) this.o.logger.trace({ source }, 'pass triggered');
     f(this.pending);
-    this.pending.first ??= { source, at: monotonicMs() };
+    this.pending.first = joinTrigger(this.pending.first, source, monotonicMs());
     this.wakeAny?.();
   }
 
@@ -323,7 +327,7 @@ export class Reconciler {
   async pass(signal: AbortSignal): Promise<PassReport> {
     const r = await this.observedPass(signal, {
       chains: true,
-      first: { source: 'direct', at: monotonicMs() },
+      first: { source: 'direct', at: monotonicMs(), joined: [] },
     });
     // only a pass that may yield returns without a report
     if (r === undefined) throw new Error('a direct pass gave way');
@@ -337,7 +341,7 @@ export class Reconciler {
    */
   private async observedPass(
     signal: AbortSignal,
-    o: { chains: boolean; first: { source: string; at: number }; mayYield?: boolean },
+    o: { chains: boolean; first: Trigger; mayYield?: boolean },
   ): Promise<PassReport | undefined> {
     const started = this.begin();
     const generation = this.generation;
@@ -431,10 +435,7 @@ export class Reconciler {
    * Applies a lease change as the difference between the old and new desired states; undefined when
    * an observed pass must do it.
    */
-  private async deltaPass(
-    signal: AbortSignal,
-    first: { source: string; at: number },
-  ): Promise<PassReport | undefined> {
+  private async deltaPass(signal: AbortSignal, first: Trigger): Promise<PassReport | undefined> {
     const k = this.known;
     // only from a kernel known to match the last desired state
     if (k === undefined || this.convergedGeneration !== k.generation) return undefined;
@@ -472,7 +473,7 @@ export class Reconciler {
   private async repairPass(
     signal: AbortSignal,
     p: Pending,
-    first: { source: string; at: number },
+    first: Trigger,
   ): Promise<PassReport | undefined> {
     const k = this.known;
     if (k === undefined || k.generation !== this.generation) return undefined;
@@ -502,7 +503,7 @@ export class Reconciler {
   private async chainsPass(
     signal: AbortSignal,
     tables: ReadonlySet<'nat' | 'filter'>,
-    first: { source: string; at: number },
+    first: Trigger,
   ): Promise<PassReport> {
     const started = this.begin();
     const want = this.known?.want ?? this.o.desired();
@@ -586,12 +587,13 @@ export class Reconciler {
 
   private finish(
     r: Omit<PassReport, 'at' | 'durationMs' | 'stages'>,
-    t: { started: number; observed: number; first: { source: string; at: number } },
+    t: { started: number; observed: number; first: Trigger },
   ): PassReport {
     const now = monotonicMs();
     const applyMs = r.ops.length > 0 ? now - t.observed : 0;
     const stages: PassStages = {
       trigger: t.first.source,
+      ...(t.first.joined.length > 0 ? { joined: [...t.first.joined] } : {}),
       waitedMs: t.started - t.first.at,
       observeMs: t.observed - t.started,
       applyMs,
@@ -719,7 +721,7 @@ export class Reconciler {
         isEmpty({ ...p, leases: false }) &&
         this.deltaReady();
       if (resume) resume.waited = true;
-      const first = p.first ?? { source: 'resync', at: monotonicMs() };
+      const first = p.first ?? { source: 'resync', at: monotonicMs(), joined: [] };
       const generation = this.generation;
       let delay = 0;
       try {
@@ -823,6 +825,7 @@ export class Reconciler {
       ops: byKind,
       durationMs: Math.round(r.durationMs),
       trigger: s.trigger,
+      ...(s.joined ? { joined: s.joined } : {}),
       waitedMs: Math.round(s.waitedMs),
       observeMs: Math.round(s.observeMs),
       applyMs: Math.round(s.applyMs),

@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease, type KernelView } from '../helpers/dataplane.ts';
-import { startGuardedNode, type GuardedNode } from '../helpers/guarded.ts';
+import { expectRepairKind, startGuardedNode, type GuardedNode } from '../helpers/guarded.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
 
 let node: GuardedNode;
@@ -133,21 +133,7 @@ describe('dual-stack drift repair with kernel monitors', () => {
         async () => repairs() > before && JSON.stringify(await view()) === JSON.stringify(baseline),
         { timeoutMs: 10_000, what: `repair of ${what}` },
       );
-      const first = node.repairPasses()[before];
-      const seen = `${what}: ${JSON.stringify(node.repairPasses().slice(before))}`;
-      // A chains drift coalesced with an unrelated kernel event (the IPv6 devices' own churn, late
-      // on a loaded machine) is repaired by a full pass that the ip monitor triggered: still
-      // only chain ops. Triggered by the rule event itself, it must be a chains pass.
-      const coalesced =
-        kind === 'chains' && first?.kind === 'full' && first.trigger === 'ip monitor';
-      if (coalesced)
-        expect(Object.keys(first.ops as Record<string, number>), seen).toEqual([
-          expect.stringMatching(/^masquerade /),
-        ]);
-      else expect(first?.kind, seen).toBe(kind);
-      // a repair re-applies what it touched: one ip or bridge batch, in the kept process (started
-      // now when none runs yet), nothing read back
-      if (kind === 'repair') expect(first?.spawns, what).toBeLessThanOrEqual(1);
+      expectRepairKind(node, before, what, kind);
     });
   }
 });

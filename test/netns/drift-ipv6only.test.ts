@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease, type KernelView } from '../helpers/dataplane.ts';
-import { startGuardedNode, type GuardedNode } from '../helpers/guarded.ts';
+import { expectRepairKind, startGuardedNode, type GuardedNode } from '../helpers/guarded.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
 
 let node: GuardedNode;
@@ -105,19 +105,7 @@ describe('IPv6-only drift repair with kernel monitors', () => {
         async () => repairs() > before && JSON.stringify(await view()) === JSON.stringify(baseline),
         { timeoutMs: 10_000, what: `repair of ${what}` },
       );
-      const first = node.repairPasses()[before];
-      const seen = `${what}: ${JSON.stringify(node.repairPasses().slice(before))}`;
-      // as in dual-stack: a chains drift coalesced with the ip monitor's churn may be repaired by
-      // a full pass, still only chain ops
-      const coalesced =
-        kind === 'chains' && first?.kind === 'full' && first.trigger === 'ip monitor';
-      if (coalesced)
-        expect(Object.keys(first.ops as Record<string, number>), seen).toEqual([
-          expect.stringMatching(/^masquerade /),
-        ]);
-      else expect(first?.kind, seen).toBe(kind);
-      // one batch, in the kept process (started now when none runs yet)
-      if (kind === 'repair') expect(first?.spawns, what).toBeLessThanOrEqual(1);
+      expectRepairKind(node, before, what, kind);
     });
   }
 });

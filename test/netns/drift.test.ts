@@ -10,7 +10,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease, type KernelView } from '../helpers/dataplane.ts';
-import { startGuardedNode, type GuardedNode } from '../helpers/guarded.ts';
+import { expectRepairKind, startGuardedNode, type GuardedNode } from '../helpers/guarded.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
 
 let node: GuardedNode;
@@ -163,13 +163,7 @@ describe('drift repair with kernel monitors', () => {
           JSON.stringify(await kernelView(runner)) === JSON.stringify(baseline),
         { timeoutMs: 10_000, what: `repair of ${what}` },
       );
-      const first = node.repairPasses()[before];
-      expect(first?.kind, `${what}: ${JSON.stringify(node.repairPasses().slice(before))}`).toBe(
-        kind,
-      );
-      // a repair re-applies what it touched: one ip or bridge batch, in the kept process (started
-      // now when none runs yet), nothing read back
-      if (kind === 'repair') expect(first?.spawns, what).toBeLessThanOrEqual(1);
+      expectRepairKind(node, before, what, kind);
     });
   }
 });

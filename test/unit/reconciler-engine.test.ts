@@ -817,7 +817,27 @@ describe('coalescing', () => {
     await tick(SETTLE * 10);
     expect(l.newReports().map(brief)).toEqual([{ kind: 'full', converged: true, trigger: 'a' }]);
     expect(l.newReports()[0]?.stages.waitedMs).toBe(SETTLE);
+    // the others that asked are reported with it, each once
+    expect(l.newReports()[0]?.stages.joined).toEqual(['ip', 'c', 'd']);
     expect(l.newCalls().filter((c) => c === LINKS)).toHaveLength(1);
+  });
+
+  it('a chains event alone is a chains pass; joined by an entries event, a full one naming both', async () => {
+    const l = await converged();
+    l.reconciler.touch('nft', { kind: 'chains', tables: ['nat'] });
+    await tick(SETTLE * 10);
+    const [alone] = l.newReports();
+    expect(alone?.kind).toBe('chains');
+    expect(alone?.stages.joined).toBeUndefined();
+    l.mark();
+    l.reconciler.touch('nft', { kind: 'chains', tables: ['nat'] });
+    await tick(1);
+    l.reconciler.touch('nft', { kind: 'chains', tables: ['filter'] });
+    l.reconciler.touch('ip', { kind: 'all' });
+    await tick(SETTLE * 10);
+    expect(l.newReports().map((r) => [r.kind, r.stages.trigger, r.stages.joined])).toEqual([
+      ['full', 'nft', ['ip']],
+    ]);
   });
 
   it('any number of triggers while a pass runs make exactly one follow-up pass', async () => {
@@ -841,6 +861,8 @@ describe('coalescing', () => {
       { kind: 'full', converged: true, trigger: 't0' },
     ]);
     const [first, second] = l.newReports();
+    // at most MAX_JOINED others are named
+    expect(second?.stages.joined).toEqual(['ip', 'nft', 't1', 't2']);
     // the held pass took the 2 s it was held; the follow-up waited from t0 to its end, and settled
     expect(first?.durationMs).toBe(2_000);
     expect(first?.stages.observeMs).toBe(2_000);
