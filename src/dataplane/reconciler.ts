@@ -401,14 +401,19 @@ export class Reconciler {
     const masq = o.chains
       ? entriesStarted.then(() => this.masqLane(want, { families, nft }, signal))
       : Promise.resolve({ ops: [], failures: [] });
-    // a masquerade read that fails fails the pass, as a failed read always has (a full pass
-    // retries it with back-off); the entries' batches it started have run by then, and the retry
-    // finds them in place
     const [e, m] = await Promise.allSettled([entries, masq]);
     if (e.status === 'rejected') throw e.reason;
-    if (m.status === 'rejected') throw m.reason;
-    const ops = [...entryOps, ...m.value.ops];
-    const failures = [...e.value.failures, ...m.value.failures];
+    // A masquerade lane that fails (a chain or table could not be read) fails the pass, as a
+    // failed read always has; when the entries' batches ran first, the pass is reported with
+    // their ops and the lane's failure (not converged: the loop backs off and retries a full
+    // pass, which finds the entries in place), so what was applied is logged and counted.
+    if (m.status === 'rejected' && (signal.aborted || entryOps.length === 0)) throw m.reason;
+    const lane =
+      m.status === 'fulfilled'
+        ? m.value
+        : { ops: [], failures: [`masquerade: ${describeError(m.reason)}`] };
+    const ops = [...entryOps, ...lane.ops];
+    const failures = [...e.value.failures, ...lane.failures];
     const drift = ops.length > 0 && generation === this.convergedGeneration;
     // removed, or there were none: later passes need not look
     if (leftovers6 && failures.length === 0) this.leftovers6 = false;

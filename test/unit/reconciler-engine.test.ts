@@ -1015,6 +1015,44 @@ describe('back-off', () => {
     ]);
   });
 
+  it("a chain read that fails after the entries' batches ran: the pass reports their ops and the read, then backs off to a full pass", async () => {
+    const l = await converged();
+    l.host.kernel.routes.delete(PEER4_ROUTE);
+    l.host.fail((c) => c === 'iptables -w 5 -t nat -S POSTROUTING');
+    l.reconciler.trigger('x');
+    await tick(SETTLE + 1);
+    const [failed] = l.newReports();
+    expect(failed?.kind).toBe('full');
+    expect(failed?.converged).toBe(false);
+    expect(failed?.ops.map((op) => `${op.kind} ${op.action}`)).toEqual(['route add']);
+    expect(failed?.failures).toEqual([expect.stringMatching(/^masquerade: .*POSTROUTING/)]);
+    expect(l.host.kernel.routes.has(PEER4_ROUTE)).toBe(true);
+    expect(l.errors).toEqual([]);
+    const warned = l.log.lines.filter(
+      (x) => x.msg === 'dataplane pass could not apply every change',
+    );
+    expect(warned.map((x) => x.ops)).toEqual([{ 'route add': 1 }]);
+    // the retry waits out the back-off, then finds the route in place and the chains readable
+    l.host.heal();
+    await tick(200 + SETTLE);
+    expect(l.newReports().slice(1).map(brief)).toEqual([
+      { kind: 'full', converged: true, trigger: 'verification' },
+    ]);
+  });
+
+  it('a chain read that fails with no entry to apply fails the pass, as any read', async () => {
+    const l = await converged();
+    l.host.fail((c) => c === 'iptables -w 5 -t nat -S POSTROUTING', 1);
+    l.reconciler.trigger('x');
+    await tick(SETTLE + 1);
+    expect(l.newReports()).toEqual([]);
+    expect(l.errors).toHaveLength(1);
+    await tick(200 + SETTLE);
+    expect(l.newReports().map(brief)).toEqual([
+      { kind: 'full', converged: true, trigger: 'retry' },
+    ]);
+  });
+
   it('a trigger does not cut a back-off short; a lease change does', async () => {
     const l = await converged();
     breakBatches(l);
