@@ -70,7 +70,9 @@ import type { Feeder, Runner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { abortable, Backoff, pause, quietOnAbort } from '../util/abort.ts';
 import { applyOps, type ApplyResult } from './apply.ts';
-import { assumedFrom, assumedWithout, diff, diffChains, peerDelta } from './diff.ts';
+import { ForwardingGuard } from './forwarding.ts';
+import { masqLaneOps, tableOps, type MasqReadOptions } from './masq-reads.ts';
+import { assumedFrom, assumedWithout, diff, peerDelta } from './diff.ts';
 import {
   everything,
   indexDesired,
@@ -84,12 +86,10 @@ import {
   joinTrigger,
   type Trigger,
 } from './judge.ts';
-import { chainSpecs, chainSpecs6, diffChain } from './masq.ts';
-import { opLogLabel, type DesiredState, type Op } from './model.ts';
+import type { DesiredState, Op } from './model.ts';
+import { logPass, type PassReport, type PassStages } from './pass-report.ts';
 import type { Touch } from './monitor.ts';
-import { observeNft, nftMasqOps, type NftReadOptions } from './nft-observe.ts';
-import { NOT_READ, observe, observeChain, observeChains, type ObserveOptions } from './observe.ts';
-import { opLines } from './render.ts';
+import { observe } from './observe.ts';
 import { monotonicMs } from '../util/clock.ts';
 
 /**
@@ -104,45 +104,6 @@ function setupKey(want: DesiredState): string {
 
 /** What a plan with nothing to apply returns. */
 const NO_APPLY: ApplyResult = { batches: 0, failures: [] };
-
-export type PassKind = 'full' | 'entries' | 'delta' | 'repair' | 'chains';
-
-export interface PassReport {
-  /** epoch ms when the pass ended */
-  readonly at: number;
-  readonly kind: PassKind;
-  readonly durationMs: number;
-  readonly ops: readonly Op[];
-  /**
-   * changes that failed, led by a standing sysctl failure (ip_forward could not be set) while there
-   * is one
-   */
-  readonly failures: readonly string[];
-  /**
-   * the kernel matches the desired state: a full or chains pass needed no ops, or a repair put back
-   * what had drifted
-   */
-  readonly converged: boolean;
-  /** ops were needed although the desired state had not changed since the last converged pass */
-  readonly drift: boolean;
-  /**
-   * stages: what asked for the pass first, how long it waited to start, observing, applying,
-   * processes run
-   */
-  readonly stages: PassStages;
-}
-
-export interface PassStages {
-  readonly trigger: string;
-  /** other sources that asked before the pass started (judge.ts's Trigger); absent when none */
-  readonly joined?: readonly string[];
-  readonly waitedMs: number;
-  /** reading the kernel: in a full pass the entries' reads (the masquerade's count in applyMs) */
-  readonly observeMs: number;
-  /** from the reads to the end when anything was applied, else 0 */
-  readonly applyMs: number;
-  readonly spawns: number;
-}
 
 export interface ReconcilerOptions {
   readonly runner: Runner;
@@ -244,8 +205,8 @@ export class Reconciler {
    * other passes cannot put it off
    */
   private fullDueAt = 0;
-  /** why ip_forward could not be kept at 1, as of the last observed pass */
-  private forwardingFailure: string | undefined;
+  /** keeps forwarding on in observed passes; its failure stands in every pass's report */
+  private readonly forwarding: ForwardingGuard;
   /**
    * IPv6 is off and no full pass has yet removed what a dual-stack run may have left (IPv6 routes,
    * ip6tables chains): the next full pass reads them too
@@ -277,6 +238,11 @@ export class Reconciler {
     };
     const feed = o.feed;
     this.kept = feed && new KeptBatches({ feed, onSpawn: () => this.spawns++ });
+    this.forwarding = new ForwardingGuard({
+      logger: o.logger,
+      ensure: o.ensureForwarding,
+      ...(o.forwardingSysctls ? { sysctls: o.forwardingSysctls } : {}),
+    });
   }
 
   /** Asks for a full pass (entries and chains). */
@@ -352,7 +318,7 @@ export class Reconciler {
     // from here until the kernel is read, a lease change may make this pass give way
     const reading = o.mayYield ? new AbortController() : undefined;
     this.yieldRead = reading;
-    await this.checkForwarding();
+    await this.forwarding.check();
     if (o.chains) this.fullDueAt = monotonicMs() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
     const leftovers6 = o.chains && !want.masq6 && this.leftovers6;
     const leftovers4 = o.chains && !want.masq && this.leftovers4;
@@ -512,15 +478,8 @@ export class Reconciler {
   ): Promise<PassReport> {
     const started = this.begin();
     const want = this.known?.want ?? this.o.desired();
-    // nftables mode: twill's tables of the families that are on, whichever table the event named
-    const ops =
-      this.o.nftables === true
-        ? nftMasqOps(
-            want,
-            await observeNft(this.runner, want, { nftables: true, leftovers: false }, signal),
-            { nftables: true },
-          )
-        : await this.chainOps(want, tables, signal);
+    const nftables = this.o.nftables === true;
+    const ops = await tableOps(this.runner, want, { nftables, tables }, signal);
     const observed = monotonicMs();
     const { failures } = ops.length > 0 ? await this.apply(ops, signal) : { failures: [] };
     const converged = ops.length === 0 && this.convergedGeneration === this.generation;
@@ -534,54 +493,6 @@ export class Reconciler {
       },
       { started, observed, first },
     );
-  }
-
-  /** Reads the chains of the given tables (iptables mode): the ops that make them right. */
-  private async chainOps(
-    want: DesiredState,
-    tables: ReadonlySet<'nat' | 'filter'>,
-    signal: AbortSignal,
-  ): Promise<Op[]> {
-    // a table's chains in both families (an event or the poll names the table, not the family):
-    // those that are on
-    const families = [
-      ...(want.masq ? [chainSpecs(want.masq)] : []),
-      ...(want.masq6 ? [chainSpecs6(want.masq6)] : []),
-    ];
-    const chosen = families.flatMap((specs) => [
-      ...(tables.has('nat') ? [specs.postrouting] : []),
-      ...(tables.has('filter') ? [specs.forward] : []),
-    ]);
-    const seen = await Promise.all(chosen.map((spec) => observeChain(this.runner, spec, signal)));
-    return chosen.flatMap((spec, i) => diffChain(spec, seen[i] ?? { jumps: [], rules: null }));
-  }
-
-  /**
-   * ip_forward, set to 1 when it is not. A failure (EROFS: a container's
-   * /proc/sys is read-only) must not cost the pass: routes, neighbours, FDB
-   * and chains are still programmed, and the failure stands in every pass's
-   * report (readiness, NetworkUnavailable, the failed-pass counter) until an
-   * observed pass finds it fixed. Logged once per distinct error.
-   */
-  private async checkForwarding(): Promise<void> {
-    // the sysctls by name: "net.ipv4.ip_forward", on a dual-stack node both, on an IPv6-only node
-    // "net.ipv6.conf.all.forwarding"
-    const names = this.o.forwardingSysctls ?? ['net.ipv4.ip_forward'];
-    const [one, all] = [names.join(' or '), names.join(' and ')];
-    let failure: string | undefined;
-    try {
-      if (await this.o.ensureForwarding()) this.o.logger.warn(`${one} was 0; set it to 1`);
-    } catch (err) {
-      failure = `sysctl: ${describeError(err)}`;
-    }
-    if (failure !== undefined && failure !== this.forwardingFailure)
-      this.o.logger.warn(
-        { err: failure },
-        `cannot keep ${all} at 1; the rest of the dataplane is programmed, and every observed pass tries again`,
-      );
-    if (failure === undefined && this.forwardingFailure !== undefined)
-      this.o.logger.info(`${all} ${names.length > 1 ? 'are' : 'is'} 1 again`);
-    this.forwardingFailure = failure;
   }
 
   private begin(): number {
@@ -606,8 +517,8 @@ export class Reconciler {
     };
     // ip_forward is only checked by observed passes; its failure holds for the passes between them
     // too
-    const failures =
-      this.forwardingFailure === undefined ? r.failures : [this.forwardingFailure, ...r.failures];
+    const standing = this.forwarding.failure;
+    const failures = standing === undefined ? r.failures : [standing, ...r.failures];
     const report: PassReport = {
       ...r,
       failures,
@@ -615,29 +526,19 @@ export class Reconciler {
       durationMs: now - t.started,
       stages,
     };
-    this.logPass(report, r.failures);
+    logPass(this.o.logger, report, r.failures);
     this.last = report;
     this.o.onPass?.(report);
     return report;
   }
 
-  /**
-   * The masquerade's lane of a full pass: reads twill's chains (iptables mode) or nftables tables,
-   * and what a run in the other mode left, and applies what they need.
-   */
+  /** The masquerade's lane of a full pass: its reads (masq-reads.ts), then what they need. */
   private async masqLane(
     want: DesiredState,
-    o: {
-      families: Omit<ObserveOptions, 'chains' | 'dev6'>;
-      nft: NftReadOptions;
-    },
+    o: MasqReadOptions,
     signal: AbortSignal,
   ): Promise<{ ops: Op[]; failures: readonly string[] }> {
-    const [chains, nftSeen] = await Promise.all([
-      o.nft.nftables ? NOT_READ : observeChains(this.runner, signal, o.families),
-      observeNft(this.runner, want, o.nft, signal),
-    ]);
-    const ops = [...diffChains(want, chains), ...nftMasqOps(want, nftSeen, o.nft)];
+    const ops = await masqLaneOps(this.runner, want, o, signal);
     const { failures } = ops.length > 0 ? await this.apply(ops, signal) : NO_APPLY;
     return { ops, failures };
   }
@@ -810,40 +711,5 @@ export class Reconciler {
       this.wakeOnLeases = () => done(true);
       signal.addEventListener('abort', onAbort, { once: true });
     });
-  }
-
-  /**
-   * `failures`: the pass's own (a standing sysctl failure is logged when it changes, not with every
-   * pass)
-   */
-  private logPass(r: PassReport, failures: readonly string[]): void {
-    if (r.ops.length === 0) return;
-    const byKind: Record<string, number> = {};
-    for (const op of r.ops) {
-      // a stale bridge gateway's delete shows as "stale address delete", not as twill's device's
-      const key = `${opLogLabel(op)} ${op.action}`;
-      byKind[key] = (byKind[key] ?? 0) + 1;
-    }
-    const s = r.stages;
-    const fields = {
-      kind: r.kind,
-      ops: byKind,
-      durationMs: Math.round(r.durationMs),
-      trigger: s.trigger,
-      ...(s.joined ? { joined: s.joined } : {}),
-      waitedMs: Math.round(s.waitedMs),
-      observeMs: Math.round(s.observeMs),
-      applyMs: Math.round(s.applyMs),
-      spawns: s.spawns,
-    };
-    if (failures.length > 0)
-      this.o.logger.warn(
-        { ...fields, failures: failures.slice(0, 20) },
-        'dataplane pass could not apply every change',
-      );
-    else if (r.drift) this.o.logger.warn(fields, 'repaired dataplane drift');
-    else this.o.logger.info(fields, 'dataplane updated');
-    if (this.o.logger.isLevelEnabled('debug'))
-      this.o.logger.debug({ lines: r.ops.flatMap(opLines) }, 'dataplane ops');
   }
 }

@@ -16,7 +16,7 @@
 // store, for a podCIDR, for the peer list) is "not ready" with what it waits
 // for. Readiness goes back to "not ready" whenever the dataplane breaks and
 // stays broken.
-import type { PassReport } from '../dataplane/reconciler.ts';
+import type { PassReport } from '../dataplane/pass-report.ts';
 
 /** Where start-up is, and its last sign of life. */
 export interface StartupFacts {

@@ -6,7 +6,7 @@
 // is compared pair by pair: an IPv6-only node's has no IPv4 pair, and must not.
 import { readFile } from 'node:fs/promises';
 import { opLabel } from '../dataplane/model.ts';
-import type { PassReport } from '../dataplane/reconciler.ts';
+import type { PassReport } from '../dataplane/pass-report.ts';
 import { describeError } from '../errors.ts';
 import { REFUSAL_REASONS, type Refusal, type RefusalReason } from '../lease/admit.ts';
 import type { Lease, LeaseEvent } from '../lease/types.ts';

@@ -11,7 +11,7 @@ import {
   type HealthFacts,
   type StartupFacts,
 } from '../../src/health/health.ts';
-import type { PassReport } from '../../src/dataplane/reconciler.ts';
+import type { PassReport } from '../../src/dataplane/pass-report.ts';
 
 const NOW = 1_000_000_000;
 const pass = (o: Partial<PassReport> = {}): PassReport => ({

@@ -10,7 +10,8 @@
 // fields and the fake kernel, never on the ops themselves.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { desiredState } from '../../src/dataplane/desired.ts';
-import { QUIET_MIN_ENTRIES, Reconciler, type PassReport } from '../../src/dataplane/reconciler.ts';
+import { QUIET_MIN_ENTRIES, Reconciler } from '../../src/dataplane/reconciler.ts';
+import type { PassReport } from '../../src/dataplane/pass-report.ts';
 import { CommandError, type RunResult, type Runner } from '../../src/exec/runner.ts';
 import type { Lease } from '../../src/lease/types.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';
