@@ -10,6 +10,8 @@ export interface PassLine {
   readonly time: number;
   readonly kind: string;
   readonly trigger: string;
+  /** the other sources that asked before the pass started (none: empty) */
+  readonly joined: readonly string[];
   readonly waitedMs: number;
   readonly observeMs: number;
   readonly applyMs: number;
@@ -53,6 +55,7 @@ export function passesBetween(log: string, from: number, to: number): PassLine[]
       time,
       kind: typeof rec.kind === 'string' ? rec.kind : 'full',
       trigger: typeof rec.trigger === 'string' ? rec.trigger : '?',
+      joined: Array.isArray(rec.joined) ? rec.joined.map(String) : [],
       waitedMs: num(rec.waitedMs),
       observeMs: num(rec.observeMs),
       applyMs: num(rec.applyMs),
@@ -71,6 +74,8 @@ export function renderStages(passes: readonly PassLine[], brokeAt: number): stri
     `${t < brokeAt ? '-' : '+'}${Math.abs(Math.round(t - brokeAt))} ms`;
   return passes.map((p, i) => {
     const start = p.time - p.durationMs;
-    return `twill pass ${i + 1}/${passes.length} (${p.kind}): trigger "${p.trigger}" ${rel(start - p.waitedMs)}, waited ${Math.round(p.waitedMs)} ms, observe ${Math.round(p.observeMs)} ms, apply ${Math.round(p.applyMs)} ms, ${p.spawns} spawns, done ${rel(p.time)}`;
+    const joined =
+      p.joined.length > 0 ? ` (joined by ${p.joined.map((j) => `"${j}"`).join(', ')})` : '';
+    return `twill pass ${i + 1}/${passes.length} (${p.kind}): trigger "${p.trigger}"${joined} ${rel(start - p.waitedMs)}, waited ${Math.round(p.waitedMs)} ms, observe ${Math.round(p.observeMs)} ms, apply ${Math.round(p.applyMs)} ms, ${p.spawns} spawns, done ${rel(p.time)}`;
   });
 }

@@ -18,11 +18,15 @@ export interface ForwardingOptions {
 
 export class ForwardingGuard {
   private readonly o: ForwardingOptions;
-  /** the standing failure, as the pass reports show it; undefined while forwarding is on */
-  failure: string | undefined;
+  private standing: string | undefined;
 
   constructor(o: ForwardingOptions) {
     this.o = o;
+  }
+
+  /** The standing failure, as the pass reports show it; undefined while forwarding is on. */
+  get failure(): string | undefined {
+    return this.standing;
   }
 
   /** Sets forwarding on when it is off; never throws (a failure is kept in `failure`). */
@@ -35,13 +39,13 @@ export class ForwardingGuard {
     } catch (err) {
       failure = `sysctl: ${describeError(err)}`;
     }
-    if (failure !== undefined && failure !== this.failure)
+    if (failure !== undefined && failure !== this.standing)
       this.o.logger.warn(
         { err: failure },
         `cannot keep ${all} at 1; the rest of the dataplane is programmed, and every observed pass tries again`,
       );
-    if (failure === undefined && this.failure !== undefined)
+    if (failure === undefined && this.standing !== undefined)
       this.o.logger.info(`${all} ${names.length > 1 ? 'are' : 'is'} 1 again`);
-    this.failure = failure;
+    this.standing = failure;
   }
 }

@@ -135,17 +135,21 @@ export function judge(t: Touch, k: Known | undefined): Work[] {
 export interface Trigger {
   readonly source: string;
   readonly at: number;
-  readonly joined: string[];
+  readonly joined: readonly string[];
 }
 
 export const MAX_JOINED = 4;
 
-/** A trigger from `source` now, or `source` joining the one pending. */
-export function joinTrigger(t: Trigger | undefined, source: string, at: number): Trigger {
-  if (t === undefined) return { source, at, joined: [] };
-  if (source !== t.source && !t.joined.includes(source) && t.joined.length < MAX_JOINED)
-    t.joined.push(source);
-  return t;
+/**
+ * What asks for the pass once `ask` (a source, at a time) comes: a trigger of its own when none is
+ * pending, else the pending one with `ask.source` joined. The start's pass reads everything
+ * anyway: nothing that comes before it says why it is full, and none joins it.
+ */
+export function joinTrigger(t: Trigger | undefined, ask: { source: string; at: number }): Trigger {
+  if (t === undefined) return { source: ask.source, at: ask.at, joined: [] };
+  const { source } = ask;
+  if (t.source === 'start' || source === t.source || t.joined.includes(source)) return t;
+  return t.joined.length < MAX_JOINED ? { ...t, joined: [...t.joined, source] } : t;
 }
 
 /** What the next pass must look at. */

@@ -1,7 +1,7 @@
 // What a reconciler pass reports (its kind, ops, failures and stages), and
-// the one log line it makes of it: the health probe, the status command and
-// the drills read these, so they live apart from the engine that runs passes
-// (reconciler.ts).
+// the one log line it makes of it: the health probe (readiness, the pass
+// metrics) reads the reports and the drills read the log lines, so they live
+// apart from the engine that runs passes (reconciler.ts).
 import type { Logger } from '../log.ts';
 import { opLogLabel, type Op } from './model.ts';
 import { opLines } from './render.ts';
@@ -50,7 +50,11 @@ export interface PassStages {
  * pass's own: a standing sysctl failure is logged when it changes, not with every pass); the ops'
  * lines at debug level.
  */
-export function logPass(logger: Logger, r: PassReport, failures: readonly string[]): void {
+export function logPass(
+  logger: Logger,
+  o: { report: PassReport; failures: readonly string[] },
+): void {
+  const { report: r, failures } = o;
   if (r.ops.length === 0) return;
   const byKind: Record<string, number> = {};
   for (const op of r.ops) {

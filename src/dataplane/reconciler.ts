@@ -64,6 +64,11 @@
 // MonitorHush): its thousands of events would be twill's own, and reading them
 // slows the batch that makes them; the monitor's restart asks for the full
 // pass that looks at the kernel again.
+// Each pass ends in a report (pass-report.ts: its log line names the first
+// trigger and the sources that joined it); the masquerade's reads are
+// masq-reads.ts', the forwarding check forwarding.ts'. A full pass whose
+// masquerade reads fail after its entries' batches ran is reported with
+// their ops and the read as its failure (not converged: it backs off).
 import { describeError } from '../errors.ts';
 import { KeptBatches } from '../exec/kept-batch.ts';
 import type { Feeder, Runner } from '../exec/runner.ts';
@@ -281,7 +286,7 @@ export class Reconciler {
   private mark(source: string, f: (p: Pending) => void, internal = false): void {
     if (!internal) this.o.logger.trace({ source }, 'pass triggered');
     f(this.pending);
-    this.pending.first = joinTrigger(this.pending.first, source, monotonicMs());
+    this.pending.first = joinTrigger(this.pending.first, { source, at: monotonicMs() });
     this.wakeAny?.();
   }
 
@@ -526,7 +531,7 @@ export class Reconciler {
       durationMs: now - t.started,
       stages,
     };
-    logPass(this.o.logger, report, r.failures);
+    logPass(this.o.logger, { report, failures: r.failures });
     this.last = report;
     this.o.onPass?.(report);
     return report;

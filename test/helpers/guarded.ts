@@ -141,7 +141,9 @@ const CHAINS_SOURCES = new Set(['nft monitor', 'iptables poll']);
  * Expects the first repair since `before` to be of `kind`. A chains drift that other sources
  * joined before its pass started (the devices' own churn, late on a loaded machine) may be
  * repaired by a full pass instead, still with only masquerade ops; asked for by the chains'
- * sources alone, it must be a chains pass.
+ * sources alone, it must be a chains pass. (The log does not say what a joined source asked for:
+ * an ip monitor event that only needs a repair, merged wrongly into a full pass, would pass here;
+ * the engine tests pin which work makes which kind of pass.)
  */
 export function expectRepairKind(
   node: GuardedNode,

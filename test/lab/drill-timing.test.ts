@@ -50,6 +50,7 @@ describe("twill's own account of a repair", () => {
     '{"level":40,"time":1120,"kind":"repair","ops":{"route add":1},"durationMs":8,"trigger":"ip monitor","waitedMs":11,"observeMs":0,"applyMs":7,"spawns":1,"msg":"repaired dataplane drift"}',
     'not json',
     '{"level":30,"time":5000,"kind":"delta","durationMs":150,"trigger":"leases","waitedMs":10,"observeMs":0,"applyMs":140,"spawns":3,"msg":"dataplane updated"}',
+    '{"level":40,"time":6040,"kind":"full","ops":{"masquerade change":1},"durationMs":30,"trigger":"nft monitor","joined":["ip monitor"],"waitedMs":10,"observeMs":12,"applyMs":18,"spawns":14,"msg":"repaired dataplane drift"}',
   ].join('\n');
 
   it('finds the passes that changed something within a window, with their stages', () => {
@@ -58,6 +59,7 @@ describe("twill's own account of a repair", () => {
         time: 1120,
         kind: 'repair',
         trigger: 'ip monitor',
+        joined: [],
         waitedMs: 11,
         observeMs: 0,
         applyMs: 7,
@@ -65,7 +67,7 @@ describe("twill's own account of a repair", () => {
         durationMs: 8,
       },
     ]);
-    expect(passesBetween(log, 0, 10_000).map((p) => p.kind)).toEqual(['repair', 'delta']);
+    expect(passesBetween(log, 0, 10_000).map((p) => p.kind)).toEqual(['repair', 'delta', 'full']);
   });
 
   it('finds when a message was first logged from a given moment', () => {
@@ -77,6 +79,10 @@ describe("twill's own account of a repair", () => {
   it('prints each pass relative to the break', () => {
     expect(renderStages(passesBetween(log, 1100, 2000), 1100)).toEqual([
       'twill pass 1/1 (repair): trigger "ip monitor" +1 ms, waited 11 ms, observe 0 ms, apply 7 ms, 1 spawns, done +20 ms',
+    ]);
+    // the sources that joined the first trigger are named
+    expect(renderStages(passesBetween(log, 6000, 7000), 6000)).toEqual([
+      'twill pass 1/1 (full): trigger "nft monitor" (joined by "ip monitor") +0 ms, waited 10 ms, observe 12 ms, apply 18 ms, 14 spawns, done +40 ms',
     ]);
   });
 

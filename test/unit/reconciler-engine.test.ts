@@ -823,6 +823,13 @@ describe('coalescing', () => {
     expect(l.newCalls().filter((c) => c === LINKS)).toHaveLength(1);
   });
 
+  it("the start's pass names no source that joined it (it reads everything anyway)", async () => {
+    const l = await converged();
+    const [start] = l.reports;
+    expect(start?.stages.trigger).toBe('start');
+    expect(start?.stages.joined).toBeUndefined();
+  });
+
   it('a chains event alone is a chains pass; joined by an entries event, a full one naming both', async () => {
     const l = await converged();
     l.reconciler.touch('nft', { kind: 'chains', tables: ['nat'] });
