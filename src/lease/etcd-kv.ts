@@ -473,7 +473,12 @@ export class EtcdKv implements Kv {
         compare: [{ key: enc(key), result: 'equal', modRevision: expected }],
         success: [{ deleteRange: { key: enc(key) } }],
       });
-      return res.succeeded;
+      if (res.succeeded) return true;
+      // The compare also fails when this very delete committed on an earlier try whose reply was
+      // lost (a leader killed mid-call: the call is tried again on the next member), as for a put
+      // (guardedPut). A key that is gone counts as deleted, whoever deleted it: the version asked
+      // for is no longer there. One at another version is not ours to delete.
+      return (await this.range({ key: enc(key), keysOnly: true })).kvs.length === 0;
     });
   }
 

@@ -98,7 +98,11 @@ export interface Kv {
   replace(o: KvReplace): Promise<KvWritten | undefined>;
   /** When `key`'s TTL runs out (epoch ms); undefined when it is absent or has no TTL. */
   expiresAt(key: string, signal: AbortSignal): Promise<number | undefined>;
-  /** Deletes `key` only if its modRevision is `expected`. */
+  /**
+   * Deletes `key` only if its modRevision is `expected`. True when that version is gone: deleted
+   * now, or already (by an earlier try whose reply was lost, or by another writer); false when the
+   * key holds another version, which is left as it is.
+   */
   deleteIf(key: string, expected: string, signal: AbortSignal): Promise<boolean>;
   /** Streams changes under `prefix` until the signal aborts or the stream cannot go on. */
   watch(prefix: string, opts: KvWatchOptions): Promise<WatchEnd>;

@@ -9,6 +9,7 @@ import { MemoryKv, shared } from '../helpers/memory-kv.ts';
 import type { LeaseEvent } from '../../src/lease/types.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
 import { keysCreatedContract } from './kv-created.ts';
+import { deleteIfContract } from './kv-delete.ts';
 import { kvHarness, leaseStoreContract, vxlanAttrs } from './lease-store.ts';
 
 const kv = new MemoryKv();
@@ -24,6 +25,7 @@ leaseStoreContract('memory', () =>
 );
 
 keysCreatedContract('memory', async () => shared(kv), '/created-memory');
+deleteIfContract('memory', async () => shared(kv), '/delete-memory');
 
 describe('memory store: re-list on compaction and wipe', () => {
   it('re-lists with a snapshot after a wipe and after falling behind a compaction', async () => {

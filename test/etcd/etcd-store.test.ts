@@ -14,6 +14,7 @@ import type { LeaseAttrs, LeaseEvent, LeaseStore } from '../../src/lease/types.t
 import { formatCidr6, parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 import { captureLog } from '../helpers/log.ts';
 import { keysCreatedContract } from '../contract/kv-created.ts';
+import { deleteIfContract } from '../contract/kv-delete.ts';
 import { kvHarness, leaseStoreContract, vxlanAttrs } from '../contract/lease-store.ts';
 import { startEtcd, type EtcdServer } from '../../lab/kit/etcd.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
@@ -68,6 +69,7 @@ leaseStoreContract('etcd', () =>
 );
 
 keysCreatedContract('etcd', openKv, '/created-etcd');
+deleteIfContract('etcd', openKv, '/delete-etcd');
 
 const NETCONF = '{"Network":"10.30.0.0/16","Backend":{"Type":"vxlan"}}';
 const config = parseNetConfig(NETCONF);
@@ -132,6 +134,23 @@ describe('etcd lease store under failure', () => {
     const stale = await replace('{"PublicIP":"192.0.2.99"}');
     expect(stale).toBeUndefined();
     expect(await admin.get(key).string()).toBe('{"PublicIP":"192.0.2.9","n":2}');
+  });
+
+  it('answers true for a delete that committed on a try whose reply was lost', async () => {
+    const kv = await openKv();
+    type Txn = (req: unknown) => Promise<unknown>;
+    const inside = kv as unknown as { txn: Txn };
+    const txn = inside.txn.bind(kv);
+    const key = '/lost-reply-delete/subnets/10.30.8.0-24';
+    const created = await kv.create(key, '{"PublicIP":"192.0.2.8"}', 60, signal);
+    if (!created) throw new Error('test setup: the key exists');
+    // the delete commits, its reply is lost, and the call is tried again: the compare fails
+    inside.txn = async (req) => {
+      await txn(req);
+      return txn(req);
+    };
+    expect(await kv.deleteIf(key, created.entry.modRevision, signal)).toBe(true);
+    expect(await admin.get(key).string()).toBeNull();
   });
 
   it('gives 50 concurrent acquisitions 50 distinct subnets', async () => {

@@ -132,7 +132,10 @@ export class MemoryKv implements Kv {
 
   async deleteIf(key: string, expected: string, signal?: AbortSignal): Promise<boolean> {
     this.check(signal);
-    if (this.data.get(key)?.entry.modRevision !== expected) return false;
+    const now = this.data.get(key);
+    // gone already counts as deleted (the Kv contract: kv.ts)
+    if (now === undefined) return true;
+    if (now.entry.modRevision !== expected) return false;
     this.remove(key);
     return true;
   }
