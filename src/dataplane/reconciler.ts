@@ -91,7 +91,7 @@ import {
   joinTrigger,
   type Trigger,
 } from './judge.ts';
-import type { DesiredState, Op } from './model.ts';
+import type { DesiredState, ObservedState, Op } from './model.ts';
 import { logPass, type PassReport, type PassStages } from './pass-report.ts';
 import type { Touch } from './monitor.ts';
 import { observe } from './observe.ts';
@@ -325,33 +325,8 @@ export class Reconciler {
     this.yieldRead = reading;
     await this.forwarding.check();
     if (o.chains) this.fullDueAt = monotonicMs() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
-    const leftovers6 = o.chains && !want.masq6 && this.leftovers6;
-    const leftovers4 = o.chains && !want.masq && this.leftovers4;
-    // nftables mode: twill's tables instead of the iptables chains, read alongside
-    const nft = {
-      nftables: this.o.nftables === true,
-      leftovers: o.chains && this.leftoversMode,
-      nftCommand: this.o.nftCommand === true,
-    };
-    const readSignal = reading ? AbortSignal.any([signal, reading.signal]) : signal;
-    const families = {
-      ...(want.masq6 ? { ipv6: true } : {}),
-      ...(leftovers6 ? { leftovers6: true } : {}),
-      ...(want.masq ? {} : { ipv4: false }),
-      ...(leftovers4 ? { leftovers4: true } : {}),
-    };
-    // the entries' lane reads alone: the masquerade's reads (a dozen iptables or nft runs) wait
-    // until the entries' batches have started, off a cold start's path (its 5,000 routes are the
-    // kernel's longest work)
-    const read = observe(this.runner, want.vxlan?.name, readSignal, {
-      chains: false,
-      ...families,
-      ...(want.masq6 ? { dev6: want.vxlan6?.name } : {}),
-    }).finally(() => (this.yieldRead = undefined));
-    const seen = await read.catch((err: unknown) => {
-      if (reading?.signal.aborted && !signal.aborted) return undefined;
-      throw err;
-    });
+    const read = this.readOptions(want, o.chains);
+    const seen = await this.readEntries(want, read.masq.families, { signal, reading });
     // it gave way having changed nothing: the kernel is still what the last pass left
     if (seen === undefined) {
       this.known = before;
@@ -359,6 +334,97 @@ export class Reconciler {
     }
     const observed = monotonicMs();
     const entryOps = diff(want, seen);
+    const { ops, failures } = await this.runLanes(want, entryOps, {
+      masq: o.chains ? read.masq : undefined,
+      signal,
+    });
+    const drift = ops.length > 0 && generation === this.convergedGeneration;
+    // removed, or there were none: later passes need not look
+    if (failures.length === 0) this.leftoversGone(read.leftovers);
+    if (ops.length === 0) {
+      this.convergedGeneration = generation;
+      // the next lease change or repair then waits for no process start
+      this.kept?.warm(want.vxlan || want.vxlan6 ? ['ip', 'bridge'] : ['ip']);
+    }
+    const kind = o.chains ? 'full' : 'entries';
+    return this.finish(
+      { kind, ops, failures, converged: ops.length === 0, drift },
+      { started, observed, first: o.first },
+    );
+  }
+
+  /**
+   * What an observed pass reads: the families on, and in a full pass what a run of the other
+   * family or masquerade mode may have left (until a pass removes it cleanly).
+   */
+  private readOptions(
+    want: DesiredState,
+    chains: boolean,
+  ): { masq: MasqReadOptions; leftovers: { v6: boolean; v4: boolean; mode: boolean } } {
+    const leftovers = {
+      v6: chains && !want.masq6 && this.leftovers6,
+      v4: chains && !want.masq && this.leftovers4,
+      mode: chains && this.leftoversMode,
+    };
+    const families = {
+      ...(want.masq6 ? { ipv6: true } : {}),
+      ...(leftovers.v6 ? { leftovers6: true } : {}),
+      ...(want.masq ? {} : { ipv4: false }),
+      ...(leftovers.v4 ? { leftovers4: true } : {}),
+    };
+    // nftables mode: twill's tables instead of the iptables chains, read alongside
+    const nft = {
+      nftables: this.o.nftables === true,
+      leftovers: leftovers.mode,
+      nftCommand: this.o.nftCommand === true,
+    };
+    return { masq: { families, nft }, leftovers };
+  }
+
+  /** Leftovers a full pass read and removed without a failure: later passes need not look. */
+  private leftoversGone(read: { v6: boolean; v4: boolean; mode: boolean }): void {
+    if (read.v6) this.leftovers6 = false;
+    if (read.v4) this.leftovers4 = false;
+    if (read.mode) this.leftoversMode = false;
+  }
+
+  /**
+   * The entries' lane's reads (the masquerade's wait until the entries' batches have started, off
+   * a cold start's path: its 5,000 routes are the kernel's longest work); undefined when a lease
+   * change made the pass give way (`reading` aborted).
+   */
+  private async readEntries(
+    want: DesiredState,
+    families: MasqReadOptions['families'],
+    o: { signal: AbortSignal; reading: AbortController | undefined },
+  ): Promise<ObservedState | undefined> {
+    const { signal, reading } = o;
+    const readSignal = reading ? AbortSignal.any([signal, reading.signal]) : signal;
+    const read = observe(this.runner, want.vxlan?.name, readSignal, {
+      chains: false,
+      ...families,
+      ...(want.masq6 ? { dev6: want.vxlan6?.name } : {}),
+    }).finally(() => (this.yieldRead = undefined));
+    return read.catch((err: unknown) => {
+      if (reading?.signal.aborted && !signal.aborted) return undefined;
+      throw err;
+    });
+  }
+
+  /**
+   * Applies the entries' ops, and with `masq` (a full pass) the masquerade's lane once the
+   * entries' batches have started. A masquerade lane that fails (a chain or table could not be
+   * read) fails the pass, as a failed read always has; when the entries' batches ran first, the
+   * pass is reported with their ops and the lane's failure (not converged: the loop backs off and
+   * retries a full pass, which finds the entries in place), so what was applied is logged and
+   * counted.
+   */
+  private async runLanes(
+    want: DesiredState,
+    entryOps: Op[],
+    o: { masq: MasqReadOptions | undefined; signal: AbortSignal },
+  ): Promise<{ ops: Op[]; failures: string[] }> {
+    const { masq, signal } = o;
     // the kernel was not as twill left it (a device made again, by twill or another program, has a
     // new index, which the kept processes would not know): they start afresh once it is
     if (entryOps.length > 0) this.kept?.recycle();
@@ -369,42 +435,17 @@ export class Reconciler {
         ? this.apply(entryOps, signal, false, batchesStarted)
         : Promise.resolve(NO_APPLY)
     ).finally(batchesStarted);
-    const masq = o.chains
-      ? entriesStarted.then(() => this.masqLane(want, { families, nft }, signal))
+    const lane = masq
+      ? entriesStarted.then(() => this.masqLane(want, masq, signal))
       : Promise.resolve({ ops: [], failures: [] });
-    const [e, m] = await Promise.allSettled([entries, masq]);
+    const [e, m] = await Promise.allSettled([entries, lane]);
     if (e.status === 'rejected') throw e.reason;
-    // A masquerade lane that fails (a chain or table could not be read) fails the pass, as a
-    // failed read always has; when the entries' batches ran first, the pass is reported with
-    // their ops and the lane's failure (not converged: the loop backs off and retries a full
-    // pass, which finds the entries in place), so what was applied is logged and counted.
     if (m.status === 'rejected' && (signal.aborted || entryOps.length === 0)) throw m.reason;
-    const lane =
+    const done =
       m.status === 'fulfilled'
         ? m.value
         : { ops: [], failures: [`masquerade: ${describeError(m.reason)}`] };
-    const ops = [...entryOps, ...lane.ops];
-    const failures = [...e.value.failures, ...lane.failures];
-    const drift = ops.length > 0 && generation === this.convergedGeneration;
-    // removed, or there were none: later passes need not look
-    if (leftovers6 && failures.length === 0) this.leftovers6 = false;
-    if (leftovers4 && failures.length === 0) this.leftovers4 = false;
-    if (nft.leftovers && failures.length === 0) this.leftoversMode = false;
-    if (ops.length === 0) {
-      this.convergedGeneration = generation;
-      // the next lease change or repair then waits for no process start
-      this.kept?.warm(want.vxlan || want.vxlan6 ? ['ip', 'bridge'] : ['ip']);
-    }
-    return this.finish(
-      {
-        kind: o.chains ? 'full' : 'entries',
-        ops,
-        failures,
-        converged: ops.length === 0,
-        drift,
-      },
-      { started, observed, first: o.first },
-    );
+    return { ops: [...entryOps, ...done.ops], failures: [...e.value.failures, ...done.failures] };
   }
 
   /**
