@@ -2,7 +2,9 @@
 // (iptables mode) or nftables tables (nftables mode) hold, diffed into the
 // ops that make them right. A full pass's masquerade lane reads them all
 // (and what a run in the other mode left); a chains pass only the table an
-// event named. Reading only: the reconciler applies.
+// event named. Which reads an observed pass makes, leftovers of another
+// family or mode included, is passReads'. Reading only: the reconciler
+// applies.
 import type { Runner } from '../exec/runner.ts';
 import { diffChains } from './diff.ts';
 import { chainSpecs, chainSpecs6, diffChain } from './masq.ts';
@@ -14,6 +16,40 @@ export interface MasqReadOptions {
   /** the families' chains to read, and a run's leftovers in the family that is off */
   readonly families: Omit<ObserveOptions, 'chains' | 'dev6'>;
   readonly nft: NftReadOptions;
+}
+
+/** What a run of the other family or masquerade mode may have left: still to look for. */
+export interface Leftovers {
+  /** IPv6 routes and ip6tables chains (a dual-stack run's), on a node without IPv6 */
+  readonly v6: boolean;
+  /** IPv4 routes and iptables chains, on an IPv6-only node */
+  readonly v4: boolean;
+  /** the other masquerade mode's chains or tables */
+  readonly mode: boolean;
+}
+
+/**
+ * What an observed pass reads: the families on, and in a full pass (`chains`) the leftovers still
+ * to look for (`leftovers`: those not yet removed by a clean pass); the leftovers it reads.
+ */
+export function passReads(
+  want: DesiredState,
+  o: { chains: boolean; nftables: boolean; nftCommand: boolean; leftovers: Leftovers },
+): { masq: MasqReadOptions; leftovers: Leftovers } {
+  const leftovers = {
+    v6: o.chains && !want.masq6 && o.leftovers.v6,
+    v4: o.chains && !want.masq && o.leftovers.v4,
+    mode: o.chains && o.leftovers.mode,
+  };
+  const families = {
+    ...(want.masq6 ? { ipv6: true } : {}),
+    ...(leftovers.v6 ? { leftovers6: true } : {}),
+    ...(want.masq ? {} : { ipv4: false }),
+    ...(leftovers.v4 ? { leftovers4: true } : {}),
+  };
+  // nftables mode: twill's tables instead of the iptables chains, read alongside
+  const nft = { nftables: o.nftables, leftovers: leftovers.mode, nftCommand: o.nftCommand };
+  return { masq: { families, nft }, leftovers };
 }
 
 /**

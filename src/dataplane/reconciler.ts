@@ -76,7 +76,13 @@ import type { Logger } from '../log.ts';
 import { abortable, Backoff, pause, quietOnAbort } from '../util/abort.ts';
 import { applyOps, type ApplyResult } from './apply.ts';
 import { ForwardingGuard } from './forwarding.ts';
-import { masqLaneOps, tableOps, type MasqReadOptions } from './masq-reads.ts';
+import {
+  masqLaneOps,
+  passReads,
+  tableOps,
+  type Leftovers,
+  type MasqReadOptions,
+} from './masq-reads.ts';
 import { assumedFrom, assumedWithout, diff, peerDelta } from './diff.ts';
 import {
   everything,
@@ -325,7 +331,12 @@ export class Reconciler {
     this.yieldRead = reading;
     await this.forwarding.check();
     if (o.chains) this.fullDueAt = monotonicMs() + this.o.resyncMs * (0.9 + Math.random() * 0.2);
-    const read = this.readOptions(want, o.chains);
+    const read = passReads(want, {
+      chains: o.chains,
+      nftables: this.o.nftables === true,
+      nftCommand: this.o.nftCommand === true,
+      leftovers: { v6: this.leftovers6, v4: this.leftovers4, mode: this.leftoversMode },
+    });
     const seen = await this.readEntries(want, read.masq.families, { signal, reading });
     // it gave way having changed nothing: the kernel is still what the last pass left
     if (seen === undefined) {
@@ -353,36 +364,8 @@ export class Reconciler {
     );
   }
 
-  /**
-   * What an observed pass reads: the families on, and in a full pass what a run of the other
-   * family or masquerade mode may have left (until a pass removes it cleanly).
-   */
-  private readOptions(
-    want: DesiredState,
-    chains: boolean,
-  ): { masq: MasqReadOptions; leftovers: { v6: boolean; v4: boolean; mode: boolean } } {
-    const leftovers = {
-      v6: chains && !want.masq6 && this.leftovers6,
-      v4: chains && !want.masq && this.leftovers4,
-      mode: chains && this.leftoversMode,
-    };
-    const families = {
-      ...(want.masq6 ? { ipv6: true } : {}),
-      ...(leftovers.v6 ? { leftovers6: true } : {}),
-      ...(want.masq ? {} : { ipv4: false }),
-      ...(leftovers.v4 ? { leftovers4: true } : {}),
-    };
-    // nftables mode: twill's tables instead of the iptables chains, read alongside
-    const nft = {
-      nftables: this.o.nftables === true,
-      leftovers: leftovers.mode,
-      nftCommand: this.o.nftCommand === true,
-    };
-    return { masq: { families, nft }, leftovers };
-  }
-
   /** Leftovers a full pass read and removed without a failure: later passes need not look. */
-  private leftoversGone(read: { v6: boolean; v4: boolean; mode: boolean }): void {
+  private leftoversGone(read: Leftovers): void {
     if (read.v6) this.leftovers6 = false;
     if (read.v4) this.leftovers4 = false;
     if (read.mode) this.leftoversMode = false;

@@ -103,7 +103,10 @@ export class KvLeaseStore implements LeaseStore {
    */
   private primed:
     { readonly listing: KvListing; readonly records: Primed[]; readonly at: number } | undefined;
-  /** the keys of our own leases from an older config this acquisition attempt deleted */
+  /**
+   * the keys of our own leases from an older config this acquisition attempt deleted, or found
+   * gone (expired, or deleted by another writer): absent from the primed listing either way
+   */
   private deletedOwn: string[] = [];
   private watching = false;
 
@@ -239,7 +242,10 @@ export class KvLeaseStore implements LeaseStore {
     const listing = await this.kv.list(this.subnetsPrefix, signal);
     const records = this.records(listing);
     if (!this.watching) this.primed = { listing, records, at: Date.now() };
-    /** our own lease from an older config, deleted below: its subnets are worth keeping */
+    /**
+     * our own lease from an older config, deleted below (or found gone): its subnets are worth
+     * keeping
+     */
     const replaced: KeySubnets[] = [];
     for (const { entry, record } of records) {
       if (!entry || !record.ok || record.lease.attrs.publicIp !== attrs.publicIp) continue;

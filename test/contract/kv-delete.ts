@@ -32,6 +32,12 @@ export function deleteIfContract(name: string, kv: () => Promise<Kv>, prefix: st
       expect(rewritten).toBeDefined();
       expect(await s.deleteIf(`${prefix}/b`, b, signal)).toBe(false);
       expect((await s.get(`${prefix}/b`, signal))?.value).toBe('{"v":2}');
+      // deleted and made again by another writer since: not the version asked for, kept
+      const c = await put('c', '{"v":1}');
+      expect(await s.deleteIf(`${prefix}/c`, c, signal)).toBe(true);
+      await put('c', '{"v":"again"}');
+      expect(await s.deleteIf(`${prefix}/c`, c, signal)).toBe(false);
+      expect((await s.get(`${prefix}/c`, signal))?.value).toBe('{"v":"again"}');
     });
   });
 }
