@@ -18,13 +18,19 @@ export interface MasqReadOptions {
   readonly nft: NftReadOptions;
 }
 
-/** What a run of the other family or masquerade mode may have left: still to look for. */
+/**
+ * What a run of the other family or masquerade mode may have left: still to look for (the
+ * reconciler clears each once a full pass has read it and removed it without a failure).
+ */
 export interface Leftovers {
   /** IPv6 routes and ip6tables chains (a dual-stack run's), on a node without IPv6 */
   readonly v6: boolean;
-  /** IPv4 routes and iptables chains, on an IPv6-only node */
+  /** IPv4 routes and iptables chains (an IPv4 or dual-stack run's), on an IPv6-only node */
   readonly v4: boolean;
-  /** the other masquerade mode's chains or tables */
+  /**
+   * the other masquerade mode's: in nftables mode twill's iptables chains, in iptables mode twill's
+   * nft tables
+   */
   readonly mode: boolean;
 }
 

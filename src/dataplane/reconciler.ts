@@ -219,21 +219,10 @@ export class Reconciler {
   /** keeps forwarding on in observed passes; its failure stands in every pass's report */
   private readonly forwarding: ForwardingGuard;
   /**
-   * IPv6 is off and no full pass has yet removed what a dual-stack run may have left (IPv6 routes,
-   * ip6tables chains): the next full pass reads them too
+   * what a run of the other family or masquerade mode may have left and no full pass has yet
+   * removed cleanly (masq-reads.ts, Leftovers): the next full pass reads it too
    */
-  private leftovers6 = true;
-  /**
-   * IPv4 is off and no full pass has yet removed what an IPv4 run may have left (IPv4 routes,
-   * iptables chains): the next full pass reads them too
-   */
-  private leftovers4 = true;
-  /**
-   * no full pass has yet removed what a run in the other masquerade mode may have left
-   * (nftables mode: twill's iptables chains; iptables mode: twill's nft tables): the next full
-   * pass reads them
-   */
-  private leftoversMode = true;
+  private leftovers: Leftovers = { v6: true, v4: true, mode: true };
   /** aborts the reading of a resync pass that may give way to a lease change (see the loop) */
   private yieldRead: AbortController | undefined;
   /** resync passes that gave way in a row; at MAX_YIELDS the next one reads to the end */
@@ -335,7 +324,7 @@ export class Reconciler {
       chains: o.chains,
       nftables: this.o.nftables === true,
       nftCommand: this.o.nftCommand === true,
-      leftovers: { v6: this.leftovers6, v4: this.leftovers4, mode: this.leftoversMode },
+      leftovers: this.leftovers,
     });
     const seen = await this.readEntries(want, read.masq.families, { signal, reading });
     // it gave way having changed nothing: the kernel is still what the last pass left
@@ -351,7 +340,13 @@ export class Reconciler {
     });
     const drift = ops.length > 0 && generation === this.convergedGeneration;
     // removed, or there were none: later passes need not look
-    if (failures.length === 0) this.leftoversGone(read.leftovers);
+    const { v6, v4, mode } = read.leftovers;
+    if (failures.length === 0)
+      this.leftovers = {
+        v6: this.leftovers.v6 && !v6,
+        v4: this.leftovers.v4 && !v4,
+        mode: this.leftovers.mode && !mode,
+      };
     if (ops.length === 0) {
       this.convergedGeneration = generation;
       // the next lease change or repair then waits for no process start
@@ -362,13 +357,6 @@ export class Reconciler {
       { kind, ops, failures, converged: ops.length === 0, drift },
       { started, observed, first: o.first },
     );
-  }
-
-  /** Leftovers a full pass read and removed without a failure: later passes need not look. */
-  private leftoversGone(read: Leftovers): void {
-    if (read.v6) this.leftovers6 = false;
-    if (read.v4) this.leftovers4 = false;
-    if (read.mode) this.leftoversMode = false;
   }
 
   /**
@@ -538,7 +526,7 @@ export class Reconciler {
     const applyMs = r.ops.length > 0 ? now - t.observed : 0;
     const stages: PassStages = {
       trigger: t.first.source,
-      ...(t.first.joined.length > 0 ? { joined: [...t.first.joined] } : {}),
+      ...(t.first.joined.length > 0 ? { joined: t.first.joined } : {}),
       waitedMs: t.started - t.first.at,
       observeMs: t.observed - t.started,
       applyMs,
