@@ -12,7 +12,9 @@ RUN apt-get update && apt-get install -y --no-install-recommends binutils && rm 
 COPY package.json package-lock.json ./
 RUN npm ci
 COPY . .
-RUN npm run build && npm prune --omit=dev
+# the daemon's code cache is taken by the Node that will run it, the image's (npm would run the
+# build with the node package's, first on its PATH: scripts/build-daemon.ts)
+RUN TWILL_BUILD_NODE=/usr/local/bin/node npm run build && npm prune --omit=dev
 
 FROM node:24-bookworm-slim
 RUN apt-get update \
@@ -27,5 +29,5 @@ COPY --from=build /src/node_modules ./node_modules
 COPY --from=build /src/dist/src ./dist/src
 COPY --from=build /src/dist/twill-cni ./twill-cni
 RUN ln -s /usr/local/lib/twill/dist/src/cli/main.js /usr/local/bin/twill && chmod 0755 dist/src/cli/main.js
-# the symlink keeps the shebang's Node flags (see src/cli/main.ts)
+# the symlink keeps the shebang's Node flags (see src/cli/loader.ts)
 ENTRYPOINT ["/usr/local/bin/twill"]

@@ -517,7 +517,7 @@ async function appLayer(work: string, modules: string): Promise<Layer> {
   await copyFile(join(dist, 'twill-cni'), join(lib, 'twill-cni'));
   await chmod(join(lib, 'twill-cni'), 0o755);
   await chmod(join(lib, 'dist', 'src', 'cli', 'main.js'), 0o755);
-  // a symlink, not a wrapper: the shebang's Node flags apply (see src/cli/main.ts)
+  // a symlink, not a wrapper: the shebang's Node flags apply (see src/cli/loader.ts)
   await symlink(
     '/usr/local/lib/twill/dist/src/cli/main.js',
     join(await mkdirs(stage, 'usr/local/bin'), 'twill'),

@@ -1,26 +1,33 @@
-// `npm run build:daemon`: bundles the `twill` command, src/cli/main.ts and everything it imports
-// (npm dependencies included), into dist/src/cli/main.js, the path the package's `bin`, the
-// Dockerfile and the lab run. Dynamic imports become chunks under dist/src/cli/chunks/, loaded
-// only when reached: the etcd client (node:net, twill's HTTP/2 client) in etcd mode, the Kubernetes
-// client (node:https, js-yaml) in Kubernetes mode (src/cli/open-store.ts). The bundle needs no
-// node_modules at run time. Settled RSS against the files tsc emitted, measured side by side
-// (with the etcd3 and client-node libraries of the time): etcd mode 90 -> 87 MiB at 5,000 peers,
-// Kubernetes mode 115 -> 92 MiB, start-up (spawn to the first log line) 110 ms shorter. What
-// does it:
-// - Node builtins are taken with require(), not `import`: an ES import of a builtin builds its
-//   namespace from every export, which runs lazy getters. `import … from 'node:http'` so loads
-//   Node's bundled undici for http.WebSocket (7 MiB of RSS in a bare process), 'node:process',
-//   'node:fs' and 'node:util' a few hundred KiB to 1.6 MiB each.
+// `npm run build:daemon`: builds the `twill` command into dist/src/cli/, the directory the
+// package's `bin`, the Dockerfile and the labs run it from:
+// - twill.cjs: src/cli/bundle.ts and everything it imports (npm dependencies included) as one
+//   CommonJS script. Its dynamic imports stay lazy (the etcd client, node:net and twill's HTTP/2
+//   client, in etcd mode; the Kubernetes client, node:https and js-yaml, in Kubernetes mode:
+//   src/cli/open-store.ts): their modules' top level runs, and their builtins load, only when
+//   reached. The bundle needs no node_modules at run time.
+// - twill.cache: V8's code cache of twill.cjs, taken after a warm-up (src/cli/warm-up.ts) run by
+//   the loader under the command's own Node flags, so that it holds the functions a start reaches
+//   compiled. V8 takes it only from the same V8 under the same flags: the build takes it with the
+//   Node that builds, or the one TWILL_BUILD_NODE names, and fails if V8 would reject it.
+// - main.js: the loader (src/cli/loader.ts), the command itself: its first line holds Node's flags.
+// Measured (docs/benchmarks.md): one script instead of an ES module and 17 chunks, and its code
+// cache, made a host-gw cold start at 5,000 peers reach its first `ip` batch about 40 ms sooner,
+// at the same settled RSS. What else it does:
+// - The loader takes Node builtins with require(), not `import`: an ES import of a builtin builds
+//   its namespace from every export, which runs lazy getters (`import … from 'node:http'` so
+//   loads Node's bundled undici for http.WebSocket, 7 MiB of RSS in a bare process; 'node:fs' a
+//   few hundred KiB). The CommonJS bundle requires them as it is.
 // - The output is ASCII: one non-ASCII character (a `→` in a comment) makes V8 hold a file's
 //   whole source as UTF-16, twice its size, for as long as the process lives.
-// - One file per chunk instead of a module per source file: no module resolution at start-up.
 // Not minified, and without source maps: stack traces name the functions (keepNames keeps the
 // names esbuild would otherwise suffix to avoid clashes) and their lines are readable in the
 // shipped file, where `// src/…` comments mark each module's start.
 import { build, type Plugin } from 'esbuild';
 import { builtinModules } from 'node:module';
-import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
+import { run } from '../src/exec/runner.ts';
+import { BUNDLE_FILE, CACHE_FILE, shebangCommand } from '../src/cli/code-cache.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const OUT = join(ROOT, 'dist', 'src', 'cli');
@@ -53,41 +60,86 @@ function ascii(text: string): string {
   );
 }
 
+/** Writes esbuild's output files, the scripts as ASCII. */
+async function writeOutput(files: readonly { path: string; text: string; contents: Uint8Array }[]) {
+  for (const file of files) {
+    await mkdir(resolve(file.path, '..'), { recursive: true });
+    await writeFile(
+      file.path,
+      file.path.endsWith('.js') || file.path.endsWith('.cjs') ? ascii(file.text) : file.contents,
+    );
+  }
+}
+
 async function main(): Promise<void> {
-  // tsc's per-file output of earlier builds, and chunks of earlier bundles, must not linger
+  // earlier builds' files (tsc's per-file output, the ES-module bundle's chunks) must not linger
   await rm(join(ROOT, 'dist', 'src'), { recursive: true, force: true });
-  const result = await build({
-    entryPoints: [join(ROOT, 'src', 'cli', 'main.ts')],
+  const common = {
     // the `// src/…` comments name paths from here, whatever directory the build runs in
     absWorkingDir: ROOT,
-    outdir: OUT,
-    entryNames: '[name]',
-    chunkNames: 'chunks/[name]-[hash]',
     bundle: true,
-    splitting: true,
     platform: 'node',
     target: 'node24',
+    keepNames: true,
+    // the dependencies' licence comments, kept apart: <file>.LEGAL.txt beside each
+    legalComments: 'external',
+    logLevel: 'warning',
+    write: false,
+  } as const;
+  const bundle = await build({
+    ...common,
+    entryPoints: [join(ROOT, 'src', 'cli', 'bundle.ts')],
+    outfile: join(OUT, BUNDLE_FILE),
+    format: 'cjs',
+    // a script compiled by vm (loader.ts) has no dynamic import(): builtins come by require
+    supported: { 'dynamic-import': false },
+    // the loader's directory (code-cache.ts): package.json's version is found from there
+    define: { 'import.meta.dirname': '__dirname' },
+  });
+  const loader = await build({
+    ...common,
+    entryPoints: [join(ROOT, 'src', 'cli', 'loader.ts')],
+    outfile: join(OUT, 'main.js'),
     format: 'esm',
-    // the CommonJS dependencies (and the builtins above) call require(), which an ES module lacks
+    // builtins by require (see the header), which an ES module lacks
     banner: {
       js: [
         "import { createRequire as __twillCreateRequire } from 'node:module';",
         'const require = __twillCreateRequire(import.meta.url);',
       ].join('\n'),
     },
-    keepNames: true,
-    // the dependencies' licence comments, kept apart: <chunk>.LEGAL.txt beside each chunk
-    legalComments: 'external',
-    logLevel: 'warning',
-    write: false,
     plugins: [builtinsByRequire],
   });
-  for (const file of result.outputFiles) {
-    await mkdir(resolve(file.path, '..'), { recursive: true });
-    await writeFile(file.path, file.path.endsWith('.js') ? ascii(file.text) : file.contents);
-  }
-  // esbuild keeps main.ts's shebang line (its node flags): the file runs as the `twill` command
+  await writeOutput([...bundle.outputFiles, ...loader.outputFiles]);
+  // esbuild keeps loader.ts's shebang line (its node flags): the file runs as the `twill` command
   await chmod(join(OUT, 'main.js'), 0o755);
+  // the cache, taken and checked under the command's flags, without the shell's NODE_OPTIONS (V8
+  // accepts a cache only under the V8 and the flags it was made with), by the Node the command
+  // will run with: this one, or TWILL_BUILD_NODE's (the image's, where the build's npm puts the
+  // node package's first on its PATH: Dockerfile)
+  const node = process.env.TWILL_BUILD_NODE ?? process.execPath;
+  const { flags } = shebangCommand(
+    (await readFile(join(OUT, 'main.js'), 'utf8')).split('\n')[0] ?? '',
+  );
+  const cache = join(OUT, CACHE_FILE);
+  await run(
+    'env',
+    ['-u', 'NODE_OPTIONS', `TWILL_BUILD_CODE_CACHE=${cache}`, node, ...flags, join(OUT, 'main.js')],
+    { timeoutMs: 120_000 },
+  );
+  const check = [
+    `import { readFileSync } from 'node:fs';`,
+    `import { compileBundle } from ${JSON.stringify(join(ROOT, 'src', 'cli', 'code-cache.ts'))};`,
+    `const file = ${JSON.stringify(join(OUT, BUNDLE_FILE))};`,
+    `const s = compileBundle({ source: readFileSync(file, 'utf8'), file, cachedData: readFileSync(${JSON.stringify(cache)}) });`,
+    `process.stdout.write(String(s.cachedDataRejected));`,
+  ].join('\n');
+  const { stdout } = await run(
+    'env',
+    ['-u', 'NODE_OPTIONS', node, ...flags, '--input-type=module', '-e', check],
+    { timeoutMs: 60_000 },
+  );
+  if (stdout !== 'false') throw new Error(`V8 rejects the code cache the build took (${stdout})`);
 }
 
 await main();

@@ -4,6 +4,7 @@
 import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { ALLOCATOR_ENV } from '../../src/cli/allocator.ts';
+import { shebangCommand } from '../../src/cli/code-cache.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const TWILL_MAIN = join(ROOT, 'dist/src/cli/main.js');
@@ -18,14 +19,7 @@ const SOURCE_MAIN = join(ROOT, 'src/cli/main.ts');
  */
 export async function twillCommand(extraNodeFlags: readonly string[] = []): Promise<string[]> {
   const first = (await readFile(TWILL_MAIN, 'utf8')).split('\n')[0] ?? '';
-  const words = first
-    .replace(/^#!\/usr\/bin\/env (-S )?/, '')
-    .split(' ')
-    .filter(Boolean);
-  const node = words.indexOf('node');
-  if (node < 0) throw new Error(`${TWILL_MAIN}: its first line does not run node: ${first}`);
-  const env = words.slice(0, node);
-  const flags = words.slice(node + 1);
+  const { env, flags } = shebangCommand(first);
   const launch = [process.execPath, ...flags, ...extraNodeFlags, TWILL_MAIN];
   // and the allocator the image and the units preload (src/cli/allocator.ts)
   const allocator = Object.entries(ALLOCATOR_ENV).map(([k, v]) => `${k}=${v}`);

@@ -20,8 +20,11 @@ export type Int64 = string | bigint | number;
 
 const U64 = (1n << 64n) - 1n;
 
-/** Appends fields in the order written; proto3 defaults are left out unless `always`. */
-class Writer {
+/**
+ * Appends fields in the order written; proto3 defaults are left out unless `always`. Requests are
+ * written with it, and the canned replies of the build's warm-up (src/cli/warm-up-etcd.ts).
+ */
+export class ProtoWriter {
   private readonly parts: Buffer[] = [];
 
   private varintRaw(v: bigint): void {
@@ -82,7 +85,7 @@ export interface RangeRequest {
 }
 
 export function encodeRangeRequest(r: RangeRequest): Buffer {
-  return new Writer()
+  return new ProtoWriter()
     .bytes(1, r.key)
     .bytes(2, r.rangeEnd)
     .varint(3, r.limit)
@@ -105,7 +108,7 @@ export interface Compare {
 const COMPARE_TARGET = { create: 1, mod: 2 } as const;
 
 function encodeCompare(c: Compare): Buffer {
-  const w = new Writer().varint(1, 0); // EQUAL
+  const w = new ProtoWriter().varint(1, 0); // EQUAL
   if (c.createRevision !== undefined)
     w.varint(2, COMPARE_TARGET.create).bytes(3, c.key).varint(5, c.createRevision, true);
   else if (c.modRevision !== undefined)
@@ -128,17 +131,17 @@ export type RequestOp =
 function encodeRequestOp(op: RequestOp): Buffer {
   if ('put' in op) {
     const p = op.put;
-    const body = new Writer()
+    const body = new ProtoWriter()
       .bytes(1, p.key)
       .bytes(2, p.value)
       .varint(3, p.lease)
       .varint(4, p.prevKv)
       .finish();
-    return new Writer().message(2, body).finish();
+    return new ProtoWriter().message(2, body).finish();
   }
   const d = op.deleteRange;
-  return new Writer()
-    .message(3, new Writer().bytes(1, d.key).bytes(2, d.rangeEnd).finish())
+  return new ProtoWriter()
+    .message(3, new ProtoWriter().bytes(1, d.key).bytes(2, d.rangeEnd).finish())
     .finish();
 }
 
@@ -149,7 +152,7 @@ export interface TxnRequest {
 }
 
 export function encodeTxnRequest(t: TxnRequest): Buffer {
-  const w = new Writer();
+  const w = new ProtoWriter();
   for (const c of t.compare) w.message(1, encodeCompare(c));
   for (const op of t.success) w.message(2, encodeRequestOp(op));
   for (const op of t.failure ?? []) w.message(3, encodeRequestOp(op));
@@ -157,19 +160,19 @@ export function encodeTxnRequest(t: TxnRequest): Buffer {
 }
 
 export function encodeLeaseGrantRequest(r: { ttl: Int64; id?: Int64 }): Buffer {
-  return new Writer().varint(1, r.ttl).varint(2, r.id).finish();
+  return new ProtoWriter().varint(1, r.ttl).varint(2, r.id).finish();
 }
 
 export function encodeLeaseRevokeRequest(r: { id: Int64 }): Buffer {
-  return new Writer().varint(1, r.id).finish();
+  return new ProtoWriter().varint(1, r.id).finish();
 }
 
 export function encodeLeaseTimeToLiveRequest(r: { id: Int64; keys?: boolean }): Buffer {
-  return new Writer().varint(1, r.id).varint(2, r.keys).finish();
+  return new ProtoWriter().varint(1, r.id).varint(2, r.keys).finish();
 }
 
 export function encodeAuthenticateRequest(r: { name: string; password: string }): Buffer {
-  return new Writer().bytes(1, r.name).bytes(2, r.password).finish();
+  return new ProtoWriter().bytes(1, r.name).bytes(2, r.password).finish();
 }
 
 export type WatchRequest =
@@ -187,16 +190,18 @@ export type WatchRequest =
 export function encodeWatchRequest(r: WatchRequest): Buffer {
   if ('create' in r) {
     const c = r.create;
-    const body = new Writer()
+    const body = new ProtoWriter()
       .bytes(1, c.key)
       .bytes(2, c.rangeEnd)
       .varint(3, c.startRevision)
       .varint(4, c.progressNotify)
       .varint(6, c.prevKv)
       .finish();
-    return new Writer().message(1, body).finish();
+    return new ProtoWriter().message(1, body).finish();
   }
-  return new Writer().message(2, new Writer().varint(1, r.cancel.watchId, true).finish()).finish();
+  return new ProtoWriter()
+    .message(2, new ProtoWriter().varint(1, r.cancel.watchId, true).finish())
+    .finish();
 }
 
 // ---- decoding ----

@@ -1,8 +1,9 @@
 // The etcd-shaped primitives the lease store is built on: a revisioned
 // key-value store with TTL-bound conditional writes and a resumable watch.
-// Two implementations: etcd (etcd-kv.ts) and, for tests, memory (test/helpers/memory-kv.ts);
-// both pass the same LeaseStore contract suite through kv-store.ts. Every call honours its
-// AbortSignal: once it aborts, the call rejects with the signal's reason (a watch ends 'aborted').
+// Two implementations: etcd (etcd-kv.ts) and, for tests and the build's warm-up, memory
+// (memory-kv.ts); both pass the same LeaseStore contract suite through kv-store.ts. Every call
+// honours its AbortSignal: once it aborts, the call rejects with the signal's reason (a watch
+// ends 'aborted').
 
 export interface KvEntry {
   readonly key: string;

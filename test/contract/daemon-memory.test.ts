@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import { MemoryKv } from '../helpers/memory-kv.ts';
+import { MemoryKv } from '../../src/lease/memory-kv.ts';
 import { startTestDaemon, type TestNode } from '../helpers/daemon.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
 import { vxlanAttrs } from './lease-store.ts';

@@ -1,7 +1,7 @@
 // The big-prefix contract (big-prefix.ts) on the in-memory Kv.
 import { afterAll } from 'vitest';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import { MemoryKv, shared } from '../helpers/memory-kv.ts';
+import { MemoryKv, shared } from '../../src/lease/memory-kv.ts';
 import { bigPrefixContract } from './big-prefix.ts';
 
 const kv = new MemoryKv();

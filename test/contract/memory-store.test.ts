@@ -5,7 +5,7 @@ import { parseNetConfig } from '../../src/config/netconf.ts';
 import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import type { Kv } from '../../src/lease/kv.ts';
-import { MemoryKv, shared } from '../helpers/memory-kv.ts';
+import { MemoryKv, shared } from '../../src/lease/memory-kv.ts';
 import type { LeaseEvent } from '../../src/lease/types.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
 import { keysCreatedContract } from './kv-created.ts';

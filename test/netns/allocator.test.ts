@@ -4,7 +4,10 @@
 // monitor) do not inherit the preload. Where the library cannot be loaded (hidden by a
 // bind mount in a mount namespace of the test's own), ld.so complains, the
 // daemon runs with glibc's malloc, says so with what to install, and
-// programs the peers all the same.
+// programs the peers all the same. Its code comes from the code cache the
+// build took (src/cli/loader.ts), and says so; with a V8 flag the cache was
+// not taken under, V8 rejects the cache, the daemon says so and programs the
+// peers all the same.
 import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -57,9 +60,9 @@ async function firstPass(file: string): Promise<string> {
   return logOf(file);
 }
 
-function startLine(log: string): { allocator?: string } {
+function startLine(log: string): { allocator?: string; codeCache?: string } {
   const line = log.split('\n').find((l) => l.includes('"msg":"twill starting"'));
-  return line ? (JSON.parse(line) as { allocator?: string }) : {};
+  return line ? (JSON.parse(line) as { allocator?: string; codeCache?: string }) : {};
 }
 
 beforeAll(async () => {
@@ -99,7 +102,9 @@ describe('the built twill run, jemalloc preloaded as deployed', () => {
     try {
       const log = await firstPass('twill.log');
       expect(startLine(log).allocator).toBe('jemalloc');
+      expect(startLine(log).codeCache).toBe('accepted');
       expect(log).not.toContain('could not be loaded');
+      expect(log).not.toContain('code cache');
       const pid = twill.pid as number;
       expect(allocatorIn(await readFile(`/proc/${pid}/maps`, 'utf8'))).toBe('jemalloc');
       // ip monitor (and nft monitor, when nft is there) run as long as the daemon does; a
@@ -148,6 +153,22 @@ describe('the built twill run, jemalloc preloaded as deployed', () => {
       expect(log).toMatch(
         /libjemalloc\.so\.2 could not be loaded \(install jemalloc: [^)]*libjemalloc2\)/,
       );
+      const routes = await lab.exec(nodeNs, 'ip', ['route', 'show', 'proto', '151']);
+      expect(routes).toContain('10.244.9.0/24 via 10.124.0.9');
+    } finally {
+      await stopProcess(twill);
+    }
+  });
+
+  it('with a V8 flag the build did not take its code cache under: rejected, said, the peers routed', async () => {
+    // Maglev allowed (the command's flags allow only the baseline compiler): another flag hash
+    const argv = runArgv(await twillCommand(['--max-opt=2']));
+    await lab.exec(nodeNs, 'ip', ['route', 'flush', 'proto', '151']);
+    const twill = lab.spawn(nodeNs, argv, join(dir, 'twill-rejected.log'));
+    try {
+      const log = await firstPass('twill-rejected.log');
+      expect(startLine(log).codeCache).toBe('rejected');
+      expect(log).toMatch(/"level":40,.*the code cache built with twill was rejected/);
       const routes = await lab.exec(nodeNs, 'ip', ['route', 'show', 'proto', '151']);
       expect(routes).toContain('10.244.9.0/24 via 10.124.0.9');
     } finally {

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import { MemoryKv } from '../helpers/memory-kv.ts';
+import { MemoryKv } from '../../src/lease/memory-kv.ts';
 import type { LeaseStore } from '../../src/lease/types.ts';
 import { pause } from '../../src/util/abort.ts';
 import { vxlanAttrs } from '../contract/lease-store.ts';

@@ -32,7 +32,7 @@ import type { Lease, LeaseAttrs, LeaseRecord } from '../../src/lease/types.ts';
 import { parseCidr, type Cidr } from '../../src/net/ipv4.ts';
 import { formatCidr6, parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 import { captureLog } from '../helpers/log.ts';
-import { MemoryKv } from '../helpers/memory-kv.ts';
+import { MemoryKv } from '../../src/lease/memory-kv.ts';
 
 const signal = new AbortController().signal;
 const P = 'flannel.alpha.coreos.com';

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { LeaseKeeper, type FlapLimits } from '../../src/lease/keeper.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import { MemoryKv } from '../helpers/memory-kv.ts';
+import { MemoryKv } from '../../src/lease/memory-kv.ts';
 import type { Lease } from '../../src/lease/types.ts';
 import { vxlanAttrs } from '../contract/lease-store.ts';
 import { captureLog } from '../helpers/log.ts';

@@ -3,7 +3,7 @@
 // UTF-16 units could reach the limit.
 import { describe, expect, it } from 'vitest';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import { MemoryKv } from '../helpers/memory-kv.ts';
+import { MemoryKv } from '../../src/lease/memory-kv.ts';
 
 describe('a lease value too large to read', () => {
   const MAX = 64 * 1024;

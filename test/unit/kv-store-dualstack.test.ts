@@ -11,7 +11,7 @@ import type { KvListing, KvWritten } from '../../src/lease/kv.ts';
 import type { LeaseAttrs } from '../../src/lease/types.ts';
 import { overlaps } from '../../src/net/ipv4.ts';
 import { overlaps6 } from '../../src/net/ipv6.ts';
-import { MemoryKv } from '../helpers/memory-kv.ts';
+import { MemoryKv } from '../../src/lease/memory-kv.ts';
 
 const PREFIX = '/ds';
 const SUBNETS = `${PREFIX}/subnets/`;

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { decodeLeaseValue, encodeLeaseValue } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import { MemoryKv } from '../helpers/memory-kv.ts';
+import { MemoryKv } from '../../src/lease/memory-kv.ts';
 import type { LeaseAttrs } from '../../src/lease/types.ts';
 
 const CONFIG = parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}');

@@ -1,9 +1,11 @@
 // An in-memory Kv with etcd's semantics, for unit tests of the logic above
-// it: one global revision, TTL expiry that deletes the key (and tells
-// watchers), history for watches that start in the past, compaction and a
-// wipe that resets the revision. It must pass the same LeaseStore contract
-// suite as etcd (test/contract). Tests only: it does not ship in dist/.
-import { TwillError } from '../../src/errors.ts';
+// it and for the build's warm-up of the daemon (src/cli/warm-up.ts, which
+// runs a start against it before the code cache is taken): one global
+// revision, TTL expiry that deletes the key (and tells watchers), history
+// for watches that start in the past, compaction and a wipe that resets the
+// revision. It passes the same LeaseStore contract suite as etcd
+// (test/contract). `twill` never stores leases in it.
+import { TwillError } from '../errors.ts';
 import type {
   Kv,
   KvChange,
@@ -13,7 +15,7 @@ import type {
   KvWatchOptions,
   KvWritten,
   WatchEnd,
-} from '../../src/lease/kv.ts';
+} from './kv.ts';
 
 interface Stored {
   entry: KvEntry;
