@@ -4,7 +4,7 @@
 // bundle's 375 KB, and dropping it took 1.7 MiB of RSS and about 10 ms off `twill --version`.
 // It only splits the command line: it applies no defaults and reads no environment
 // (resolveRunFlags does, so it can tell a flag given from one not given), and it prints nothing
-// (main.ts writes what the outcome says).
+// (command.ts writes what the outcome says).
 //
 // The rules are commander's, as twill used it, so command lines keep their meaning:
 // - `--name value` and `--name=value`; a value option takes the next argument whatever it is,

@@ -6,6 +6,9 @@ import type { CodeCacheState } from './code-cache.ts';
 
 /** Runs the command line of this process, then exits with its code. */
 export function start(codeCache: CodeCacheState): void {
+  // a command whose work never settles, the event loop empty, fails as an unsettled top-level
+  // await does (main.ts's, run from source): exit code 13
+  process.exitCode = 13;
   void main(process.argv, process.env, { codeCache }).then((code) => process.exit(code));
 }
 

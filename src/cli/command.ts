@@ -112,9 +112,10 @@ async function runCommand(
   const version = packageVersion();
   const description = store.description;
   logger.info({ version, store: description, allocator, codeCache }, 'twill starting');
+  // not a fault (twill runs as well, only its start is slower): said once, at info
   if (codeCache === 'rejected')
-    logger.warn(
-      "the code cache built with twill was rejected (another Node or other V8 flags than the build's): twill compiles its code as it goes, and starts more slowly",
+    logger.info(
+      "the code cache built with twill is not used (it is another build's, or another Node or other V8 flags than the build's): twill compiles its code as it goes, and starts more slowly",
     );
   if (start.preloaded && allocator !== 'jemalloc')
     logger.warn(

@@ -2,10 +2,8 @@
 // The built `twill` command (dist/src/cli/main.js): compiles the bundle beside it (twill.cjs,
 // src/cli/bundle.ts and everything it imports, one CommonJS script) with the V8 code cache the
 // build took after a warm-up (twill.cache; code-cache.ts, warm-up.ts), and runs the command.
-// With the cache, the functions a start reaches come compiled: a host-gw cold start at 5,000 peers
-// reaches its first `ip` batch about 40 ms sooner (docs/benchmarks.md). At build time
-// (TWILL_BUILD_CODE_CACHE=<file>, scripts/build-daemon.ts) it instead runs the bundle's warm-up
-// and writes the cache to <file>, under these very flags, which V8 requires of a cache it accepts.
+// With the cache, the functions a start reaches come compiled: a host-gw cold start at 5,000
+// peers reaches its first `ip` batch about 30 ms sooner (docs/benchmarks.md).
 // The first line is how the command runs (the package's bin, the image's and
 // the lab's symlinks all keep it), every choice measured in
 // docs/benchmarks.md: V8's young generation held to 1 MiB semi-spaces and V8
@@ -20,37 +18,8 @@
 // the labs' units and commands) it runs with jemalloc instead, preloaded by
 // the environment allocator.ts's ALLOCATOR_ENV names (the first line has no
 // room for it: kernels before 5.1 cut it at 127 bytes).
-import { readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { join } from 'node:path';
-import { BUNDLE_FILE, CACHE_FILE, compileBundle, runBundle } from './code-cache.ts';
+import { loadBundle } from './code-cache.ts';
 
-const dir = import.meta.dirname;
-const file = join(dir, BUNDLE_FILE);
-const source = readFileSync(file, 'utf8');
-const require = createRequire(import.meta.url);
-const buildCache = process.env.TWILL_BUILD_CODE_CACHE;
-
-if (buildCache === undefined) {
-  let cachedData: Buffer | undefined;
-  try {
-    cachedData = readFileSync(join(dir, CACHE_FILE));
-  } catch {
-    // no cache (a build that could not take one): compiled as it runs
-  }
-  const script = compileBundle({ source, file, ...(cachedData ? { cachedData } : {}) });
-  const state = !cachedData ? 'none' : script.cachedDataRejected === true ? 'rejected' : 'accepted';
-  runBundle(script, { require, dir }).start(state);
-} else {
-  const script = compileBundle({ source, file });
-  runBundle(script, { require, dir })
-    .warmUp()
-    .then(() => {
-      writeFileSync(buildCache, script.createCachedData());
-      process.exit(0);
-    })
-    .catch((err: unknown) => {
-      process.stderr.write(`twill: the warm-up for the code cache failed: ${String(err)}\n`);
-      process.exit(1);
-    });
-}
+const { bundle, state } = loadBundle(import.meta.dirname, createRequire(import.meta.url));
+bundle.start(state);

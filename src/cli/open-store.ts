@@ -1,7 +1,7 @@
 // The lease store from `twill run`'s flags: one place for `run`, `status`
 // and `doctor`, so the three look at the same store the same way. etcd by
 // default; with --kube-subnet-mgr the Kubernetes API. Each client is
-// loaded only in its mode (each is a chunk of the bundle): the etcd one
+// loaded only in its mode (its modules initialized only then): the etcd one
 // brings node:net and twill's HTTP/2 client (about 4 MiB of RSS; node:tls
 // too, about 6 more, only for https:// endpoints), the Kubernetes one
 // node:https and js-yaml (about 11), and a node never needs both.

@@ -73,6 +73,8 @@ function canned(file: string, args: readonly string[]): Canned {
     return {
       stdout: '{"nftables": [{"metainfo": {"version": "1.0.6", "json_schema_version": 1}}]}\n',
     };
+  if (file === 'nft' && words.startsWith('-j list table '))
+    return { stdout: '', stderr: 'Error: No such file or directory\n', exit: 1 };
   if ((file === 'iptables' || file === 'ip6tables') && args.includes('-S')) {
     const chain = args[args.length - 1] ?? '';
     return chain.startsWith('TWILL')
@@ -127,7 +129,8 @@ async function warmDaemon(
 ): Promise<void> {
   const store = new KvLeaseStore({ kv, prefix: PREFIX });
   const ctl = new AbortController();
-  let passed = false;
+  /** its first pass: true, or what failed in it; undefined before it */
+  let passed: true | Error | undefined;
   const logger = createLogger({ level: 'debug', node: o.name, write: () => undefined });
   const daemon = runDaemon(
     {
@@ -147,8 +150,10 @@ async function warmDaemon(
       resyncMs: 60_000,
       ...(o.health ? { healthz: { ip: '127.0.0.1', port: 0 } } : {}),
       onState: (s) => {
-        if (s.pass === undefined || passed) return;
-        passed = true;
+        if (s.pass === undefined || passed !== undefined) return;
+        // a failure would mean the warm-up went down a path no start takes: the build says so
+        const failures = s.pass.failures;
+        passed = failures.length === 0 ? true : new Error(`${o.name}: ${failures.join('; ')}`);
         ctl.abort();
       },
     },
@@ -157,16 +162,21 @@ async function warmDaemon(
   const timer = setTimeout(() => ctl.abort(), 20_000);
   try {
     await daemon.catch((err: unknown) => {
-      if (!passed) throw err;
+      if (passed === undefined) throw err;
     });
-    if (!passed) throw new Error(`warm-up ${o.name}: the daemon stopped before its first pass`);
+    if (passed === undefined)
+      throw new Error(`warm-up ${o.name}: the daemon stopped before its first pass`);
+    if (passed instanceof Error) throw passed;
   } finally {
     clearTimeout(timer);
     await store.close();
   }
 }
 
-/** Runs a start's code paths once, for the code cache the build takes after it (loader.ts). */
+/**
+ * Runs a start's code paths once, for the code cache the build takes after it
+ * (scripts/daemon-code-cache.ts); throws when a daemon's first pass failed or never came.
+ */
 export async function warmUp(): Promise<void> {
   const argv = ['run', '--etcd-endpoints', 'http://127.0.0.1:2379', '--ip-masq', '--iface', 'eth0'];
   const parsed = parseCommandLine(

@@ -168,7 +168,7 @@ describe('the built twill run, jemalloc preloaded as deployed', () => {
     try {
       const log = await firstPass('twill-rejected.log');
       expect(startLine(log).codeCache).toBe('rejected');
-      expect(log).toMatch(/"level":40,.*the code cache built with twill was rejected/);
+      expect(log).toMatch(/"level":30,.*the code cache built with twill is not used/);
       const routes = await lab.exec(nodeNs, 'ip', ['route', 'show', 'proto', '151']);
       expect(routes).toContain('10.244.9.0/24 via 10.124.0.9');
     } finally {

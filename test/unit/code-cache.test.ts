@@ -1,91 +1,120 @@
-// The built command's bundle and code cache (src/cli/code-cache.ts): the bundle runs with the
-// require, module and directory it is given; V8 takes a cache made from the same source under the
-// same flags (each in a process of its own), and rejects one of another source, under another
-// flag or of random bytes; the loader's first line gives the flags the build takes it under.
-import { randomBytes } from 'node:crypto';
+// The built command's bundle and code cache (src/cli/code-cache.ts, scripts/daemon-code-cache.ts):
+// the bundle runs with the require, module and directory it is given; a start uses the cache
+// taken from the same bundle under the same flags (each step in a process of its own, as the
+// build runs them), and none from another build (its stamp: the same length, which is all V8
+// checks of the source, is not enough), under another flag, or of random bytes; without one it
+// runs all the same. The loader's first line gives the flags the build takes the cache under.
+import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdtemp, readFile, rm, unlink, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { describe, expect, it } from 'vitest';
-import { compileBundle, runBundle, shebangCommand } from '../../src/cli/code-cache.ts';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  BUNDLE_FILE,
+  CACHE_FILE,
+  loadBundle,
+  shebangCommand,
+  STAMP,
+} from '../../src/cli/code-cache.ts';
 import { run } from '../../src/exec/runner.ts';
 
-const CODE_CACHE = resolve(import.meta.dirname, '../../src/cli/code-cache.ts');
-
 const require = createRequire(import.meta.url);
-const file = '/nonexistent/twill.cjs';
-const source = [
-  'let started;',
-  'module.exports = { start: (s) => (started = s), warmUp: async () => undefined, started: () => started, dir: __dirname };',
-].join('\n');
+const TOOL = resolve(import.meta.dirname, '../../scripts/daemon-code-cache.ts');
+const dirs: string[] = [];
 
-/**
- * A Node process that compiles `source` with code-cache.ts: `make`, runs it and writes its cache
- * to `cache` ("made"); else compiles it with that cache and prints whether V8 rejected it.
- */
-async function inChild(o: {
-  source: string;
-  cache: string;
-  make?: boolean;
-  flags?: string[];
-}): Promise<string> {
-  const script = [
-    "import { readFileSync, writeFileSync } from 'node:fs';",
-    "import { createRequire } from 'node:module';",
-    `import { compileBundle, runBundle } from ${JSON.stringify(CODE_CACHE)};`,
-    'const [source, cache, make] = process.argv.slice(1);',
-    `const file = ${JSON.stringify(file)};`,
-    'if (make === "make") {',
-    '  const s = compileBundle({ source, file });',
-    "  runBundle(s, { require: createRequire(import.meta.url), dir: '/' }).start('none');",
-    '  writeFileSync(cache, s.createCachedData());',
-    "  process.stdout.write('made');",
-    '} else {',
-    '  const s = compileBundle({ source, file, cachedData: readFileSync(cache) });',
-    '  process.stdout.write(String(s.cachedDataRejected));',
-    '}',
+afterEach(async () => {
+  for (const d of dirs.splice(0)) await rm(d, { recursive: true, force: true });
+});
+
+/** A bundle whose start records its state, stamped as the build stamps one; `tag` varies it. */
+function bundleSource(tag: string): string {
+  const body = [
+    '"use strict";',
+    'let started;',
+    `module.exports = { start: (s) => (started = s), warmUp: async () => undefined, started: () => started, dir: __dirname, tag: ${JSON.stringify(tag)} };`,
   ].join('\n');
-  const flags = ['--max-opt=1', ...(o.flags ?? [])];
-  const args = [...flags, '--input-type=module', '-e', script, o.source, o.cache];
-  const { stdout } = await run(process.execPath, o.make ? [...args, 'make'] : args);
+  return `${STAMP}${createHash('sha256').update(body).digest('hex')}\n${body}`;
+}
+
+async function bundleDir(tag: string): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'twill-code-cache-'));
+  dirs.push(dir);
+  await writeFile(join(dir, BUNDLE_FILE), bundleSource(tag));
+  return dir;
+}
+
+/** The build-only tool in a process of its own, under the daemon's --max-opt=1 and `flags`. */
+async function tool(mode: 'make' | 'check', dir: string, flags: string[] = []): Promise<string> {
+  const { stdout } = await run(process.execPath, ['--max-opt=1', ...flags, TOOL, mode, dir]);
   return stdout;
 }
 
 describe('the bundle and its code cache', () => {
-  it('runs the bundle with its require, module and directory', () => {
-    const bundle = runBundle(compileBundle({ source, file }), { require, dir: '/opt/twill' });
-    bundle.start('accepted');
+  it('runs the bundle with its require, module and directory; none found, it says so', async () => {
+    const dir = await bundleDir('a');
+    const { bundle, state } = loadBundle(dir, require);
+    expect(state).toBe('none');
+    bundle.start(state);
     const exports = bundle as unknown as { started(): string; dir: string };
-    expect(exports.started()).toBe('accepted');
-    expect(exports.dir).toBe('/opt/twill');
+    expect(exports.started()).toBe('none');
+    expect(exports.dir).toBe(dir);
   });
 
-  it('accepts the cache of the same source under the same flags, rejects any other', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'twill-code-cache-'));
-    try {
-      const cache = join(dir, 'cache');
-      // each in a process of its own: an isolate that compiled the source once takes it from its
-      // own compilation cache and never reads the cache it is given
-      expect(await inChild({ source, cache, make: true })).toBe('made');
-      expect(await inChild({ source, cache })).toBe('false');
-      expect(await inChild({ source: `${source}\n// another build`, cache })).toBe('true');
-      expect(await inChild({ source, cache, flags: ['--max-opt=2'] })).toBe('true');
-      await writeFile(cache, randomBytes((await readFile(cache)).length));
-      expect(await inChild({ source, cache })).toBe('true');
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
+  it('uses the cache of the same bundle under the same flags', async () => {
+    const dir = await bundleDir('a');
+    expect(await tool('make', dir)).toBe('');
+    expect((await readFile(join(dir, CACHE_FILE), 'latin1')).startsWith(STAMP)).toBe(true);
+    expect(await tool('check', dir)).toBe('accepted');
+    expect(await tool('check', dir, ['--max-opt=2'])).toBe('rejected');
+    await unlink(join(dir, CACHE_FILE));
+    expect(await tool('check', dir)).toBe('none');
+  });
+
+  it('uses no cache of another build, even of the same length, nor random bytes', async () => {
+    const dir = await bundleDir('a');
+    await tool('make', dir);
+    // another build of the same length: V8 alone would take this cache
+    const other = bundleSource('b');
+    expect(other.length).toBe(bundleSource('a').length);
+    await writeFile(join(dir, BUNDLE_FILE), other);
+    expect(await tool('check', dir)).toBe('rejected');
+    // the right stamp, the rest random
+    await writeFile(join(dir, BUNDLE_FILE), bundleSource('a'));
+    const cache = await readFile(join(dir, CACHE_FILE));
+    const stampEnd = cache.indexOf(0x0a) + 1;
+    await writeFile(
+      join(dir, CACHE_FILE),
+      Buffer.concat([cache.subarray(0, stampEnd), randomBytes(cache.length - stampEnd)]),
+    );
+    expect(await tool('check', dir)).toBe('rejected');
+  });
+
+  it('V8 alone checks a cache against the length of the source only', async () => {
+    // why the stamp: the cache of one source, given with another of the same length, is taken
+    const script = [
+      'import { compileBundle, runBundle } from ' +
+        JSON.stringify(resolve(import.meta.dirname, '../../src/cli/code-cache.ts')) +
+        ';',
+      "import { createRequire } from 'node:module';",
+      'const [a, b] = [process.argv[1], process.argv[2]];',
+      "const made = compileBundle({ source: a, file: '/x.cjs' });",
+      "runBundle(made, { require: createRequire(import.meta.url), dir: '/' });",
+      "const other = compileBundle({ source: b, file: '/x.cjs', cachedData: made.createCachedData() });",
+      'process.stdout.write(String(other.cachedDataRejected));',
+    ].join('\n');
+    const a = bundleSource('a').split('\n').slice(1).join('\n');
+    const b = bundleSource('b').split('\n').slice(1).join('\n');
+    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script, a, b]);
+    expect(stdout).toBe('false');
   });
 });
 
 describe("the loader's first line", () => {
   it('gives the environment before node and the flags after it', () => {
-    const first =
-      readFileSync(resolve(import.meta.dirname, '../../src/cli/loader.ts'), 'utf8').split(
-        '\n',
-      )[0] ?? '';
+    const loader = resolve(import.meta.dirname, '../../src/cli/loader.ts');
+    const first = readFileSync(loader, 'utf8').split('\n')[0] ?? '';
     expect(first.length).toBeLessThanOrEqual(127);
     const { env, flags } = shebangCommand(first);
     expect(env).toEqual(['MALLOC_ARENA_MAX=2']);
