@@ -172,9 +172,10 @@ const START_RUNS = 5;
 /**
  * Cold starts per row, and raw batches: one machine's speed moves 10-20 % from minute to minute, so
  * a single sample of either decides a 1.5x target by chance. The cold row and its yardstick are
- * each the median of this many.
+ * each the median of this many (5 since 2026-11-29: with 3, one slow start of the three moved a
+ * row by 60 ms or more, as host-gw in nftables mode's 626, 567, 605 ms that day).
  */
-const COLD_RUNS = 3;
+const COLD_RUNS = 5;
 const RAW_NAME = `raw ip -batch, median of ${COLD_RUNS}`;
 
 /**
