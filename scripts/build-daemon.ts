@@ -29,7 +29,7 @@ import { builtinModules } from 'node:module';
 import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { run } from '../src/exec/runner.ts';
-import { BUNDLE_FILE, shebangCommand, STAMP } from '../src/cli/code-cache.ts';
+import { BUNDLE_FILE, shebangCommand, stampedBundle } from '../src/cli/code-cache.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const OUT = join(ROOT, 'dist', 'src', 'cli');
@@ -77,7 +77,7 @@ function written(files: readonly OutputFile[]): Written[] {
     if (!f.path.endsWith('.cjs')) return { path: f.path, data: f.contents };
     const script = ascii(f.text);
     const sha256 = createHash('sha256').update(script).digest('hex');
-    return { path: f.path, data: `${STAMP}${sha256}\n${script}` };
+    return { path: f.path, data: stampedBundle(script, sha256) };
   });
 }
 

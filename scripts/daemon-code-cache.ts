@@ -27,8 +27,7 @@ if (mode === 'make') {
   const source = readFileSync(file, 'utf8');
   const script = compileBundle({ source, file });
   await runBundle(script, { require, dir }).warmUp();
-  const stamp = source.slice(0, source.indexOf('\n'));
-  writeFileSync(join(dir, CACHE_FILE), cacheFile(stamp, script.createCachedData()));
+  writeFileSync(join(dir, CACHE_FILE), cacheFile(source, script.createCachedData()));
   // the warm-up's store may hold timers (its leases' TTLs): done is done
   process.exit(0);
 } else {

@@ -52,9 +52,14 @@ export function runBundle(script: Script, o: { require: NodeJS.Require; dir: str
   return mod.exports;
 }
 
-/** A cache file's bytes: the bundle's stamp line, then V8's data. */
-export function cacheFile(stampLine: string, data: Buffer): Buffer {
-  return Buffer.concat([Buffer.from(`${stampLine}\n`, 'latin1'), data]);
+/** The bundle's text as the build writes it: its stamp (`sha256`, in hex) as its first line. */
+export function stampedBundle(script: string, sha256: string): string {
+  return `${STAMP}${sha256}\n${script}`;
+}
+
+/** A cache file's bytes for the (stamped) bundle `source`: its stamp line, then V8's data. */
+export function cacheFile(source: string, data: Buffer): Buffer {
+  return Buffer.concat([Buffer.from(`${firstLine(source)}\n`, 'latin1'), data]);
 }
 
 /** The first line of `text` (all of it when it has none). */

@@ -1,8 +1,8 @@
-// The `twill` command's work: its command line parsed and run. The only place
-// that reads process.env and installs signal handlers; it builds the
-// dependencies as a plain object and hands them to the daemon. Started by
-// main.ts (from source) or by the built command's loader (loader.ts, with the
-// code cache), each with the process's argv and environment.
+// The `twill` command's work: its command line parsed and run, with the
+// environment its entry point hands it (main.ts from source, bundle.ts's start
+// in the built command): the only place that reads that environment and
+// installs signal handlers; it builds the dependencies as a plain object and
+// hands them to the daemon.
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { runDaemon } from '../daemon.ts';

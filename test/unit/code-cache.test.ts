@@ -17,6 +17,7 @@ import {
   loadBundle,
   shebangCommand,
   STAMP,
+  stampedBundle,
 } from '../../src/cli/code-cache.ts';
 import { run } from '../../src/exec/runner.ts';
 
@@ -35,7 +36,7 @@ function bundleSource(tag: string): string {
     'let started;',
     `module.exports = { start: (s) => (started = s), warmUp: async () => undefined, started: () => started, dir: __dirname, tag: ${JSON.stringify(tag)} };`,
   ].join('\n');
-  return `${STAMP}${createHash('sha256').update(body).digest('hex')}\n${body}`;
+  return stampedBundle(body, createHash('sha256').update(body).digest('hex'));
 }
 
 async function bundleDir(tag: string): Promise<string> {
