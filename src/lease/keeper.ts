@@ -2,6 +2,8 @@
 // same subnet in place as soon as it is reported lost (deleted, expired, store
 // wiped). Transient store failures are retried with backoff; a subnet that
 // another node now holds ends the loop with LEASE_TAKEN, which is fatal.
+// Each attempt is bounded by a share of the time the lease has left (attemptBudget), so one call
+// stuck in the store cannot outlive the lease it is renewing.
 import { TwillError, describeError, hasCode } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { Backoff, childController, pause, quietOnAbort } from '../util/abort.ts';
@@ -38,6 +40,26 @@ export function renewDelay(lease: Lease, marginMs: number, now: number): number 
   const remaining = lease.expiresAt - now;
   const early = remaining - marginMs;
   return early > 1000 ? early : Math.max(500, Math.floor(remaining / 2));
+}
+
+/** setTimeout's longest delay; a longer one fires at once */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** The least time one renewal or reclaim attempt is given, however little the lease has left. */
+export const ATTEMPT_FLOOR_MS = 1_000;
+
+/**
+ * How long one renewal or reclaim may take before it is given up and tried again: a third of the
+ * time `lease` has left, at least ATTEMPT_FLOOR_MS. A call can hang well past a short lease: etcd
+ * drops a proposal a follower forwarded to a leader that then died, and the call waits out its
+ * deadline (5 s) while a 4 s lease runs out; with a third per attempt, two more tries fit before
+ * the lease expires. A lease with hours left is bounded by the store's own deadlines instead.
+ */
+export function attemptBudget(lease: Lease, now: number): number {
+  const share = Math.floor((lease.expiresAt - now) / 3);
+  // a lease that never expires (a TTL of 0) or an unknown expiry: the longest a timer can wait
+  if (!Number.isFinite(share) || share > MAX_TIMER_MS) return MAX_TIMER_MS;
+  return Math.max(ATTEMPT_FLOOR_MS, share);
 }
 
 export class LeaseKeeper {
@@ -130,7 +152,8 @@ export class LeaseKeeper {
             this.notifyLost(err.message);
             continue;
           }
-          retryIn = backoff.next();
+          // never sleep away the last of the lease: wait at most as long as an attempt may take
+          retryIn = Math.min(backoff.next(), attemptBudget(this.lease, Date.now()));
           this.opts.logger.warn(
             { err: describeError(err), retryInMs: retryIn },
             this.lostReason ? 'reclaim failed; retrying' : 'renewal failed; retrying',
@@ -143,10 +166,11 @@ export class LeaseKeeper {
 
   private async step(signal: AbortSignal): Promise<void> {
     const lost = this.lostReason;
-    const next =
+    const next = await this.bounded(signal, (attempt) =>
       lost === undefined
-        ? await this.opts.store.renewLease(this.lease, signal)
-        : await this.opts.store.reclaimLease(this.lease, signal);
+        ? this.opts.store.renewLease(this.lease, attempt)
+        : this.opts.store.reclaimLease(this.lease, attempt),
+    );
     if (next.key !== this.lease.key)
       throw new TwillError(
         'LEASE_TAKEN',
@@ -164,5 +188,32 @@ export class LeaseKeeper {
       );
     }
     this.opts.onLease?.(next);
+  }
+
+  /**
+   * Runs one store attempt under a signal that also aborts after attemptBudget: the store gives
+   * the call up with that reason (STORE_UNAVAILABLE, retried as any store failure is).
+   */
+  private async bounded<T>(
+    signal: AbortSignal,
+    work: (attempt: AbortSignal) => Promise<T>,
+  ): Promise<T> {
+    const budgetMs = attemptBudget(this.lease, Date.now());
+    const attempt = childController(signal);
+    const timer = setTimeout(() => {
+      const left = this.lease.expiresAt - Date.now();
+      attempt.abort(
+        new TwillError(
+          'STORE_UNAVAILABLE',
+          `${this.lostReason === undefined ? 'renewal' : 'reclaim'} of ${this.lease.key} took over ${budgetMs} ms; given up with ${left > 0 ? `${left} ms of the lease left` : 'the lease expired'}`,
+        ),
+      );
+    }, budgetMs);
+    try {
+      return await work(attempt.signal);
+    } finally {
+      clearTimeout(timer);
+      attempt.abort(); // detaches it from `signal`
+    }
   }
 }

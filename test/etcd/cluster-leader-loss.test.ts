@@ -4,10 +4,13 @@
 // members, no route goes away on any node, and a node that starts after the
 // failure reaches every node's routes within seconds.
 //
-// It failed before the etcd client retried UNAVAILABLE on the next endpoint:
-// the client picks one endpoint at random per call, so a renewal kept hitting
-// the dead member (ECONNREFUSED) until the 4 s lease expired and every peer
-// dropped the node's route.
+// It failed when a renewal's call outlived the lease: a Txn that a follower
+// had forwarded to the leader just killed waited out its 5 s deadline while
+// the lease ran out ('own lease lost'); each attempt is now bounded by a share
+// of the time the lease has left (keeper.ts). It failed before the etcd client
+// retried UNAVAILABLE on the next endpoint: the client picks one endpoint at
+// random per call, so a renewal kept hitting the dead member (ECONNREFUSED)
+// until the lease expired and every peer dropped the node's route.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,10 +26,13 @@ import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 
 const NETCONF = '{"Network":"10.41.0.0/16","Backend":{"Type":"vxlan"}}';
 /**
- * short, so several renewals fall in the watched window: the keeper renews at half the remaining
- * time
+ * short, so several renewals fall in the watched window (the keeper renews at half the remaining
+ * time), but longer than an election: the survivors notice a dead leader after one to two election
+ * timeouts (1 s each by default) and elect a new one, later on a slow day, and a renewal caught by
+ * the kill has its proposal dropped and waits until the keeper gives it up (a third of the time
+ * left, keeper.ts) to try again. At 4 s the lease had 2 s left at each renewal, about an election.
  */
-const TTL_SECONDS = 4;
+const TTL_SECONDS = 8;
 const WATCH_MS = 15_000;
 
 let etcd: EtcdCluster;
