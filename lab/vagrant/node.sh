@@ -37,7 +37,9 @@ case $mode in
     rsync -a --delete --exclude .git/ --exclude node_modules/ --exclude dist/ --exclude .vagrant/ /vagrant/ /opt/twill/
     cd /opt/twill
     npm ci --no-audit --no-fund --loglevel=error
-    npm run build --silent
+    # the code cache taken by the Node the service runs (npm's own node@24 may be another 24.x,
+    # whose V8 would refuse the cache)
+    TWILL_BUILD_NODE=/usr/local/bin/node npm run build --silent
     src=/opt/twill
     ;;
   prebuilt)
