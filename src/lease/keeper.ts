@@ -6,7 +6,7 @@
 // stuck in the store cannot outlive the lease it is renewing.
 import { TwillError, describeError, hasCode } from '../errors.ts';
 import type { Logger } from '../log.ts';
-import { Backoff, childController, pause, quietOnAbort } from '../util/abort.ts';
+import { Backoff, childController, pause, quietOnAbort, withDeadline } from '../util/abort.ts';
 import type { Lease, LeaseStore } from './types.ts';
 
 export interface KeeperOptions {
@@ -194,26 +194,16 @@ export class LeaseKeeper {
    * Runs one store attempt under a signal that also aborts after attemptBudget: the store gives
    * the call up with that reason (STORE_UNAVAILABLE, retried as any store failure is).
    */
-  private async bounded<T>(
-    signal: AbortSignal,
-    work: (attempt: AbortSignal) => Promise<T>,
-  ): Promise<T> {
-    const budgetMs = attemptBudget(this.lease, Date.now());
-    const attempt = childController(signal);
-    const timer = setTimeout(() => {
+  private bounded<T>(signal: AbortSignal, work: (attempt: AbortSignal) => Promise<T>): Promise<T> {
+    const ms = attemptBudget(this.lease, Date.now());
+    const what = this.lostReason === undefined ? 'renewal' : 'reclaim';
+    const reason = (): Error => {
       const left = this.lease.expiresAt - Date.now();
-      attempt.abort(
-        new TwillError(
-          'STORE_UNAVAILABLE',
-          `${this.lostReason === undefined ? 'renewal' : 'reclaim'} of ${this.lease.key} took over ${budgetMs} ms; given up with ${left > 0 ? `${left} ms of the lease left` : 'the lease expired'}`,
-        ),
+      return new TwillError(
+        'STORE_UNAVAILABLE',
+        `${what} of ${this.lease.key} took over ${ms} ms; given up with ${left > 0 ? `${left} ms of the lease left` : 'the lease expired'}`,
       );
-    }, budgetMs);
-    try {
-      return await work(attempt.signal);
-    } finally {
-      clearTimeout(timer);
-      attempt.abort(); // detaches it from `signal`
-    }
+    };
+    return withDeadline(signal, { ms, reason }, work);
   }
 }

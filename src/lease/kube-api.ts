@@ -24,7 +24,7 @@ import {
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { createSecureContext } from 'node:tls';
 import { TwillError, describeError } from '../errors.ts';
-import { childController } from '../util/abort.ts';
+import { childController, withDeadline } from '../util/abort.ts';
 import { nodeView, type NodeView } from './kube-node.ts';
 import { LineReader } from './kube-watch-lines.ts';
 import { ListItemSplitter } from './list-items.ts';
@@ -352,19 +352,17 @@ export class ClientKubeApi implements KubeApi {
     signal: AbortSignal,
     fn: (signal: AbortSignal) => Promise<T>,
   ): Promise<T> {
-    const ctl = childController(signal);
-    const timer = setTimeout(() => ctl.abort(new CallTimeout(this.timeoutMs)), this.timeoutMs);
-    try {
-      return await fn(ctl.signal);
-    } catch (err) {
-      if (err instanceof TwillError) throw err;
-      // out of time while the body was arriving fails with a bare "aborted": say why
-      const reason: unknown = ctl.signal.reason;
-      throw apiError(what, reason instanceof CallTimeout ? reason : err, this.server);
-    } finally {
-      clearTimeout(timer);
-      ctl.abort();
-    }
+    const ms = this.timeoutMs;
+    return withDeadline(signal, { ms, reason: () => new CallTimeout(ms) }, async (s) => {
+      try {
+        return await fn(s);
+      } catch (err) {
+        if (err instanceof TwillError) throw err;
+        // out of time while the body was arriving fails with a bare "aborted": say why
+        const reason: unknown = s.reason;
+        throw apiError(what, reason instanceof CallTimeout ? reason : err, this.server);
+      }
+    });
   }
 
   async readNode(name: string, signal: AbortSignal): Promise<NodeView | undefined> {

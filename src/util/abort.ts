@@ -1,6 +1,6 @@
 // Cancellable waiting (docs/design.md, rule 8), in one place: a pause that rejects when its signal
-// aborts, a capped exponential backoff, one retry loop built on both, and the two ways a loop
-// meets an abort (a call raced against it; a loop that ends quietly).
+// aborts, a capped exponential backoff, one retry loop built on both, the two ways a loop
+// meets an abort (a call raced against it; a loop that ends quietly), and a call given a deadline.
 
 /**
  * Resolves after `ms`; rejects with the signal's reason as soon as `signal` aborts (at once when it
@@ -121,4 +121,24 @@ export function childController(parent: AbortSignal): AbortController {
       signal: ctl.signal,
     });
   return ctl;
+}
+
+/**
+ * Runs `work` under a signal that aborts when `signal` does or, with `reason()` (made when the
+ * time is up), after `ms`; the timer is cleared and the signal detached from `signal` once `work`
+ * settles. How the work ends on that abort is its own business: it sees the reason on its signal.
+ */
+export async function withDeadline<T>(
+  signal: AbortSignal,
+  o: { readonly ms: number; readonly reason: () => Error },
+  work: (signal: AbortSignal) => Promise<T>,
+): Promise<T> {
+  const ctl = childController(signal);
+  const timer = setTimeout(() => ctl.abort(o.reason()), o.ms);
+  try {
+    return await work(ctl.signal);
+  } finally {
+    clearTimeout(timer);
+    ctl.abort();
+  }
 }

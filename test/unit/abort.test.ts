@@ -1,7 +1,8 @@
 // The waiting helpers every loop uses: pause rejects with the signal's reason (at once when it has
 // already aborted), retry gives up on a refused failure, on the last attempt and on the abort, and
 // says each wait before it; quietOnAbort tells a stop from a failure; abortable gives up on a call
-// as soon as the signal aborts; Backoff doubles, caps, jitters and starts over.
+// as soon as the signal aborts; Backoff doubles, caps, jitters and starts over; withDeadline
+// aborts its work's signal with its reason when the time is up, or with the caller's.
 import { describe, expect, it } from 'vitest';
 import {
   Backoff,
@@ -10,6 +11,7 @@ import {
   pause,
   quietOnAbort,
   retry,
+  withDeadline,
 } from '../../src/util/abort.ts';
 
 const NO_WAIT = { next: (): number => 0 };
@@ -165,5 +167,48 @@ describe('Backoff', () => {
     b.reset();
     expect(b.next()).toBeLessThanOrEqual(120);
     expect(backoffDelay(100, 1_000, 1_000)).toBeLessThanOrEqual(1_200);
+  });
+});
+
+describe('withDeadline', () => {
+  const waitForAbort = (s: AbortSignal): Promise<never> =>
+    new Promise((_, reject) =>
+      s.addEventListener('abort', () => reject(s.reason as Error), { once: true }),
+    );
+
+  it("aborts the work's signal with the reason once the time is up", async () => {
+    const start = performance.now();
+    const reason = new Error('took too long');
+    await expect(
+      withDeadline(new AbortController().signal, { ms: 30, reason: () => reason }, waitForAbort),
+    ).rejects.toBe(reason);
+    expect(performance.now() - start).toBeGreaterThanOrEqual(25);
+  });
+
+  it("aborts it with the caller's reason when the caller's signal aborts first", async () => {
+    const ctl = new AbortController();
+    const stop = new Error('stopping');
+    const running = withDeadline(
+      ctl.signal,
+      { ms: 60_000, reason: () => new Error('deadline') },
+      waitForAbort,
+    );
+    ctl.abort(stop);
+    await expect(running).rejects.toBe(stop);
+  });
+
+  it("returns the work's answer and leaves its signal aborted, without the reason, afterwards", async () => {
+    let seen: AbortSignal | undefined;
+    const made: Error[] = [];
+    const answer = await withDeadline(
+      new AbortController().signal,
+      { ms: 20, reason: () => (made.push(new Error('late')), made[0]!) },
+      async (s) => ((seen = s), 42),
+    );
+    expect(answer).toBe(42);
+    expect(seen?.aborted).toBe(true);
+    await pause(40);
+    // the timer was cleared: no reason was ever made
+    expect(made).toEqual([]);
   });
 });
