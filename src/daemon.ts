@@ -13,13 +13,8 @@ import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { Feeder, LineWatcher, Runner } from './exec/runner.ts';
 import { Desired, podMtu, vxlan6DeviceName, vxlanDeviceName } from './dataplane/desired.ts';
-import {
-  MonitorHush,
-  pollChains,
-  runMonitors,
-  type FloodGuard,
-  type Touch,
-} from './dataplane/monitor.ts';
+import { MonitorHush, pollChains, runMonitors, type FloodGuard } from './dataplane/monitor.ts';
+import type { Touch } from './dataplane/kernel-event.ts';
 import { pollNftTables } from './dataplane/nft-monitor.ts';
 import { nftUnusable } from './dataplane/nft-observe.ts';
 import { detectIptables, nftCommandExists } from './dataplane/observe.ts';

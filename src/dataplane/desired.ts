@@ -206,7 +206,7 @@ export function desiredState(input: BackendInput, memo?: EntriesMemo): DesiredSt
   const vxlan = v4 && backend.type === 'vxlan' ? vxlanDevice(input, backend, v4) : null;
   const v6 = v6Of(input);
   const vxlan6 = v6 && backend.type === 'vxlan' ? vxlan6Device(input, backend, v6) : null;
-  const setup: EntriesSetup = { input, backend, v4: !!v4, v6: !!v6, vxlan, vxlan6 };
+  const setup: EntriesSetup = { choice: input.choice, backend, v4: !!v4, v6: !!v6, vxlan, vxlan6 };
   const key = `${!!v4} ${!!v6} ${vxlan?.name} ${vxlan6?.name}`;
   if (memo && memo.key !== key) [memo.key, memo.entries] = [key, new WeakMap()];
   const peers = input.peers.map((peer) => {

@@ -11,7 +11,7 @@
 // asked of the next pass, merged.
 import { sameRoute } from './diff.ts';
 import type { DesiredState, FdbSpec, NeighSpec, PeerEntries, RouteSpec } from './model.ts';
-import type { Touch } from './monitor.ts';
+import type { Touch } from './kernel-event.ts';
 import { both } from './peer-entries.ts';
 import { SortedIndex } from '../util/sorted-index.ts';
 

@@ -27,27 +27,11 @@ import type { Logger } from '../log.ts';
 import { abortable, Backoff, childController, pause, quietOnAbort, retry } from '../util/abort.ts';
 import { isIpv6 } from '../net/ipv6.ts';
 import { chainSpecs, chainSpecs6, diffChain, type ChainSpec } from './masq.ts';
-import { ROUTE_PROTOCOL, type MasqSpec, type MasqSpec6, type RouteSpec } from './model.ts';
+import type { ChainPollOptions, MonitorContext, Touch } from './kernel-event.ts';
+import { ROUTE_PROTOCOL } from './model.ts';
 import { nftTableEventMatters, nftTableNeedles, nftTableTouch } from './nft-monitor.ts';
 import { listChains } from './nft-listing.ts';
 import { observeChain } from './observe.ts';
-
-export interface MonitorContext {
-  /** the underlay interface: its link going down or up matters (host-gw routes go with it) */
-  readonly underlay: string;
-  /** dual-stack or IPv6 only: the underlay's global IPv6 address events matter too */
-  readonly ipv6?: boolean;
-  /**
-   * false: IPv4 is off (IPv6 only): the underlay's IPv4 address events and iptables' tables do not
-   * matter
-   */
-  readonly ipv4?: boolean;
-  /**
-   * nftables mode: `nft monitor` watches twill's own tables (of the families on), not iptables'
-   * tables
-   */
-  readonly nftables?: boolean;
-}
 
 const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
@@ -106,37 +90,6 @@ export function nftEventMatters(
   if (line.startsWith('# ERROR')) return true;
   return re.chain.test(`${line} `);
 }
-
-/** What a kernel event touched, as far as twill can tell from its line. */
-export type Touch =
-  /**
-   * a route with twill's protocol; `route` is undefined when the line holds more than twill writes
-   */
-  | {
-      readonly kind: 'route';
-      readonly deleted: boolean;
-      readonly dst: string;
-      readonly route: RouteSpec | undefined;
-    }
-  /**
-   * an entry of the neighbour family on a twill device: a neighbour (its IP) or an FDB entry (its
-   * dst)
-   */
-  | {
-      readonly kind: 'neigh';
-      readonly deleted: boolean;
-      readonly dev: string;
-      readonly ip: string;
-      readonly mac: string | undefined;
-      readonly permanent: boolean;
-    }
-  /**
-   * rules of one table (twill's chain or the built-in chain jumping to it); in nftables mode, both
-   * (twill's tables hold both kinds of chain)
-   */
-  | { readonly kind: 'chains'; readonly tables: readonly ('nat' | 'filter')[] }
-  /** anything else: only a full pass can tell */
-  | { readonly kind: 'all' };
 
 const IPV4 = /^\d{1,3}(\.\d{1,3}){3}(\/\d{1,2})?$/;
 const ROUTE_WORDS = new Set(['via', 'dev', 'proto']);
@@ -457,17 +410,6 @@ async function watchNft(o: MonitorOptions, signal: AbortSignal): Promise<void> {
     await listChains({ ...o, poll }, cool.signal);
     clearTimeout(timer);
   }
-}
-
-export interface ChainPollOptions {
-  readonly runner: Runner;
-  readonly logger: Logger;
-  /** the iptables chains' inputs, null while IPv4 is off (then only ip6tables is polled) */
-  readonly masq: () => MasqSpec | null;
-  /** the ip6tables chains' inputs, null while IPv6 is off (then only iptables is polled) */
-  readonly masq6?: () => MasqSpec6 | null;
-  readonly intervalMs: number;
-  readonly onDrift: (source: string, touch: Touch) => void;
 }
 
 async function chainDrifted(

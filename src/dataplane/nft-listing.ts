@@ -8,7 +8,9 @@
 import { describeError } from '../errors.ts';
 import { childController } from '../util/abort.ts';
 import type { NftFamily } from './model.ts';
-import type { MonitorContext, MonitorOptions, Touch } from './monitor.ts';
+import type { LineWatcher } from '../exec/runner.ts';
+import type { Logger } from '../log.ts';
+import type { MonitorContext, Touch } from './kernel-event.ts';
 import { FWD_CHAIN, MASQ_CHAIN } from './masq.ts';
 import { ownNftTables } from './nft-monitor.ts';
 
@@ -128,7 +130,14 @@ export function listingReader(
  * without its interactive CLI), `poll` takes over.
  */
 export async function listChains(
-  o: MonitorOptions & { readonly poll: (signal: AbortSignal) => Promise<void> },
+  o: {
+    readonly watch: LineWatcher;
+    readonly logger: Logger;
+    readonly ctx: MonitorContext;
+    readonly onEvent: (source: string, touch: Touch) => void;
+    /** what takes over when `nft -i` cannot run */
+    readonly poll: (signal: AbortSignal) => Promise<void>;
+  },
   signal: AbortSignal,
 ): Promise<void> {
   const parts = listingParts(o.ctx);

@@ -8,7 +8,7 @@
 import { describeError } from '../errors.ts';
 import { pause, quietOnAbort } from '../util/abort.ts';
 import type { NftFamily } from './model.ts';
-import type { ChainPollOptions, MonitorContext, Touch } from './monitor.ts';
+import type { ChainPollOptions, MonitorContext, Touch } from './kernel-event.ts';
 import { NFT_TABLES, nftTableLabel, nftTableMatches, wantedNftTables } from './nft.ts';
 import { observeNftTable } from './nft-observe.ts';
 

@@ -10,7 +10,6 @@ import type { Lease } from '../lease/types.ts';
 import { onLink, onLink6, type IfaceChoice } from '../net/iface.ts';
 import { formatCidr, formatIpv4, type Cidr } from '../net/ipv4.ts';
 import { formatCidr6, formatIpv6 } from '../net/ipv6.ts';
-import type { BackendInput } from './desired.ts';
 import type {
   DesiredState,
   FdbSpec,
@@ -62,11 +61,11 @@ function directRoute(p: Peer4, choice: IfaceChoice): RouteSpec {
  * entry and an onlink route, or with DirectRouting to a peer on our link host-gw's route.
  */
 function peer4Entries(s: EntriesSetup, p: Peer4): Family | undefined {
-  const { input, vxlan: dev, backend } = s;
-  if (!dev || backend.type !== 'vxlan') return { route: directRoute(p, input.choice) };
+  const { choice, vxlan: dev, backend } = s;
+  if (!dev || backend.type !== 'vxlan') return { route: directRoute(p, choice) };
   const mac = p.peer.attrs.backendData?.vtepMac;
-  if (backend.directRouting && onLink(input.choice.iface, p.publicIp))
-    return { route: directRoute(p, input.choice) };
+  if (backend.directRouting && onLink(choice.iface, p.publicIp))
+    return { route: directRoute(p, choice) };
   // admission refused vxlan peers without a VtepMAC (admit.ts)
   if (mac === undefined) return undefined;
   const gw = formatIpv4(p.subnet.base);
@@ -96,13 +95,13 @@ function directRoute6(
  * onlink route through twill-v6.<VNI>, or with DirectRouting to a peer on our link a direct route.
  */
 function peer6Entries(s: EntriesSetup, peer: Lease): Family | undefined {
-  const { input, vxlan6: dev, backend } = s;
+  const { choice, vxlan6: dev, backend } = s;
   const subnet6 = peer.subnet6;
   const publicIpv6 = peer.attrs.publicIpv6;
   if (!subnet6 || !publicIpv6) return undefined;
-  if (!dev || backend.type !== 'vxlan') return { route: directRoute6(peer, subnet6, input.choice) };
-  if (backend.directRouting && onLink6(input.choice.iface, publicIpv6))
-    return { route: directRoute6(peer, subnet6, input.choice) };
+  if (!dev || backend.type !== 'vxlan') return { route: directRoute6(peer, subnet6, choice) };
+  if (backend.directRouting && onLink6(choice.iface, publicIpv6))
+    return { route: directRoute6(peer, subnet6, choice) };
   // a peer without an IPv6 VtepMAC (no IPv6 vxlan device) cannot be reached through ours
   const mac = peer.attrs.backendData6?.vtepMac;
   if (mac === undefined) return undefined;
@@ -116,7 +115,8 @@ function peer6Entries(s: EntriesSetup, peer: Lease): Family | undefined {
 
 /** What every peer's entries are built with: our side of each family, and its device. */
 export interface EntriesSetup {
-  readonly input: Omit<BackendInput, 'peers'>;
+  /** the underlay (a direct route goes through it) */
+  readonly choice: IfaceChoice;
   readonly backend: NetConfig['backend'];
   /** IPv4 on (not IPv6 only) */
   readonly v4: boolean;

@@ -99,7 +99,7 @@ import {
 } from './judge.ts';
 import type { DesiredState, ObservedState, Op } from './model.ts';
 import { logPass, type PassReport, type PassStages } from './pass-report.ts';
-import type { Touch } from './monitor.ts';
+import type { Touch } from './kernel-event.ts';
 import { observe } from './observe.ts';
 import { monotonicMs } from '../util/clock.ts';
 

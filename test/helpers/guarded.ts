@@ -10,8 +10,8 @@ import {
   pollChains,
   runMonitors,
   type FloodGuard,
-  type Touch,
 } from '../../src/dataplane/monitor.ts';
+import type { Touch } from '../../src/dataplane/kernel-event.ts';
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { captureLog, type CapturedLog } from './log.ts';

@@ -12,7 +12,8 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
 import { desiredState, type BackendInput } from '../../src/dataplane/desired.ts';
 import { forwardRules6, masqRules6 } from '../../src/dataplane/masq.ts';
-import { pollChains, runMonitors, type Touch } from '../../src/dataplane/monitor.ts';
+import { pollChains, runMonitors } from '../../src/dataplane/monitor.ts';
+import type { Touch } from '../../src/dataplane/kernel-event.ts';
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import { backendInput, kernelView, peerLease, SELF_MAC6 } from '../helpers/dataplane.ts';

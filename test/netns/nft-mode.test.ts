@@ -10,7 +10,8 @@
 // runs in namespaces this file makes and removes.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { desiredState, type BackendInput } from '../../src/dataplane/desired.ts';
-import { runMonitors, type Touch } from '../../src/dataplane/monitor.ts';
+import { runMonitors } from '../../src/dataplane/monitor.ts';
+import type { Touch } from '../../src/dataplane/kernel-event.ts';
 import { pollNftTables } from '../../src/dataplane/nft-monitor.ts';
 import type { NftTableSpec } from '../../src/dataplane/model.ts';
 import { nftTableMatches, wantedNftTables } from '../../src/dataplane/nft.ts';

@@ -13,12 +13,8 @@ import { desiredState, podMtu } from '../../src/dataplane/desired.ts';
 import { assumedFrom, diff } from '../../src/dataplane/diff.ts';
 import { chainSpecs, chainSpecs6 } from '../../src/dataplane/masq.ts';
 import type { DesiredState, ObservedChain, ObservedState } from '../../src/dataplane/model.ts';
-import {
-  ipEventMatters,
-  nftEventMatters,
-  pollChains,
-  type Touch,
-} from '../../src/dataplane/monitor.ts';
+import { ipEventMatters, nftEventMatters, pollChains } from '../../src/dataplane/monitor.ts';
+import type { Touch } from '../../src/dataplane/kernel-event.ts';
 import { observe } from '../../src/dataplane/observe.ts';
 import { opLines, renderBatches } from '../../src/dataplane/render.ts';
 import { CommandError, type Runner } from '../../src/exec/runner.ts';

@@ -4,7 +4,8 @@
 // asks the reconciler for a full pass); nested hushes release once; a hush with no monitor running
 // does not wait; the monitor's lines before and after are read as ever.
 import { describe, expect, it } from 'vitest';
-import { MonitorHush, runMonitors, type Touch } from '../../src/dataplane/monitor.ts';
+import { MonitorHush, runMonitors } from '../../src/dataplane/monitor.ts';
+import type { Touch } from '../../src/dataplane/kernel-event.ts';
 import type { LineWatcher, WatchOptions } from '../../src/exec/runner.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
 import { captureLog } from '../helpers/log.ts';

@@ -9,7 +9,8 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { applyOps } from '../../src/dataplane/apply.ts';
 import { chainSpecs, chainSpecs6, diffChain } from '../../src/dataplane/masq.ts';
-import { runMonitors, type Touch } from '../../src/dataplane/monitor.ts';
+import { runMonitors } from '../../src/dataplane/monitor.ts';
+import type { Touch } from '../../src/dataplane/kernel-event.ts';
 import type { MasqSpec, MasqSpec6, ObservedChain } from '../../src/dataplane/model.ts';
 import {
   diffNftTables,
