@@ -41,6 +41,11 @@ export interface GuardedNode {
     joined: string[];
     ops: unknown;
   }[];
+  /**
+   * the last pass found the kernel as wanted: after a repair, the verification pass that follows it
+   * has run (a drift made before then may be repaired by that pass rather than its own trigger)
+   */
+  converged(): boolean;
   stop(): Promise<void>;
 }
 
@@ -116,6 +121,7 @@ export async function startGuardedNode(o: {
     runner,
     log,
     repairs: () => log.lines.filter((l) => l.msg === 'repaired dataplane drift').length,
+    converged: () => r.lastPass()?.converged === true,
     repairPasses: () =>
       log.lines
         .filter((l) => l.msg === 'repaired dataplane drift')
