@@ -1,8 +1,10 @@
 // What the kernel's watchers share (monitor.ts runs them; nft-monitor.ts and
-// nft-listing.ts watch nftables; judge.ts and the reconciler read what they
-// report): the node a watcher watches for (which events matter), what one
-// event touched, and the options of the pollers that stand in where no event
-// stream is. Types only, so the watchers' modules import it and not each other.
+// nft-listing.ts watch nftables; judge.ts, the reconciler and the daemon read
+// what they report): the node a watcher watches for (which events matter),
+// what one event touched, and the options of the chain and table polls (where
+// iptables-legacy gives no event stream, or the listing that stands in for a
+// flooded `nft monitor` cannot run). Types only, so that no watcher imports
+// monitor.ts back: the watchers' imports run one way.
 import type { Logger } from '../log.ts';
 import type { Runner } from '../exec/runner.ts';
 import type { MasqSpec, MasqSpec6, RouteSpec } from './model.ts';
