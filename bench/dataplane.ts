@@ -146,11 +146,15 @@ interface ColdStart {
  */
 async function coldConvergence(n: Node): Promise<ColdStart> {
   let done: LogLine | undefined;
+  let acquired: LogLine | undefined;
   const routes = n.dualStack ? 2 * PEERS : PEERS;
   const child = n.child;
   await waitFor(
     async () => {
-      done = (await logLines(n.log)).find((l) => (l.ops?.['route add'] ?? 0) >= routes);
+      const lines = await logLines(n.log);
+      done = lines.find((l) => (l.ops?.['route add'] ?? 0) >= routes);
+      // the lease comes before any pass: the read that finds the pass holds its line
+      acquired = lines.find((l) => l.msg === 'lease acquired');
       // a daemon that ended will not converge: say how, with its log's end, rather than wait
       if (!done && child && hasEnded(child))
         throw new Error(
@@ -171,7 +175,6 @@ async function coldConvergence(n: Node): Promise<ColdStart> {
     what: 'every route in the kernel',
     everyMs: POLL_MS,
   });
-  const acquired = (await logLines(n.log)).find((l) => l.msg === 'lease acquired');
   if (!acquired) throw new Error(`bench: no "lease acquired" line in ${n.log}`);
   return {
     fromStartMs: (done?.time ?? 0) - n.spawnedAt,

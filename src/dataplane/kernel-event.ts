@@ -1,12 +1,13 @@
 // What the kernel's watchers share (monitor.ts runs them; nft-monitor.ts and
 // nft-listing.ts watch nftables; judge.ts, the reconciler and the daemon read
 // what they report): the node a watcher watches for (which events matter),
-// what one event touched, and the options of the chain and table polls (where
+// what one event touched, what every watcher is given to report it, and the
+// options of the chain and table polls (where
 // iptables-legacy gives no event stream, or the listing that stands in for a
 // flooded `nft monitor` cannot run). Types only, so that no watcher imports
 // monitor.ts back: the watchers' imports run one way.
 import type { Logger } from '../log.ts';
-import type { Runner } from '../exec/runner.ts';
+import type { LineWatcher, Runner } from '../exec/runner.ts';
 import type { MasqSpec, MasqSpec6, RouteSpec } from './model.ts';
 
 export interface MonitorContext {
@@ -56,6 +57,15 @@ export type Touch =
   | { readonly kind: 'chains'; readonly tables: readonly ('nat' | 'filter')[] }
   /** anything else: only a full pass can tell */
   | { readonly kind: 'all' };
+
+/** What every event watcher is given: its process, its log, its node, where its events go. */
+export interface WatcherOptions {
+  readonly watch: LineWatcher;
+  readonly logger: Logger;
+  readonly ctx: MonitorContext;
+  /** an event (with what it touched; none: look at everything) */
+  readonly onEvent: (source: string, touch?: Touch) => void;
+}
 
 export interface ChainPollOptions {
   readonly runner: Runner;

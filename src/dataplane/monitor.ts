@@ -22,12 +22,11 @@
 // nothing; the listing that stands in for it when flooded lists those
 // tables, and there is no chain poll.
 import { describeError } from '../errors.ts';
-import type { LineWatcher, Runner } from '../exec/runner.ts';
-import type { Logger } from '../log.ts';
+import type { Runner } from '../exec/runner.ts';
 import { abortable, Backoff, childController, pause, quietOnAbort, retry } from '../util/abort.ts';
 import { isIpv6 } from '../net/ipv6.ts';
 import { chainSpecs, chainSpecs6, diffChain, type ChainSpec } from './masq.ts';
-import type { ChainPollOptions, MonitorContext, Touch } from './kernel-event.ts';
+import type { ChainPollOptions, MonitorContext, Touch, WatcherOptions } from './kernel-event.ts';
 import { ROUTE_PROTOCOL } from './model.ts';
 import { nftTableEventMatters, nftTableNeedles, nftTableTouch } from './nft-monitor.ts';
 import { listChains } from './nft-listing.ts';
@@ -161,14 +160,9 @@ export function nftTouch(line: string): Touch {
   return { kind: 'chains', tables: tables.length > 0 ? tables : ['nat', 'filter'] };
 }
 
-export interface MonitorOptions {
-  readonly watch: LineWatcher;
-  readonly logger: Logger;
-  readonly ctx: MonitorContext;
+export interface MonitorOptions extends WatcherOptions {
   /** also watch nftables (iptables uses the nf_tables backend, or nftables mode) */
   readonly nft: boolean;
-  /** an event (with what it touched; none: look at everything) */
-  readonly onEvent: (source: string, touch?: Touch) => void;
   /**
    * polls twill's chains until the signal aborts. Given, a flooded `nft monitor` gives way to the
    * chain listing (listChains), and this poll is the listing's fallback; not given, the monitor

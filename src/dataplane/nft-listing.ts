@@ -8,9 +8,7 @@
 import { describeError } from '../errors.ts';
 import { childController } from '../util/abort.ts';
 import type { NftFamily } from './model.ts';
-import type { LineWatcher } from '../exec/runner.ts';
-import type { Logger } from '../log.ts';
-import type { MonitorContext, Touch } from './kernel-event.ts';
+import type { MonitorContext, Touch, WatcherOptions } from './kernel-event.ts';
 import { FWD_CHAIN, MASQ_CHAIN } from './masq.ts';
 import { ownNftTables } from './nft-monitor.ts';
 
@@ -130,11 +128,7 @@ export function listingReader(
  * without its interactive CLI), `poll` takes over.
  */
 export async function listChains(
-  o: {
-    readonly watch: LineWatcher;
-    readonly logger: Logger;
-    readonly ctx: MonitorContext;
-    readonly onEvent: (source: string, touch: Touch) => void;
+  o: WatcherOptions & {
     /** what takes over when `nft -i` cannot run */
     readonly poll: (signal: AbortSignal) => Promise<void>;
   },
