@@ -13,6 +13,7 @@ import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { Feeder, LineWatcher, Runner } from './exec/runner.ts';
 import { Desired, podMtu, vxlan6DeviceName, vxlanDeviceName } from './dataplane/desired.ts';
+import { EarlyRoutes } from './dataplane/early.ts';
 import { MonitorHush, pollChains, runMonitors, type FloodGuard } from './dataplane/monitor.ts';
 import type { Touch } from './dataplane/kernel-event.ts';
 import { pollNftTables } from './dataplane/nft-monitor.ts';
@@ -26,12 +27,13 @@ import { DaemonProbe, type StartupProgress } from './health/probe.ts';
 import { LeaseKeeper } from './lease/keeper.ts';
 import { ReadyMark } from './lease/ready.ts';
 import type { PeerContext, Refusal } from './lease/admit.ts';
+import { EarlyPeers } from './lease/early-peers.ts';
 import { PeerTracker } from './lease/tracker.ts';
 import type { AcquireRequest, Lease, LeaseAttrs, LeaseEvent, LeaseStore } from './lease/types.ts';
 import type { Logger } from './log.ts';
 import { discoverInterface, linkMac, type IfaceChoice, type IfaceRequest } from './net/iface.ts';
-import { formatCidr, sameCidr } from './net/ipv4.ts';
-import { formatCidr6, sameCidr6 } from './net/ipv6.ts';
+import { formatCidr, sameCidr, type Cidr } from './net/ipv4.ts';
+import { formatCidr6, sameCidr6, type Cidr6 } from './net/ipv6.ts';
 import { readSubnetEnv, writeSubnetEnv, type SubnetEnv } from './subnetenv.ts';
 import { Backoff, childController, retry } from './util/abort.ts';
 import { sha256 } from './util/sha256.ts';
@@ -228,6 +230,8 @@ interface Started {
   readonly choice: IfaceChoice;
   readonly attrs: LeaseAttrs;
   readonly lease: Lease;
+  /** the routes written while the listing was decoded (early.ts), when there were any to write */
+  readonly early: EarlyRoutes | undefined;
 }
 
 /** net-conf.json from the store (waiting while it is unreachable). */
@@ -288,13 +292,21 @@ async function acquire(
     );
   const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
   const previous = previousSubnets(config, await previousSubnet(deps, opts.subnetFile));
+  const early = earlyRoutes(deps, { config, attrs, choice }, signal);
   const lease = await whileUnavailable(
     deps,
     progress,
     'acquiring lease',
-    () => store.acquireLease({ config, attrs, ...previous, nodeName: opts.nodeName }, signal),
+    () =>
+      store.acquireLease(
+        { config, attrs, ...previous, nodeName: opts.nodeName, ...(early ? { early } : {}) },
+        signal,
+      ),
     signal,
-  );
+  ).catch((err: unknown) => {
+    early?.end();
+    throw err;
+  });
   checkLeaseFamilies(config, lease);
   progress.step('writing subnet.env');
   await writeSubnetEnv(opts.subnetFile, subnetEnvFor(config, choice, lease, opts.ipMasq));
@@ -308,7 +320,32 @@ async function acquire(
     },
     'lease acquired',
   );
-  return { config, choice, attrs, lease };
+  return { config, choice, attrs, lease, early };
+}
+
+/**
+ * The writer of a cold start's routes while the listing is decoded (dataplane/early.ts): host-gw
+ * with a store whose subnets are SubnetLen wide (etcd), when the daemon can feed a batch.
+ */
+function earlyRoutes(
+  deps: DaemonDeps,
+  o: { config: NetConfig; attrs: LeaseAttrs; choice: IfaceChoice },
+  signal: AbortSignal,
+): EarlyRoutes | undefined {
+  const { config, choice } = o;
+  const feed = deps.feed;
+  if (!feed || config.backend.type !== 'host-gw' || deps.store.anySubnetSize === true)
+    return undefined;
+  const ctx = peerContext(deps.store, { attrs: o.attrs, subnet: null }, config, choice);
+  const families = { v4: config.ipv4 !== null, v6: config.ipv6 !== null };
+  return new EarlyRoutes({
+    runner: deps.runner,
+    feed,
+    peers: new EarlyPeers(ctx),
+    setup: { choice, backend: config.backend, ...families, vxlan: null, vxlan6: null },
+    logger: deps.logger,
+    signal,
+  });
 }
 
 export async function runDaemon(
@@ -333,25 +370,31 @@ export async function runDaemon(
 }
 
 /**
- * What admission checks peers against: our network, our lease, the underlay (admit.ts). With IPv4
- * off, our lease's IPv4 half (none, from a store that follows the config) is not ours to defend.
+ * What admission checks peers against: our network, our lease (`own`; its subnets null before we
+ * hold one, for the early writer), the underlay (admit.ts). With IPv4 off, our lease's IPv4 half
+ * (none, from a store that follows the config) is not ours to defend.
  */
 function peerContext(
   store: LeaseStore,
-  lease: Lease,
+  own: { attrs: LeaseAttrs; subnet: Cidr | null; subnet6?: Cidr6 | null },
   config: NetConfig,
   choice: IfaceChoice,
 ): PeerContext {
   const v4 = config.ipv4 !== null;
+  const { attrs } = own;
   return {
     config,
-    self: v4 ? lease.subnet : null,
-    ...(v4 && lease.attrs.publicIp !== null ? { selfPublicIp: lease.attrs.publicIp } : {}),
-    ...(v4 && lease.attrs.backendData ? { selfVtepMac: lease.attrs.backendData.vtepMac } : {}),
-    ...(lease.subnet6
-      ? { self6: lease.subnet6, selfPublicIpv6: lease.attrs.publicIpv6 ?? choice.publicIp6 ?? null }
+    self: v4 ? own.subnet : null,
+    ...(v4 && attrs.publicIp !== null ? { selfPublicIp: attrs.publicIp } : {}),
+    ...(v4 && attrs.backendData ? { selfVtepMac: attrs.backendData.vtepMac } : {}),
+    // (a store that follows the config gives our lease an IPv6 subnet exactly when it has IPv6)
+    ...(config.ipv6
+      ? {
+          self6: own.subnet6 ?? null,
+          selfPublicIpv6: attrs.publicIpv6 ?? choice.publicIp6 ?? null,
+        }
       : {}),
-    ...(lease.attrs.backendData6 ? { selfVtepMac6: lease.attrs.backendData6.vtepMac } : {}),
+    ...(attrs.backendData6 ? { selfVtepMac6: attrs.backendData6.vtepMac } : {}),
     anySubnetSize: store.anySubnetSize === true,
     underlay: choice.iface,
   };
@@ -375,7 +418,11 @@ async function runNode(
   // the catch only keeps a failure from going unhandled while the acquisition fails first.
   const detecting = detectMasq(runner, config, signal);
   detecting.catch(() => undefined);
-  const { choice, lease } = await acquire(deps, opts, config, probe, signal);
+  const { choice, lease, early } = await acquire(deps, opts, config, probe, signal);
+  // big plans (a cold start) run with `ip monitor` stopped: its events would be twill's own; the
+  // early routes too, and the first pass waits for them (its reads would find them half written)
+  const hush = new MonitorHush();
+  const earlyDone = early ? hush.during(() => early.done()) : undefined;
   probe.step(config.nftables ? 'detecting nft' : 'detecting iptables');
   const netfilter = await detecting;
   if (config.nftables)
@@ -404,8 +451,6 @@ async function runNode(
     probe.peers(admitted, refused);
     opts.onState?.({ lease: keeper.current(), peers: admitted, refused, pass: probe.lastPass() });
   };
-  // big plans (a cold start) run with `ip monitor` stopped: its events would be twill's own
-  const hush = new MonitorHush();
   const reconciler = new Reconciler({
     runner,
     ...(deps.feed ? { feed: deps.feed } : {}),
@@ -417,7 +462,7 @@ async function runNode(
     ensureForwarding: () => deps.ensureForwarding(families),
     forwardingSysctls: forwardingSysctls(families),
     resyncMs: opts.resyncMs,
-    ready: peers.listed,
+    ready: earlyDone ? Promise.all([peers.listed, earlyDone]).then(() => undefined) : peers.listed,
     onPassStart: () => probe.passStarted(),
     onPassError: (err) => probe.passFailed(err),
     onPass: (r) => {

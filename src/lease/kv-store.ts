@@ -41,6 +41,7 @@ import { relistLoop } from './relist-loop.ts';
 import {
   peerRecord,
   type AcquireRequest,
+  type EarlyListing,
   type Lease,
   type LeaseAttrs,
   type LeaseEvent,
@@ -54,6 +55,11 @@ const IPV6_ONLY_UNSUPPORTED =
   'IPv6-only ("EnableIPv4": false) needs the Kubernetes store: run twill with --kube-subnet-mgr (net-conf.json from --net-config-path, subnets from the Nodes\' IPv6 podCIDRs), as flannel, whose etcd subnet manager always leases an IPv4 subnet; or, to keep etcd, set "EnableIPv4": true with an IPv4 "Network" and "EnableIPv6": true (dual-stack)';
 export const DEFAULT_LEASE_TTL_SECONDS = 24 * 60 * 60;
 const MAX_ACQUIRE_ATTEMPTS = 64;
+/**
+ * Records decoded at a time when an early writer takes them (AcquireRequest.early): each chunk's
+ * entries reach `ip` while the next is decoded.
+ */
+const EARLY_CHUNK = 500;
 /** a flannel lease value is ~200 bytes; anything past this is refused unread */
 export const MAX_LEASE_VALUE_BYTES = 64 * 1024;
 /**
@@ -186,15 +192,46 @@ export class KvLeaseStore implements LeaseStore {
   private records(listing: KvListing): Primed[] {
     return [
       ...listing.entries.map((e) => ({ entry: e, record: this.decode(e) })),
-      ...listing.skipped.map((s) => ({
-        entry: undefined,
-        record: {
-          key: s.key.slice(this.subnetsPrefix.length),
-          ok: false as const,
-          reason: truncated(s.reason, 200),
-        },
-      })),
+      ...this.skippedRecords(listing),
     ];
+  }
+
+  private skippedRecords(listing: KvListing): Primed[] {
+    return listing.skipped.map((s) => ({
+      entry: undefined,
+      record: {
+        key: s.key.slice(this.subnetsPrefix.length),
+        ok: false as const,
+        reason: truncated(s.reason, 200),
+      },
+    }));
+  }
+
+  /**
+   * The records as `records`, handed to `early` a chunk at a time as they are decoded (with a turn
+   * of the event loop between chunks, so that what it writes reaches its process meanwhile).
+   */
+  private async streamedRecords(
+    listing: KvListing,
+    early: EarlyListing,
+    signal: AbortSignal,
+  ): Promise<Primed[]> {
+    const cut = this.subnetsPrefix.length;
+    const keys = [...listing.entries, ...listing.skipped].map((e) => e.key.slice(cut));
+    if (!early.begin(keys)) return this.records(listing);
+    const out: Primed[] = [];
+    const { entries } = listing;
+    for (let i = 0; i < entries.length; i += EARLY_CHUNK) {
+      const chunk: Primed[] = [];
+      for (const e of entries.slice(i, i + EARLY_CHUNK))
+        chunk.push({ entry: e, record: this.decode(e) });
+      out.push(...chunk);
+      early.take(chunk.map((c) => c.record));
+      await new Promise((resolve) => setImmediate(resolve));
+      signal.throwIfAborted();
+    }
+    out.push(...this.skippedRecords(listing));
+    return out;
   }
 
   private toLease(
@@ -217,7 +254,8 @@ export class KvLeaseStore implements LeaseStore {
     ipv4Config(req.config, this.description);
     for (let attempt = 0; attempt < MAX_ACQUIRE_ATTEMPTS; attempt++) {
       this.deletedOwn = [];
-      const lease = await this.tryAcquire(req, signal);
+      // only the first try's listing is streamed: a later one sends nothing
+      const lease = await this.tryAcquire(req, signal).finally(() => req.early?.end());
       if (lease) {
         this.primeWith(lease);
         return lease;
@@ -240,7 +278,9 @@ export class KvLeaseStore implements LeaseStore {
     const attrs: LeaseAttrs =
       req.nodeName === undefined ? req.attrs : { ...req.attrs, node: req.nodeName };
     const listing = await this.kv.list(this.subnetsPrefix, signal);
-    const records = this.records(listing);
+    const records = req.early
+      ? await this.streamedRecords(listing, req.early, signal)
+      : this.records(listing);
     if (!this.watching) this.primed = { listing, records, at: Date.now() };
     /**
      * our own lease from an older config, deleted below (or found gone): its subnets are worth
@@ -283,9 +323,14 @@ export class KvLeaseStore implements LeaseStore {
     // "0.0.0.0-0" must not make every other subnet look taken.
     // (our replaced lease's key is gone: its subnets are free for us again)
     const gone = new Set(replaced.map((r) => subnetKey(r.subnet, r.subnet6)));
-    const named = records.flatMap(({ record }) =>
-      gone.has(record.key) ? [] : record.ok ? [subnetsOf(record.lease)] : takenByKey(record.key),
-    );
+    // (and a subnet an early writer routed to a peer of an earlier try's listing, gone since,
+    // is not ours to pick: its entries stand until the first pass)
+    const named = [
+      ...records.flatMap(({ record }) =>
+        gone.has(record.key) ? [] : record.ok ? [subnetsOf(record.lease)] : takenByKey(record.key),
+      ),
+      ...(req.early?.written ?? []).map(subnetsOf),
+    ];
     const taken = named.map((k) => k.subnet).filter((s) => fitsConfig(ipv4, s));
     const ipv6 = config.ipv6;
     const taken6 = ipv6
@@ -327,9 +372,16 @@ export class KvLeaseStore implements LeaseStore {
       // the pair went to someone else meanwhile: trying it again would lose again
       lost = true;
     }
-    const pick = (lost ? undefined : prev) ?? pickFreeSubnet(ipv4, taken, this.random);
+    // (nor may the random pick fall on the pair that just lost: with a /16 of /24s one chance in
+    // about 250, and the etcd test of that race once saw a third create)
+    const lostPair = lost && prev && prev6 ? { taken: [prev], taken6: [prev6] } : undefined;
+    const pick =
+      (lost ? undefined : prev) ??
+      pickFreeSubnet(ipv4, [...taken, ...(lostPair?.taken ?? [])], this.random);
     if (!pick) throw exhausted(ipv4, taken.length);
-    const pick6 = (lost ? undefined : prev6) ?? pickFreeSubnet6(ipv6, taken6, this.random);
+    const pick6 =
+      (lost ? undefined : prev6) ??
+      pickFreeSubnet6(ipv6, [...taken6, ...(lostPair?.taken6 ?? [])], this.random);
     if (!pick6) {
       throw new TwillError(
         'SUBNETS_EXHAUSTED',

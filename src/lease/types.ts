@@ -101,6 +101,28 @@ export interface AcquireRequest {
    * PublicIP's lease with another live node
    */
   readonly nodeName?: string;
+  /**
+   * told the first try's listing as it is decoded, so that the kernel entries of peers nothing
+   * can refuse are written while the rest is read (dataplane/early.ts); etcd mode only, as the
+   * Kubernetes store ignores it
+   */
+  readonly early?: EarlyListing;
+}
+
+/**
+ * What the acquisition tells a writer of early entries (dataplane/early.ts): the first try's keys,
+ * then its records in chunks as they are decoded, then the end. A later try (the first lost its
+ * create) streams nothing, and picks no subnet `written` holds.
+ */
+export interface EarlyListing {
+  /** every key of the try's listing, before a value is decoded; false: send no chunks */
+  begin(keys: readonly string[]): boolean;
+  /** the next chunk of that listing's records, decoded */
+  take(chunk: readonly LeaseRecord[]): void;
+  /** no more chunks: the try ended (won or lost) or failed */
+  end(): void;
+  /** the leases whose entries were written (their subnets are no later try's to pick) */
+  readonly written: readonly Lease[];
 }
 
 export interface LeaseStore {
