@@ -264,6 +264,8 @@ async function acquire(
   signal: AbortSignal,
 ): Promise<Started> {
   const { store, logger } = deps;
+  // the peers' leases come in while the interface is chosen
+  store.prefetchListing?.(signal);
   progress.step('choosing the interface');
   const ipv4 = config.ipv4 !== null;
   const ipv6 = config.ipv6 !== null;
@@ -420,7 +422,7 @@ async function runNode(
   detecting.catch(() => undefined);
   const { choice, lease, early } = await acquire(deps, opts, config, probe, signal);
   // big plans (a cold start) run with `ip monitor` stopped: its events would be twill's own; the
-  // early routes too, and the first pass waits for them (its reads would find them half written)
+  // early routes too, and the first pass reads the entries only once they are written
   const hush = new MonitorHush();
   const earlyDone = early ? hush.during(() => early.done()) : undefined;
   probe.step(config.nftables ? 'detecting nft' : 'detecting iptables');
@@ -462,7 +464,8 @@ async function runNode(
     ensureForwarding: () => deps.ensureForwarding(families),
     forwardingSysctls: forwardingSysctls(families),
     resyncMs: opts.resyncMs,
-    ready: earlyDone ? Promise.all([peers.listed, earlyDone]).then(() => undefined) : peers.listed,
+    ready: peers.listed,
+    ...(earlyDone ? { entriesAfter: earlyDone } : {}),
     onPassStart: () => probe.passStarted(),
     onPassError: (err) => probe.passFailed(err),
     onPass: (r) => {

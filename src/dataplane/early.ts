@@ -27,15 +27,27 @@ export interface EarlyOptions {
   readonly signal: AbortSignal;
 }
 
+/**
+ * One family's batch: its lines (to map a failure report back), queued while the cold check runs,
+ * then fed to its process. IPv4 and IPv6 routes go to one process each: the kernel takes each
+ * family's routes under its own lock, so a dual-stack node's two run side by side.
+ */
+interface Lane {
+  readonly lines: string[];
+  queued: string[];
+  proc: FedProcess | undefined;
+}
+
 /** The early writer: an EarlyListing for the acquisition, then `done` for the first pass. */
 export class EarlyRoutes implements EarlyListing {
   private readonly cold: Promise<boolean>;
   private readonly started = monotonicMs();
   private ended = false;
-  private proc: FedProcess | undefined;
-  /** the lines while the cold check runs */
-  private queued: string[] = [];
-  private lines: string[] = [];
+  private open = false;
+  private readonly lanes: readonly [Lane, Lane] = [
+    { lines: [], queued: [], proc: undefined },
+    { lines: [], queued: [], proc: undefined },
+  ];
   private readonly leases: Lease[] = [];
   private finished: Promise<void> | undefined;
   private readonly o: EarlyOptions;
@@ -59,20 +71,23 @@ export class EarlyRoutes implements EarlyListing {
 
   take(chunk: readonly LeaseRecord[]): void {
     if (this.ended) return;
-    const text: string[] = [];
+    const text: [string[], string[]] = [[], []];
     for (const record of chunk) {
       const lease = this.o.peers.admit(record);
       if (!lease) continue;
       const e = peerEntries(this.o.setup, lease);
-      for (const route of [e.route, e.route6])
-        if (route) text.push(...opLines({ kind: 'route', action: 'add', phase: 'ip-post', route }));
+      [e.route, e.route6].forEach((route, family) => {
+        if (route)
+          text[family]?.push(...opLines({ kind: 'route', action: 'add', phase: 'ip-post', route }));
+      });
       this.leases.push(lease);
     }
-    if (text.length === 0) return;
-    this.lines.push(...text);
-    const input = `${text.join('\n')}\n`;
-    if (this.proc) this.proc.write(input);
-    else this.queued.push(input);
+    this.lanes.forEach((lane, family) => {
+      const lines = text[family] ?? [];
+      if (lines.length === 0) return;
+      lane.lines.push(...lines);
+      this.send(lane, `${lines.join('\n')}\n`);
+    });
   }
 
   end(): void {
@@ -82,7 +97,7 @@ export class EarlyRoutes implements EarlyListing {
   }
 
   /**
-   * Settles when the batch has ended and is logged (at once when nothing was written); never
+   * Settles when the batches have ended and are logged (at once when nothing was written); never
    * rejects: what failed here the first pass writes.
    */
   done(): Promise<void> {
@@ -104,7 +119,7 @@ export class EarlyRoutes implements EarlyListing {
         ),
       );
       const cold = listings.every((l) => l.stdout.trim() === '');
-      if (cold && !this.ended) this.open();
+      if (cold) this.start();
       return cold;
     } catch (err) {
       this.o.logger.debug({ err: String(err) }, 'early routes: the kernel could not be read');
@@ -112,30 +127,32 @@ export class EarlyRoutes implements EarlyListing {
     }
   }
 
-  private open(): void {
-    this.proc = this.o.feed('ip', FORCE_BATCH_ARGS, { signal: this.o.signal, collect: true });
-    for (const input of this.queued) this.proc.write(input);
-    this.queued = [];
+  /** The node is cold: what was queued goes to the batches, and what comes later as it comes. */
+  private start(): void {
+    this.open = true;
+    for (const lane of this.lanes)
+      for (const input of lane.queued.splice(0)) this.send(lane, input);
+  }
+
+  private send(lane: Lane, input: string): void {
+    if (!this.open) {
+      lane.queued.push(input);
+      return;
+    }
+    lane.proc ??= this.o.feed('ip', FORCE_BATCH_ARGS, { signal: this.o.signal, collect: true });
+    lane.proc.write(input);
   }
 
   private async finish(): Promise<void> {
-    const cold = await this.cold;
-    // the cold check ended after the last chunk: what it queued goes now
-    if (cold && !this.proc && this.lines.length > 0) this.open();
-    const proc = this.proc;
-    if (!cold || !proc) {
+    if (!(await this.cold)) {
       this.leases.length = 0;
       return;
     }
-    let failures: string[] = [];
-    try {
-      await proc.end();
-    } catch (err) {
-      failures =
-        err instanceof CommandError ? describeBatchFailures(err.stderr, this.lines) : [String(err)];
-      if (failures.length === 0) failures = [String(err)];
-    }
-    const added = this.lines.length - failures.length;
+    const failures = (
+      await Promise.all(this.lanes.map(async (lane) => (lane.proc ? ended(lane) : [])))
+    ).flat();
+    const added = this.lanes.reduce((n, lane) => n + lane.lines.length, 0) - failures.length;
+    if (added + failures.length === 0) return;
     this.o.logger.info(
       {
         ops: { 'route add': Math.max(0, added) },
@@ -144,6 +161,18 @@ export class EarlyRoutes implements EarlyListing {
       },
       'dataplane written early',
     );
-    this.lines = [];
+    for (const lane of this.lanes) lane.lines.length = 0;
+  }
+}
+
+/** Ends a lane's batch: its failed lines (none when every line went in). */
+async function ended(lane: Lane): Promise<string[]> {
+  try {
+    await lane.proc?.end();
+    return [];
+  } catch (err) {
+    const failures =
+      err instanceof CommandError ? describeBatchFailures(err.stderr, lane.lines) : [];
+    return failures.length > 0 ? failures : [String(err)];
   }
 }

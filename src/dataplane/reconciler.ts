@@ -148,6 +148,12 @@ export interface ReconcilerOptions {
   readonly settleMs?: number;
   /** resolves once the peer set is known (the store's first listing); passes wait for it */
   readonly ready?: Promise<void>;
+  /**
+   * settles when a cold start's early routes are written (early.ts): the first observed pass reads
+   * the entries only then (a batch half done would read as routes to add), and runs its masquerade
+   * lane meanwhile
+   */
+  readonly entriesAfter?: Promise<void>;
   readonly onPass?: (report: PassReport) => void;
   /** a pass begins (health: a pass that never ends is a stuck loop) */
   readonly onPassStart?: () => void;
@@ -168,6 +174,24 @@ export interface ReconcilerOptions {
    * stopped (monitor.ts, MonitorHush): the events of twill's own writes would otherwise slow them
    */
   readonly quietMonitors?: <T>(f: () => Promise<T>) => Promise<T>;
+}
+
+/**
+ * The entries' lane's outcome with a masquerade lane that ran beside it (reconciler's
+ * entriesAfter); its failure fails the pass as runLanes' does.
+ */
+async function joinMasq(
+  lanes: { ops: Op[]; failures: string[] },
+  masq: Promise<{ ops: Op[]; failures: readonly string[] }>,
+  o: { signal: AbortSignal; entryOps: readonly Op[] },
+): Promise<{ ops: Op[]; failures: string[] }> {
+  try {
+    const m = await masq;
+    return { ops: [...lanes.ops, ...m.ops], failures: [...lanes.failures, ...m.failures] };
+  } catch (err) {
+    if (o.signal.aborted || o.entryOps.length === 0) throw err;
+    return { ops: lanes.ops, failures: [...lanes.failures, `masquerade: ${describeError(err)}`] };
+  }
 }
 
 /**
@@ -230,8 +254,12 @@ export class Reconciler {
   /** a resync pass gave way (with the chains or not): it runs right after one delta */
   private resume: { readonly chains: boolean; waited: boolean } | undefined;
 
+  /** ReconcilerOptions.entriesAfter, until the first observed pass has waited for it */
+  private entriesAfter: Promise<void> | undefined;
+
   constructor(o: ReconcilerOptions) {
     this.o = o;
+    this.entriesAfter = o.entriesAfter;
     this.runner = (file, args, opts) => {
       this.spawns++;
       return o.runner(file, args, opts);
@@ -326,6 +354,13 @@ export class Reconciler {
       nftCommand: this.o.nftCommand === true,
       leftovers: this.leftovers,
     });
+    // a cold start's early routes still being written: the masquerade lane runs now, the entries
+    // are read once their batch has ended
+    const after = this.entriesAfter;
+    this.entriesAfter = undefined;
+    const masqFirst = after && o.chains ? this.masqLane(want, read.masq, signal) : undefined;
+    masqFirst?.catch(() => undefined);
+    if (after) await abortable(after, signal);
     const seen = await this.readEntries(want, read.masq.families, { signal, reading });
     // it gave way having changed nothing: the kernel is still what the last pass left
     if (seen === undefined) {
@@ -334,10 +369,13 @@ export class Reconciler {
     }
     const observed = monotonicMs();
     const entryOps = diff(want, seen);
-    const { ops, failures } = await this.runLanes(want, entryOps, {
-      masq: o.chains ? read.masq : undefined,
+    const lanes = await this.runLanes(want, entryOps, {
+      masq: o.chains && !masqFirst ? read.masq : undefined,
       signal,
     });
+    const { ops, failures } = masqFirst
+      ? await joinMasq(lanes, masqFirst, { signal, entryOps })
+      : lanes;
     const drift = ops.length > 0 && generation === this.convergedGeneration;
     // removed, or there were none: later passes need not look
     const { v6, v4, mode } = read.leftovers;

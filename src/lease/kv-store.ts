@@ -115,6 +115,8 @@ export class KvLeaseStore implements LeaseStore {
    */
   private deletedOwn: string[] = [];
   private watching = false;
+  /** the listing prefetchListing started, for the next acquisition try */
+  private prefetched: Promise<KvListing> | undefined;
 
   constructor(opts: KvLeaseStoreOptions) {
     this.kv = opts.kv;
@@ -249,6 +251,14 @@ export class KvLeaseStore implements LeaseStore {
     };
   }
 
+  prefetchListing(signal: AbortSignal): void {
+    if (this.watching || this.prefetched) return;
+    const listing = this.kv.list(this.subnetsPrefix, signal);
+    // (its failure is seen by the try that takes it)
+    listing.catch(() => undefined);
+    this.prefetched = listing;
+  }
+
   async acquireLease(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
     // a config that did not come through getNetworkConfig is refused the same way, before any write
     ipv4Config(req.config, this.description);
@@ -277,7 +287,11 @@ export class KvLeaseStore implements LeaseStore {
     // the lease names its node, so a second live node with our PublicIP cannot take it
     const attrs: LeaseAttrs =
       req.nodeName === undefined ? req.attrs : { ...req.attrs, node: req.nodeName };
-    const listing = await this.kv.list(this.subnetsPrefix, signal);
+    // a listing read a little earlier is one a slower node would have read now: the create below
+    // guards the key, and createDual the keys created since
+    const prefetched = this.prefetched;
+    this.prefetched = undefined;
+    const listing = await (prefetched ?? this.kv.list(this.subnetsPrefix, signal));
     const records = req.early
       ? await this.streamedRecords(listing, req.early, signal)
       : this.records(listing);

@@ -130,6 +130,11 @@ export interface LeaseStore {
   readonly description: string;
   /** The network configuration; CONFIG_MISSING / CONFIG_INVALID when absent or bad. */
   getNetworkConfig(signal: AbortSignal): Promise<NetConfig>;
+  /**
+   * Starts reading what the acquisition's first try reads (etcd: the listing of every lease), so
+   * that it comes in while the daemon picks its interface; its failure is that try's.
+   */
+  prefetchListing?(signal: AbortSignal): void;
   /** Our lease, in the order: existing lease for our IP, previous subnet, random free subnet. */
   acquireLease(req: AcquireRequest, signal: AbortSignal): Promise<Lease>;
   /** Extends the lease; LEASE_LOST when the store no longer holds it for us. */

@@ -337,17 +337,18 @@ export async function discoverInterface(
   const ipv4 = req.ipv4 !== false;
   // without -4 the listing carries the IPv6 addresses a dual-stack or IPv6-only request needs
   const family = ipv4 && req.ipv6 !== true ? ['-4'] : [];
-  const links = parseIpAddr(
-    await runJson(runner, 'ip', ['-json', ...family, 'addr', 'show'], { signal }),
-  );
   const needDefault = req.iface.length === 0 && req.ifaceRegex.length === 0;
-  // with IPv4 off, the IPv6 default route's device, as flannel's LookupExtIface
-  const routes = needDefault
-    ? await runJson(runner, 'ip', ['-json', ipv4 ? '-4' : '-6', 'route', 'show', 'default'], {
-        signal,
-      })
-    : [];
-  return selectInterface(links, defaultRouteDevice(routes), req);
+  // both at once: each is a process start on a cold start's path
+  const [addrs, routes] = await Promise.all([
+    runJson(runner, 'ip', ['-json', ...family, 'addr', 'show'], { signal }),
+    // with IPv4 off, the IPv6 default route's device, as flannel's LookupExtIface
+    needDefault
+      ? runJson(runner, 'ip', ['-json', ipv4 ? '-4' : '-6', 'route', 'show', 'default'], {
+          signal,
+        })
+      : Promise.resolve([]),
+  ]);
+  return selectInterface(parseIpAddr(addrs), defaultRouteDevice(routes), req);
 }
 
 /** The MAC of an existing link, or undefined when there is none by that name. */

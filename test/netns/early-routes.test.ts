@@ -4,7 +4,8 @@
 // SubnetLen, a PublicIP off the link, an unreadable value, our own old lease) never becomes a
 // route, not even for a moment; peers whose keys overlap another's (a /24 under a refused /23, one
 // subnet in two keys) wait for the first pass, which routes the ones admission keeps; nothing
-// written early is taken back; and a warm restart writes nothing early and changes no route.
+// written early is taken back; a warm restart writes nothing early and changes no route; and a
+// dual-stack node writes both families early.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -39,6 +40,7 @@ beforeAll(async () => {
   const r = nsRunner(ns);
   await r('ip', ['link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
   await r('ip', ['addr', 'add', '192.168.50.1/24', 'dev', 'eth0']);
+  await r('ip', ['addr', 'add', 'fd00:192::1/64', 'dev', 'eth0', 'nodad']);
   await r('ip', ['link', 'set', 'eth0', 'up']);
   await r('ip', ['link', 'set', 'eth1', 'up']);
   void nsWatch(ns)('ip', ['monitor', 'route'], {
@@ -64,7 +66,7 @@ afterAll(async () => {
 /** The peer routes the monitor saw added (`Deleted` false) or deleted, by destination. */
 function peerRoutes(lines: readonly string[], deleted: boolean): string[] {
   return lines.flatMap((l) => {
-    const m = /^(Deleted )?(10\.50\.\S+)/.exec(l);
+    const m = /^(Deleted )?((?:10\.50\.|fd00:50:)\S+)/.exec(l);
     return m && (m[1] !== undefined) === deleted ? [m[2] as string] : [];
   });
 }
@@ -135,6 +137,54 @@ describe('a host-gw cold start with routes written early', () => {
     expect(peerRoutes(seen.slice(from), false)).toEqual([]);
     expect(peerRoutes(seen.slice(from), true)).toEqual([]);
     await again.stop();
+    await kv.close();
+  }, 40_000);
+});
+
+describe('a dual-stack host-gw cold start with routes written early', () => {
+  it('writes both families early, and the first pass adds no route', async () => {
+    const r = nsRunner(ns);
+    // cold again: the IPv4 runs above left their routes
+    await r('ip', ['-4', 'route', 'flush', 'proto', '151']);
+    const kv = new MemoryKv();
+    kv.putRaw(
+      '/n/config',
+      '{"Network":"10.50.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:50::/48","Backend":{"Type":"host-gw"}}',
+    );
+    for (const n of GOOD)
+      kv.putRaw(
+        `/n/subnets/10.50.${n}.0-24&fd00:50:0:${n.toString(16)}::-64`,
+        encodeLeaseValue({
+          ...attrs(`192.168.50.${n}`),
+          publicIpv6: `fd00:192::${n.toString(16)}`,
+        }),
+      );
+    const from = seen.length;
+    const node = await startTestDaemon({
+      store: new KvLeaseStore({ kv, prefix: '/n' }),
+      nodeName: 'early6',
+      publicIp: '192.168.50.1',
+      publicIpv6: 'fd00:192::1',
+      iface: ['eth0'],
+      subnetFile: join(dir, 'subnet6.env'),
+      ns,
+    });
+    await waitFor(() => node.state()?.pass?.converged === true, {
+      timeoutMs: 20_000,
+      what: 'converged',
+    });
+    const want = GOOD.flatMap((n) => [`10.50.${n}.0/24`, `fd00:50:0:${n.toString(16)}::/64`]);
+    await waitFor(async () => peerRoutes(seen.slice(from), false).length >= want.length, {
+      timeoutMs: 5_000,
+      what: 'the monitor saw every route',
+    });
+    const early = node.log.lines.filter((l) => l.msg === 'dataplane written early');
+    expect(early.map((l) => l.ops)).toEqual([{ 'route add': want.length }]);
+    for (const l of node.log.lines.filter((x) => x.msg === 'dataplane updated'))
+      expect(Object.keys(l.ops as object).filter((k) => k.startsWith('route'))).toEqual([]);
+    expect(peerRoutes(seen.slice(from), false).sort()).toEqual(want.sort());
+    expect(peerRoutes(seen.slice(from), true)).toEqual([]);
+    await node.stop();
     await kv.close();
   }, 40_000);
 });

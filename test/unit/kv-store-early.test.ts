@@ -1,7 +1,7 @@
 // The etcd-layout store's side of the early routes (AcquireRequest.early): the first try's listing
-// is handed over whole (every key first, then every record in chunks, then the end), the watch
-// still starts from all of it, a later try streams nothing, and no try picks a subnet the early
-// writer routed to a peer.
+// is handed over whole (every key first, then every record in chunks, then the end), a later try
+// streams nothing, and no try picks a subnet the early writer routed to a peer; and the listing
+// prefetched while the daemon picks its interface is the first try's.
 import { describe, expect, it } from 'vitest';
 import { encodeLeaseValue, parseSubnetKey } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
@@ -15,6 +15,10 @@ const attrs = (host: number): LeaseAttrs => ({
   backendType: 'host-gw',
   backendData: null,
 });
+
+/** Three subnets: 10.50.1.0/24 to 10.50.3.0/24. */
+const TINY =
+  '{"Network":"10.50.0.0/22","SubnetLen":24,"SubnetMin":"10.50.1.0","SubnetMax":"10.50.3.0","Backend":{"Type":"host-gw"}}';
 
 /** An early listing that records what it is told, and claims `written` were routed. */
 function recorder(written: Lease[] = []): EarlyListing & {
@@ -77,14 +81,34 @@ describe('the acquisition with an early writer', () => {
     await store.close();
   });
 
+  it('reads a prefetched listing in its first try, and a subnet taken since still loses to its holder', async () => {
+    for (let i = 0; i < 10; i++) {
+      const kv = new MemoryKv();
+      kv.putRaw('/n/config', TINY);
+      kv.putRaw('/n/subnets/10.50.1.0-24', encodeLeaseValue(attrs(5)));
+      const store = new KvLeaseStore({ kv, prefix: '/n', random: () => i / 10 });
+      const signal = new AbortController().signal;
+      const config = await store.getNetworkConfig(signal);
+      store.prefetchListing(signal);
+      // another node takes a subnet after the prefetch, before our first try
+      await Promise.resolve();
+      kv.putRaw('/n/subnets/10.50.2.0-24', encodeLeaseValue(attrs(6)));
+      const early = recorder();
+      const lease = await store.acquireLease(
+        { config, attrs: attrs(1), previous: undefined, early },
+        signal,
+      );
+      expect(early.keys[0]).toEqual(['10.50.1.0-24']);
+      expect(lease.key).toBe('10.50.3.0-24');
+      await store.close();
+    }
+  });
+
   it('never picks a subnet the early writer routed, even one no longer listed', async () => {
     const picked = new Set<string>();
     for (let i = 0; i < 20; i++) {
       const kv = new MemoryKv();
-      kv.putRaw(
-        '/n/config',
-        '{"Network":"10.50.0.0/22","SubnetLen":24,"SubnetMin":"10.50.1.0","SubnetMax":"10.50.3.0","Backend":{"Type":"host-gw"}}',
-      );
+      kv.putRaw('/n/config', TINY);
       kv.putRaw('/n/subnets/10.50.1.0-24', encodeLeaseValue(attrs(5)));
       // routed from an earlier try's listing, deleted from the store since
       const gone: Lease = {

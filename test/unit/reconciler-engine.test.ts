@@ -454,6 +454,8 @@ class Loop {
   constructor(
     o: {
       ready?: Promise<void>;
+      /** ReconcilerOptions.entriesAfter (a cold start's early routes) */
+      entriesAfter?: Promise<void>;
       /** what ensureForwarding does (default: finds forwarding on) */
       forwarding?: () => Promise<boolean>;
       forwardingSysctls?: readonly string[];
@@ -477,6 +479,7 @@ class Loop {
       resyncMs: RESYNC,
       settleMs: SETTLE,
       ...(o.ready ? { ready: o.ready } : {}),
+      ...(o.entriesAfter ? { entriesAfter: o.entriesAfter } : {}),
       onPass: (r) => this.reports.push(r),
       onPassStart: () => {
         this.starts++;
@@ -1172,6 +1175,31 @@ describe('ready', () => {
     expect(l.finished).toBe(true);
     expect(l.host.calls).toEqual([]);
     expect(vi.getTimerCount()).toBe(0);
+  });
+});
+
+describe('entriesAfter', () => {
+  it('the first pass writes the masquerade at once, and reads the entries only once it settles', async () => {
+    const after = Promise.withResolvers<void>();
+    const l = new Loop({ entriesAfter: after.promise });
+    loop = l;
+    await tick(RESYNC / 2);
+    const cmds = (): string[] => l.host.calls.map((c) => c.cmd);
+    expect(cmds().some((c) => c.startsWith('iptables-restore'))).toBe(true);
+    expect(cmds()).not.toContain(LINKS);
+    expect(cmds()).not.toContain(ROUTES);
+    expect(l.reports).toEqual([]);
+    after.resolve();
+    await tick(SETTLE);
+    expect(cmds()).toContain(ROUTES);
+    // one pass wrote the entries and the masquerade; its verification found nothing to do, and
+    // wrote no masquerade twice
+    expect(l.reports.map(brief)).toEqual([
+      { kind: 'full', converged: false, trigger: 'start' },
+      { kind: 'full', converged: true, trigger: 'verification' },
+    ]);
+    expect(cmds().filter((c) => c.startsWith('iptables-restore'))).toHaveLength(1);
+    expect(l.host.kernel.routes.has(PEER4_ROUTE)).toBe(true);
   });
 });
 
