@@ -95,6 +95,8 @@ export interface LogLine {
   msg: string;
   ops?: Record<string, number>;
   durationMs?: number;
+  /** the routes written early: from the first route sent to every route in */
+  writeMs?: number;
   source?: string;
 }
 

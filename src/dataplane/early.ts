@@ -44,6 +44,8 @@ export class EarlyRoutes implements EarlyListing {
   private readonly started = monotonicMs();
   private ended = false;
   private open = false;
+  /** when the first line went to a batch */
+  private firstSent: number | undefined;
   private readonly lanes: readonly [Lane, Lane] = [
     { lines: [], queued: [], proc: undefined },
     { lines: [], queued: [], proc: undefined },
@@ -140,6 +142,7 @@ export class EarlyRoutes implements EarlyListing {
       return;
     }
     lane.proc ??= this.o.feed('ip', FORCE_BATCH_ARGS, { signal: this.o.signal, collect: true });
+    this.firstSent ??= monotonicMs();
     lane.proc.write(input);
   }
 
@@ -153,10 +156,13 @@ export class EarlyRoutes implements EarlyListing {
     ).flat();
     const added = this.lanes.reduce((n, lane) => n + lane.lines.length, 0) - failures.length;
     if (added + failures.length === 0) return;
+    const now = monotonicMs();
     this.o.logger.info(
       {
         ops: { 'route add': Math.max(0, added) },
-        durationMs: Math.round(monotonicMs() - this.started),
+        // from the writer's start (the listing's request) and from the first line sent
+        durationMs: Math.round(now - this.started),
+        writeMs: Math.round(now - (this.firstSent ?? now)),
         ...(failures.length > 0 ? { failures: failures.slice(0, 5) } : {}),
       },
       'dataplane written early',

@@ -116,6 +116,9 @@ describe('a host-gw cold start with routes written early', () => {
     const early = node.log.lines.filter((l) => l.msg === 'dataplane written early');
     expect(early).toHaveLength(1);
     expect(early[0]?.ops).toEqual({ 'route add': GOOD.length });
+    // its two times: from the listing's request, and from the first route sent
+    expect(early[0]?.writeMs).toBeGreaterThanOrEqual(0);
+    expect(early[0]?.writeMs).toBeLessThanOrEqual(early[0]?.durationMs as number);
     // the first pass wrote the two the early writer left
     const passes = node.log.lines.filter((l) => l.msg === 'dataplane updated');
     expect(passes[0]?.ops).toMatchObject({ 'route add': 2 });
