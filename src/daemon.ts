@@ -305,8 +305,10 @@ async function acquire(
         signal,
       ),
     signal,
-  ).catch((err: unknown) => {
-    early?.end();
+  ).catch(async (err: unknown) => {
+    // (the store ended it, failed, when the routes were written: they are deleted before we go)
+    early?.end({ failed: true });
+    await early?.done();
     throw err;
   });
   checkLeaseFamilies(config, lease);

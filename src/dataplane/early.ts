@@ -43,7 +43,11 @@ export class EarlyRoutes implements EarlyListing {
   private readonly cold: Promise<boolean>;
   private readonly started = monotonicMs();
   private ended = false;
+  /** the acquisition's try threw: what was written is taken back */
+  private failed = false;
   private open = false;
+  /** the node was found warm: nothing is written, nor rendered */
+  private warm = false;
   /** when the first line went to a batch */
   private firstSent: number | undefined;
   private readonly lanes: readonly [Lane, Lane] = [
@@ -72,7 +76,7 @@ export class EarlyRoutes implements EarlyListing {
   }
 
   take(chunk: readonly LeaseRecord[]): void {
-    if (this.ended) return;
+    if (this.ended || this.warm) return;
     const text: [string[], string[]] = [[], []];
     for (const record of chunk) {
       const lease = this.o.peers.admit(record);
@@ -92,9 +96,10 @@ export class EarlyRoutes implements EarlyListing {
     });
   }
 
-  end(): void {
+  end(o: { failed?: boolean } = {}): void {
     if (this.ended) return;
     this.ended = true;
+    this.failed = o.failed === true;
     this.finished = this.finish();
   }
 
@@ -122,10 +127,21 @@ export class EarlyRoutes implements EarlyListing {
       );
       const cold = listings.every((l) => l.stdout.trim() === '');
       if (cold) this.start();
+      else this.forget();
       return cold;
     } catch (err) {
       this.o.logger.debug({ err: String(err) }, 'early routes: the kernel could not be read');
       return false;
+    }
+  }
+
+  /** Nothing is written: what was queued and kept for it goes. */
+  private forget(): void {
+    this.warm = true;
+    this.leases.length = 0;
+    for (const lane of this.lanes) {
+      lane.lines.length = 0;
+      lane.queued = [];
     }
   }
 
@@ -148,7 +164,7 @@ export class EarlyRoutes implements EarlyListing {
 
   private async finish(): Promise<void> {
     if (!(await this.cold)) {
-      this.leases.length = 0;
+      this.forget();
       return;
     }
     const failures = (
@@ -156,11 +172,15 @@ export class EarlyRoutes implements EarlyListing {
     ).flat();
     const added = this.lanes.reduce((n, lane) => n + lane.lines.length, 0) - failures.length;
     if (added + failures.length === 0) return;
+    if (this.failed) {
+      await this.takeBack();
+      return;
+    }
     const now = monotonicMs();
     this.o.logger.info(
       {
         ops: { 'route add': Math.max(0, added) },
-        // from the writer's start (the listing's request) and from the first line sent
+        // from the writer's start (once the interface is chosen) and from the first line sent
         durationMs: Math.round(now - this.started),
         writeMs: Math.round(now - (this.firstSent ?? now)),
         ...(failures.length > 0 ? { failures: failures.slice(0, 5) } : {}),
@@ -169,6 +189,37 @@ export class EarlyRoutes implements EarlyListing {
     );
     for (const lane of this.lanes) lane.lines.length = 0;
   }
+
+  /**
+   * The acquisition failed after the routes went in (another live node holds our PublicIP, the
+   * subnets ran out, the store went away): no lease, so no first pass will judge them, and a peer
+   * refused meanwhile would keep its route. They go again.
+   */
+  private async takeBack(): Promise<void> {
+    const input = this.lanes.map((lane) => deletions(lane.lines)).join('');
+    const count = this.lanes.reduce((n, lane) => n + lane.lines.length, 0);
+    for (const lane of this.lanes) lane.lines.length = 0;
+    this.leases.length = 0;
+    try {
+      await this.o.runner('ip', FORCE_BATCH_ARGS, {
+        input,
+        signal: this.o.signal,
+        timeoutMs: 60_000,
+      });
+    } catch (err) {
+      // -force: a route already gone is a failed line, not a reason to stop
+      this.o.logger.debug({ err: String(err).slice(0, 200) }, 'early routes: some were not there');
+    }
+    this.o.logger.info(
+      { routes: count },
+      'acquiring the lease failed: the routes written early are deleted again',
+    );
+  }
+}
+
+/** The lines that delete what `lines` (route adds) added; one that failed deletes nothing. */
+function deletions(lines: readonly string[]): string {
+  return lines.map((l) => `${l.replace(/^route add /, 'route del ')}\n`).join('');
 }
 
 /** Ends a lane's batch: its failed lines (none when every line went in). */

@@ -361,7 +361,19 @@ export class Reconciler {
     const masqFirst = after && o.chains ? this.masqLane(want, read.masq, signal) : undefined;
     masqFirst?.catch(() => undefined);
     if (after) await abortable(after, signal);
-    const seen = await this.readEntries(want, read.masq.families, { signal, reading });
+    let seen: ObservedState | undefined;
+    try {
+      seen = await this.readEntries(want, read.masq.families, { signal, reading });
+    } catch (err) {
+      // what the masquerade lane applied meanwhile is reported, with the read's failure
+      const m = masqFirst && (await masqFirst.catch(() => undefined));
+      if (!m || m.ops.length === 0 || signal.aborted) throw err;
+      const failures = [...m.failures, `reading the kernel: ${describeError(err)}`];
+      return this.finish(
+        { kind: 'full', ops: m.ops, failures, converged: false, drift: false },
+        { started, observed: monotonicMs(), first: o.first },
+      );
+    }
     // it gave way having changed nothing: the kernel is still what the last pass left
     if (seen === undefined) {
       this.known = before;

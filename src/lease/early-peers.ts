@@ -4,8 +4,9 @@
 // never more (docs/design.md, rule 6), in etcd mode with host-gw:
 //   - each peer passes `checkPeer` against our config, our PublicIP(s) and the underlay, with no
 //     subnet of our own yet. Our subnet is either our own old lease's (its PublicIP is ours, so
-//     `checkPeer` refuses it here) or one the allocator picks free of every listed key; so no
-//     listed peer can overlap it;
+//     `checkPeer` refuses it here) or one the allocator picks free of every listed key that fits
+//     the config; so no listed peer that passes `checkPeer` can overlap it (a key that does not
+//     fit is refused, and the keys it overlaps are crowded, below);
 //   - its key overlaps no other listed key in any family we run, valid or not: admission's
 //     set-level stage refuses only peers whose subnets overlap another's (the first claim of one
 //     subnet keeps it), so a peer overlapping nothing keeps its place whatever the others are.

@@ -264,8 +264,15 @@ export class KvLeaseStore implements LeaseStore {
     ipv4Config(req.config, this.description);
     for (let attempt = 0; attempt < MAX_ACQUIRE_ATTEMPTS; attempt++) {
       this.deletedOwn = [];
-      // only the first try's listing is streamed: a later one sends nothing
-      const lease = await this.tryAcquire(req, signal).finally(() => req.early?.end());
+      // only the first try's listing is streamed: a later one sends nothing; a try that fails
+      // (IDENTITY_CONFLICT, subnets exhausted, the store gone) takes back what was written
+      const lease = await this.tryAcquire(req, signal).then(
+        (l) => (req.early?.end(), l),
+        (err: unknown) => {
+          req.early?.end({ failed: true });
+          throw err;
+        },
+      );
       if (lease) {
         this.primeWith(lease);
         return lease;
@@ -386,16 +393,17 @@ export class KvLeaseStore implements LeaseStore {
       // the pair went to someone else meanwhile: trying it again would lose again
       lost = true;
     }
-    // (nor may the random pick fall on the pair that just lost: with a /16 of /24s one chance in
-    // about 250, and the etcd test of that race once saw a third create)
-    const lostPair = lost && prev && prev6 ? { taken: [prev], taken6: [prev6] } : undefined;
+    // (nor, while another is free, may the random pick fall on the pair that just lost: with a
+    // /16 of /24s one chance in about 250, and the etcd test of that race once saw a third create)
     const pick =
       (lost ? undefined : prev) ??
-      pickFreeSubnet(ipv4, [...taken, ...(lostPair?.taken ?? [])], this.random);
+      (lost && prev ? pickFreeSubnet(ipv4, [...taken, prev], this.random) : undefined) ??
+      pickFreeSubnet(ipv4, taken, this.random);
     if (!pick) throw exhausted(ipv4, taken.length);
     const pick6 =
       (lost ? undefined : prev6) ??
-      pickFreeSubnet6(ipv6, [...taken6, ...(lostPair?.taken6 ?? [])], this.random);
+      (lost && prev6 ? pickFreeSubnet6(ipv6, [...taken6, prev6], this.random) : undefined) ??
+      pickFreeSubnet6(ipv6, taken6, this.random);
     if (!pick6) {
       throw new TwillError(
         'SUBNETS_EXHAUSTED',

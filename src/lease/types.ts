@@ -119,8 +119,11 @@ export interface EarlyListing {
   begin(keys: readonly string[]): boolean;
   /** the next chunk of that listing's records, decoded */
   take(chunk: readonly LeaseRecord[]): void;
-  /** no more chunks: the try ended (won or lost) or failed */
-  end(): void;
+  /**
+   * no more chunks: the try ended (won or lost), or `failed` (it threw: the entries written are
+   * taken back, since no first pass may come to judge them)
+   */
+  end(o?: { failed?: boolean }): void;
   /** the leases whose entries were written (their subnets are no later try's to pick) */
   readonly written: readonly Lease[];
 }

@@ -111,8 +111,12 @@ describe('the built twill run, jemalloc preloaded as deployed', () => {
       expect(log).not.toContain('code cache');
       const pid = twill.pid as number;
       expect(allocatorIn(await readFile(`/proc/${pid}/maps`, 'utf8'))).toBe('jemalloc');
-      // ip monitor (and nft monitor, when nft is there) run as long as the daemon does; a
-      // pass's read that ended meanwhile is skipped
+      // ip monitor (and nft monitor, when nft is there) run as long as the daemon does, from
+      // when a cold start's early routes are in; a pass's read that ended meanwhile is skipped
+      await waitFor(async () => (await childrenOf(pid)).length > 0, {
+        timeoutMs: slowBound(10_000),
+        what: "the daemon's monitors",
+      });
       let checked = 0;
       for (const child of await childrenOf(pid)) {
         const [environ, maps] = await Promise.all([

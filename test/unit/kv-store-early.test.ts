@@ -25,12 +25,14 @@ function recorder(written: Lease[] = []): EarlyListing & {
   keys: string[][];
   chunks: LeaseRecord[][];
   ends: number;
+  failed: boolean[];
 } {
   let ended = false;
   const seen = {
     keys: [] as string[][],
     chunks: [] as LeaseRecord[][],
     ends: 0,
+    failed: [] as boolean[],
     written,
     begin(keys: readonly string[]): boolean {
       if (ended) return false;
@@ -40,9 +42,10 @@ function recorder(written: Lease[] = []): EarlyListing & {
     take(chunk: readonly LeaseRecord[]): void {
       seen.chunks.push([...chunk]);
     },
-    end(): void {
+    end(o?: { failed?: boolean }): void {
       ended = true;
       seen.ends++;
+      seen.failed.push(o?.failed === true);
     },
   };
   return seen;
@@ -70,6 +73,7 @@ describe('the acquisition with an early writer', () => {
     expect(early.keys[0]).toHaveLength(1_235);
     expect(early.chunks.map((c) => c.length)).toEqual([500, 500, 235]);
     expect(early.ends).toBe(1);
+    expect(early.failed).toEqual([false]);
     const told = early.chunks.flat();
     expect(new Set(told.map((r) => r.key))).toEqual(new Set(early.keys[0]));
     expect(told.filter((r) => !r.ok).map((r) => r.key)).toEqual(['10.200.0.0-24']);
@@ -102,6 +106,25 @@ describe('the acquisition with an early writer', () => {
       expect(lease.key).toBe('10.50.3.0-24');
       await store.close();
     }
+  });
+
+  it('tells the early writer a try failed: another live node holds our PublicIP', async () => {
+    const kv = new MemoryKv();
+    kv.putRaw('/n/config', TINY);
+    kv.putRaw('/n/subnets/10.50.1.0-24', encodeLeaseValue({ ...attrs(1), node: 'other' }));
+    const store = new KvLeaseStore({ kv, prefix: '/n' });
+    const signal = new AbortController().signal;
+    const config = await store.getNetworkConfig(signal);
+    const early = recorder();
+    await expect(
+      store.acquireLease(
+        { config, attrs: attrs(1), previous: undefined, nodeName: 'us', early },
+        signal,
+      ),
+    ).rejects.toMatchObject({ code: 'IDENTITY_CONFLICT' });
+    expect(early.chunks.flat().map((r) => r.key)).toEqual(['10.50.1.0-24']);
+    expect(early.failed).toEqual([true]);
+    await store.close();
   });
 
   it('never picks a subnet the early writer routed, even one no longer listed', async () => {

@@ -1,0 +1,149 @@
+// The early writer (src/dataplane/early.ts) against a fake kernel reader and batch feeder: on a
+// cold node it feeds each chunk's routes as they come and logs them once; on a warm one it feeds,
+// renders and keeps nothing; and when the acquisition fails after the routes went in, it deletes
+// exactly those routes again.
+import { describe, expect, it } from 'vitest';
+import { parseNetConfig } from '../../src/config/netconf.ts';
+import { EarlyRoutes } from '../../src/dataplane/early.ts';
+import type { Feeder, Runner } from '../../src/exec/runner.ts';
+import { encodeLeaseValue } from '../../src/lease/codec.ts';
+import { EarlyPeers } from '../../src/lease/early-peers.ts';
+import { KvLeaseStore } from '../../src/lease/kv-store.ts';
+import { MemoryKv } from '../../src/lease/memory-kv.ts';
+import type { LeaseRecord } from '../../src/lease/types.ts';
+import { captureLog } from '../helpers/log.ts';
+
+const CONFIG = parseNetConfig('{"Network":"10.50.0.0/16","Backend":{"Type":"host-gw"}}');
+const CHOICE = {
+  iface: {
+    name: 'eth0',
+    mtu: 1500,
+    mac: '02:00:00:00:00:01',
+    addrs: ['192.168.50.1'],
+    networks: ['192.168.50.1/24'],
+  },
+  ifaceIp: '192.168.50.1',
+  publicIp: '192.168.50.1',
+};
+const store = new KvLeaseStore({ kv: new MemoryKv(), prefix: '/n' });
+
+function records(from: number, count: number): LeaseRecord[] {
+  return Array.from({ length: count }, (_, i) =>
+    store.decode({
+      key: `/n/subnets/10.50.${from + i}.0-24`,
+      value: encodeLeaseValue({
+        publicIp: `192.168.50.${from + i}`,
+        publicIpv6: null,
+        backendType: 'host-gw',
+        backendData: null,
+      }),
+      modRevision: String(from + i),
+      createRevision: String(from + i),
+    }),
+  );
+}
+
+/** A writer whose kernel holds `existing` routes of twill's; what it ran and fed is recorded. */
+function writer(existing: string) {
+  const ran: { cmd: string; input?: string }[] = [];
+  const fed: string[] = [];
+  const log = captureLog();
+  const runner: Runner = async (file, args, opts) => {
+    ran.push({ cmd: [file, ...args].join(' '), ...(opts?.input ? { input: opts.input } : {}) });
+    return { stdout: args.includes('show') ? existing : '', stderr: '' };
+  };
+  const feed: Feeder = () => {
+    let text = '';
+    fed.push('');
+    const index = fed.length - 1;
+    const done = Promise.resolve({ stdout: '', stderr: '' });
+    return {
+      write: (t) => void (fed[index] = text += t),
+      end: async (t) => {
+        fed[index] = text += t ?? '';
+        return done;
+      },
+      done,
+    };
+  };
+  const early = new EarlyRoutes({
+    runner,
+    feed,
+    peers: new EarlyPeers({
+      config: CONFIG,
+      self: null,
+      selfPublicIp: '192.168.50.1',
+      underlay: CHOICE.iface,
+    }),
+    setup: {
+      choice: CHOICE,
+      backend: CONFIG.backend,
+      v4: true,
+      v6: false,
+      vxlan: null,
+      vxlan6: null,
+    },
+    logger: log.logger,
+    signal: new AbortController().signal,
+  });
+  return { early, ran, fed, log };
+}
+
+const keysOf = (r: readonly LeaseRecord[]): string[] => r.map((x) => x.key);
+
+describe('EarlyRoutes', () => {
+  it('feeds a cold node every chunk as it comes, in one batch, and logs the routes once', async () => {
+    const w = writer('');
+    const [a, b] = [records(10, 3), records(20, 2)];
+    expect(w.early.begin(keysOf([...a, ...b]))).toBe(true);
+    w.early.take(a);
+    await Promise.resolve();
+    w.early.take(b);
+    w.early.end();
+    await w.early.done();
+    expect(w.fed).toHaveLength(1);
+    expect(w.fed[0]?.trim().split('\n')).toEqual([
+      ...[10, 11, 12, 20, 21].map(
+        (n) => `route add 10.50.${n}.0/24 via 192.168.50.${n} dev eth0 proto 151`,
+      ),
+    ]);
+    const lines = w.log.lines.filter((l) => l.msg === 'dataplane written early');
+    expect(lines.map((l) => l.ops)).toEqual([{ 'route add': 5 }]);
+    // a later try streams nothing
+    expect(w.early.begin(['10.50.30.0-24'])).toBe(false);
+  });
+
+  it('on a warm node feeds, renders and keeps nothing', async () => {
+    const w = writer('10.50.10.0/24 via 192.168.50.10 dev eth0 proto 151\n');
+    const r = records(10, 3);
+    w.early.begin(keysOf(r));
+    // the cold check has answered: nothing of the chunk is kept
+    await new Promise((resolve) => setImmediate(resolve));
+    w.early.take(r);
+    expect(w.early.written).toEqual([]);
+    w.early.end();
+    await w.early.done();
+    expect(w.fed).toEqual([]);
+    expect(w.log.lines.filter((l) => /early/.test(l.msg))).toEqual([]);
+  });
+
+  it('deletes the routes it wrote when the acquisition fails after them', async () => {
+    const w = writer('');
+    const r = records(10, 2);
+    w.early.begin(keysOf(r));
+    w.early.take(r);
+    w.early.end({ failed: true });
+    await w.early.done();
+    const deletes = w.ran.filter((c) => c.cmd === 'ip -force -batch -');
+    expect(deletes.map((c) => c.input?.trim().split('\n'))).toEqual([
+      [
+        'route del 10.50.10.0/24 via 192.168.50.10 dev eth0 proto 151',
+        'route del 10.50.11.0/24 via 192.168.50.11 dev eth0 proto 151',
+      ],
+    ]);
+    expect(w.log.lines.map((l) => l.msg)).toContain(
+      'acquiring the lease failed: the routes written early are deleted again',
+    );
+    expect(w.log.lines.filter((l) => l.msg === 'dataplane written early')).toEqual([]);
+  });
+});
