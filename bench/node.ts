@@ -141,6 +141,8 @@ export async function setupNode(o: {
   backend: string;
   name: string;
   dualStack?: boolean;
+  /** where etcd keeps its data (default the OS's temp directory) */
+  etcdDataParent?: string;
 }): Promise<Node> {
   const dualStack = o.dualStack === true;
   const lab = new NetnsLab();
@@ -155,7 +157,12 @@ export async function setupNode(o: {
     await sh(etcdNs, ['ip', 'addr', 'add', `${UNDERLAY6}1/64`, 'dev', 'eth0', 'nodad']);
     await sh(ns, ['ip', 'addr', 'add', `${UNDERLAY6}2/64`, 'dev', 'eth0', 'nodad']);
   }
-  const etcd = await startEtcd({ netns: etcdNs, host: '172.16.0.1', clientPort: 2379 });
+  const etcd = await startEtcd({
+    netns: etcdNs,
+    host: '172.16.0.1',
+    clientPort: 2379,
+    ...(o.etcdDataParent ? { dataParent: o.etcdDataParent } : {}),
+  });
   const v6 = dualStack ? { EnableIPv6: true, IPv6Network: BENCH_IPV6_NETWORK } : {};
   const config = { Network: '10.0.0.0/8', SubnetLen: 24, ...v6, Backend: { Type: o.backend } };
   await sh(etcdNs, [

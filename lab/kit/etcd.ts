@@ -146,6 +146,8 @@ export interface EtcdSpec {
   /** client address to listen on; default 127.0.0.1 */
   readonly host?: string;
   readonly clientPort?: number;
+  /** where its data directory is made (default the OS's temp directory) */
+  readonly dataParent?: string;
 }
 
 /** One etcd, started and healthy; it is killed if this process exits first. */
@@ -153,7 +155,7 @@ export async function startEtcd(spec: EtcdSpec = {}): Promise<EtcdServer> {
   const host = spec.host ?? '127.0.0.1';
   const clientPort = spec.clientPort ?? (await freePort());
   const peerPort = await freePort();
-  const dataDir = await mkdtemp(join(tmpdir(), 'twill-etcd-'));
+  const dataDir = await mkdtemp(join(spec.dataParent ?? tmpdir(), 'twill-etcd-'));
   const endpoint = `http://${host}:${clientPort}`;
   let child: ChildProcess | undefined;
   const argv = etcdArgv({
