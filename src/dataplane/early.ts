@@ -13,7 +13,7 @@ import { CommandError, type Feeder, type FedProcess, type Runner } from '../exec
 import { EarlyPeers } from '../lease/early-peers.ts';
 import type { EarlyListing, Lease, LeaseRecord } from '../lease/types.ts';
 import { monotonicMs } from '../util/clock.ts';
-import { ROUTE_PROTOCOL } from './model.ts';
+import { ROUTE_PROTOCOL, type RouteSpec } from './model.ts';
 import { peerEntries, type EntriesSetup } from './peer-entries.ts';
 import { opLines } from './render.ts';
 
@@ -28,12 +28,13 @@ export interface EarlyOptions {
 }
 
 /**
- * One family's batch: its lines (to map a failure report back), queued while the cold check runs,
+ * One family's batch: its routes (to map a failure report back, and to delete them again), the
+ * text queued while the cold check runs,
  * then fed to its process. IPv4 and IPv6 routes go to one process each: the kernel takes each
  * family's routes under its own lock, so a dual-stack node's two run side by side.
  */
 interface Lane {
-  readonly lines: string[];
+  readonly routes: RouteSpec[];
   queued: string[];
   proc: FedProcess | undefined;
 }
@@ -51,8 +52,8 @@ export class EarlyRoutes implements EarlyListing {
   /** when the first line went to a batch */
   private firstSent: number | undefined;
   private readonly lanes: readonly [Lane, Lane] = [
-    { lines: [], queued: [], proc: undefined },
-    { lines: [], queued: [], proc: undefined },
+    { routes: [], queued: [], proc: undefined },
+    { routes: [], queued: [], proc: undefined },
   ];
   private readonly leases: Lease[] = [];
   private finished: Promise<void> | undefined;
@@ -77,22 +78,19 @@ export class EarlyRoutes implements EarlyListing {
 
   take(chunk: readonly LeaseRecord[]): void {
     if (this.ended || this.warm) return;
-    const text: [string[], string[]] = [[], []];
+    const routes: [RouteSpec[], RouteSpec[]] = [[], []];
     for (const record of chunk) {
       const lease = this.o.peers.admit(record);
       if (!lease) continue;
       const e = peerEntries(this.o.setup, lease);
-      [e.route, e.route6].forEach((route, family) => {
-        if (route)
-          text[family]?.push(...opLines({ kind: 'route', action: 'add', phase: 'ip-post', route }));
-      });
+      [e.route, e.route6].forEach((route, family) => route && routes[family]?.push(route));
       this.leases.push(lease);
     }
     this.lanes.forEach((lane, family) => {
-      const lines = text[family] ?? [];
-      if (lines.length === 0) return;
-      lane.lines.push(...lines);
-      this.send(lane, `${lines.join('\n')}\n`);
+      const these = routes[family] ?? [];
+      if (these.length === 0) return;
+      lane.routes.push(...these);
+      this.send(lane, batchText(these, 'add'));
     });
   }
 
@@ -140,7 +138,7 @@ export class EarlyRoutes implements EarlyListing {
     this.warm = true;
     this.leases.length = 0;
     for (const lane of this.lanes) {
-      lane.lines.length = 0;
+      lane.routes.length = 0;
       lane.queued = [];
     }
   }
@@ -170,7 +168,7 @@ export class EarlyRoutes implements EarlyListing {
     const failures = (
       await Promise.all(this.lanes.map(async (lane) => (lane.proc ? ended(lane) : [])))
     ).flat();
-    const added = this.lanes.reduce((n, lane) => n + lane.lines.length, 0) - failures.length;
+    const added = this.lanes.reduce((n, lane) => n + lane.routes.length, 0) - failures.length;
     if (added + failures.length === 0) return;
     if (this.failed) {
       await this.takeBack();
@@ -187,7 +185,7 @@ export class EarlyRoutes implements EarlyListing {
       },
       'dataplane written early',
     );
-    for (const lane of this.lanes) lane.lines.length = 0;
+    for (const lane of this.lanes) lane.routes.length = 0;
   }
 
   /**
@@ -196,9 +194,9 @@ export class EarlyRoutes implements EarlyListing {
    * refused meanwhile would keep its route. They go again.
    */
   private async takeBack(): Promise<void> {
-    const input = this.lanes.map((lane) => deletions(lane.lines)).join('');
-    const count = this.lanes.reduce((n, lane) => n + lane.lines.length, 0);
-    for (const lane of this.lanes) lane.lines.length = 0;
+    const input = this.lanes.map((lane) => batchText(lane.routes, 'delete')).join('');
+    const count = this.lanes.reduce((n, lane) => n + lane.routes.length, 0);
+    for (const lane of this.lanes) lane.routes.length = 0;
     this.leases.length = 0;
     try {
       await this.o.runner('ip', FORCE_BATCH_ARGS, {
@@ -217,9 +215,13 @@ export class EarlyRoutes implements EarlyListing {
   }
 }
 
-/** The lines that delete what `lines` (route adds) added; one that failed deletes nothing. */
-function deletions(lines: readonly string[]): string {
-  return lines.map((l) => `${l.replace(/^route add /, 'route del ')}\n`).join('');
+/** `ip -batch` text adding or deleting `routes`, as render.ts writes a pass's route ops. */
+function batchText(routes: readonly RouteSpec[], action: 'add' | 'delete'): string {
+  return routes.map((route) => routeLine(route, action)).join('');
+}
+
+function routeLine(route: RouteSpec, action: 'add' | 'delete'): string {
+  return `${opLines({ kind: 'route', action, phase: 'ip-post', route }).join('\n')}\n`;
 }
 
 /** Ends a lane's batch: its failed lines (none when every line went in). */
@@ -229,7 +231,12 @@ async function ended(lane: Lane): Promise<string[]> {
     return [];
   } catch (err) {
     const failures =
-      err instanceof CommandError ? describeBatchFailures(err.stderr, lane.lines) : [];
+      err instanceof CommandError
+        ? describeBatchFailures(
+            err.stderr,
+            lane.routes.map((r) => routeLine(r, 'add').trimEnd()),
+          )
+        : [];
     return failures.length > 0 ? failures : [String(err)];
   }
 }
