@@ -47,21 +47,32 @@ beforeAll(async () => {
     signal: monitor.signal,
     onLine: (line) => seen.push(line),
   }).catch(() => undefined);
-  // the monitor is running once it reports a route of our own
-  await waitFor(
-    async () => {
-      await r('ip', ['route', 'replace', '10.99.99.0/24', 'via', '192.168.50.99', 'proto', '99']);
-      await r('ip', ['route', 'del', '10.99.99.0/24']);
-      return seen.some((l) => l.includes('10.99.99.0/24'));
-    },
-    { timeoutMs: 10_000, what: 'ip monitor running' },
-  );
+  await monitorCaughtUp();
 }, 30_000);
 afterAll(async () => {
   monitor.abort();
   await lab.destroy();
   await rm(dir, { recursive: true, force: true });
 });
+
+let marks = 0;
+/**
+ * Settles once the monitor has printed every route change made before the call: it reports a
+ * marker route added after them (the monitor's lines come in the kernel's order). The first call
+ * also waits for the monitor to start.
+ */
+async function monitorCaughtUp(): Promise<void> {
+  const r = nsRunner(ns);
+  const mark = `10.99.${++marks}.0/24`;
+  await waitFor(
+    async () => {
+      await r('ip', ['route', 'replace', mark, 'via', '192.168.50.99', 'proto', '99']);
+      await r('ip', ['route', 'del', mark]);
+      return seen.some((l) => l.startsWith('Deleted ') && l.includes(mark));
+    },
+    { timeoutMs: 10_000, what: `ip monitor reported ${mark}` },
+  );
+}
 
 /** The peer routes the monitor saw added (`Deleted` false) or deleted, by destination. */
 function peerRoutes(lines: readonly string[], deleted: boolean): string[] {
@@ -149,6 +160,8 @@ describe('a dual-stack host-gw cold start with routes written early', () => {
     const r = nsRunner(ns);
     // cold again: the IPv4 runs above left their routes
     await r('ip', ['-4', 'route', 'flush', 'proto', '151']);
+    // the flush's deletions are reported before the lines this test reads
+    await monitorCaughtUp();
     const kv = new MemoryKv();
     kv.putRaw(
       '/n/config',
