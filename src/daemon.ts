@@ -13,7 +13,7 @@ import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { Feeder, LineWatcher, Runner } from './exec/runner.ts';
 import { Desired, podMtu, vxlan6DeviceName, vxlanDeviceName } from './dataplane/desired.ts';
-import { EarlyRoutes } from './dataplane/early.ts';
+import { EarlyRoutes, holdsNoRoutes } from './dataplane/early.ts';
 import { MonitorHush, pollChains, runMonitors, type FloodGuard } from './dataplane/monitor.ts';
 import type { Touch } from './dataplane/kernel-event.ts';
 import { pollNftTables } from './dataplane/nft-monitor.ts';
@@ -264,8 +264,10 @@ async function acquire(
   signal: AbortSignal,
 ): Promise<Started> {
   const { store, logger } = deps;
-  // the peers' leases come in while the interface is chosen
+  // the peers' leases come in while the interface is chosen; and, when the routes may be written
+  // early, the kernel is looked at for routes of twill's meanwhile
   store.prefetchListing?.(signal);
+  const cold = writesEarly(deps, config) ? kernelCold(deps, config, signal) : undefined;
   progress.step('choosing the interface');
   const ipv4 = config.ipv4 !== null;
   const ipv6 = config.ipv6 !== null;
@@ -294,7 +296,7 @@ async function acquire(
     );
   const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
   const previous = previousSubnets(config, await previousSubnet(deps, opts.subnetFile));
-  const early = earlyRoutes(deps, { config, attrs, choice }, signal);
+  const early = cold && earlyRoutes(deps, { config, attrs, choice, cold }, signal);
   const lease = await whileUnavailable(
     deps,
     progress,
@@ -328,23 +330,38 @@ async function acquire(
 }
 
 /**
- * The writer of a cold start's routes while the listing is decoded (dataplane/early.ts): host-gw
+ * A cold start's routes may be written while the listing is decoded (dataplane/early.ts): host-gw
  * with a store whose subnets are SubnetLen wide (etcd), when the daemon can feed a batch.
  */
+function writesEarly(deps: DaemonDeps, config: NetConfig): boolean {
+  return (
+    deps.feed !== undefined &&
+    config.backend.type === 'host-gw' &&
+    deps.store.anySubnetSize !== true
+  );
+}
+
+/** The early writer's look at the kernel: no route of twill's in a family the config runs. */
+function kernelCold(deps: DaemonDeps, config: NetConfig, signal: AbortSignal): Promise<boolean> {
+  const families = { v4: config.ipv4 !== null, v6: config.ipv6 !== null };
+  return holdsNoRoutes({ runner: deps.runner, logger: deps.logger, signal, ...families });
+}
+
+/** The writer of a cold start's routes while the listing is decoded (writesEarly). */
 function earlyRoutes(
   deps: DaemonDeps,
-  o: { config: NetConfig; attrs: LeaseAttrs; choice: IfaceChoice },
+  o: { config: NetConfig; attrs: LeaseAttrs; choice: IfaceChoice; cold: Promise<boolean> },
   signal: AbortSignal,
 ): EarlyRoutes | undefined {
   const { config, choice } = o;
   const feed = deps.feed;
-  if (!feed || config.backend.type !== 'host-gw' || deps.store.anySubnetSize === true)
-    return undefined;
+  if (!feed) return undefined;
   const ctx = peerContext(deps.store, { attrs: o.attrs, subnet: null }, config, choice);
   const families = { v4: config.ipv4 !== null, v6: config.ipv6 !== null };
   return new EarlyRoutes({
     runner: deps.runner,
     feed,
+    cold: o.cold,
     peers: new EarlyPeers(ctx),
     setup: { choice, backend: config.backend, ...families, vxlan: null, vxlan6: null },
     logger: deps.logger,

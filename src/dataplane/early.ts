@@ -20,6 +20,11 @@ import { opLines } from './render.ts';
 export interface EarlyOptions {
   readonly runner: Runner;
   readonly feed: Feeder;
+  /**
+   * the node holds no route of twill's (holdsNoRoutes, started before the writer is made: it runs
+   * while the interface is chosen); false: nothing is written
+   */
+  readonly cold: Promise<boolean>;
   readonly peers: EarlyPeers;
   /** host-gw's setup: no vxlan device */
   readonly setup: EntriesSetup;
@@ -63,7 +68,11 @@ export class EarlyRoutes implements EarlyListing {
     this.o = o;
     if (o.setup.vxlan || o.setup.vxlan6 || o.setup.backend.type !== 'host-gw')
       throw new Error('EarlyRoutes: host-gw only');
-    this.cold = this.isCold();
+    this.cold = o.cold.then((cold) => {
+      if (cold) this.start();
+      else this.forget();
+      return cold;
+    });
   }
 
   get written(): readonly Lease[] {
@@ -113,26 +122,6 @@ export class EarlyRoutes implements EarlyListing {
     });
   }
 
-  /** No route of twill's in a family we run: a node that never ran, or was cleaned up. */
-  private async isCold(): Promise<boolean> {
-    const { runner, setup, signal } = this.o;
-    const families = [...(setup.v4 ? ['-4'] : []), ...(setup.v6 ? ['-6'] : [])];
-    try {
-      const listings = await Promise.all(
-        families.map((f) =>
-          runner('ip', [f, 'route', 'show', 'proto', String(ROUTE_PROTOCOL)], { signal }),
-        ),
-      );
-      const cold = listings.every((l) => l.stdout.trim() === '');
-      if (cold) this.start();
-      else this.forget();
-      return cold;
-    } catch (err) {
-      this.o.logger.debug({ err: String(err) }, 'early routes: the kernel could not be read');
-      return false;
-    }
-  }
-
   /** Nothing is written: what was queued and kept for it goes. */
   private forget(): void {
     this.warm = true;
@@ -143,11 +132,23 @@ export class EarlyRoutes implements EarlyListing {
     }
   }
 
-  /** The node is cold: what was queued goes to the batches, and what comes later as it comes. */
+  /**
+   * The node is cold: each family's batch is started (its process start off the path of the
+   * first routes, which usually come later), what was queued goes to it, and what comes later as
+   * it comes.
+   */
   private start(): void {
     this.open = true;
-    for (const lane of this.lanes)
+    const { setup } = this.o;
+    this.lanes.forEach((lane, family) => {
+      if (family === 0 ? setup.v4 : setup.v6) this.batch(lane);
       for (const input of lane.queued.splice(0)) this.send(lane, input);
+    });
+  }
+
+  private batch(lane: Lane): FedProcess {
+    lane.proc ??= this.o.feed('ip', FORCE_BATCH_ARGS, { signal: this.o.signal, collect: true });
+    return lane.proc;
   }
 
   private send(lane: Lane, input: string): void {
@@ -155,9 +156,9 @@ export class EarlyRoutes implements EarlyListing {
       lane.queued.push(input);
       return;
     }
-    lane.proc ??= this.o.feed('ip', FORCE_BATCH_ARGS, { signal: this.o.signal, collect: true });
+    const proc = this.batch(lane);
     this.firstSent ??= monotonicMs();
-    lane.proc.write(input);
+    proc.write(input);
   }
 
   private async finish(): Promise<void> {
@@ -238,5 +239,32 @@ async function ended(lane: Lane): Promise<string[]> {
           )
         : [];
     return failures.length > 0 ? failures : [String(err)];
+  }
+}
+
+/**
+ * No route of twill's in a family we run: a node that never ran, or was cleaned up. False when
+ * the kernel cannot be read (then nothing is written early).
+ */
+export async function holdsNoRoutes(o: {
+  runner: Runner;
+  logger: Logger;
+  signal: AbortSignal;
+  v4: boolean;
+  v6: boolean;
+}): Promise<boolean> {
+  const families = [...(o.v4 ? ['-4'] : []), ...(o.v6 ? ['-6'] : [])];
+  try {
+    const listings = await Promise.all(
+      families.map((f) =>
+        o.runner('ip', [f, 'route', 'show', 'proto', String(ROUTE_PROTOCOL)], {
+          signal: o.signal,
+        }),
+      ),
+    );
+    return listings.every((l) => l.stdout.trim() === '');
+  } catch (err) {
+    o.logger.debug({ err: String(err) }, 'early routes: the kernel could not be read');
+    return false;
   }
 }

@@ -13,7 +13,7 @@ import {
   subnetKey,
 } from '../../src/lease/codec.ts';
 import type { LeaseAttrs } from '../../src/lease/types.ts';
-import { formatCidr } from '../../src/net/ipv4.ts';
+import { formatCidr, parseCidr } from '../../src/net/ipv4.ts';
 import { formatCidr6 } from '../../src/net/ipv6.ts';
 
 function failure(fn: () => unknown): TwillError {
@@ -311,6 +311,83 @@ describe('dual-stack keys: refusals', () => {
     const key = `10.244.3.0-24&${'f'.repeat(5000)}`;
     const err = failure(() => parseLeaseKey(key));
     expect(err.message.length).toBeLessThan(300);
+  });
+});
+
+describe("a key's IPv4 half, read in place", () => {
+  // what the key reader accepted before it was hand-written: the key form's regex, then parseCidr
+  // strict on "a.b.c.d/len"; the two must agree on every key, accepted or refused
+  const byRegex = (key: string): string | undefined => {
+    const m = /^([0-9.]+)-(\d{1,2})$/.exec(key);
+    const c = m ? parseCidr(`${m[1]}/${m[2]}`, { strict: true }) : undefined;
+    return c ? formatCidr(c) : undefined;
+  };
+  const read = (key: string): string | undefined => {
+    try {
+      return formatCidr(parseLeaseKey(key).subnet);
+    } catch {
+      return undefined;
+    }
+  };
+  const edges = [
+    '10.244.3.0-24',
+    '0.0.0.0-0',
+    '10.0.0.0-8',
+    '255.255.255.255-32',
+    '10.244.3.0-33',
+    '10.244.3.0-024',
+    '10.244.3.0-04',
+    '0.0.0.0-08',
+    '10.0.0.0-08',
+    '10.244.3.0-4',
+    '10.244.3.0-',
+    '10.244.3.0',
+    '-24',
+    '10.244.3.0--24',
+    '10.244.3.0-2-4',
+    '10.244.3.0-2a',
+    '10.244.3.0-a',
+    '10.244.3.0-+4',
+    '10.244.3.0- 4',
+    ' 10.244.3.0-24',
+    '10.244.3.0-24 ',
+    '010.244.3.0-24',
+    '10.244.3-24',
+    '10.244.3.0.0-24',
+    '10.244.3.256-24',
+    '10.244.3.1-24',
+    '10.244.3.128-25',
+    '10.244.3.128-24',
+    '1e1.0.0.0-8',
+    '10.244.3.0-٢٤',
+    '10.244.3.0-24/',
+    '10.244.3.0:24',
+    '',
+  ];
+  it.each(edges)('%j', (key) => {
+    expect(read(key)).toBe(byRegex(key));
+  });
+
+  it('agrees with the regex on 20,000 keys made of the characters a key may hold', () => {
+    // a fixed seed: the same keys every run
+    let seed = 17;
+    const next = (n: number): number => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % n;
+    const alphabet = '0123456789.-0123456789...';
+    const aligned = (): string => {
+      // a block's base at a random prefix length, so that most keys have no host bits
+      const prefix = next(33);
+      const addr = prefix === 0 ? 0 : (next(2 ** 31) * 2) & ~(2 ** (32 - prefix) - 1);
+      const octets = [24, 16, 8, 0].map((shift) => (addr >>> shift) & 255).join('.');
+      return `${octets}-${next(4) === 0 ? '0' : ''}${prefix}`;
+    };
+    for (let i = 0; i < 20_000; i++) {
+      const base = aligned();
+      // half the keys mangled at one place: a character put in, or one replaced
+      const at = next(base.length + 1);
+      const put = alphabet[next(alphabet.length)] ?? '';
+      const key = i % 2 === 0 ? base : base.slice(0, at) + put + base.slice(at + next(2));
+      expect(read(key), key).toBe(byRegex(key));
+    }
   });
 });
 

@@ -1,10 +1,10 @@
 // The early writer (src/dataplane/early.ts) against a fake kernel reader and batch feeder: on a
-// cold node it feeds each chunk's routes as they come and logs them once; on a warm one it feeds,
-// renders and keeps nothing; and when the acquisition fails after the routes went in, it deletes
-// exactly those routes again.
+// cold node it starts its batch at once, feeds each chunk's routes as they come and logs them once;
+// on a warm one it feeds, renders and keeps nothing; and when the acquisition fails after the
+// routes went in, it deletes exactly those routes again.
 import { describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
-import { EarlyRoutes } from '../../src/dataplane/early.ts';
+import { EarlyRoutes, holdsNoRoutes } from '../../src/dataplane/early.ts';
 import type { Feeder, Runner } from '../../src/exec/runner.ts';
 import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import { EarlyPeers } from '../../src/lease/early-peers.ts';
@@ -66,9 +66,11 @@ function writer(existing: string) {
       done,
     };
   };
+  const signal = new AbortController().signal;
   const early = new EarlyRoutes({
     runner,
     feed,
+    cold: holdsNoRoutes({ runner, logger: log.logger, signal, v4: true, v6: false }),
     peers: new EarlyPeers({
       config: CONFIG,
       self: null,
@@ -84,7 +86,7 @@ function writer(existing: string) {
       vxlan6: null,
     },
     logger: log.logger,
-    signal: new AbortController().signal,
+    signal,
   });
   return { early, ran, fed, log };
 }
@@ -111,6 +113,18 @@ describe('EarlyRoutes', () => {
     expect(lines.map((l) => l.ops)).toEqual([{ 'route add': 5 }]);
     // a later try streams nothing
     expect(w.early.begin(['10.50.30.0-24'])).toBe(false);
+  });
+
+  it('starts its batch once the node is found cold, before the first route comes', async () => {
+    const w = writer('');
+    w.early.begin([]);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(w.ran.map((c) => c.cmd)).toEqual(['ip -4 route show proto 151']);
+    expect(w.fed).toEqual(['']);
+    w.early.take(records(10, 1));
+    w.early.end();
+    await w.early.done();
+    expect(w.fed).toEqual(['route add 10.50.10.0/24 via 192.168.50.10 dev eth0 proto 151\n']);
   });
 
   it('on a warm node feeds, renders and keeps nothing', async () => {

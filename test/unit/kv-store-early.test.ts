@@ -52,7 +52,7 @@ function recorder(written: Lease[] = []): EarlyListing & {
 }
 
 describe('the acquisition with an early writer', () => {
-  it('hands over the first listing: its keys, then its records in chunks of 500, then the end', async () => {
+  it('hands over the first listing: its keys, then its records in a chunk of 50 and then of 500, then the end', async () => {
     const kv = new MemoryKv();
     kv.putRaw('/n/config', '{"Network":"10.0.0.0/8","Backend":{"Type":"host-gw"}}');
     for (let i = 0; i < 1_234; i++)
@@ -71,7 +71,7 @@ describe('the acquisition with an early writer', () => {
     );
     expect(early.keys).toHaveLength(1);
     expect(early.keys[0]).toHaveLength(1_235);
-    expect(early.chunks.map((c) => c.length)).toEqual([500, 500, 235]);
+    expect(early.chunks.map((c) => c.length)).toEqual([50, 500, 500, 185]);
     expect(early.ends).toBe(1);
     expect(early.failed).toEqual([false]);
     const told = early.chunks.flat();
@@ -81,7 +81,7 @@ describe('the acquisition with an early writer', () => {
     // a second acquisition (the daemon's retry while the store is unreachable) streams nothing
     await store.acquireLease({ config, attrs: attrs(1), previous: undefined, early }, signal);
     expect(early.keys).toHaveLength(1);
-    expect(early.chunks).toHaveLength(3);
+    expect(early.chunks).toHaveLength(4);
     await store.close();
   });
 
