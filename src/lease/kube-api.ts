@@ -53,7 +53,11 @@ export interface KubeApi {
   /** where the API is, for logs */
   readonly server: string;
   readNode(name: string, signal: AbortSignal): Promise<NodeView | undefined>;
-  listNodes(signal: AbortSignal): Promise<NodeListing>;
+  /**
+   * Every Node; `notOlderThan`: a resourceVersion the listing must include (one we wrote), where
+   * the apiserver's watch cache may still be behind it.
+   */
+  listNodes(signal: AbortSignal, o?: { readonly notOlderThan?: string }): Promise<NodeListing>;
   /**
    * A strategic-merge patch of nodes/status (annotations and conditions merge, nothing else is
    * replaced).
@@ -388,9 +392,18 @@ export class ClientKubeApi implements KubeApi {
    * few thousand Nodes: the reply is taken apart as it arrives (list-items.ts), each Node turned
    * into a NodeView at once, so neither the text nor a parsed tree of the whole list is ever held.
    * A server that does page (a continue token) is followed page by page; a continue token that
-   * expired (410) starts the list again.
+   * expired (410) starts the list again. `notOlderThan` asks for a listing at least that new
+   * (resourceVersionMatch, Kubernetes 1.19 and later): the cache is fed by a watch of etcd and
+   * can be a write behind, our own included.
    */
-  async listNodes(signal: AbortSignal): Promise<NodeListing> {
+  async listNodes(
+    signal: AbortSignal,
+    o: { readonly notOlderThan?: string } = {},
+  ): Promise<NodeListing> {
+    const first =
+      o.notOlderThan === undefined
+        ? 'resourceVersion=0'
+        : `resourceVersion=${encodeURIComponent(o.notOlderThan)}&resourceVersionMatch=NotOlderThan`;
     for (let restarts = 0; ; restarts++) {
       const nodes: NodeView[] = [];
       let resourceVersion: string;
@@ -400,7 +413,7 @@ export class ClientKubeApi implements KubeApi {
           // a continue token carries its own resourceVersion; the first page asks for the cache
           const query = next
             ? `limit=${this.pageSize}&continue=${encodeURIComponent(next)}`
-            : `resourceVersion=0&limit=${this.pageSize}`;
+            : `${first}&limit=${this.pageSize}`;
           const page = await this.call('list nodes', signal, (s) =>
             this.listPage(`/api/v1/nodes?${query}`, s, (v) => nodes.push(v)),
           );

@@ -76,6 +76,12 @@ export class KubeLeaseStore implements LeaseStore {
    * was given (acquireLease); until then both halves are read.
    */
   private readIpv4 = true;
+  /**
+   * The resourceVersion of our Node as we last published it: the next list must be at least that
+   * new. It comes from the apiserver's watch cache, which follows etcd a little behind; a list
+   * from before our write would lack our lease (the tracker would take it for lost) on a slow day.
+   */
+  private listFloor: string | undefined;
 
   constructor(o: KubeLeaseStoreOptions) {
     this.api = o.api;
@@ -171,6 +177,7 @@ export class KubeLeaseStore implements LeaseStore {
           { metadata: { annotations: values } },
           signal,
         );
+    this.listFloor = current.resourceVersion || this.listFloor;
     return {
       key: this.nodeName,
       subnet,
@@ -271,7 +278,13 @@ export class KubeLeaseStore implements LeaseStore {
       ...opts,
       relistMs: this.relistMs,
       list: async (signal) => {
-        const listing = await this.api.listNodes(signal);
+        const floor = this.listFloor;
+        const listing = await this.api.listNodes(
+          signal,
+          floor === undefined ? {} : { notOlderThan: floor },
+        );
+        // (later lists may come from the cache as it stands: it has caught up with us once)
+        if (this.listFloor === floor) this.listFloor = undefined;
         const managed = listing.nodes.filter((n) => isManaged(n, this.names));
         known = new Set(managed.map((n) => n.name));
         return {

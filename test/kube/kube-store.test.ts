@@ -51,6 +51,7 @@ function store(
   o: {
     api?: KubeApi;
     watchTimeoutSeconds?: number;
+    relistIntervalMs?: number;
     annotationPrefix?: string;
     netConfigPath?: string;
   } = {},
@@ -337,7 +338,7 @@ describe('Kubernetes lease store', () => {
     const counting: KubeApi = {
       server: real.server,
       readNode: (n, s) => real.readNode(n, s),
-      listNodes: (s) => real.listNodes(s),
+      listNodes: (s, o) => real.listNodes(s, o),
       patchNodeStatus: (n, p, s) => real.patchNodeStatus(n, p, s),
       watchNodes: (o) => (watches++, real.watchNodes(o)),
     };
@@ -420,6 +421,41 @@ describe('Kubernetes lease store', () => {
       onEvent: () => undefined,
     });
     expect(quiet).toEqual({ reason: 'closed' });
+  });
+
+  it('lists, after publishing, no older than its own write: the watch cache may be behind it', async () => {
+    await admin.createNode('f1', { podCidr: '10.244.71.0/24' });
+    const real = new ClientKubeApi({ kubeconfigFile: kubeconfig });
+    const asked: ({ notOlderThan?: string } | undefined)[] = [];
+    const listed: string[] = [];
+    const recording: KubeApi = {
+      server: real.server,
+      readNode: (n, s) => real.readNode(n, s),
+      listNodes: async (s, o) => {
+        asked.push(o);
+        const l = await real.listNodes(s, o);
+        listed.push(l.resourceVersion);
+        return l;
+      },
+      patchNodeStatus: (n, p, s) => real.patchNodeStatus(n, p, s),
+      watchNodes: (o) => real.watchNodes(o),
+    };
+    const s = store('f1', { api: recording, relistIntervalMs: 300 });
+    const lease = await s.acquireLease(
+      { config, attrs: vxlanAttrs(71), previous: undefined },
+      signal,
+    );
+    const w = watch(s);
+    await waitFor(() => asked.length >= 2, { timeoutMs: 10_000, what: 'two lists' });
+    await w.stop();
+    // the first list names our write; the apiserver answers at least that new, with our lease in
+    expect(asked[0]).toEqual({ notOlderThan: lease.version });
+    expect(BigInt(listed[0] ?? '0')).toBeGreaterThanOrEqual(BigInt(lease.version));
+    const snap = w.events.find((e) => e.type === 'snapshot');
+    expect(snap?.type === 'snapshot' && snap.records.some((r) => r.key === 'f1')).toBe(true);
+    // a later re-list takes the cache as it stands
+    expect(asked[1]).toEqual({});
+    await admin.deleteNode('f1');
   });
 
   it('lists every Node with a page limit of 2 (this apiserver answers from its watch cache whole)', async () => {
