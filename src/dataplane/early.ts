@@ -1,6 +1,7 @@
 // A cold start's first routes, written while the acquisition still decodes the listing: with
 // host-gw in etcd mode, the route of each peer nothing can refuse (lease/early-peers.ts) goes into
-// one `ip -force -batch -` as soon as its chunk of the listing is decoded, so the kernel's work
+// one `ip -force -batch -` as soon as its chunk of the listing is decoded (IPv4 only: page by
+// page as the listing is read, not once it is whole), so the kernel's work
 // (5,000 routes: most of a cold start) runs beside the decoding, our own lease's write, the peer
 // tracker's admission and the first pass's set-up, on the other core. Only on a node holding
 // none of twill's routes (a warm restart has its routes: the first pass finds them); the first
@@ -79,18 +80,15 @@ export class EarlyRoutes implements EarlyListing {
     return this.leases;
   }
 
-  begin(keys: readonly string[]): boolean {
+  begin(keys: readonly string[] | undefined): boolean {
     if (this.ended) return false;
-    this.o.peers.begin(keys);
-    return true;
+    return this.o.peers.begin(keys);
   }
 
-  take(chunk: readonly LeaseRecord[]): void {
+  take(chunk: readonly LeaseRecord[], o: { readonly last?: boolean } = {}): void {
     if (this.ended || this.warm) return;
     const routes: [RouteSpec[], RouteSpec[]] = [[], []];
-    for (const record of chunk) {
-      const lease = this.o.peers.admit(record);
-      if (!lease) continue;
+    for (const lease of this.o.peers.admit(chunk, o.last)) {
       const e = peerEntries(this.o.setup, lease);
       [e.route, e.route6].forEach((route, family) => route && routes[family]?.push(route));
       this.leases.push(lease);

@@ -10,13 +10,15 @@
 //   - its key overlaps no other listed key in any family we run, valid or not: admission's
 //     set-level stage refuses only peers whose subnets overlap another's (the first claim of one
 //     subnet keeps it), so a peer overlapping nothing keeps its place whatever the others are.
-//     In etcd mode a key names the lease's subnets, and every admitted subnet is SubnetLen wide;
+//     In etcd mode a key names the lease's subnets, and every admitted subnet is SubnetLen wide.
+//     IPv4 only, the listing can be admitted page by page as it is read, without the sweep over
+//     every key: a record's neighbours in key order tell the same (EarlyPeers says why);
 //   - VtepMAC conflicts (vxlan) are not looked at: the early writer runs with host-gw only.
 // A key that does not parse is a refused record, which no admitted peer conflicts with.
 // What changes after the listing (a key created, one deleted) comes as events, after the first
 // pass, as always.
 import type { NetConfig } from '../config/netconf.ts';
-import { lastAddress } from '../net/ipv4.ts';
+import { lastAddress, sameCidr, type Cidr } from '../net/ipv4.ts';
 import { lastAddress6 } from '../net/ipv6.ts';
 import { checkPeer, forOurFamilies, type PeerContext } from './admit.ts';
 import { parseLeaseKey } from './codec.ts';
@@ -68,13 +70,39 @@ export function overlappingKeys(keys: readonly string[], config: NetConfig): Set
   return new Set([...hit].map((i) => keys[i] as string));
 }
 
+/** The run of listed records on one IPv4 subnet that the ordered early admission is in. */
+interface Run {
+  readonly subnet: Cidr;
+  /** the run's only record so far, as it would be written (undefined: refused alone) */
+  lease: Lease | undefined;
+  /** more than one record claims the subnet: none is written early */
+  crowded: boolean;
+}
+
 /**
- * The early admission of one listing: `begin` with every key, then `admit` each record; a lease
- * it returns is admitted by admit.ts too once our lease is ours.
+ * The early admission of one listing, either whole (`begin` with every key, then `admit` its
+ * records) or in key order as it is read (`begin(undefined)`, IPv4 only); a lease it returns is
+ * admitted by admit.ts too once our lease is ours.
+ *
+ * In key order no key is known before its page comes, so a record's neighbours stand in for the
+ * sweep over every key. Only records that pass `checkPeer` take part in admission's set-level
+ * stage, each SubnetLen wide: two of them conflict in IPv4 exactly when their subnets are equal
+ * (a wider key fails `checkPeer`, and the narrower ones it covers keep their place). Keys are
+ * canonical (codec.ts: no leading zeros, no host bits), so an IPv4 subnet has one text, and a key
+ * naming it is that text alone or followed by "&" and an IPv6 part; in byte order (etcd's, and
+ * MemoryKv's) every key that parses and names it lies between the first and the last of them (a
+ * key in between starts with the same text, and the next character is at most "&", so it either
+ * names the same subnet or does not parse). So the records of one subnet come one after another,
+ * and a record is held until the next readable one shows whether it is alone on its subnet.
+ * With IPv6 (dual-stack keys that share an IPv6 subnet need not be neighbours) it says no: the
+ * listing is then taken whole.
  */
 export class EarlyPeers {
   private crowded = new Set<string>();
   private readonly ctx: PeerContext;
+  /** admitting in key order (begin(undefined)) */
+  private ordered = false;
+  private run: Run | undefined;
 
   /** `ctx` without our own subnets (we hold none yet); `anySubnetSize` must be off (etcd). */
   constructor(ctx: PeerContext) {
@@ -83,13 +111,58 @@ export class EarlyPeers {
       throw new Error('EarlyPeers: a context without our subnets, in etcd mode');
   }
 
-  begin(keys: readonly string[]): void {
-    this.crowded = overlappingKeys(keys, this.ctx.config);
+  /**
+   * `keys`: every key of the listing, whose records come next; undefined: its records come in key
+   * order with no keys before (false when that cannot be admitted so: IPv6 is in use). Either
+   * starts the listing over.
+   */
+  begin(keys: readonly string[] | undefined): boolean {
+    this.run = undefined;
+    if (keys !== undefined) {
+      this.ordered = false;
+      this.crowded = overlappingKeys(keys, this.ctx.config);
+      return true;
+    }
+    if (this.ctx.config.ipv6 || !this.ctx.config.ipv4) return false;
+    this.ordered = true;
+    this.crowded.clear();
+    return true;
   }
 
-  /** The lease as the kernel entries would be built from it, or undefined: not now. */
-  admit(record: LeaseRecord): Lease | undefined {
-    if (!record.ok || this.crowded.has(record.key)) return undefined;
+  /**
+   * The leases of `chunk` (the next records of the listing) as the kernel entries would be built
+   * from them, those not to be written now left out. In key order the last readable record is
+   * held until the next one comes, or `last` (the listing's last chunk) says none will.
+   */
+  admit(chunk: readonly LeaseRecord[], last = false): Lease[] {
+    const out: Lease[] = [];
+    for (const record of chunk) {
+      if (!this.ordered) {
+        const lease = this.crowded.has(record.key) ? undefined : this.check(record);
+        if (lease) out.push(lease);
+        continue;
+      }
+      // an unreadable record takes no part in admission, nor does an IPv4-less one (refused)
+      const subnet = record.ok ? record.lease.subnet : null;
+      if (!subnet) continue;
+      if (this.run && sameCidr(this.run.subnet, subnet)) {
+        this.run.crowded = true;
+        continue;
+      }
+      this.flush(out);
+      this.run = { subnet, lease: this.check(record), crowded: false };
+    }
+    if (last) this.flush(out);
+    return out;
+  }
+
+  private flush(out: Lease[]): void {
+    if (this.run?.lease && !this.run.crowded) out.push(this.run.lease);
+    this.run = undefined;
+  }
+
+  private check(record: LeaseRecord): Lease | undefined {
+    if (!record.ok) return undefined;
     const lease = forOurFamilies(record.lease, this.ctx.config);
     return checkPeer(lease, this.ctx) ? undefined : lease;
   }

@@ -37,6 +37,7 @@ import type {
   KvChange,
   KvEntry,
   KvListing,
+  KvPage,
   KvReplace,
   KvSkipped,
   KvWatchOptions,
@@ -283,8 +284,12 @@ export class EtcdKv implements Kv {
    * large the prefix. If that revision is compacted away mid-list, the list
    * starts over at a fresh revision.
    */
-  async list(prefix: string, signal: AbortSignal): Promise<KvListing> {
-    return this.listing(`list ${prefix}`, prefix, signal);
+  async list(
+    prefix: string,
+    signal: AbortSignal,
+    onPage?: (page: KvPage) => void,
+  ): Promise<KvListing> {
+    return this.listing(`list ${prefix}`, prefix, signal, undefined, onPage);
   }
 
   async keysCreatedBetween(
@@ -310,9 +315,10 @@ export class EtcdKv implements Kv {
     prefix: string,
     signal: AbortSignal,
     only?: Only,
+    onPage?: (page: KvPage) => void,
   ): Promise<KvListing> {
     return this.call(what, signal, () =>
-      retry(() => this.listOnce(prefix, signal, only), {
+      retry(() => this.listOnce(prefix, signal, only, onPage), {
         signal,
         attempts: LIST_ATTEMPTS,
         retryIf: (err) => err instanceof ListRestart,
@@ -321,13 +327,20 @@ export class EtcdKv implements Kv {
     );
   }
 
-  private async listOnce(prefix: string, signal: AbortSignal, only?: Only): Promise<KvListing> {
+  private async listOnce(
+    prefix: string,
+    signal: AbortSignal,
+    only?: Only,
+    onPage?: (page: KvPage) => void,
+  ): Promise<KvListing> {
     const end = prefixEnd(prefix);
     const entries: KvEntry[] = [];
     const skipped: KvSkipped[] = [];
     let from = enc(prefix);
     let revision: string | undefined;
     let limit = this.pageSize;
+    /** a page was told to onPage in this attempt */
+    let told = false;
     for (;;) {
       signal.throwIfAborted();
       let res;
@@ -367,7 +380,10 @@ export class EtcdKv implements Kv {
       }
       // the first page fixes the snapshot; later replies carry the current revision in their header
       revision ??= res.header.revision;
-      for (const kv of res.kvs) entries.push(toEntry(kv));
+      const page = res.kvs.map(toEntry);
+      onPage?.({ entries: page, first: !told });
+      told = true;
+      for (const e of page) entries.push(e);
       if (!res.more || !res.lastKey) break;
       from = after(res.lastKey);
       limit = Math.min(this.pageSize, limit * 2);

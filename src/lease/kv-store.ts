@@ -36,7 +36,7 @@ import {
   type KeySubnets,
 } from './codec.ts';
 import { truncated } from './admit.ts';
-import type { Kv, KvEntry, KvListing } from './kv.ts';
+import type { Kv, KvEntry, KvListing, KvPage } from './kv.ts';
 import { relistLoop } from './relist-loop.ts';
 import {
   peerRecord,
@@ -86,6 +86,14 @@ interface Primed {
   readonly record: LeaseRecord;
 }
 
+/** A listing being read, with its pages as they come (Kv.list's onPage) until a try takes them. */
+interface Reading {
+  readonly listing: Promise<KvListing>;
+  readonly pages: KvPage[];
+  /** wakes the try waiting for the next page */
+  set wake(w: (() => void) | undefined);
+}
+
 export interface KvLeaseStoreOptions {
   readonly kv: Kv;
   /** key prefix, default /coreos.com/network */
@@ -119,7 +127,7 @@ export class KvLeaseStore implements LeaseStore {
   private deletedOwn: string[] = [];
   private watching = false;
   /** the listing prefetchListing started, for the next acquisition try */
-  private prefetched: Promise<KvListing> | undefined;
+  private prefetched: Reading | undefined;
 
   constructor(opts: KvLeaseStoreOptions) {
     this.kv = opts.kv;
@@ -212,22 +220,100 @@ export class KvLeaseStore implements LeaseStore {
     }));
   }
 
+  /** Starts the listing of every lease, keeping its pages as they come for an early writer. */
+  private startReading(signal: AbortSignal): Reading {
+    const pages: KvPage[] = [];
+    let wake: (() => void) | undefined;
+    // (a store may tell a page before list returns)
+    const listing = this.kv.list(this.subnetsPrefix, signal, (page) => {
+      pages.push(page);
+      wake?.();
+    });
+    return {
+      listing,
+      pages,
+      set wake(w: (() => void) | undefined) {
+        wake = w;
+      },
+    };
+  }
+
   /**
-   * The records as `records`, handed to `early` a chunk at a time as they are decoded (with a turn
-   * of the event loop between chunks, so that what it writes reaches its process meanwhile).
+   * The listing and its records, handed to `early` a chunk at a time as they are decoded (with a
+   * turn of the event loop between chunks, so that what it writes reaches its process meanwhile):
+   * page by page as the listing is read when the writer takes them so, else once it is whole.
    */
-  private async streamedRecords(
-    listing: KvListing,
+  private async streamed(
+    reading: Reading,
     early: EarlyListing,
     signal: AbortSignal,
-  ): Promise<Primed[]> {
-    const cut = this.subnetsPrefix.length;
-    const keys = [...listing.entries, ...listing.skipped].map((e) => e.key.slice(cut));
-    if (!early.begin(keys)) return this.records(listing);
+  ): Promise<{ listing: KvListing; records: Primed[] }> {
+    if (!early.begin(undefined)) {
+      const listing = await reading.listing;
+      const cut = this.subnetsPrefix.length;
+      const keys = [...listing.entries, ...listing.skipped].map((e) => e.key.slice(cut));
+      if (!early.begin(keys)) return { listing, records: this.records(listing) };
+      const out: Primed[] = [];
+      await this.decodeInto(out, listing.entries, early, signal);
+      early.take([], { last: true });
+      return { listing, records: [...out, ...this.skippedRecords(listing)] };
+    }
+    let whole = false;
+    void reading.listing.then(
+      () => (whole = true),
+      () => (whole = true),
+    );
     const out: Primed[] = [];
-    const { entries } = listing;
+    let listing: KvListing | undefined;
+    for (;;) {
+      const page = reading.pages.shift();
+      if (page) {
+        // a list started over: what the pages before said is void (what was written stays: the
+        // first pass judges it, and no try picks its subnets)
+        if (page.first && out.length > 0) {
+          out.length = 0;
+          early.begin(undefined);
+        }
+        await this.decodeInto(out, page.entries, early, signal);
+        continue;
+      }
+      if (!whole) {
+        await new Promise<void>((resolve) => {
+          reading.wake = resolve;
+          void reading.listing.then(
+            () => resolve(),
+            () => resolve(),
+          );
+        });
+        reading.wake = undefined;
+        continue;
+      }
+      listing = await reading.listing;
+      if (out.length !== listing.entries.length) {
+        // a store that told fewer pages than it listed: its listing whole, as one page
+        out.length = 0;
+        early.begin(undefined);
+        await this.decodeInto(out, listing.entries, early, signal);
+      }
+      break;
+    }
+    const skipped = this.skippedRecords(listing);
+    early.take(
+      skipped.map((s) => s.record),
+      { last: true },
+    );
+    return { listing, records: [...out, ...skipped] };
+  }
+
+  /** Decodes `entries` into `out`, handing each chunk to `early` with a turn between. */
+  private async decodeInto(
+    out: Primed[],
+    entries: readonly KvEntry[],
+    early: EarlyListing,
+    signal: AbortSignal,
+  ): Promise<void> {
     for (let i = 0; i < entries.length;) {
-      const size = i === 0 ? EARLY_FIRST_CHUNK : EARLY_CHUNK;
+      const size = out.length === 0 ? EARLY_FIRST_CHUNK : EARLY_CHUNK;
       const chunk: Primed[] = [];
       for (const e of entries.slice(i, (i += size)))
         chunk.push({ entry: e, record: this.decode(e) });
@@ -236,8 +322,6 @@ export class KvLeaseStore implements LeaseStore {
       await new Promise((resolve) => setImmediate(resolve));
       signal.throwIfAborted();
     }
-    out.push(...this.skippedRecords(listing));
-    return out;
   }
 
   private toLease(
@@ -257,10 +341,10 @@ export class KvLeaseStore implements LeaseStore {
 
   prefetchListing(signal: AbortSignal): void {
     if (this.watching || this.prefetched) return;
-    const listing = this.kv.list(this.subnetsPrefix, signal);
+    const reading = this.startReading(signal);
     // (its failure is seen by the try that takes it)
-    listing.catch(() => undefined);
-    this.prefetched = listing;
+    reading.listing.catch(() => undefined);
+    this.prefetched = reading;
   }
 
   async acquireLease(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
@@ -302,10 +386,10 @@ export class KvLeaseStore implements LeaseStore {
     // guards the key, and createDual the keys created since
     const prefetched = this.prefetched;
     this.prefetched = undefined;
-    const listing = await (prefetched ?? this.kv.list(this.subnetsPrefix, signal));
-    const records = req.early
-      ? await this.streamedRecords(listing, req.early, signal)
-      : this.records(listing);
+    const reading = prefetched ?? this.startReading(signal);
+    const { listing, records } = req.early
+      ? await this.streamed(reading, req.early, signal)
+      : await reading.listing.then((l) => ({ listing: l, records: this.records(l) }));
     if (!this.watching) this.primed = { listing, records, at: Date.now() };
     /**
      * our own lease from an older config, deleted below (or found gone): its subnets are worth

@@ -39,6 +39,16 @@ export interface KvListing {
   readonly revision: bigint;
 }
 
+/**
+ * One page of a listing as it is read (Kv.list's `onPage`), in key order. `first`: the first page
+ * of an attempt; a list started over at a fresh revision (its snapshot compacted away under it)
+ * begins again with a first page, and what the pages before it said is void.
+ */
+export interface KvPage {
+  readonly entries: readonly KvEntry[];
+  readonly first: boolean;
+}
+
 export interface KvWritten {
   readonly entry: KvEntry;
   /** epoch milliseconds when the TTL runs out */
@@ -77,7 +87,12 @@ export interface KvReplace {
 export interface Kv {
   readonly description: string;
   get(key: string, signal: AbortSignal): Promise<KvEntry | undefined>;
-  list(prefix: string, signal: AbortSignal): Promise<KvListing>;
+  /**
+   * Every key under `prefix`; `onPage`, when given, is told each page's entries as it arrives
+   * (a store that reads in one piece tells one page), so a caller can start on them while the
+   * rest is read. The listing returned is the whole of the last attempt's pages.
+   */
+  list(prefix: string, signal: AbortSignal, onPage?: (page: KvPage) => void): Promise<KvListing>;
   /**
    * The keys under `prefix` (in key order, without their values) created after revision `after`
    * and before revision `before`, as of now: what a claim written at `before` must yield to

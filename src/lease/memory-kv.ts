@@ -11,6 +11,7 @@ import type {
   KvChange,
   KvEntry,
   KvListing,
+  KvPage,
   KvReplace,
   KvWatchOptions,
   KvWritten,
@@ -91,13 +92,18 @@ export class MemoryKv implements Kv {
     return this.data.get(key)?.entry;
   }
 
-  async list(prefix: string, signal?: AbortSignal): Promise<KvListing> {
+  async list(
+    prefix: string,
+    signal?: AbortSignal,
+    onPage?: (page: KvPage) => void,
+  ): Promise<KvListing> {
     this.check(signal);
     // one synchronous pass is a consistent snapshot; key order, as etcd lists
     const entries = [...this.data.values()]
       .map((s) => s.entry)
       .filter((e) => e.key.startsWith(prefix))
       .sort((a, b) => Buffer.compare(Buffer.from(a.key, 'utf8'), Buffer.from(b.key, 'utf8')));
+    onPage?.({ entries, first: true });
     return { entries, skipped: [], revision: this.revision };
   }
 
@@ -215,7 +221,7 @@ export function shared(inner: MemoryKv): Kv {
   return {
     description: inner.description,
     get: (key, signal) => inner.get(key, signal),
-    list: (prefix, signal) => inner.list(prefix, signal),
+    list: (prefix, signal, onPage) => inner.list(prefix, signal, onPage),
     keysCreatedBetween: (prefix, revisions, signal) =>
       inner.keysCreatedBetween(prefix, revisions, signal),
     create: (key, value, ttl, signal) => inner.create(key, value, ttl, signal),

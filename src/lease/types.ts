@@ -110,15 +110,22 @@ export interface AcquireRequest {
 }
 
 /**
- * What the acquisition tells a writer of early entries (dataplane/early.ts): the first try's keys,
- * then its records in chunks as they are decoded, then the end. A later try (the first lost its
+ * What the acquisition tells a writer of early entries (dataplane/early.ts): the first try's
+ * records in chunks as they are decoded, then the end; either page by page as the listing is read
+ * (`begin(undefined)`), or once it is whole, with every key first. A later try (the first lost its
  * create) streams nothing, and picks no subnet `written` holds.
  */
 export interface EarlyListing {
-  /** every key of the try's listing, before a value is decoded; false: send no chunks */
-  begin(keys: readonly string[]): boolean;
-  /** the next chunk of that listing's records, decoded */
-  take(chunk: readonly LeaseRecord[]): void;
+  /**
+   * `keys`: every key of the try's listing, before a value is decoded. Undefined: the records
+   * come while the listing is still being read, with no keys before, in key order (begun again
+   * when the list starts over at a fresh revision: what came before is void). False: send no
+   * chunks; after `begin(undefined)`, not that way (the caller waits for the whole listing and
+   * begins again with its keys).
+   */
+  begin(keys: readonly string[] | undefined): boolean;
+  /** the next chunk of that listing's records, decoded; `last`: the listing's last chunk */
+  take(chunk: readonly LeaseRecord[], o?: { readonly last?: boolean }): void;
   /**
    * no more chunks: the try ended (won or lost), or `failed` (it threw: the entries written are
    * taken back, since no first pass may come to judge them)

@@ -10,6 +10,7 @@ import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EtcdKv, type EtcdOptions } from '../../src/lease/etcd-kv.ts';
 import type { RangeRequest, RangeResponse } from '../../src/lease/etcd-proto.ts';
+import type { KvPage } from '../../src/lease/kv.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import {
   bigKey,
@@ -113,9 +114,14 @@ describe('etcd list of a big prefix', () => {
         await new Promise((r) => setTimeout(r, 2));
       }
     })();
-    const listing = await kv.list(subnets, signal);
+    const pages: KvPage[] = [];
+    const listing = await kv.list(subnets, signal, (p) => pages.push(p));
     stop = true;
     await churn;
+    // told page by page, 50 keys at most, the first page first: the listing is their sum
+    expect(pages.map((p) => p.first)).toEqual(pages.map((_, i) => i === 0));
+    expect(pages.every((p) => p.entries.length <= 50)).toBe(true);
+    expect(pages.flatMap((p) => p.entries)).toEqual(listing.entries);
     await Promise.all(writes);
     const then = await admin.kv.range({
       key: Buffer.from(subnets),
@@ -149,9 +155,13 @@ describe('etcd list of a big prefix', () => {
       return range(req);
     };
     const before = (await admin.get('/compact-me').exec()).header.revision;
-    const listing = await kv.list(subnets, signal);
+    const told: KvPage[] = [];
+    const listing = await kv.list(subnets, signal, (p) => told.push(p));
     // the first attempt failed at page 3; the second read every page
     expect(pages).toBeGreaterThan(3 + 30);
+    // two pages told of the first attempt, then the second's from a first page again
+    expect(told.map((p) => p.first).slice(0, 4)).toEqual([true, false, true, false]);
+    expect(told.slice(2).flatMap((p) => p.entries)).toEqual(listing.entries);
     expect(listing.revision).toBeGreaterThan(BigInt(before));
     expect(listing.entries.length).toBeGreaterThan(2_900);
   });

@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseNetConfig, type NetConfig } from '../../src/config/netconf.ts';
 import { admitPeers, type PeerContext } from '../../src/lease/admit.ts';
+import { fitsConfigPair } from '../../src/lease/allocate.ts';
 import { encodeLeaseValue, parseLeaseKey } from '../../src/lease/codec.ts';
 import { EarlyPeers, overlappingKeys } from '../../src/lease/early-peers.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
@@ -58,7 +59,28 @@ function earlyCtx(config: NetConfig): PeerContext {
 
 function admitted(early: EarlyPeers, keys: string[], records: LeaseRecord[]): string[] {
   early.begin(keys);
-  return records.flatMap((r) => early.admit(r)?.key ?? []);
+  return early.admit(records, true).map((l) => l.key);
+}
+
+/** Byte order, as etcd lists. */
+function byBytes(a: LeaseRecord, b: LeaseRecord): number {
+  return Buffer.compare(Buffer.from(a.key), Buffer.from(b.key));
+}
+
+/**
+ * The same listing admitted in key order, as it is read: `cuts` chunk sizes (the last chunk
+ * takes the rest, told last).
+ */
+function admittedInOrder(early: EarlyPeers, records: LeaseRecord[], cuts: number[]): string[] {
+  expect(early.begin(undefined)).toBe(true);
+  const sorted = [...records].sort(byBytes);
+  const out: string[] = [];
+  let at = 0;
+  for (const n of cuts) {
+    out.push(...early.admit(sorted.slice(at, (at += n))).map((l) => l.key));
+  }
+  out.push(...early.admit(sorted.slice(at), true).map((l) => l.key));
+  return out;
 }
 
 describe('overlappingKeys', () => {
@@ -111,6 +133,54 @@ describe('EarlyPeers', () => {
     const keys = entries.map(([k]) => k);
     const records = entries.map(([k, v], i) => record(k, v, i));
     expect(admitted(new EarlyPeers(earlyCtx(V4)), keys, records)).toEqual(['10.50.4.0-24']);
+    for (const cuts of [[], [1], [3, 1, 1], [8]])
+      expect(admittedInOrder(new EarlyPeers(earlyCtx(V4)), records, cuts)).toEqual([
+        '10.50.4.0-24',
+      ]);
+  });
+
+  it('in key order, holds a record until the next readable one shows it alone on its subnet', () => {
+    const v = (host: number): string => encodeLeaseValue(attrs(host));
+    const records = [
+      record('10.50.1.0-24', v(11), 0),
+      // the same IPv4 subnet twice, with keys that do not parse (or do not read) between them
+      record('10.50.2.0-24', v(12), 1),
+      record('10.50.2.0-24!x', v(13), 2),
+      record('10.50.2.0-24\u0001', v(14), 3),
+      record('10.50.2.0-24&fd00:50:0:2::-64', v(15), 4),
+      record('10.50.2.0-24&fd00:50:0:3::-64', '{"PublicIP":', 5),
+      record('10.50.3.0-24', v(16), 6),
+      record('10.50.3.0-240', v(17), 7),
+      // a wider key that fails checkPeer does not crowd the one it covers
+      record('10.50.4.0-23', v(18), 8),
+      record('10.50.4.0-24', v(19), 9),
+      record('10.50.6.0-24', v(20), 10),
+    ];
+    const expected = ['10.50.1.0-24', '10.50.3.0-24', '10.50.4.0-24', '10.50.6.0-24'];
+    for (let first = 0; first <= records.length; first++)
+      for (const rest of [1, 2, 5])
+        expect(
+          admittedInOrder(new EarlyPeers(earlyCtx(V4)), records, [
+            first,
+            ...Array<number>(records.length).fill(rest),
+          ]),
+          `chunks from ${first} by ${rest}`,
+        ).toEqual(expected);
+    // held until the listing's end says no more come, and none without it
+    const early = new EarlyPeers(earlyCtx(V4));
+    early.begin(undefined);
+    expect(early.admit([record('10.50.9.0-24', v(9), 0)]).map((l) => l.key)).toEqual([]);
+    expect(early.admit([], true).map((l) => l.key)).toEqual(['10.50.9.0-24']);
+    // begun again (the list started over): the held record is void
+    expect(early.admit([record('10.50.8.0-24', v(8), 0)])).toEqual([]);
+    early.begin(undefined);
+    expect(early.admit([record('10.50.8.0-24&fd00:50:0:8::-64', v(7), 0)], true)).toHaveLength(1);
+  });
+
+  it('takes a dual-stack listing only whole: IPv6 subnets need not be neighbours', () => {
+    const early = new EarlyPeers(earlyCtx(DUAL));
+    expect(early.begin(undefined)).toBe(false);
+    expect(early.begin(['10.50.1.0-24'])).toBe(true);
   });
 
   it('refuses a context that already has our subnet, or any subnet size', () => {
@@ -129,6 +199,8 @@ describe('EarlyPeers', () => {
         return (seed >>> 8) % n;
       };
       let early = 0;
+      /** what the key-order admission admits beyond the sweep */
+      let ordered = 0;
       for (let round = 0; round < 300; round++) {
         const entries: [string, string][] = [];
         for (let i = 0; i < 12; i++) {
@@ -137,7 +209,9 @@ describe('EarlyPeers', () => {
           const base =
             prefix === 16 ? '10.50.0.0' : `10.50.${third - (prefix === 23 ? third % 2 : 0)}.0`;
           const six = rand(3) === 0 ? '' : `&fd00:50:0:${rand(48).toString(16)}::-64`;
-          const key = rand(20) === 0 ? `junk-${i}` : `${base}-${prefix}${config.ipv6 ? six : ''}`;
+          // junk, some of it sorting between two keys of one subnet
+          const junk = [`junk-${i}`, `${base}-${prefix}!${i}`, `${base}-${prefix}%`][rand(3)];
+          const key = rand(10) === 0 ? (junk as string) : `${base}-${prefix}${six}`;
           const host = [1, 2 + rand(200), 2 + rand(200), 2 + rand(200)][rand(4)] ?? 2;
           const value = [
             encodeLeaseValue(attrs(host)),
@@ -154,7 +228,15 @@ describe('EarlyPeers', () => {
         const records = unique.map(([k, v], i) => record(k, v, i));
         const got = admitted(new EarlyPeers(earlyCtx(config)), keys, records);
         early += got.length;
-        for (const self of ourSubnets(keys, records)) {
+        if (!config.ipv6) {
+          // in key order, in chunks of any size: never less than the sweep admits
+          const cuts = [rand(4), rand(4), rand(4)];
+          const inOrder = admittedInOrder(new EarlyPeers(earlyCtx(config)), records, cuts);
+          expect(new Set(inOrder), `round ${round}`).toEqual(new Set([...inOrder, ...got]));
+          ordered += inOrder.length - got.length;
+          got.push(...inOrder.filter((k) => !got.includes(k)));
+        }
+        for (const self of ourSubnets(config, keys, records)) {
           const peers = records.flatMap((r) => (r.ok && r.key !== self.key ? [r.lease] : []));
           const ctx: PeerContext = {
             ...earlyCtx(config),
@@ -166,8 +248,10 @@ describe('EarlyPeers', () => {
             expect(later, `round ${round}: ${key}, ours ${self.key}`).toContain(key);
         }
       }
-      // the property is not vacuous: the early admission admits something in most listings
+      // the property is not vacuous: the early admission admits something in most listings, and
+      // in key order peers the sweep holds back for a wider or a junk key
       expect(early).toBeGreaterThan(300);
+      if (!config.ipv6) expect(ordered).toBeGreaterThan(30);
     });
   }
 });
@@ -179,10 +263,12 @@ function cidr(text: string): Cidr {
 }
 
 /**
- * Our subnets as acquisition can end with them: our own old lease's (its PublicIP ours), or each
+ * Our subnets as acquisition can end with them: our own old lease's (its PublicIP ours, fitting
+ * the config), or each
  * free /24 (and /64) no listed key overlaps, as the allocator picks.
  */
 function ourSubnets(
+  config: NetConfig,
   keys: string[],
   records: LeaseRecord[],
 ): { key: string; subnet: Cidr; subnet6: ReturnType<typeof parseCidr6> | null }[] {
@@ -194,8 +280,14 @@ function ourSubnets(
     }
   });
   const out: { key: string; subnet: Cidr; subnet6: ReturnType<typeof parseCidr6> | null }[] = [];
+  // (the store keeps our old lease only when it fits the config: kv-store.ts)
   for (const r of records)
-    if (r.ok && r.lease.attrs.publicIp === OURS && r.lease.subnet)
+    if (
+      r.ok &&
+      r.lease.attrs.publicIp === OURS &&
+      r.lease.subnet &&
+      fitsConfigPair(config, r.lease.subnet, r.lease.subnet6 ?? null)
+    )
       out.push({ key: r.key, subnet: r.lease.subnet, subnet6: r.lease.subnet6 ?? null });
   for (let third = 0; third < 56; third++) {
     const subnet = cidr(`10.50.${third}.0/24`);

@@ -5,7 +5,8 @@
 import { describe, expect, it } from 'vitest';
 import { encodeLeaseValue, parseSubnetKey } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import { MemoryKv } from '../../src/lease/memory-kv.ts';
+import type { Kv } from '../../src/lease/kv.ts';
+import { MemoryKv, shared } from '../../src/lease/memory-kv.ts';
 import type { EarlyListing, Lease, LeaseAttrs, LeaseRecord } from '../../src/lease/types.ts';
 import { formatCidr } from '../../src/net/ipv4.ts';
 
@@ -20,27 +21,43 @@ const attrs = (host: number): LeaseAttrs => ({
 const TINY =
   '{"Network":"10.50.0.0/22","SubnetLen":24,"SubnetMin":"10.50.1.0","SubnetMax":"10.50.3.0","Backend":{"Type":"host-gw"}}';
 
-/** An early listing that records what it is told, and claims `written` were routed. */
-function recorder(written: Lease[] = []): EarlyListing & {
+/**
+ * An early listing that records what it is told, and claims `written` were routed; `paged`: it
+ * takes the records page by page (begin(undefined)), else only a whole listing with its keys.
+ */
+function recorder(
+  written: Lease[] = [],
+  o: { paged?: boolean } = {},
+): EarlyListing & {
   keys: string[][];
+  /** begin(undefined) calls that were taken */
+  pagedBegins: number;
   chunks: LeaseRecord[][];
+  lasts: number[];
   ends: number;
   failed: boolean[];
 } {
   let ended = false;
   const seen = {
     keys: [] as string[][],
+    pagedBegins: 0,
     chunks: [] as LeaseRecord[][],
+    lasts: [] as number[],
     ends: 0,
     failed: [] as boolean[],
     written,
-    begin(keys: readonly string[]): boolean {
+    begin(keys: readonly string[] | undefined): boolean {
       if (ended) return false;
+      if (keys === undefined) {
+        if (o.paged === true) seen.pagedBegins++;
+        return o.paged === true;
+      }
       seen.keys.push([...keys]);
       return true;
     },
-    take(chunk: readonly LeaseRecord[]): void {
+    take(chunk: readonly LeaseRecord[], t: { last?: boolean } = {}): void {
       seen.chunks.push([...chunk]);
+      if (t.last === true) seen.lasts.push(seen.chunks.length - 1);
     },
     end(o?: { failed?: boolean }): void {
       ended = true;
@@ -71,7 +88,8 @@ describe('the acquisition with an early writer', () => {
     );
     expect(early.keys).toHaveLength(1);
     expect(early.keys[0]).toHaveLength(1_235);
-    expect(early.chunks.map((c) => c.length)).toEqual([50, 500, 500, 185]);
+    expect(early.chunks.map((c) => c.length)).toEqual([50, 500, 500, 185, 0]);
+    expect(early.lasts).toEqual([4]);
     expect(early.ends).toBe(1);
     expect(early.failed).toEqual([false]);
     const told = early.chunks.flat();
@@ -81,8 +99,98 @@ describe('the acquisition with an early writer', () => {
     // a second acquisition (the daemon's retry while the store is unreachable) streams nothing
     await store.acquireLease({ config, attrs: attrs(1), previous: undefined, early }, signal);
     expect(early.keys).toHaveLength(1);
-    expect(early.chunks).toHaveLength(4);
+    expect(early.chunks).toHaveLength(5);
     await store.close();
+  });
+
+  it('hands the records over page by page while the listing is read, when the writer takes them so', async () => {
+    const kv = new MemoryKv();
+    kv.putRaw('/n/config', '{"Network":"10.0.0.0/8","Backend":{"Type":"host-gw"}}');
+    for (let i = 0; i < 700; i++)
+      kv.putRaw(
+        `/n/subnets/10.${1 + Math.floor(i / 250)}.${i % 250}.0-24`,
+        encodeLeaseValue(attrs(2 + (i % 200))),
+      );
+    // pages of 300, each a turn of the event loop after the last; the listing settles after all
+    let settled = false;
+    const early = recorder([], { paged: true });
+    /** how many chunks the writer had when each page came, and when the listing settled */
+    const seenAt: number[] = [];
+    const paged: Kv = {
+      ...shared(kv),
+      list: async (prefix, signal, onPage) => {
+        const whole = await kv.list(prefix, signal);
+        for (let at = 0; at < whole.entries.length; at += 300) {
+          await new Promise((resolve) => setImmediate(resolve));
+          seenAt.push(early.chunks.length);
+          onPage?.({ entries: whole.entries.slice(at, at + 300), first: at === 0 });
+        }
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        seenAt.push(early.chunks.length);
+        settled = true;
+        return whole;
+      },
+    };
+    const store = new KvLeaseStore({ kv: paged, prefix: '/n' });
+    const signal = new AbortController().signal;
+    const config = await store.getNetworkConfig(signal);
+    store.prefetchListing(signal);
+    const lease = await store.acquireLease(
+      { config, attrs: attrs(1), previous: undefined, early },
+      signal,
+    );
+    expect(settled).toBe(true);
+    expect(early.keys).toEqual([]);
+    expect(early.pagedBegins).toBe(1);
+    // 50 first, then up to 500 within each page; the last chunk (the skipped keys) says so
+    expect(early.chunks.map((c) => c.length)).toEqual([50, 250, 300, 100, 0]);
+    expect(early.lasts).toEqual([4]);
+    // every page's chunks went to the writer before the listing settled
+    expect(seenAt.at(-1)).toBe(4);
+    expect(early.chunks.flat().map((r) => r.key)).not.toContain(lease.key);
+    expect(early.chunks.flat()).toHaveLength(700);
+    await store.close();
+  });
+
+  it('begins again when the list starts over, and takes a store that tells no pages whole', async () => {
+    for (const tells of ['restart', 'nothing'] as const) {
+      const kv = new MemoryKv();
+      kv.putRaw('/n/config', TINY);
+      kv.putRaw('/n/subnets/10.50.1.0-24', encodeLeaseValue(attrs(5)));
+      kv.putRaw('/n/subnets/10.50.2.0-24', encodeLeaseValue(attrs(6)));
+      const early = recorder([], { paged: true });
+      const store = new KvLeaseStore({
+        kv: {
+          ...shared(kv),
+          list: async (prefix, signal, onPage) => {
+            const whole = await kv.list(prefix, signal);
+            if (tells === 'restart') {
+              // an attempt compacted away after one page, then the whole listing again
+              onPage?.({ entries: whole.entries.slice(0, 1), first: true });
+              await new Promise((resolve) => setImmediate(resolve));
+              onPage?.({ entries: whole.entries, first: true });
+            }
+            return whole;
+          },
+        },
+        prefix: '/n',
+      });
+      const signal = new AbortController().signal;
+      const config = await store.getNetworkConfig(signal);
+      const lease = await store.acquireLease(
+        { config, attrs: attrs(1), previous: undefined, early },
+        signal,
+      );
+      expect(lease.key, tells).toBe('10.50.3.0-24');
+      expect(early.pagedBegins, tells).toBe(2);
+      const told = early.chunks.map((c) => c.map((r) => r.key));
+      expect(told, tells).toEqual(
+        tells === 'restart'
+          ? [['10.50.1.0-24'], ['10.50.1.0-24', '10.50.2.0-24'], []]
+          : [['10.50.1.0-24', '10.50.2.0-24'], []],
+      );
+      await store.close();
+    }
   });
 
   it('reads a prefetched listing in its first try, and a subnet taken since still loses to its holder', async () => {
