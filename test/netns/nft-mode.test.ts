@@ -47,6 +47,13 @@ const tablesRight = async (): Promise<boolean> => {
   const seen = await Promise.all(want.map((t) => observeNftTable(runner, t, signal)));
   return want.every((t, i) => nftTableMatches(t, seen[i] ?? null));
 };
+/** The handle of the first rule of twill's IPv4 forward chain. */
+const ruleHandle = async (): Promise<string> => {
+  const out = await runner('nft', ['-a', 'list', 'chain', 'ip', 'twill-ipv4', 'forward']);
+  const handle = /accept # handle (\d+)/.exec(out.stdout)?.[1];
+  if (!handle) throw new Error(`no rule in twill-ipv4 forward: ${out.stdout}`);
+  return handle;
+};
 const twillChains = async (): Promise<boolean[]> =>
   Promise.all(
     [
@@ -347,6 +354,20 @@ describe('a flooded nft monitor in nftables mode', () => {
       const broken = performance.now();
       await waitFor(tablesRight, { timeoutMs: 10_000, what: 'the table put back', everyMs: 10 });
       expect(performance.now() - broken).toBeLessThanOrEqual(REPAIR_BOUND_MS);
+      // the listing reads twill's chains one by one: a flushed one (IPv6's, the second part) and
+      // one rule deleted are changes too
+      for (const cut of [
+        ['nft', 'flush', 'chain', 'ip6', 'twill-ipv6', 'postrtg'],
+        ['nft', 'delete', 'rule', 'ip', 'twill-ipv4', 'forward', 'handle', await ruleHandle()],
+      ]) {
+        // (the verification pass after a repair, which reads every table, is over by then)
+        await new Promise((res) => setTimeout(res, 1_000));
+        await sh(cut);
+        const cutAt = performance.now();
+        expect(await tablesRight(), cut.join(' ')).toBe(false);
+        await waitFor(tablesRight, { timeoutMs: 10_000, what: cut.join(' '), everyMs: 10 });
+        expect(performance.now() - cutAt, cut.join(' ')).toBeLessThanOrEqual(REPAIR_BOUND_MS);
+      }
     } finally {
       ctl.abort();
       await loops;

@@ -490,10 +490,16 @@ describe("nft monitor in nftables mode: twill's tables only", () => {
     expect(nftTableNeedles({ ipv4: false, ipv6: true })).toEqual(['ip6 twill-ipv6', '# ERROR']);
   });
 
-  it("the listing that stands in for a flooded monitor lists twill's tables", () => {
+  it("the listing that stands in for a flooded monitor lists twill's tables, chain by chain", () => {
     expect(listingParts({ nftables: true, ipv6: true })).toEqual([
-      { table: 'ip', commands: ['list table ip twill-ipv4'] },
-      { table: 'ip6', commands: ['list table ip6 twill-ipv6'] },
+      {
+        table: 'ip',
+        commands: ['list chain ip twill-ipv4 postrtg', 'list chain ip twill-ipv4 forward'],
+      },
+      {
+        table: 'ip6',
+        commands: ['list chain ip6 twill-ipv6 postrtg', 'list chain ip6 twill-ipv6 forward'],
+      },
     ]);
   });
 
