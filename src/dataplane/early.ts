@@ -62,6 +62,11 @@ export class EarlyRoutes implements EarlyListing {
     { routes: [], queued: [], proc: undefined },
   ];
   private readonly leases: Lease[] = [];
+  /**
+   * the keys of `leases`: a list started over tells its records again (begin again), and a route
+   * already sent is not sent twice (the first pass sets one whose peer changed meanwhile)
+   */
+  private readonly sent = new Set<string>();
   private finished: Promise<void> | undefined;
   private readonly o: EarlyOptions;
 
@@ -89,6 +94,8 @@ export class EarlyRoutes implements EarlyListing {
     if (this.ended || this.warm) return;
     const routes: [RouteSpec[], RouteSpec[]] = [[], []];
     for (const lease of this.o.peers.admit(chunk, o.last)) {
+      if (this.sent.has(lease.key)) continue;
+      this.sent.add(lease.key);
       const e = peerEntries(this.o.setup, lease);
       [e.route, e.route6].forEach((route, family) => route && routes[family]?.push(route));
       this.leases.push(lease);
@@ -117,6 +124,7 @@ export class EarlyRoutes implements EarlyListing {
     // the acquisition is over: no try needs the leases written any more
     return (this.finished ?? Promise.resolve()).then(() => {
       this.leases.length = 0;
+      this.sent.clear();
     });
   }
 
@@ -124,6 +132,7 @@ export class EarlyRoutes implements EarlyListing {
   private forget(): void {
     this.warm = true;
     this.leases.length = 0;
+    this.sent.clear();
     for (const lane of this.lanes) {
       lane.routes.length = 0;
       lane.queued = [];
@@ -197,6 +206,7 @@ export class EarlyRoutes implements EarlyListing {
     const count = this.lanes.reduce((n, lane) => n + lane.routes.length, 0);
     for (const lane of this.lanes) lane.routes.length = 0;
     this.leases.length = 0;
+    this.sent.clear();
     try {
       await this.o.runner('ip', FORCE_BATCH_ARGS, {
         input,

@@ -87,7 +87,10 @@ interface Run {
  * In key order no key is known before its page comes, so a record's neighbours stand in for the
  * sweep over every key. Only records that pass `checkPeer` take part in admission's set-level
  * stage, each SubnetLen wide: two of them conflict in IPv4 exactly when their subnets are equal
- * (a wider key fails `checkPeer`, and the narrower ones it covers keep their place). Keys are
+ * (a wider key fails `checkPeer`, and the narrower ones it covers keep their place). Every
+ * readable record still forms or crowds a run, refused or not: our own old lease's record is
+ * refused here (its PublicIP is ours) but becomes our subnet, which a peer on the same subnet
+ * (a dual-stack key) overlaps once the lease is ours, so it must crowd that peer out. Keys are
  * canonical (codec.ts: no leading zeros, no host bits), so an IPv4 subnet has one text, and a key
  * naming it is that text alone or followed by "&" and an IPv6 part; in byte order (etcd's, and
  * MemoryKv's) every key that parses and names it lies between the first and the last of them (a

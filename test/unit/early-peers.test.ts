@@ -166,6 +166,14 @@ describe('EarlyPeers', () => {
           ]),
           `chunks from ${first} by ${rest}`,
         ).toEqual(expected);
+    // our own old lease (its PublicIP ours: refused here, our subnet later) crowds a peer on its
+    // subnet, which admission refuses as overlapping ours
+    const own = [
+      record('10.50.5.0-24', encodeLeaseValue(attrs(1)), 0),
+      record('10.50.5.0-24&fd00:50:0:5::-64', v(55), 1),
+    ];
+    expect(admittedInOrder(new EarlyPeers(earlyCtx(V4)), own, [])).toEqual([]);
+    expect(admittedInOrder(new EarlyPeers(earlyCtx(V4)), own, [1])).toEqual([]);
     // held until the listing's end says no more come, and none without it
     const early = new EarlyPeers(earlyCtx(V4));
     early.begin(undefined);

@@ -127,6 +127,24 @@ describe('EarlyRoutes', () => {
     expect(w.fed).toEqual(['route add 10.50.10.0/24 via 192.168.50.10 dev eth0 proto 151\n']);
   });
 
+  it('in key order, writes the held last record when told the listing ended, and a route told again once', async () => {
+    const w = writer('');
+    expect(w.early.begin(undefined)).toBe(true);
+    w.early.take(records(10, 2));
+    // the list started over at a fresh revision: the same records again, and one more
+    expect(w.early.begin(undefined)).toBe(true);
+    w.early.take(records(10, 3));
+    w.early.take([], { last: true });
+    w.early.end();
+    await w.early.done();
+    expect(w.fed[0]?.trim().split('\n')).toEqual(
+      [10, 11, 12].map((n) => `route add 10.50.${n}.0/24 via 192.168.50.${n} dev eth0 proto 151`),
+    );
+    expect(w.log.lines.find((l) => l.msg === 'dataplane written early')?.ops).toEqual({
+      'route add': 3,
+    });
+  });
+
   it('on a warm node feeds, renders and keeps nothing', async () => {
     const w = writer('10.50.10.0/24 via 192.168.50.10 dev eth0 proto 151\n');
     const r = records(10, 3);
