@@ -90,7 +90,9 @@ interface Primed {
 interface Reading {
   readonly listing: Promise<KvListing>;
   readonly pages: KvPage[];
-  /** wakes the try waiting for the next page */
+  /** the listing has resolved or failed: no page comes after those in `pages` */
+  readonly settled: boolean;
+  /** wakes the try waiting for the next page, or for the listing to settle */
   set wake(w: (() => void) | undefined);
 }
 
@@ -224,14 +226,23 @@ export class KvLeaseStore implements LeaseStore {
   private startReading(signal: AbortSignal): Reading {
     const pages: KvPage[] = [];
     let wake: (() => void) | undefined;
+    let settled = false;
     // (a store may tell a page before list returns)
     const listing = this.kv.list(this.subnetsPrefix, signal, (page) => {
       pages.push(page);
       wake?.();
     });
+    const end = (): void => {
+      settled = true;
+      wake?.();
+    };
+    listing.then(end, end);
     return {
       listing,
       pages,
+      get settled() {
+        return settled;
+      },
       set wake(w: (() => void) | undefined) {
         wake = w;
       },
@@ -258,11 +269,6 @@ export class KvLeaseStore implements LeaseStore {
       early.take([], { last: true });
       return { listing, records: [...out, ...this.skippedRecords(listing)] };
     }
-    let whole = false;
-    void reading.listing.then(
-      () => (whole = true),
-      () => (whole = true),
-    );
     const out: Primed[] = [];
     let listing: KvListing | undefined;
     for (;;) {
@@ -277,25 +283,17 @@ export class KvLeaseStore implements LeaseStore {
         await this.decodeInto(out, page.entries, early, signal);
         continue;
       }
-      if (!whole) {
-        await new Promise<void>((resolve) => {
-          reading.wake = resolve;
-          void reading.listing.then(
-            () => resolve(),
-            () => resolve(),
-          );
-        });
+      if (!reading.settled) {
+        await new Promise<void>((resolve) => (reading.wake = resolve));
         reading.wake = undefined;
         continue;
       }
       listing = await reading.listing;
-      if (out.length !== listing.entries.length) {
-        // a store that told fewer pages than it listed: its listing whole, as one page
-        out.length = 0;
-        early.begin(undefined);
-        await this.decodeInto(out, listing.entries, early, signal);
-      }
-      break;
+      if (out.length === listing.entries.length) break;
+      // a store that told fewer pages than it listed: its listing whole, as one page, begun again
+      out.length = 0;
+      early.begin(undefined);
+      reading.pages.push({ entries: listing.entries, first: true });
     }
     const skipped = this.skippedRecords(listing);
     early.take(

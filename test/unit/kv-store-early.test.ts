@@ -21,6 +21,18 @@ const attrs = (host: number): LeaseAttrs => ({
 const TINY =
   '{"Network":"10.50.0.0/22","SubnetLen":24,"SubnetMin":"10.50.1.0","SubnetMax":"10.50.3.0","Backend":{"Type":"host-gw"}}';
 
+/** A MemoryKv with a /8 host-gw config and `count` peers' leases, /24 each, in key order. */
+function wideStore(count: number): MemoryKv {
+  const kv = new MemoryKv();
+  kv.putRaw('/n/config', '{"Network":"10.0.0.0/8","Backend":{"Type":"host-gw"}}');
+  for (let i = 0; i < count; i++)
+    kv.putRaw(
+      `/n/subnets/10.${1 + Math.floor(i / 250)}.${i % 250}.0-24`,
+      encodeLeaseValue(attrs(2 + (i % 200))),
+    );
+  return kv;
+}
+
 /**
  * An early listing that records what it is told, and claims `written` were routed; `paged`: it
  * takes the records page by page (begin(undefined)), else only a whole listing with its keys.
@@ -70,13 +82,7 @@ function recorder(
 
 describe('the acquisition with an early writer', () => {
   it('hands over the first listing: its keys, then its records in a chunk of 50 and then of 500, then the end', async () => {
-    const kv = new MemoryKv();
-    kv.putRaw('/n/config', '{"Network":"10.0.0.0/8","Backend":{"Type":"host-gw"}}');
-    for (let i = 0; i < 1_234; i++)
-      kv.putRaw(
-        `/n/subnets/10.${1 + Math.floor(i / 250)}.${i % 250}.0-24`,
-        encodeLeaseValue(attrs(2 + (i % 200))),
-      );
+    const kv = wideStore(1_234);
     kv.putRaw('/n/subnets/10.200.0.0-24', '{"PublicIP":');
     const store = new KvLeaseStore({ kv, prefix: '/n' });
     const signal = new AbortController().signal;
@@ -104,13 +110,7 @@ describe('the acquisition with an early writer', () => {
   });
 
   it('hands the records over page by page while the listing is read, when the writer takes them so', async () => {
-    const kv = new MemoryKv();
-    kv.putRaw('/n/config', '{"Network":"10.0.0.0/8","Backend":{"Type":"host-gw"}}');
-    for (let i = 0; i < 700; i++)
-      kv.putRaw(
-        `/n/subnets/10.${1 + Math.floor(i / 250)}.${i % 250}.0-24`,
-        encodeLeaseValue(attrs(2 + (i % 200))),
-      );
+    const kv = wideStore(700);
     // pages of 300, each a turn of the event loop after the last; the listing settles after all
     let settled = false;
     const early = recorder([], { paged: true });
