@@ -12,14 +12,8 @@
 import type { NetConfig } from './config/netconf.ts';
 import { describeError, hasCode, TwillError } from './errors.ts';
 import type { Feeder, LineWatcher, Runner } from './exec/runner.ts';
-import {
-  bareVxlanDevice,
-  Desired,
-  podMtu,
-  vxlan6DeviceName,
-  vxlanDeviceName,
-} from './dataplane/desired.ts';
-import { EarlyEntries, isCold } from './dataplane/early.ts';
+import { Desired, podMtu, vxlan6DeviceName, vxlanDeviceName } from './dataplane/desired.ts';
+import { EarlyRoutes, holdsNoRoutes } from './dataplane/early.ts';
 import { MonitorHush, pollChains, runMonitors, type FloodGuard } from './dataplane/monitor.ts';
 import type { Touch } from './dataplane/kernel-event.ts';
 import { pollNftTables } from './dataplane/nft-monitor.ts';
@@ -236,8 +230,8 @@ interface Started {
   readonly choice: IfaceChoice;
   readonly attrs: LeaseAttrs;
   readonly lease: Lease;
-  /** the entries written while the listing was decoded (early.ts), when there were any to write */
-  readonly early: EarlyEntries | undefined;
+  /** the routes written while the listing was decoded (early.ts), when there were any to write */
+  readonly early: EarlyRoutes | undefined;
 }
 
 /** net-conf.json from the store (waiting while it is unreachable). */
@@ -270,10 +264,10 @@ async function acquire(
   signal: AbortSignal,
 ): Promise<Started> {
   const { store, logger } = deps;
-  // the peers' leases come in while the interface is chosen; and, when the entries may be written
-  // early, the kernel is looked at for routes and devices of twill's meanwhile
+  // the peers' leases come in while the interface is chosen; and, when the routes may be written
+  // early, the kernel is looked at for routes of twill's meanwhile
   store.prefetchListing?.(signal);
-  const cold = writesEarly(deps) ? kernelCold(deps, config, signal) : undefined;
+  const cold = writesEarly(deps, config) ? kernelCold(deps, config, signal) : undefined;
   progress.step('choosing the interface');
   const ipv4 = config.ipv4 !== null;
   const ipv6 = config.ipv6 !== null;
@@ -302,7 +296,7 @@ async function acquire(
     );
   const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
   const previous = previousSubnets(config, await previousSubnet(deps, opts.subnetFile));
-  const early = cold && earlyEntries(deps, { config, attrs, choice, cold }, signal);
+  const early = cold && earlyRoutes(deps, { config, attrs, choice, cold }, signal);
   const lease = await whileUnavailable(
     deps,
     progress,
@@ -314,7 +308,7 @@ async function acquire(
       ),
     signal,
   ).catch(async (err: unknown) => {
-    // (the store ended it, failed, when the entries were written: they are deleted before we go)
+    // (the store ended it, failed, when the routes were written: they are deleted before we go)
     early?.end({ failed: true });
     await early?.done();
     throw err;
@@ -336,68 +330,40 @@ async function acquire(
 }
 
 /**
- * A cold start's entries may be written while the listing is decoded (dataplane/early.ts): with a
- * store whose subnets are SubnetLen wide (etcd), when the daemon can feed a batch.
+ * A cold start's routes may be written while the listing is decoded (dataplane/early.ts): host-gw
+ * with a store whose subnets are SubnetLen wide (etcd), when the daemon can feed a batch.
  */
-function writesEarly(deps: DaemonDeps): boolean {
-  return deps.feed !== undefined && deps.store.anySubnetSize !== true;
+function writesEarly(deps: DaemonDeps, config: NetConfig): boolean {
+  return (
+    deps.feed !== undefined &&
+    config.backend.type === 'host-gw' &&
+    deps.store.anySubnetSize !== true
+  );
 }
 
-/**
- * The early writer's look at the kernel: no route of twill's in a family the config runs, and none
- * of its vxlan devices.
- */
+/** The early writer's look at the kernel: no route of twill's in a family the config runs. */
 function kernelCold(deps: DaemonDeps, config: NetConfig, signal: AbortSignal): Promise<boolean> {
-  const v4 = config.ipv4 !== null;
-  const v6 = config.ipv6 !== null;
-  const { backend } = config;
-  const devices =
-    backend.type === 'vxlan'
-      ? [
-          ...(v4 ? [vxlanDeviceName(backend.vni)] : []),
-          ...(v6 ? [vxlan6DeviceName(backend.vni)] : []),
-        ]
-      : [];
-  return isCold({ runner: deps.runner, logger: deps.logger, signal, v4, v6, devices });
+  const families = { v4: config.ipv4 !== null, v6: config.ipv6 !== null };
+  return holdsNoRoutes({ runner: deps.runner, logger: deps.logger, signal, ...families });
 }
 
-/**
- * The writer of a cold start's entries while the listing is decoded (writesEarly); with vxlan, the
- * devices it makes are the first pass's but for their addresses (bareVxlanDevice), with the
- * VtepMACs our lease publishes. None when a family's device has no underlay address or VtepMAC
- * (the pass would make no device of it).
- */
-function earlyEntries(
+/** The writer of a cold start's routes while the listing is decoded (writesEarly). */
+function earlyRoutes(
   deps: DaemonDeps,
   o: { config: NetConfig; attrs: LeaseAttrs; choice: IfaceChoice; cold: Promise<boolean> },
   signal: AbortSignal,
-): EarlyEntries | undefined {
-  const { config, choice, attrs } = o;
+): EarlyRoutes | undefined {
+  const { config, choice } = o;
   const feed = deps.feed;
   if (!feed) return undefined;
-  const ctx = peerContext(deps.store, { attrs, subnet: null }, config, choice);
-  const v4 = config.ipv4 !== null;
-  const v6 = config.ipv6 !== null;
-  const { backend } = config;
-  const device = (
-    on: boolean,
-    local: string | null | undefined,
-    mac: string | undefined,
-    family: 4 | 6,
-  ) =>
-    on && backend.type === 'vxlan' && local && mac
-      ? bareVxlanDevice(backend, { choice, local, mac, family })
-      : null;
-  const vxlan = device(v4, choice.ifaceIp, attrs.backendData?.vtepMac, 4);
-  const vxlan6 = device(v6, choice.ifaceIp6, attrs.backendData6?.vtepMac, 6);
-  if (backend.type === 'vxlan' && (v4 !== (vxlan !== null) || v6 !== (vxlan6 !== null)))
-    return undefined;
-  return new EarlyEntries({
+  const ctx = peerContext(deps.store, { attrs: o.attrs, subnet: null }, config, choice);
+  const families = { v4: config.ipv4 !== null, v6: config.ipv6 !== null };
+  return new EarlyRoutes({
     runner: deps.runner,
     feed,
     cold: o.cold,
     peers: new EarlyPeers(ctx),
-    setup: { choice, backend, v4, v6, vxlan, vxlan6 },
+    setup: { choice, backend: config.backend, ...families, vxlan: null, vxlan6: null },
     logger: deps.logger,
     signal,
   });

@@ -27,7 +27,6 @@ import {
   type MasqSpec,
   type MasqSpec6,
   type PodRange,
-  type BareVxlanDevice,
   type VxlanDevice,
 } from './model.ts';
 import { joinEntries, peerEntries, type EntriesMemo, type EntriesSetup } from './peer-entries.ts';
@@ -98,36 +97,18 @@ function v4Of(input: Pick<BackendInput, 'config' | 'self' | 'choice'>): V4 | und
   return { underlayIp, self };
 }
 
-/**
- * A vxlan device as a pass creates it, all but its address (our subnet's, known once our lease is):
- * what a cold start's early writer makes before the lease (early.ts), so that the first pass finds
- * it as it wants it (diff.ts, sameDevice) and only adds the address. `family` 6: twill-v6.<VNI>,
- * the IPv4 device's VNI, port, learning and gbp (flannel-v6.<VNI> takes them from the same backend
- * config), over our IPv6 underlay address, with our IPv6 VtepMAC.
- */
-export function bareVxlanDevice(
-  backend: VxlanBackend,
-  o: { choice: IfaceChoice; local: string; mac: string; family: 4 | 6 },
-): BareVxlanDevice {
-  const v6 = o.family === 6;
+function vxlanDevice(input: BackendInput, backend: VxlanBackend, v4: V4): VxlanDevice {
   return {
-    name: v6 ? vxlan6DeviceName(backend.vni) : vxlanDeviceName(backend.vni),
+    name: vxlanDeviceName(backend.vni),
     vni: backend.vni,
-    local: o.local,
-    underlay: o.choice.iface.name,
+    local: v4.underlayIp,
+    underlay: input.choice.iface.name,
     port: backend.port,
     learning: backend.learning,
     gbp: backend.gbp,
     // the IPv4 device's own MTU: the 50-byte figure, whatever the pods use
-    mtu: v6 ? vxlan6Mtu(backend, o.choice.iface.mtu) : podMtu(backend, o.choice.iface.mtu),
-    mac: o.mac,
-  };
-}
-
-function vxlanDevice(input: BackendInput, backend: VxlanBackend, v4: V4): VxlanDevice {
-  const mac = input.self.attrs.backendData?.vtepMac ?? '';
-  return {
-    ...bareVxlanDevice(backend, { choice: input.choice, local: v4.underlayIp, mac, family: 4 }),
+    mtu: podMtu(backend, input.choice.iface.mtu),
+    mac: input.self.attrs.backendData?.vtepMac ?? '',
     address: `${formatIpv4(v4.self.base)}/32`,
   };
 }
@@ -148,10 +129,21 @@ function v6Of(input: Pick<BackendInput, 'config' | 'self' | 'choice'>): V6 | und
   return { underlayIp, self };
 }
 
+/**
+ * twill-v6.<VNI>: the IPv4 device's VNI, port, learning and gbp (flannel-v6.<VNI> takes them from
+ * the same backend config), over our IPv6 underlay address, with our IPv6 VtepMAC.
+ */
 function vxlan6Device(input: BackendInput, backend: VxlanBackend, v6: V6): VxlanDevice {
-  const mac = input.self.attrs.backendData6?.vtepMac ?? '';
   return {
-    ...bareVxlanDevice(backend, { choice: input.choice, local: v6.underlayIp, mac, family: 6 }),
+    name: vxlan6DeviceName(backend.vni),
+    vni: backend.vni,
+    local: v6.underlayIp,
+    underlay: input.choice.iface.name,
+    port: backend.port,
+    learning: backend.learning,
+    gbp: backend.gbp,
+    mtu: vxlan6Mtu(backend, input.choice.iface.mtu),
+    mac: input.self.attrs.backendData6?.vtepMac ?? '',
     address: `${formatIpv6(v6.self.base)}/128`,
   };
 }

@@ -42,9 +42,6 @@ export interface VxlanDevice {
   readonly address: string;
 }
 
-/** A device but for its address: what is made of it before our lease is known (desired.ts). */
-export type BareVxlanDevice = Omit<VxlanDevice, 'address'>;
-
 /** Whether a device tunnels over IPv6 (twill-v6.<VNI>): its source address is an IPv6 one. */
 export function isIpv6Device(d: Pick<VxlanDevice, 'local'>): boolean {
   return d.local.includes(':');

@@ -11,12 +11,12 @@ import { onLink, onLink6, type IfaceChoice } from '../net/iface.ts';
 import { formatCidr, formatIpv4, type Cidr } from '../net/ipv4.ts';
 import { formatCidr6, formatIpv6 } from '../net/ipv6.ts';
 import type {
-  BareVxlanDevice,
   DesiredState,
   FdbSpec,
   NeighSpec,
   PeerEntries,
   RouteSpec,
+  VxlanDevice,
 } from './model.ts';
 
 /** One family's entries of one peer: a route alone, or (vxlan) all three. */
@@ -122,8 +122,8 @@ export interface EntriesSetup {
   readonly v4: boolean;
   /** IPv6 on (dual-stack or IPv6 only) */
   readonly v6: boolean;
-  readonly vxlan: BareVxlanDevice | null;
-  readonly vxlan6: BareVxlanDevice | null;
+  readonly vxlan: VxlanDevice | null;
+  readonly vxlan6: VxlanDevice | null;
 }
 
 /** One peer's entries in both families (what a delta pass adds or removes as a whole). */

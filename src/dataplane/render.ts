@@ -24,14 +24,7 @@
 // entry, and a changed neighbour after its FDB entry. Each batch carries its stage: a lane runs its
 // stages in order and the batches of one stage at once (apply.ts).
 import { FORCE_BATCH_ARGS } from '../exec/batch-errors.ts';
-import {
-  isIpv6Device,
-  ROUTE_PROTOCOL,
-  type BareVxlanDevice,
-  type Op,
-  type Phase,
-  type RouteSpec,
-} from './model.ts';
+import { isIpv6Device, ROUTE_PROTOCOL, type Op, type Phase, type RouteSpec } from './model.ts';
 import { nftTableLines } from './nft.ts';
 
 export interface Batch {
@@ -59,17 +52,6 @@ function routeText(r: RouteSpec): string {
   return `${r.dst} via ${r.via} dev ${r.dev}${r.onlink ? ' onlink' : ''} proto ${ROUTE_PROTOCOL}`;
 }
 
-/** A vxlan device made (`link add`, and the IPv6 device's addrgenmode), without its address. */
-export function deviceAddLines(d: BareVxlanDevice): string[] {
-  const flags = `${d.learning ? '' : ' nolearning'}${d.gbp ? ' gbp' : ''}`;
-  const add = `link add ${d.name} mtu ${d.mtu} address ${d.mac} type vxlan id ${d.vni} local ${d.local} dev ${d.underlay} dstport ${d.port}${flags}`;
-  // The IPv6 device gets no link-local address (set before it goes up; `link add` refuses
-  // addrgenmode): the kernel would otherwise make one, run duplicate address detection on it and
-  // send router and multicast listener solicitations into a tunnel that has no destination for
-  // them. Its one address is the /128 a pass adds, and pod traffic needs no other.
-  return isIpv6Device(d) ? [add, `link set ${d.name} addrgenmode none`] : [add];
-}
-
 /**
  * The op's lines: one `ip`/`bridge` command without the program name, the iptables-restore lines
  * (without the *table / COMMIT frame), or a table's `nft -f -` transaction.
@@ -83,7 +65,14 @@ export function opLines(op: Op): string[] {
         const what = 'up' in s ? 'up' : 'mac' in s ? `address ${s.mac}` : `mtu ${s.mtu}`;
         return [`link set ${op.name} ${what}`];
       }
-      return deviceAddLines(op.device);
+      const d = op.device;
+      const flags = `${d.learning ? '' : ' nolearning'}${d.gbp ? ' gbp' : ''}`;
+      const add = `link add ${d.name} mtu ${d.mtu} address ${d.mac} type vxlan id ${d.vni} local ${d.local} dev ${d.underlay} dstport ${d.port}${flags}`;
+      // The IPv6 device gets no link-local address (set before it goes up; `link add` refuses
+      // addrgenmode): the kernel would otherwise make one, run duplicate address detection on
+      // it and send router and multicast listener solicitations into a tunnel that has no
+      // destination for them. Its one address is the /128 below, and pod traffic needs no other.
+      return isIpv6Device(d) ? [add, `link set ${d.name} addrgenmode none`] : [add];
     }
     case 'addr': {
       // an IPv6 address is usable at once: no duplicate address detection (the /128 is ours by

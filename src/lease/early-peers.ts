@@ -1,7 +1,7 @@
 // Which peers of a listing nothing can refuse, before the node holds its lease (pure): what a
 // cold start may write to the kernel while the rest of the listing is still being decoded
 // (dataplane/early.ts). A subset of what admission (admit.ts) admits once the lease is ours,
-// never more (docs/design.md, rule 6), in etcd mode:
+// never more (docs/design.md, rule 6), in etcd mode with host-gw:
 //   - each peer passes `checkPeer` against our config, our PublicIP(s) and the underlay, with no
 //     subnet of our own yet. Our subnet is either our own old lease's (its PublicIP is ours, so
 //     `checkPeer` refuses it here) or one the allocator picks free of every listed key that fits
@@ -13,18 +13,14 @@
 //     In etcd mode a key names the lease's subnets, and every admitted subnet is SubnetLen wide.
 //     IPv4 only, the listing can be admitted page by page as it is read, without the sweep over
 //     every key: a record's neighbours in key order tell the same (EarlyPeers says why);
-//   - with vxlan, admission's set-level stage keeps it when run over every listed record that
-//     passes `checkPeer` (crowded on its subnet or not): the first claim of a VtepMAC keeps it, as
-//     of a subnet, and once our lease is ours the claimants can only be fewer, so a claim first
-//     or alone among these is still so. VtepMACs are in the values, in no order: a vxlan record
-//     is held until the listing's last chunk, when that stage runs.
+//   - VtepMAC conflicts (vxlan) are not looked at: the early writer runs with host-gw only.
 // A key that does not parse is a refused record, which no admitted peer conflicts with.
 // What changes after the listing (a key created, one deleted) comes as events, after the first
 // pass, as always.
 import type { NetConfig } from '../config/netconf.ts';
 import { lastAddress, sameCidr, type Cidr } from '../net/ipv4.ts';
 import { lastAddress6 } from '../net/ipv6.ts';
-import { checkPeer, forOurFamilies, withoutConflicts, type PeerContext } from './admit.ts';
+import { checkPeer, forOurFamilies, type PeerContext } from './admit.ts';
 import { parseLeaseKey } from './codec.ts';
 import type { Lease, LeaseRecord } from './types.ts';
 
@@ -102,25 +98,18 @@ interface Run {
  * names the same subnet or does not parse). So the records of one subnet come one after another,
  * and a record is held until the next readable one shows whether it is alone on its subnet.
  * With IPv6 (dual-stack keys that share an IPv6 subnet need not be neighbours) it says no: the
- * listing is then taken whole. With vxlan, what either way would give is held until the last chunk
- * and then swept for VtepMAC conflicts (see the header).
+ * listing is then taken whole.
  */
 export class EarlyPeers {
   private crowded = new Set<string>();
   private readonly ctx: PeerContext;
-  private readonly vxlan: boolean;
   /** admitting in key order (begin(undefined)) */
   private ordered = false;
   private run: Run | undefined;
-  /** vxlan: the leases to write once the listing's VtepMACs are known */
-  private held: Lease[] = [];
-  /** vxlan: every record's lease that passed `checkPeer`, the VtepMAC sweep's claimants */
-  private passed: Lease[] = [];
 
   /** `ctx` without our own subnets (we hold none yet); `anySubnetSize` must be off (etcd). */
   constructor(ctx: PeerContext) {
     this.ctx = ctx;
-    this.vxlan = ctx.config.backend.type === 'vxlan';
     if (ctx.self || ctx.self6 || ctx.anySubnetSize)
       throw new Error('EarlyPeers: a context without our subnets, in etcd mode');
   }
@@ -132,8 +121,6 @@ export class EarlyPeers {
    */
   begin(keys: readonly string[] | undefined): boolean {
     this.run = undefined;
-    this.held = [];
-    this.passed = [];
     if (keys !== undefined) {
       this.ordered = false;
       this.crowded = overlappingKeys(keys, this.ctx.config);
@@ -148,17 +135,14 @@ export class EarlyPeers {
   /**
    * The leases of `chunk` (the next records of the listing) as the kernel entries would be built
    * from them, those not to be written now left out. In key order the last readable record is
-   * held until the next one comes, or `last` (the listing's last chunk) says none will; with vxlan
-   * every lease is held until `last`.
+   * held until the next one comes, or `last` (the listing's last chunk) says none will.
    */
   admit(chunk: readonly LeaseRecord[], last = false): Lease[] {
     const out: Lease[] = [];
     for (const record of chunk) {
       if (!this.ordered) {
-        // (a crowded record is still a VtepMAC's claimant)
-        const crowded = this.crowded.has(record.key);
-        const lease = crowded && !this.vxlan ? undefined : this.check(record);
-        if (lease && !crowded) out.push(lease);
+        const lease = this.crowded.has(record.key) ? undefined : this.check(record);
+        if (lease) out.push(lease);
         continue;
       }
       // an unreadable record takes no part in admission, nor does an IPv4-less one (refused)
@@ -166,24 +150,12 @@ export class EarlyPeers {
       if (!subnet) continue;
       if (this.run && sameCidr(this.run.subnet, subnet)) {
         this.run.crowded = true;
-        if (this.vxlan) this.check(record);
         continue;
       }
       this.flush(out);
       this.run = { subnet, lease: this.check(record), crowded: false };
     }
-    if (last && this.ordered) this.flush(out);
-    if (!this.vxlan) return out;
-    this.held.push(...out);
-    return last ? this.sweep() : [];
-  }
-
-  /** vxlan, the listing whole: the held leases whose VtepMACs no other claim keeps. */
-  private sweep(): Lease[] {
-    const kept = new Set(withoutConflicts(this.passed, this.ctx.config).admitted);
-    const out = this.held.filter((lease) => kept.has(lease));
-    this.held = [];
-    this.passed = [];
+    if (last) this.flush(out);
     return out;
   }
 
@@ -195,8 +167,6 @@ export class EarlyPeers {
   private check(record: LeaseRecord): Lease | undefined {
     if (!record.ok) return undefined;
     const lease = forOurFamilies(record.lease, this.ctx.config);
-    if (checkPeer(lease, this.ctx)) return undefined;
-    if (this.vxlan) this.passed.push(lease);
-    return lease;
+    return checkPeer(lease, this.ctx) ? undefined : lease;
   }
 }

@@ -19,13 +19,6 @@ const V4 = parseNetConfig('{"Network":"10.50.0.0/16","Backend":{"Type":"host-gw"
 const DUAL = parseNetConfig(
   '{"Network":"10.50.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:50::/48","Backend":{"Type":"host-gw"}}',
 );
-const V4X = parseNetConfig('{"Network":"10.50.0.0/16","Backend":{"Type":"vxlan"}}');
-const DUALX = parseNetConfig(
-  '{"Network":"10.50.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:50::/48","Backend":{"Type":"vxlan"}}',
-);
-/** our VtepMACs (both devices'), which no peer may claim */
-const OUR_MAC = '0e:00:00:00:00:01';
-const OUR_MAC6 = '0e:00:00:00:00:61';
 const UNDERLAY = {
   name: 'eth0',
   networks: ['192.168.50.1/24'],
@@ -44,39 +37,24 @@ function attrs(host: number, o: Partial<LeaseAttrs> = {}): LeaseAttrs {
   };
 }
 
-/**
- * A listed entry as the store decodes it (createRevision, its claim's order: its place in the
- * listing unless `created` says otherwise).
- */
-function record(key: string, value: string, index: number, created = index + 1): LeaseRecord {
+/** A listed entry as the store decodes it (createRevision: its place in the listing). */
+function record(key: string, value: string, index: number): LeaseRecord {
   return store.decode({
     key: `/n/subnets/${key}`,
     value,
     modRevision: String(index + 1),
-    createRevision: String(created),
+    createRevision: String(index + 1),
   });
 }
 
 function earlyCtx(config: NetConfig): PeerContext {
-  const vxlan = config.backend.type === 'vxlan';
   return {
     config,
     self: null,
     selfPublicIp: OURS,
-    ...(vxlan ? { selfVtepMac: OUR_MAC } : {}),
     ...(config.ipv6 ? { self6: null, selfPublicIpv6: 'fd00:192::1' } : {}),
-    ...(config.ipv6 && vxlan ? { selfVtepMac6: OUR_MAC6 } : {}),
     underlay: UNDERLAY,
   };
-}
-
-/** A vxlan peer's attributes: its VtepMAC(s) as given. */
-function vxlanAttrs(host: number, mac: string, mac6?: string): LeaseAttrs {
-  return attrs(host, {
-    backendType: 'vxlan',
-    backendData: { vni: 1, vtepMac: mac },
-    ...(mac6 === undefined ? {} : { backendData6: { vni: 1, vtepMac: mac6 } }),
-  });
 }
 
 function admitted(early: EarlyPeers, keys: string[], records: LeaseRecord[]): string[] {
@@ -207,45 +185,6 @@ describe('EarlyPeers', () => {
     expect(early.admit([record('10.50.8.0-24&fd00:50:0:8::-64', v(7), 0)], true)).toHaveLength(1);
   });
 
-  it('with vxlan, holds every lease until the listing ends, then leaves out a VtepMAC another claim keeps', () => {
-    const mac = (n: number): string => `0e:00:00:00:01:${n.toString(16).padStart(2, '0')}`;
-    const records = [
-      record('10.50.1.0-24', encodeLeaseValue(vxlanAttrs(11, mac(1))), 0),
-      // one VtepMAC, claimed first by the later key (created earlier): that one keeps it
-      record('10.50.2.0-24', encodeLeaseValue(vxlanAttrs(12, mac(2))), 1, 50),
-      record('10.50.3.0-24', encodeLeaseValue(vxlanAttrs(13, mac(2).toUpperCase())), 2, 40),
-      // our own VtepMAC: refused
-      record('10.50.4.0-24', encodeLeaseValue(vxlanAttrs(14, OUR_MAC)), 3),
-      // a VtepMAC whose first claim is crowded on its subnet: still the first claim
-      record('10.50.5.0-24', encodeLeaseValue(vxlanAttrs(15, mac(5))), 4, 10),
-      record('10.50.5.0-24&fd00:50:0:5::-64', encodeLeaseValue(vxlanAttrs(16, mac(6))), 5),
-      record('10.50.6.0-24', encodeLeaseValue(vxlanAttrs(17, mac(5))), 6, 20),
-      // refused by checkPeer (host-gw): no claimant of its VtepMAC
-      record(
-        '10.50.7.0-24',
-        encodeLeaseValue({ ...vxlanAttrs(18, mac(1)), backendType: 'host-gw' }),
-        7,
-      ),
-      record('10.50.8.0-24', encodeLeaseValue(vxlanAttrs(19, mac(8))), 8),
-    ];
-    const expected = ['10.50.1.0-24', '10.50.3.0-24', '10.50.8.0-24'];
-    for (const cuts of [[], [1], [3, 1, 1], [8]]) {
-      const early = new EarlyPeers(earlyCtx(V4X));
-      early.begin(undefined);
-      const sorted = [...records].sort(byBytes);
-      let at = 0;
-      for (const n of cuts) expect(early.admit(sorted.slice(at, (at += n)))).toEqual([]);
-      expect(early.admit(sorted.slice(at), true).map((l) => l.key)).toEqual(expected);
-    }
-    expect(
-      admitted(
-        new EarlyPeers(earlyCtx(V4X)),
-        records.map((r) => r.key),
-        records,
-      ),
-    ).toEqual(expected);
-  });
-
   it('takes a dual-stack listing only whole: IPv6 subnets need not be neighbours', () => {
     const early = new EarlyPeers(earlyCtx(DUAL));
     expect(early.begin(undefined)).toBe(false);
@@ -260,8 +199,6 @@ describe('EarlyPeers', () => {
   for (const [name, config] of [
     ['IPv4', V4],
     ['dual-stack', DUAL],
-    ['IPv4 vxlan', V4X],
-    ['dual-stack vxlan', DUALX],
   ] as const) {
     it(`admits only what admission admits once the lease is ours, over random listings (${name})`, () => {
       let seed = 17;
@@ -284,33 +221,19 @@ describe('EarlyPeers', () => {
           const junk = [`junk-${i}`, `${base}-${prefix}!${i}`, `${base}-${prefix}%`][rand(3)];
           const key = rand(10) === 0 ? (junk as string) : `${base}-${prefix}${six}`;
           const host = [1, 2 + rand(200), 2 + rand(200), 2 + rand(200)][rand(4)] ?? 2;
-          // vxlan: VtepMACs from a few, so that claims collide, ours among them
-          const mac = (): string =>
-            [OUR_MAC, OUR_MAC6, `0e:00:00:00:02:0${rand(6)}`][rand(6) % 3] as string;
-          const value = (
-            config.backend.type === 'vxlan'
-              ? [
-                  encodeLeaseValue(vxlanAttrs(host, mac(), mac())),
-                  encodeLeaseValue(vxlanAttrs(host, mac(), mac())),
-                  encodeLeaseValue(vxlanAttrs(host, mac())),
-                  encodeLeaseValue({ ...vxlanAttrs(host, mac(), mac()), publicIpv6: null }),
-                  encodeLeaseValue(attrs(host)),
-                ]
-              : [
-                  encodeLeaseValue(attrs(host)),
-                  encodeLeaseValue(attrs(host)),
-                  encodeLeaseValue(attrs(host, { publicIpv6: null })),
-                  encodeLeaseValue(attrs(host, { backendType: 'vxlan' })),
-                  '{"PublicIP":',
-                ]
-          )[rand(5)] as string;
+          const value = [
+            encodeLeaseValue(attrs(host)),
+            encodeLeaseValue(attrs(host)),
+            encodeLeaseValue(attrs(host, { publicIpv6: null })),
+            encodeLeaseValue(attrs(host, { backendType: 'vxlan' })),
+            '{"PublicIP":',
+          ][rand(5)] as string;
           entries.push([key, value]);
         }
-        // the allocator's keys are unique: the last write of a key stands; claims are made in
-        // any order (two at one revision: no first claim)
+        // the allocator's keys are unique: the last write of a key stands
         const unique = [...new Map(entries).entries()];
         const keys = unique.map(([k]) => k);
-        const records = unique.map(([k, v], i) => record(k, v, i, 1 + rand(20)));
+        const records = unique.map(([k, v], i) => record(k, v, i));
         const got = admitted(new EarlyPeers(earlyCtx(config)), keys, records);
         early += got.length;
         if (!config.ipv6) {
@@ -335,8 +258,8 @@ describe('EarlyPeers', () => {
       }
       // the property is not vacuous: the early admission admits something in most listings, and
       // in key order peers the sweep holds back for a wider or a junk key
-      expect(early).toBeGreaterThan(config.backend.type === 'vxlan' ? 150 : 300);
-      if (!config.ipv6) expect(ordered).toBeGreaterThan(config.backend.type === 'vxlan' ? 15 : 30);
+      expect(early).toBeGreaterThan(300);
+      if (!config.ipv6) expect(ordered).toBeGreaterThan(30);
     });
   }
 });

@@ -1,23 +1,19 @@
-// A cold start's early entries (src/dataplane/early.ts) on a real kernel, watched by an `ip
+// A host-gw cold start's early routes (src/dataplane/early.ts) on a real kernel, watched by an `ip
 // monitor route` that runs from before the daemon starts: the routes of peers nothing can refuse
 // are written while the listing is decoded; a lease admission refuses (a subnet wider than
 // SubnetLen, a PublicIP off the link, an unreadable value, our own old lease) never becomes a
 // route, not even for a moment; a /24 under a refused /23 is routed early (IPv4: the listing is
 // taken in key order), one subnet in two keys waits for the first pass, which routes the claim
 // admission keeps; nothing
-// written early is taken back; a warm restart writes nothing early and changes no route; a
-// dual-stack node writes both families early; and a vxlan node makes its device and writes its
-// clear peers' neighbours, FDB entries and routes early, the first pass adding only the device's
-// address, while a peer whose VtepMAC another claimed first gets no entry, not even for a moment.
+// written early is taken back; a warm restart writes nothing early and changes no route; and a
+// dual-stack node writes both families early.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { derivedVtepMac } from '../../src/daemon.ts';
 import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import { MemoryKv } from '../../src/lease/memory-kv.ts';
-import { formatIpv4 } from '../../src/net/ipv4.ts';
 import type { LeaseAttrs } from '../../src/lease/types.ts';
 import { startTestDaemon, type TestNode } from '../helpers/daemon.ts';
 import { NetnsLab, nsRunner, nsWatch, sweepStaleNetns } from '../../lab/kit/netns.ts';
@@ -87,30 +83,6 @@ function peerRoutes(lines: readonly string[], deleted: boolean): string[] {
   });
 }
 
-/**
- * Stops `node` and starts it again on the kernel it left, until converged: nothing is written
- * early and no route changes. Then stops it and closes `kv`; the restart's log lines.
- */
-async function restartsWarm(
-  node: TestNode,
-  start: () => Promise<TestNode>,
-  kv: MemoryKv,
-): Promise<TestNode['log']['lines']> {
-  await node.stop();
-  const from = seen.length;
-  const again = await start();
-  await waitFor(() => again.state()?.pass?.converged === true, {
-    timeoutMs: 20_000,
-    what: 'converged again',
-  });
-  expect(again.log.lines.filter((l) => l.msg === 'dataplane written early')).toEqual([]);
-  expect(peerRoutes(seen.slice(from), false)).toEqual([]);
-  expect(peerRoutes(seen.slice(from), true)).toEqual([]);
-  await again.stop();
-  await kv.close();
-  return again.log.lines;
-}
-
 describe('a host-gw cold start with routes written early', () => {
   let node: TestNode;
   const kv = new MemoryKv();
@@ -170,7 +142,18 @@ describe('a host-gw cold start with routes written early', () => {
   }, 40_000);
 
   it('writes nothing early on a warm restart, and changes no route', async () => {
-    await restartsWarm(node, start, kv);
+    await node.stop();
+    const from = seen.length;
+    const again = await start();
+    await waitFor(() => again.state()?.pass?.converged === true, {
+      timeoutMs: 20_000,
+      what: 'converged again',
+    });
+    expect(again.log.lines.filter((l) => l.msg === 'dataplane written early')).toEqual([]);
+    expect(peerRoutes(seen.slice(from), false)).toEqual([]);
+    expect(peerRoutes(seen.slice(from), true)).toEqual([]);
+    await again.stop();
+    await kv.close();
   }, 40_000);
 });
 
@@ -221,96 +204,5 @@ describe('a dual-stack host-gw cold start with routes written early', () => {
     expect(peerRoutes(seen.slice(from), true)).toEqual([]);
     await node.stop();
     await kv.close();
-  }, 40_000);
-});
-
-describe('a vxlan cold start with entries written early', () => {
-  const kv = new MemoryKv();
-  const mac = (n: number): string => `0e:00:00:00:03:${n.toString(16).padStart(2, '0')}`;
-  const vxlanAttrs = (n: number, vtepMac: string): LeaseAttrs => ({
-    ...attrs(`192.168.50.${n}`),
-    backendType: 'vxlan',
-    backendData: { vni: 1, vtepMac },
-  });
-  const start = (): Promise<TestNode> =>
-    startTestDaemon({
-      store: new KvLeaseStore({ kv, prefix: '/n' }),
-      nodeName: 'early-vx',
-      publicIp: '192.168.50.1',
-      iface: ['eth0'],
-      subnetFile: join(dir, 'subnet-vx.env'),
-      ns,
-    });
-  let node: TestNode;
-
-  /** twill.1's permanent neighbours and FDB entries, as `ip`/`bridge` list them. */
-  async function deviceEntries(): Promise<{ neighs: string[]; fdb: string[] }> {
-    const r = nsRunner(ns);
-    const neighs = (await r('ip', ['neigh', 'show', 'dev', 'twill.1', 'nud', 'permanent'])).stdout;
-    const fdb = (await r('bridge', ['fdb', 'show', 'dev', 'twill.1'])).stdout;
-    const lines = (t: string): string[] => t.split('\n').filter((l) => l.trim() !== '');
-    return { neighs: lines(neighs), fdb: lines(fdb).filter((l) => l.includes(' dst ')) };
-  }
-
-  it('makes the device, writes the clear peers early, and the first pass adds only its address', async () => {
-    const r = nsRunner(ns);
-    // cold again: no route of twill's in either family
-    await r('ip', ['-4', 'route', 'flush', 'proto', '151']);
-    await r('ip', ['-6', 'route', 'flush', 'proto', '151']);
-    await monitorCaughtUp();
-    kv.putRaw('/n/config', '{"Network":"10.50.0.0/16","Backend":{"Type":"vxlan"}}');
-    for (const n of GOOD)
-      kv.putRaw(`/n/subnets/10.50.${n}.0-24`, encodeLeaseValue(vxlanAttrs(n, mac(n))));
-    // refused: a VtepMAC 10.50.10.0/24 claimed first, and our own (derived) VtepMAC
-    kv.putRaw('/n/subnets/10.50.70.0-24', encodeLeaseValue(vxlanAttrs(70, mac(GOOD[0] ?? 0))));
-    kv.putRaw(
-      '/n/subnets/10.50.71.0-24',
-      encodeLeaseValue(vxlanAttrs(71, derivedVtepMac('early-vx', 1))),
-    );
-    const from = seen.length;
-    node = await start();
-    await waitFor(() => node.state()?.pass?.converged === true, {
-      timeoutMs: 20_000,
-      what: 'converged',
-    });
-    const routed = GOOD.map((n) => `10.50.${n}.0/24`);
-    await waitFor(async () => peerRoutes(seen.slice(from), false).length >= routed.length, {
-      timeoutMs: 5_000,
-      what: 'the monitor saw every route',
-    });
-    const early = node.log.lines.filter((l) => l.msg === 'dataplane written early');
-    expect(early.map((l) => l.ops)).toEqual([
-      {
-        'link add': 1,
-        'link change': 1,
-        'route add': GOOD.length,
-        'neigh add': GOOD.length,
-        'fdb add': GOOD.length,
-      },
-    ]);
-    // the first pass found the device as it wants it: no device made again, no entry written
-    const passes = node.log.lines.filter((l) => l.msg === 'dataplane updated');
-    expect(passes[0]?.ops).toMatchObject({ 'addr add': 1 });
-    for (const p of passes)
-      for (const kind of ['link add', 'link delete', 'route add', 'neigh add', 'fdb add'])
-        expect(p.ops as object, kind).not.toHaveProperty([kind]);
-    expect(peerRoutes(seen.slice(from), false).sort()).toEqual(routed.sort());
-    expect(peerRoutes(seen.slice(from), true)).toEqual([]);
-    const { neighs, fdb } = await deviceEntries();
-    expect(neighs.map((l) => l.split(' ')[0]).sort()).toEqual(
-      GOOD.map((n) => `10.50.${n}.0`).sort(),
-    );
-    expect(fdb.map((l) => /dst (\S+)/.exec(l)?.[1]).sort()).toEqual(
-      GOOD.map((n) => `192.168.50.${n}`).sort(),
-    );
-    const addrs = (await r('ip', ['-4', '-o', 'addr', 'show', 'dev', 'twill.1'])).stdout;
-    const subnet = node.state()?.lease.subnet;
-    expect(subnet).toBeTruthy();
-    expect(addrs).toContain(` ${subnet ? formatIpv4(subnet.base) : '-'}/32 `);
-  }, 40_000);
-
-  it('writes nothing early on a warm restart, and changes no entry', async () => {
-    const lines = await restartsWarm(node, start, kv);
-    expect(lines.filter((l) => l.msg === 'dataplane updated')).toEqual([]);
   }, 40_000);
 });

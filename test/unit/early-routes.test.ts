@@ -4,8 +4,7 @@
 // routes went in, it deletes exactly those routes again.
 import { describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
-import { bareVxlanDevice } from '../../src/dataplane/desired.ts';
-import { EarlyEntries, isCold } from '../../src/dataplane/early.ts';
+import { EarlyRoutes, holdsNoRoutes } from '../../src/dataplane/early.ts';
 import type { Feeder, Runner } from '../../src/exec/runner.ts';
 import { encodeLeaseValue } from '../../src/lease/codec.ts';
 import { EarlyPeers } from '../../src/lease/early-peers.ts';
@@ -26,27 +25,17 @@ const CHOICE = {
   ifaceIp: '192.168.50.1',
   publicIp: '192.168.50.1',
 };
-const VXLAN = parseNetConfig('{"Network":"10.50.0.0/16","Backend":{"Type":"vxlan"}}');
-const OUR_MAC = '0e:00:00:00:00:01';
 const store = new KvLeaseStore({ kv: new MemoryKv(), prefix: '/n' });
-const peerMac = (n: number): string => `0e:00:00:00:01:${n.toString(16).padStart(2, '0')}`;
 
-/** `count` peers from 10.50.<from>.0/24 on; vxlan ones with a VtepMAC each (`mac`, by number). */
-function records(
-  from: number,
-  count: number,
-  o: { vxlan?: boolean; mac?: (n: number) => string } = {},
-): LeaseRecord[] {
-  const mac = o.mac ?? peerMac;
+function records(from: number, count: number): LeaseRecord[] {
   return Array.from({ length: count }, (_, i) =>
     store.decode({
       key: `/n/subnets/10.50.${from + i}.0-24`,
       value: encodeLeaseValue({
         publicIp: `192.168.50.${from + i}`,
         publicIpv6: null,
-        ...(o.vxlan === true
-          ? { backendType: 'vxlan', backendData: { vni: 1, vtepMac: mac(from + i) } }
-          : { backendType: 'host-gw', backendData: null }),
+        backendType: 'host-gw',
+        backendData: null,
       }),
       modRevision: String(from + i),
       createRevision: String(from + i),
@@ -54,30 +43,18 @@ function records(
   );
 }
 
-/**
- * A writer whose kernel holds `existing` routes of twill's (and `links`, `ip -o link show`'s
- * lines); with `vxlan`, twill.1's. What it ran and fed (`files`: which program each batch fed) is
- * recorded; `failDevice`: making the device fails.
- */
-function writer(
-  existing: string,
-  o: { vxlan?: boolean; links?: string; failDevice?: boolean } = {},
-) {
+/** A writer whose kernel holds `existing` routes of twill's; what it ran and fed is recorded. */
+function writer(existing: string) {
   const ran: { cmd: string; input?: string }[] = [];
   const fed: string[] = [];
-  const files: string[] = [];
   const log = captureLog();
   const runner: Runner = async (file, args, opts) => {
     ran.push({ cmd: [file, ...args].join(' '), ...(opts?.input ? { input: opts.input } : {}) });
-    if (o.failDevice && opts?.input?.startsWith('link add'))
-      throw new Error('RTNETLINK answers: File exists');
-    const shown = args.includes('link') ? (o.links ?? '') : existing;
-    return { stdout: args.includes('show') ? shown : '', stderr: '' };
+    return { stdout: args.includes('show') ? existing : '', stderr: '' };
   };
-  const feed: Feeder = (file) => {
+  const feed: Feeder = () => {
     let text = '';
     fed.push('');
-    files.push(file);
     const index = fed.length - 1;
     const done = Promise.resolve({ stdout: '', stderr: '' });
     return {
@@ -90,40 +67,33 @@ function writer(
     };
   };
   const signal = new AbortController().signal;
-  const config = o.vxlan === true ? VXLAN : CONFIG;
-  const backend = config.backend;
-  const vxlan =
-    backend.type === 'vxlan'
-      ? bareVxlanDevice(backend, { choice: CHOICE, local: CHOICE.ifaceIp, mac: OUR_MAC, family: 4 })
-      : null;
-  const early = new EarlyEntries({
+  const early = new EarlyRoutes({
     runner,
     feed,
-    cold: isCold({
-      runner,
-      logger: log.logger,
-      signal,
-      v4: true,
-      v6: false,
-      devices: vxlan ? [vxlan.name] : [],
-    }),
+    cold: holdsNoRoutes({ runner, logger: log.logger, signal, v4: true, v6: false }),
     peers: new EarlyPeers({
-      config,
+      config: CONFIG,
       self: null,
       selfPublicIp: '192.168.50.1',
-      ...(vxlan ? { selfVtepMac: OUR_MAC } : {}),
       underlay: CHOICE.iface,
     }),
-    setup: { choice: CHOICE, backend, v4: true, v6: false, vxlan, vxlan6: null },
+    setup: {
+      choice: CHOICE,
+      backend: CONFIG.backend,
+      v4: true,
+      v6: false,
+      vxlan: null,
+      vxlan6: null,
+    },
     logger: log.logger,
     signal,
   });
-  return { early, ran, fed, files, log };
+  return { early, ran, fed, log };
 }
 
 const keysOf = (r: readonly LeaseRecord[]): string[] => r.map((x) => x.key);
 
-describe('EarlyEntries', () => {
+describe('EarlyRoutes', () => {
   it('feeds a cold node every chunk as it comes, in one batch, and logs the routes once', async () => {
     const w = writer('');
     const [a, b] = [records(10, 3), records(20, 2)];
@@ -204,80 +174,8 @@ describe('EarlyEntries', () => {
       ],
     ]);
     expect(w.log.lines.map((l) => l.msg)).toContain(
-      'acquiring the lease failed: the entries written early are deleted again',
+      'acquiring the lease failed: the routes written early are deleted again',
     );
     expect(w.log.lines.filter((l) => l.msg === 'dataplane written early')).toEqual([]);
-  });
-
-  it("with vxlan, makes the device first, then writes each clear peer's entries once the listing ends", async () => {
-    const w = writer('', { vxlan: true });
-    // 10.50.12 and 10.50.13 claim one VtepMAC, 10.50.12 first: 10.50.13 is left to the pass
-    const r = records(10, 4, { vxlan: true, mac: (n) => peerMac(n === 13 ? 12 : n) });
-    expect(w.early.begin(undefined)).toBe(true);
-    w.early.take(r.slice(0, 2));
-    w.early.take(r.slice(2), { last: true });
-    w.early.end();
-    await w.early.done();
-    expect(w.ran.map((c) => c.cmd)).toEqual([
-      'ip -o link show',
-      'ip -4 route show proto 151',
-      'ip -batch -',
-    ]);
-    expect(w.ran[2]?.input?.trim().split('\n')).toEqual([
-      'link add twill.1 mtu 1450 address 0e:00:00:00:00:01 type vxlan id 1 local 192.168.50.1 dev eth0 dstport 8472 nolearning',
-      'link set twill.1 up',
-    ]);
-    expect(w.files).toEqual(['ip', 'bridge']);
-    const peers = [10, 11, 12];
-    expect(w.fed[0]?.trim().split('\n')).toEqual(
-      peers.flatMap((n) => [
-        `neigh replace 10.50.${n}.0 lladdr ${peerMac(n)} dev twill.1 nud permanent`,
-        `route add 10.50.${n}.0/24 via 10.50.${n}.0 dev twill.1 onlink proto 151`,
-      ]),
-    );
-    expect(w.fed[1]?.trim().split('\n')).toEqual(
-      peers.map((n) => `fdb append ${peerMac(n)} dev twill.1 dst 192.168.50.${n} self permanent`),
-    );
-    expect(w.log.lines.find((l) => l.msg === 'dataplane written early')?.ops).toEqual({
-      'link add': 1,
-      'link change': 1,
-      'route add': 3,
-      'neigh add': 3,
-      'fdb add': 3,
-    });
-  });
-
-  it('with vxlan, writes nothing on a node that has the device, or when it cannot be made', async () => {
-    const warm = writer('', {
-      vxlan: true,
-      links: '1: lo: <LOOPBACK,UP> mtu 65536\n7: twill.1: <BROADCAST,MULTICAST> mtu 1450\n',
-    });
-    const cantMake = writer('', { vxlan: true, failDevice: true });
-    for (const w of [warm, cantMake]) {
-      w.early.begin(undefined);
-      await new Promise((resolve) => setImmediate(resolve));
-      w.early.take(records(10, 2, { vxlan: true }), { last: true });
-      w.early.end();
-      await w.early.done();
-      expect(w.fed.every((text) => text === '')).toBe(true);
-      expect(w.log.lines.filter((l) => l.msg === 'dataplane written early')).toEqual([]);
-    }
-    expect(warm.ran.map((c) => c.cmd)).not.toContain('ip -batch -');
-    // another device's name that starts like ours is not ours
-    const other = writer('', { vxlan: true, links: '7: twill.10: <BROADCAST> mtu 1450\n' });
-    other.early.begin(undefined);
-    other.early.take(records(10, 1, { vxlan: true }), { last: true });
-    await other.early.done();
-    expect(other.fed[0]).toContain('route add 10.50.10.0/24');
-  });
-
-  it('with vxlan, deletes the device it made (and its entries with it) when the acquisition fails', async () => {
-    const w = writer('', { vxlan: true });
-    w.early.begin(undefined);
-    w.early.take(records(10, 2, { vxlan: true }), { last: true });
-    w.early.end({ failed: true });
-    await w.early.done();
-    const deletes = w.ran.filter((c) => c.cmd === 'ip -force -batch -');
-    expect(deletes.map((c) => c.input?.trim().split('\n'))).toEqual([['link del twill.1']]);
   });
 });
