@@ -297,6 +297,13 @@ async function acquire(
   const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
   const previous = previousSubnets(config, await previousSubnet(deps, opts.subnetFile));
   const early = cold && earlyRoutes(deps, { config, attrs, choice, cold }, signal);
+  // start-up fails: the routes written early are deleted before we go (no first pass will judge
+  // them), whichever try of the acquisition wrote them
+  const abandon = async (err: unknown): Promise<never> => {
+    early?.end({ failed: true });
+    await early?.done();
+    throw err;
+  };
   const lease = await whileUnavailable(
     deps,
     progress,
@@ -307,15 +314,14 @@ async function acquire(
         signal,
       ),
     signal,
-  ).catch(async (err: unknown) => {
-    // (the store ended it, failed, when the routes were written: they are deleted before we go)
-    early?.end({ failed: true });
-    await early?.done();
-    throw err;
-  });
-  checkLeaseFamilies(config, lease);
-  progress.step('writing subnet.env');
-  await writeSubnetEnv(opts.subnetFile, subnetEnvFor(config, choice, lease, opts.ipMasq));
+  ).catch(abandon);
+  try {
+    checkLeaseFamilies(config, lease);
+    progress.step('writing subnet.env');
+    await writeSubnetEnv(opts.subnetFile, subnetEnvFor(config, choice, lease, opts.ipMasq));
+  } catch (err) {
+    await abandon(err);
+  }
   logger.info(
     {
       key: lease.key,

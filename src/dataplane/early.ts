@@ -109,15 +109,25 @@ export class EarlyRoutes implements EarlyListing {
   }
 
   end(o: { failed?: boolean } = {}): void {
-    if (this.ended) return;
+    const failed = o.failed === true;
+    if (this.ended) {
+      // the try that took the listing ended well (it lost a race for a subnet), but a later one,
+      // or what start-up does with the lease, failed: what went in goes again
+      if (failed && !this.failed) {
+        this.failed = true;
+        this.finished = (this.finished ?? Promise.resolve()).then(() => this.takeBack());
+      }
+      return;
+    }
     this.ended = true;
-    this.failed = o.failed === true;
+    this.failed = failed;
     this.finished = this.finish();
   }
 
   /**
    * Settles when the batches have ended and are logged (at once when nothing was written); never
-   * rejects: what failed here the first pass writes.
+   * rejects: what failed here the first pass writes. After it nothing is taken back: the lease is
+   * ours, and its first pass judges what was written.
    */
   done(): Promise<void> {
     this.end();
@@ -125,6 +135,7 @@ export class EarlyRoutes implements EarlyListing {
     return (this.finished ?? Promise.resolve()).then(() => {
       this.leases.length = 0;
       this.sent.clear();
+      for (const lane of this.lanes) lane.routes.length = 0;
     });
   }
 
@@ -193,17 +204,19 @@ export class EarlyRoutes implements EarlyListing {
       },
       'dataplane written early',
     );
-    for (const lane of this.lanes) lane.routes.length = 0;
   }
 
   /**
    * The acquisition failed after the routes went in (another live node holds our PublicIP, the
    * subnets ran out, the store went away): no lease, so no first pass will judge them, and a peer
-   * refused meanwhile would keep its route. They go again.
+   * refused meanwhile would keep its route. They go again. Not when the daemon is stopping (its
+   * signal aborted): a stop leaves the kernel as it is, and the next start, finding the node warm,
+   * judges them in its first pass.
    */
   private async takeBack(): Promise<void> {
     const input = this.lanes.map((lane) => batchText(lane.routes, 'delete')).join('');
     const count = this.lanes.reduce((n, lane) => n + lane.routes.length, 0);
+    if (count === 0 || this.o.signal.aborted) return;
     for (const lane of this.lanes) lane.routes.length = 0;
     this.leases.length = 0;
     this.sent.clear();

@@ -159,6 +159,30 @@ describe('EarlyRoutes', () => {
     expect(w.log.lines.filter((l) => /early/.test(l.msg))).toEqual([]);
   });
 
+  it('deletes them when a later try fails, after the try that took the listing ended well', async () => {
+    const w = writer('');
+    const r = records(10, 2);
+    w.early.begin(keysOf(r));
+    w.early.take(r);
+    // the try that took the listing lost a race for its subnet; the next one threw
+    w.early.end();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    w.early.end({ failed: true });
+    await w.early.done();
+    expect(w.log.lines.map((l) => l.msg)).toContain('dataplane written early');
+    const deletes = () => w.ran.filter((c) => c.cmd === 'ip -force -batch -');
+    expect(deletes().map((c) => c.input?.trim().split('\n'))).toEqual([
+      [
+        'route del 10.50.10.0/24 via 192.168.50.10 dev eth0 proto 151',
+        'route del 10.50.11.0/24 via 192.168.50.11 dev eth0 proto 151',
+      ],
+    ]);
+    // once the lease is ours (done), nothing more is taken back
+    w.early.end({ failed: true });
+    await w.early.done();
+    expect(deletes()).toHaveLength(1);
+  });
+
   it('deletes the routes it wrote when the acquisition fails after them', async () => {
     const w = writer('');
     const r = records(10, 2);
