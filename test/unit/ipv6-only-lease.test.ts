@@ -6,10 +6,10 @@
 // Kubernetes store over a fake API, and the etcd store refusing the config.
 // Also what the other families make of an IPv6-only peer: an IPv4-only node
 // refuses it, a dual-stack node routes it for IPv6.
-import { writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseNetConfig } from '../../src/config/netconf.ts';
 import { admitPeers, checkPeer, forOurFamilies, type PeerContext } from '../../src/lease/admit.ts';
 import { decodeLeaseObject, describeLease, leaseSubnetText } from '../../src/lease/codec.ts';
@@ -501,8 +501,12 @@ class FakeKubeApi implements KubeApi {
 }
 
 describe('KubeLeaseStore with an IPv6-only config', () => {
+  // net-conf.json in a directory of this file's own, removed after it
+  let dir: string;
+  beforeAll(async () => (dir = await mkdtemp(join(tmpdir(), 'twill-v6only-'))));
+  afterAll(() => rm(dir, { recursive: true, force: true }));
   async function kubeStore(api: FakeKubeApi, nodeName = 'me'): Promise<KubeLeaseStore> {
-    const file = join(tmpdir(), `twill-v6only-${process.pid}.json`);
+    const file = join(dir, 'net-conf.json');
     await writeFile(file, V6ONLY_TEXT);
     return new KubeLeaseStore({ api, nodeName, netConfigPath: file });
   }

@@ -3,6 +3,7 @@
 // streams nothing, and no try picks a subnet the early writer routed to a peer; and the listing
 // prefetched while the daemon picks its interface is the first try's.
 import { describe, expect, it } from 'vitest';
+import { TwillError } from '../../src/errors.ts';
 import { encodeLeaseValue, parseSubnetKey } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import type { Kv } from '../../src/lease/kv.ts';
@@ -214,6 +215,33 @@ describe('the acquisition with an early writer', () => {
       expect(lease.key).toBe('10.50.3.0-24');
       await store.close();
     }
+  });
+
+  it('tells the early writer a try failed when the list fails after some of its pages', async () => {
+    const kv = wideStore(700);
+    const early = recorder([], { paged: true });
+    const store = new KvLeaseStore({
+      kv: {
+        ...shared(kv),
+        list: async (prefix, signal, onPage) => {
+          const whole = await kv.list(prefix, signal);
+          onPage?.({ entries: whole.entries.slice(0, 300), first: true });
+          await new Promise((resolve) => setImmediate(resolve));
+          throw new TwillError('STORE_UNAVAILABLE', 'etcd went away mid-listing');
+        },
+      },
+      prefix: '/n',
+    });
+    const signal = new AbortController().signal;
+    const config = await store.getNetworkConfig(signal);
+    await expect(
+      store.acquireLease({ config, attrs: attrs(1), previous: undefined, early }, signal),
+    ).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' });
+    // the page that came was handed over, its end never told, and the try told failed
+    expect(early.chunks.flat()).toHaveLength(300);
+    expect(early.lasts).toEqual([]);
+    expect(early.failed).toEqual([true]);
+    await store.close();
   });
 
   it('tells the early writer a try failed: another live node holds our PublicIP', async () => {
