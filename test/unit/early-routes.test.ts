@@ -11,6 +11,7 @@ import { EarlyPeers } from '../../src/lease/early-peers.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
 import { MemoryKv } from '../../src/lease/memory-kv.ts';
 import type { LeaseRecord } from '../../src/lease/types.ts';
+import { waitFor } from '../../lab/kit/wait.ts';
 import { captureLog } from '../helpers/log.ts';
 
 const CONFIG = parseNetConfig('{"Network":"10.50.0.0/16","Backend":{"Type":"host-gw"}}');
@@ -166,7 +167,11 @@ describe('EarlyRoutes', () => {
     w.early.take(r);
     // the try that took the listing lost a race for its subnet; the next one threw
     w.early.end();
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    await waitFor(() => w.log.lines.some((l) => l.msg === 'dataplane written early'), {
+      timeoutMs: 5_000,
+      what: 'the batch logged',
+      everyMs: 1,
+    });
     w.early.end({ failed: true });
     await w.early.done();
     expect(w.log.lines.map((l) => l.msg)).toContain('dataplane written early');

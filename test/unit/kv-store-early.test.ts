@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { TwillError } from '../../src/errors.ts';
 import { encodeLeaseValue, parseSubnetKey } from '../../src/lease/codec.ts';
 import { KvLeaseStore } from '../../src/lease/kv-store.ts';
-import type { Kv } from '../../src/lease/kv.ts';
+import type { Kv, KvListing, KvPage } from '../../src/lease/kv.ts';
 import { MemoryKv, shared } from '../../src/lease/memory-kv.ts';
 import type { EarlyListing, Lease, LeaseAttrs, LeaseRecord } from '../../src/lease/types.ts';
 import { formatCidr } from '../../src/net/ipv4.ts';
@@ -32,6 +32,24 @@ function wideStore(count: number): MemoryKv {
       encodeLeaseValue(attrs(2 + (i % 200))),
     );
   return kv;
+}
+
+/**
+ * `kv` whose listing is told page by page as `tell` says (it is handed the whole listing and
+ * onPage, and may throw), then returned whole.
+ */
+function tellingKv(
+  kv: MemoryKv,
+  tell: (whole: KvListing, onPage: ((page: KvPage) => void) | undefined) => Promise<void>,
+): Kv {
+  return {
+    ...shared(kv),
+    list: async (prefix, signal, onPage) => {
+      const whole = await kv.list(prefix, signal);
+      await tell(whole, onPage);
+      return whole;
+    },
+  };
 }
 
 /**
@@ -117,21 +135,16 @@ describe('the acquisition with an early writer', () => {
     const early = recorder([], { paged: true });
     /** how many chunks the writer had when each page came, and when the listing settled */
     const seenAt: number[] = [];
-    const paged: Kv = {
-      ...shared(kv),
-      list: async (prefix, signal, onPage) => {
-        const whole = await kv.list(prefix, signal);
-        for (let at = 0; at < whole.entries.length; at += 300) {
-          await new Promise((resolve) => setImmediate(resolve));
-          seenAt.push(early.chunks.length);
-          onPage?.({ entries: whole.entries.slice(at, at + 300), first: at === 0 });
-        }
-        await new Promise((resolve) => setTimeout(resolve, 20));
+    const paged = tellingKv(kv, async (whole, onPage) => {
+      for (let at = 0; at < whole.entries.length; at += 300) {
+        await new Promise((resolve) => setImmediate(resolve));
         seenAt.push(early.chunks.length);
-        settled = true;
-        return whole;
-      },
-    };
+        onPage?.({ entries: whole.entries.slice(at, at + 300), first: at === 0 });
+      }
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      seenAt.push(early.chunks.length);
+      settled = true;
+    });
     const store = new KvLeaseStore({ kv: paged, prefix: '/n' });
     const signal = new AbortController().signal;
     const config = await store.getNetworkConfig(signal);
@@ -161,19 +174,13 @@ describe('the acquisition with an early writer', () => {
       kv.putRaw('/n/subnets/10.50.2.0-24', encodeLeaseValue(attrs(6)));
       const early = recorder([], { paged: true });
       const store = new KvLeaseStore({
-        kv: {
-          ...shared(kv),
-          list: async (prefix, signal, onPage) => {
-            const whole = await kv.list(prefix, signal);
-            if (tells === 'restart') {
-              // an attempt compacted away after one page, then the whole listing again
-              onPage?.({ entries: whole.entries.slice(0, 1), first: true });
-              await new Promise((resolve) => setImmediate(resolve));
-              onPage?.({ entries: whole.entries, first: true });
-            }
-            return whole;
-          },
-        },
+        kv: tellingKv(kv, async (whole, onPage) => {
+          if (tells !== 'restart') return;
+          // an attempt compacted away after one page, then the whole listing again
+          onPage?.({ entries: whole.entries.slice(0, 1), first: true });
+          await new Promise((resolve) => setImmediate(resolve));
+          onPage?.({ entries: whole.entries, first: true });
+        }),
         prefix: '/n',
       });
       const signal = new AbortController().signal;
@@ -221,15 +228,11 @@ describe('the acquisition with an early writer', () => {
     const kv = wideStore(700);
     const early = recorder([], { paged: true });
     const store = new KvLeaseStore({
-      kv: {
-        ...shared(kv),
-        list: async (prefix, signal, onPage) => {
-          const whole = await kv.list(prefix, signal);
-          onPage?.({ entries: whole.entries.slice(0, 300), first: true });
-          await new Promise((resolve) => setImmediate(resolve));
-          throw new TwillError('STORE_UNAVAILABLE', 'etcd went away mid-listing');
-        },
-      },
+      kv: tellingKv(kv, async (whole, onPage) => {
+        onPage?.({ entries: whole.entries.slice(0, 300), first: true });
+        await new Promise((resolve) => setImmediate(resolve));
+        throw new TwillError('STORE_UNAVAILABLE', 'etcd went away mid-listing');
+      }),
       prefix: '/n',
     });
     const signal = new AbortController().signal;
