@@ -232,6 +232,8 @@ interface Started {
   readonly lease: Lease;
   /** the routes written while the listing was decoded (early.ts), when there were any to write */
   readonly early: EarlyRoutes | undefined;
+  /** the kernel held no route of twill's when the daemon started (early.ts, holdsNoRoutes) */
+  readonly cold: Promise<boolean>;
 }
 
 /** net-conf.json from the store (waiting while it is unreachable). */
@@ -264,10 +266,11 @@ async function acquire(
   signal: AbortSignal,
 ): Promise<Started> {
   const { store, logger } = deps;
-  // the peers' leases come in while the interface is chosen; and, when the routes may be written
-  // early, the kernel is looked at for routes of twill's meanwhile
+  // the peers' leases come in while the interface is chosen, and the kernel is looked at for
+  // routes of twill's meanwhile (a cold start writes its routes early, and starts `ip monitor`
+  // after its first pass)
   store.prefetchListing?.(signal);
-  const cold = writesEarly(deps, config) ? kernelCold(deps, config, signal) : undefined;
+  const cold = kernelCold(deps, config, signal);
   progress.step('choosing the interface');
   const ipv4 = config.ipv4 !== null;
   const ipv6 = config.ipv6 !== null;
@@ -296,7 +299,9 @@ async function acquire(
     );
   const attrs = await leaseAttrs(deps, { config, choice, nodeName: opts.nodeName }, signal);
   const previous = previousSubnets(config, await previousSubnet(deps, opts.subnetFile));
-  const early = cold && earlyRoutes(deps, { config, attrs, choice, cold }, signal);
+  const early = writesEarly(deps, config)
+    ? earlyRoutes(deps, { config, attrs, choice, cold }, signal)
+    : undefined;
   // start-up fails: the routes written early are deleted before we go (no first pass will judge
   // them), whichever try of the acquisition wrote them
   const abandon = async (err: unknown): Promise<never> => {
@@ -332,7 +337,7 @@ async function acquire(
     },
     'lease acquired',
   );
-  return { config, choice, attrs, lease, early };
+  return { config, choice, attrs, lease, early, cold };
 }
 
 /**
@@ -445,11 +450,20 @@ async function runNode(
   // the catch only keeps a failure from going unhandled while the acquisition fails first.
   const detecting = detectMasq(runner, config, signal);
   detecting.catch(() => undefined);
-  const { choice, lease, early } = await acquire(deps, opts, config, probe, signal);
+  const { choice, lease, early, cold } = await acquire(deps, opts, config, probe, signal);
   // big plans (a cold start) run with `ip monitor` stopped: its events would be twill's own; the
   // early routes too, and the first pass reads the entries only once they are written
   const hush = new MonitorHush();
   const earlyDone = early ? hush.during(() => early.done()) : undefined;
+  // a cold start's first pass writes every peer's entries, with `ip monitor` stopped: it starts
+  // after that pass (its start asks for the full pass that sees what it missed) rather than
+  // before, only to be stopped, and waited for, when the pass's batches begin
+  let firstPassEnded = (): void => undefined;
+  if (await cold) {
+    const ended = new Promise<void>((resolve) => (firstPassEnded = resolve));
+    signal.addEventListener('abort', firstPassEnded, { once: true });
+    void hush.during(() => ended);
+  }
   probe.step(config.nftables ? 'detecting nft' : 'detecting iptables');
   const netfilter = await detecting;
   if (config.nftables)
@@ -492,8 +506,12 @@ async function runNode(
     ready: peers.listed,
     ...(earlyDone ? { entriesAfter: earlyDone } : {}),
     onPassStart: () => probe.passStarted(),
-    onPassError: (err) => probe.passFailed(err),
+    onPassError: (err) => {
+      firstPassEnded();
+      probe.passFailed(err);
+    },
     onPass: (r) => {
+      firstPassEnded();
       probe.passDone(r);
       publish();
       if (r.converged && r.failures.length === 0) ready.converged();

@@ -9,23 +9,33 @@
 // reads nothing (a delta, a repair) may hand its ip and bridge batches to
 // kept processes (exec/kept-batch.ts) instead of starting new ones; any
 // other pass spreads a big plan over one process per core (render.ts), each
-// lane running its batches stage by stage.
+// lane running its batches stage by stage, and, given a feeder, starts a big
+// batch's process before its text is rendered and feeds it piece by piece.
 import { availableParallelism } from 'node:os';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { describeError } from '../errors.ts';
 import { describeBatchFailures } from '../exec/batch-errors.ts';
 import type { KeptBatches } from '../exec/kept-batch.ts';
-import { CommandError, type Runner } from '../exec/runner.ts';
+import { CommandError, type Feeder, type Runner } from '../exec/runner.ts';
 import type { Op, Phase } from './model.ts';
 import { describeNftFailures } from './nft-parse.ts';
 import { renderBatches, type Batch } from './render.ts';
 
 /**
  * How many processes a big plan's ip (post) batch is spread over: one per core, at most 4. Measured
- * on 2 cores only: 2 processes wrote 5,000 routes in 290 ms against 420 for one, and 3 gained
- * nothing more there; the kernel takes its routing lock for each route, which bounds what more
- * processes can gain on more cores.
+ * on 2 cores only: 2 processes wrote 5,000 routes in 290 ms against 420 for one (410-425 against
+ * 465-475 on kernel 6.18, 2026-12-03), and 3 gained nothing more there; the kernel takes its
+ * routing lock for each route, which bounds what more processes can gain on more cores.
  */
 export const SPREAD_WAYS = Math.min(availableParallelism(), 4);
+
+/**
+ * A batch of more ops than this, given a feeder, is fed in pieces of this many: its process starts
+ * after one piece is rendered instead of all, and renders the next while the kernel takes the one
+ * before (a line took 1.5-2 µs to render at a cold start, 2 cores). Small enough that the first
+ * piece costs about a millisecond, big enough that a piece's turn of the event loop is nothing.
+ */
+export const PIECE_OPS = 500;
 
 export interface ApplyResult {
   readonly batches: number;
@@ -51,6 +61,15 @@ export async function applyOps(
     readonly kept?: KeptBatches;
     /** processes a big plan is spread over when no kept ones are given; default SPREAD_WAYS */
     readonly ways?: number;
+    /** starts a batch of more than PIECE_OPS ops to be fed in pieces (not for kept processes) */
+    readonly feed?: Feeder;
+    /**
+     * called once the links' lane has started the batches of its last stage (at once when it has
+     * none): a spread plan's routes, the kernel's longest work, whose processes wait on the kernel
+     * line by line and leave a core room for the caller's next work (the reconciler's masquerade
+     * reads), where the stage before is three processes and the feeding on two cores
+     */
+    readonly lastStage?: () => void;
   },
 ): Promise<ApplyResult> {
   const { runner, signal } = o;
@@ -60,7 +79,15 @@ export async function applyOps(
     try {
       const kept = o.kept?.for(b.file);
       if (kept) await kept.run(b.lines, { signal, timeoutMs: 60_000 });
-      else await runner(b.file, b.args, { signal, input: b.input, timeoutMs: 60_000 });
+      else if (o.feed && b.size > PIECE_OPS) {
+        const fed = o.feed(b.file, b.args, { signal, timeoutMs: 60_000 });
+        for (const piece of b.pieces(PIECE_OPS)) {
+          fed.write(piece);
+          // the stage's other batches start and get their pieces too
+          await nextTurn();
+        }
+        await fed.end();
+      } else await runner(b.file, b.args, { signal, input: b.input, timeoutMs: 60_000 });
     } catch (err) {
       if (signal.aborted) throw err;
       const describe = b.phase === 'nft' ? describeNftFailures : describeBatchFailures;
@@ -68,16 +95,20 @@ export async function applyOps(
       failed.set(b, found.length > 0 ? found.map((f) => `${b.file}: ${f}`) : [describeError(err)]);
     }
   };
-  const lane = async (phases: readonly Phase[]): Promise<void> => {
+  const lane = async (phases: readonly Phase[], lastStage?: () => void): Promise<void> => {
     const mine = batches.filter((b) => phases.includes(b.phase));
     // batches come in stage order; a stage ends when all of its batches have (one aborted still
     // waits for the others, so no batch outlives the pass)
-    for (const stage of new Set(mine.map((b) => b.stage))) {
-      const ended = await Promise.allSettled(mine.filter((b) => b.stage === stage).map(runOne));
+    const stages = [...new Set(mine.map((b) => b.stage))];
+    if (stages.length === 0) lastStage?.();
+    for (const [i, stage] of stages.entries()) {
+      const running = mine.filter((b) => b.stage === stage).map(runOne);
+      if (i === stages.length - 1) lastStage?.();
+      const ended = await Promise.allSettled(running);
       for (const e of ended) if (e.status === 'rejected') throw e.reason;
     }
   };
-  const lanes = await Promise.allSettled([lane(LINK_PHASES), lane(MASQ_PHASES)]);
+  const lanes = await Promise.allSettled([lane(LINK_PHASES, o.lastStage), lane(MASQ_PHASES)]);
   for (const l of lanes) if (l.status === 'rejected') throw l.reason;
   return { batches: batches.length, failures: batches.flatMap((b) => failed.get(b) ?? []) };
 }

@@ -7,9 +7,10 @@
 //            verification pass; the state is converged when a pass finds
 //            nothing to do. It runs in two lanes, as apply.ts does: the
 //            entries (links, routes, neighbours, FDB) are read, diffed and
-//            their batches started first; only then are the chains (or nft
-//            tables) read, diffed and rewritten, so a cold start's 5,000
-//            routes wait for no iptables run.
+//            their batches started first; only once their last stage has
+//            started (a big plan's routes) are the chains (or nft tables)
+//            read, diffed and rewritten, so a cold start's 5,000 routes wait
+//            for no iptables run.
 //   entries  the same without the chains (which depend on our own lease
 //            only): for kernel events about links, addresses or anything
 //            twill cannot pin down.
@@ -120,7 +121,8 @@ export interface ReconcilerOptions {
   readonly runner: Runner;
   /**
    * starts the kept `ip -batch -` and `bridge -batch -` that delta and repair passes feed
-   * (kept-batch.ts); without it they start their batches as observed passes do
+   * (kept-batch.ts), and the big batches of observed passes, fed in pieces as they are rendered
+   * (apply.ts); without it every batch is rendered whole before its process starts
    */
   readonly feed?: Feeder;
   readonly logger: Logger;
@@ -234,6 +236,8 @@ export class Reconciler {
   private last: PassReport | undefined;
   private spawns = 0;
   private readonly runner: Runner;
+  /** o.feed, counting its spawns: a big batch of a pass that reads the kernel, fed in pieces */
+  private readonly feed: Feeder | undefined;
   private readonly kept: KeptBatches | undefined;
   /**
    * when the next safety-net full pass is due (monotonicMs()); only a full pass moves it, so
@@ -266,6 +270,12 @@ export class Reconciler {
     };
     const feed = o.feed;
     this.kept = feed && new KeptBatches({ feed, onSpawn: () => this.spawns++ });
+    this.feed =
+      feed &&
+      ((file, args, opts) => {
+        this.spawns++;
+        return feed(file, args, opts);
+      });
     this.forwarding = new ForwardingGuard({
       logger: o.logger,
       ensure: o.ensureForwarding,
@@ -410,7 +420,7 @@ export class Reconciler {
   }
 
   /**
-   * The entries' lane's reads (the masquerade's wait until the entries' batches have started, off
+   * The entries' lane's reads (the masquerade's wait until the entries' last stage has started, off
    * a cold start's path: its 5,000 routes are the kernel's longest work); undefined when a lease
    * change made the pass give way (`reading` aborted).
    */
@@ -434,7 +444,7 @@ export class Reconciler {
 
   /**
    * Applies the entries' ops, and with `masq` (a full pass) the masquerade's lane once the
-   * entries' batches have started. A masquerade lane that fails (a chain or table could not be
+   * entries' last stage has started. A masquerade lane that fails (a chain or table could not be
    * read) fails the pass, as a failed read always has; when the entries' batches ran first, the
    * pass is reported with their ops and the lane's failure (not converged: the loop backs off and
    * retries a full pass, which finds the entries in place), so what was applied is logged and
@@ -613,7 +623,7 @@ export class Reconciler {
   /**
    * Applies a plan; a big one with the monitors quiet (`quietMonitors`); with `kept` (a pass that
    * read nothing) its ip and bridge batches in the kept processes. `started` is called once the
-   * first batches have been started.
+   * links' lane has started its last stage (applyOps' `lastStage`).
    */
   private apply(
     ops: readonly Op[],
@@ -621,12 +631,14 @@ export class Reconciler {
     kept = false,
     started?: () => void,
   ): Promise<ApplyResult> {
-    const o = { runner: this.runner, signal, ...(kept && this.kept ? { kept: this.kept } : {}) };
-    const run = (): Promise<ApplyResult> => {
-      const applying = applyOps(ops, o);
-      started?.();
-      return applying;
+    const o = {
+      runner: this.runner,
+      signal,
+      ...(kept && this.kept ? { kept: this.kept } : {}),
+      ...(this.feed ? { feed: this.feed } : {}),
+      ...(started ? { lastStage: started } : {}),
     };
+    const run = (): Promise<ApplyResult> => applyOps(ops, o);
     const quiet = this.o.quietMonitors;
     let entries = 0;
     for (const op of ops)

@@ -100,8 +100,22 @@ export class DaemonProbe implements StartupProgress {
       result: r.failures.length > 0 ? 'failed' : r.converged ? 'converged' : 'changed',
     });
     m.passDuration.observe(r.durationMs / 1000);
-    for (const op of r.ops) m.ops.inc({ kind: opLabel(op), action: op.action });
-    if (r.drift) for (const op of r.ops) m.drift.inc({ kind: driftKind(op) });
+    // counted first, then one increment a label set: a cold start's 30,000 ops, incremented one by
+    // one, cost the JavaScript thread about 50 ms in label formatting (profiled, 2 cores)
+    const ops = new Map<string, { kind: ReturnType<typeof opLabel>; action: string; n: number }>();
+    const drift = new Map<string, number>();
+    for (const op of r.ops) {
+      const kind = opLabel(op);
+      const key = `${kind} ${op.action}`;
+      const c = ops.get(key);
+      if (c) c.n++;
+      else ops.set(key, { kind, action: op.action, n: 1 });
+      if (!r.drift) continue;
+      const d = driftKind(op);
+      drift.set(d, (drift.get(d) ?? 0) + 1);
+    }
+    for (const { kind, action, n } of ops.values()) m.ops.inc({ kind, action }, n);
+    for (const [kind, n] of drift) m.drift.inc({ kind }, n);
   }
 
   /** A pass threw: the loop goes on (it retries), but the kernel is in an unknown state. */

@@ -13,7 +13,7 @@ import {
 } from '../../src/dataplane/monitor.ts';
 import type { Touch } from '../../src/dataplane/kernel-event.ts';
 import { Reconciler } from '../../src/dataplane/reconciler.ts';
-import type { Runner } from '../../src/exec/runner.ts';
+import type { Feeder, Runner } from '../../src/exec/runner.ts';
 import { captureLog, type CapturedLog } from './log.ts';
 import {
   NetnsLab,
@@ -57,6 +57,8 @@ export async function startGuardedNode(o: {
   settleMs?: number;
   /** the reconciler's runner, wrapped (the monitors and the test keep the plain one) */
   wrapRunner?: (r: Runner) => Runner;
+  /** the reconciler's feeder (big batches fed in pieces, kept processes), wrapped */
+  wrapFeed?: (f: Feeder) => Feeder;
   /** how long the first converged pass may take (default 10 s) */
   convergeMs?: number;
 }): Promise<GuardedNode> {
@@ -74,7 +76,7 @@ export async function startGuardedNode(o: {
   const hush = new MonitorHush();
   const r = new Reconciler({
     runner: o.wrapRunner ? o.wrapRunner(runner) : runner,
-    feed: nsFeeder(ns),
+    feed: o.wrapFeed ? o.wrapFeed(nsFeeder(ns)) : nsFeeder(ns),
     logger,
     quietMonitors: (f) => hush.during(f),
     desired: () => desiredState(o.input),

@@ -52,6 +52,21 @@ const routeDsts = async (r: Runner): Promise<string[]> =>
 beforeAll(async () => {
   expect(PEERS.length * 3).toBeGreaterThanOrEqual(QUIET_MIN_ENTRIES);
   let lost = false;
+  /** the reconciler's runner before the wrapping */
+  let plain: Runner | undefined;
+  const nodeNetns = async (): Promise<string> => {
+    if (!plain) throw new Error('no runner yet');
+    netns ||= await netnsOf(plain);
+    return netns;
+  };
+  const isBig = (args: readonly string[], input: string): boolean =>
+    args.includes('-batch') && input.split('\n').length >= QUIET_MIN_ENTRIES / 3;
+  /** deletes LOST once, after the batch that added it */
+  const loseOnce = async (input: string): Promise<void> => {
+    if (lost || !plain || !input.includes(`route add ${LOST}`)) return;
+    lost = true;
+    await plain('ip', ['route', 'del', LOST]);
+  };
   node = await startGuardedNode({
     short: 'quiet',
     input: backendInput({
@@ -61,19 +76,41 @@ beforeAll(async () => {
     watch: 'nft',
     settleMs: 5,
     convergeMs: 60_000,
-    wrapRunner: (inner) => async (file, args, opts) => {
-      const lines = opts?.input?.split('\n').length ?? 0;
-      const big = args.includes('-batch') && lines >= QUIET_MIN_ENTRIES / 3;
-      if (big) {
-        netns ||= await netnsOf(inner);
-        monitorsAtBigBatch.push(await ipMonitorsIn(netns));
-      }
-      const result = await inner(file, args, opts);
-      if (big && file === 'ip' && !lost && opts?.input?.includes(`route add ${LOST}`) === true) {
-        lost = true;
-        await inner('ip', ['route', 'del', LOST]);
-      }
-      return result;
+    wrapRunner: (inner) => {
+      plain = inner;
+      return async (file, args, opts) => {
+        const input = opts?.input ?? '';
+        const big = isBig(args, input);
+        if (big) monitorsAtBigBatch.push(await ipMonitorsIn(await nodeNetns()));
+        const result = await inner(file, args, opts);
+        if (big && file === 'ip') await loseOnce(input);
+        return result;
+      };
+    },
+    // a batch of more than PIECE_OPS ops is fed to its process piece by piece (apply.ts): looked
+    // at once its first piece is written, and done only after the route is deleted
+    wrapFeed: (inner) => (file, args, opts) => {
+      const fed = inner(file, args, opts);
+      let text = '';
+      let monitors: Promise<number> | undefined;
+      return {
+        done: fed.done,
+        write: (piece) => {
+          monitors ??= nodeNetns().then(ipMonitorsIn);
+          text += piece;
+          fed.write(piece);
+        },
+        end: async (last) => {
+          text += last ?? '';
+          const seen = await monitors;
+          const result = await fed.end(last);
+          if (seen !== undefined && isBig(args, text)) {
+            monitorsAtBigBatch.push(seen);
+            if (file === 'ip') await loseOnce(text);
+          }
+          return result;
+        },
+      };
     },
   });
 }, 90_000);

@@ -1,13 +1,15 @@
 // A big plan spread over processes that run at once (render.ts, apply.ts): which lines go to which
 // batch and stage, that the spread batches hold exactly the lines of the unspread ones, and that
 // applyOps runs a lane stage by stage: the neighbours beside the FDB batch, the routes' parts
-// together after both, a link delete last; a failure in one part is mapped to that part's line.
+// together after both, a link delete last, the caller told when the last stage starts; a failure
+// in one part is mapped to that part's line; with both families the IPv4 routes wait only for
+// IPv4's entries; given a feeder, a big batch is fed in pieces that together are its text.
 import { describe, expect, it } from 'vitest';
-import { applyOps } from '../../src/dataplane/apply.ts';
+import { applyOps, PIECE_OPS } from '../../src/dataplane/apply.ts';
 import type { Op } from '../../src/dataplane/model.ts';
 import { renderBatches, SPREAD_MIN_OPS } from '../../src/dataplane/render.ts';
 import type { KeptBatches } from '../../src/exec/kept-batch.ts';
-import { CommandError, type Runner } from '../../src/exec/runner.ts';
+import { CommandError, type Feeder, type Runner } from '../../src/exec/runner.ts';
 
 const DEV = 'twill.1';
 
@@ -39,6 +41,44 @@ function coldOps(peers: number): Op[] {
       route: { dst: `${net(i)}/24`, via: net(i), dev: DEV, onlink: true },
     })),
     { kind: 'link', action: 'delete', phase: 'ip-post', name: 'twill.9' },
+  ];
+}
+
+const DEV6 = 'twill-v6.1';
+
+/** coldOps's IPv4 peers and as many IPv6 ones on the IPv6 device, as a dual-stack cold start. */
+function dualOps(peers: number): Op[] {
+  const hex = (n: number): string => n.toString(16);
+  const ids = Array.from({ length: peers }, (_, i) => i);
+  const net6 = (i: number): string => `fd00:0:${hex(i >> 8)}:${hex(i & 255)}::`;
+  const mac6 = (i: number): string =>
+    `02:00:00:06:${hex(i >> 8).padStart(2, '0')}:${hex(i & 255).padStart(2, '0')}`;
+  const v4 = coldOps(peers);
+  const bridge4 = v4.filter((op) => op.phase === 'bridge');
+  const post4 = v4.filter((op) => op.phase === 'ip-post');
+  return [
+    ...v4.filter((op) => op.phase === 'ip-pre'),
+    { kind: 'link', action: 'change', phase: 'ip-pre', name: DEV6, set: { up: true } },
+    ...ids.map((i): Op => ({
+      kind: 'fdb',
+      action: 'add',
+      phase: 'bridge',
+      fdb: { dev: DEV6, mac: mac6(i), dst: `fd7b::${hex(i + 1)}` },
+    })),
+    ...bridge4,
+    ...ids.map((i): Op => ({
+      kind: 'neigh',
+      action: 'add',
+      phase: 'ip-post',
+      neigh: { dev: DEV6, ip: net6(i), mac: mac6(i) },
+    })),
+    ...post4,
+    ...ids.map((i): Op => ({
+      kind: 'route',
+      action: 'add',
+      phase: 'ip-post',
+      route: { dst: `${net6(i)}/64`, via: net6(i), dev: DEV6, onlink: true },
+    })),
   ];
 }
 
@@ -99,6 +139,53 @@ describe('a big plan spread over processes', () => {
       'ip 2 250 route add',
       'ip 2 250 route add',
     ]);
+  });
+
+  it('dual-stack: the IPv4 routes wait only for IPv4, each route still after its neighbour and FDB entry', () => {
+    const ops = dualOps(600);
+    expect(shape(ops, 2)).toEqual([
+      'ip 0 2 link set',
+      'bridge 1 600 fdb append',
+      'bridge 1 600 fdb append',
+      'ip 1 600 neigh replace',
+      'ip 2 600 route add',
+      'ip 2 1200 neigh replace',
+      'ip 3 1 link del',
+    ]);
+    const batches = renderBatches(ops, { ways: 2 });
+    // the IPv4 routes in ways - 1 parts (the IPv6 process is the other), in parts with 3 ways
+    expect(shape(ops, 3).filter((x) => x.startsWith('ip 2 '))).toEqual([
+      'ip 2 300 route add',
+      'ip 2 300 route add',
+      'ip 2 1200 neigh replace',
+    ]);
+    const fdbOf = new Map<string, string>();
+    for (const op of ops) if (op.kind === 'neigh') fdbOf.set(op.neigh.ip, op.neigh.mac);
+    /** where a line runs: its batch's stage, and its batch and index there */
+    const at = (pred: (l: string) => boolean): { stage: number; b: number; i: number }[] =>
+      batches.flatMap((b, bi) =>
+        b.lines.flatMap((l, i) => (pred(l) ? [{ stage: b.stage, b: bi, i }] : [])),
+      );
+    let checked = 0;
+    for (const op of ops) {
+      if (op.kind !== 'route') continue;
+      const [route] = at((l) => l.startsWith(`route add ${op.route.dst} `));
+      const [neigh] = at((l) => l.startsWith(`neigh replace ${op.route.via} `));
+      const mac = fdbOf.get(op.route.via) ?? '';
+      const [fdb] = at((l) => l.startsWith(`fdb append ${mac} `));
+      if (!route || !neigh || !fdb) throw new Error(`${op.route.dst}: a line is missing`);
+      // the neighbour in an earlier stage, or earlier in the route's own batch
+      expect(neigh.stage < route.stage || (neigh.b === route.b && neigh.i < route.i)).toBe(true);
+      expect(fdb.stage).toBeLessThan(route.stage);
+      checked++;
+    }
+    expect(checked).toBe(1_200);
+    // the same lines as one batch would have run, each once
+    const lines = (ways: number): string[] =>
+      renderBatches(ops, { ways })
+        .flatMap((b) => b.lines)
+        .sort();
+    expect(lines(2)).toEqual(lines(1));
   });
 
   it('runs a neighbour whose route is already there after the FDB batch, beside the routes', () => {
@@ -176,6 +263,7 @@ describe('a big plan spread over processes', () => {
       runner,
       signal: new AbortController().signal,
       ways: 2,
+      lastStage: () => events.push('last stage'),
     });
     const at = (e: string): number => events.indexOf(e);
     const [fdb, neigh] = ['bridge fdb append 02:00:00:00:00:00', 'ip neigh replace 10.100.0.0'];
@@ -188,10 +276,76 @@ describe('a big plan spread over processes', () => {
       expect(at(`start ip link del twill.9`)).toBeGreaterThan(at(`end ${part}`));
     }
     expect(at(`start ${part2}`)).toBeLessThan(at(`end ${part1}`));
+    // the caller hears of the last stage (the link delete here) once its batch has started
+    expect(at('last stage')).toBe(at('start ip link del twill.9') + 1);
     expect(most).toBe(2);
     expect(r.batches).toBe(6);
     expect(r.failures).toEqual([
       'ip: route add 10.101.45.0/24 via 10.101.45.0 dev twill.1 onlink proto 151: RTNETLINK answers: File exists',
+    ]);
+  });
+
+  it('feeds a batch of more than PIECE_OPS ops in pieces, stage by stage; a fed failure maps to its line', async () => {
+    const ops = coldOps(1_200);
+    const events: string[] = [];
+    const fedText = new Map<string, string[]>();
+    const runner: Runner = async (file, _args, opts) => {
+      events.push(`run ${file} ${opts?.input ?? ''}`.trim());
+      await new Promise((r) => setTimeout(r, 10));
+      events.push(`ran ${file}`);
+      return { stdout: '', stderr: '' };
+    };
+    const feed: Feeder = (file) => {
+      const pieces: string[] = [];
+      fedText.set(file, pieces);
+      events.push(`feed ${file}`);
+      let ended: Promise<{ stdout: string; stderr: string }> | undefined;
+      const end = async (): Promise<{ stdout: string; stderr: string }> => {
+        await new Promise((r) => setTimeout(r, 10));
+        events.push(`end ${file}`);
+        // the ip batch's line 1203: the third route (after 1,200 neighbours and two routes)
+        if (file === 'ip')
+          throw new CommandError({
+            command: [file],
+            exitCode: 1,
+            stderr: 'RTNETLINK answers: File exists\nCommand failed -:1203\n',
+            reason: 'exit code 1',
+          });
+        return { stdout: '', stderr: '' };
+      };
+      return {
+        write: (text) => {
+          if (pieces.length === 0) events.push(`write ${file}`);
+          pieces.push(text);
+        },
+        end: () => (ended ??= end()),
+        get done() {
+          return ended ?? new Promise(() => undefined);
+        },
+      };
+    };
+    const r = await applyOps(ops, { runner, signal: new AbortController().signal, ways: 1, feed });
+    // the one-line ip (pre) batch is run whole; the bridge and ip (post) ones are fed, each
+    // started once the stage before it has ended
+    expect(events).toEqual([
+      `run ip link set ${DEV} up`,
+      'ran ip',
+      'feed bridge',
+      'write bridge',
+      'end bridge',
+      'feed ip',
+      'write ip',
+      'end ip',
+    ]);
+    const whole = renderBatches(ops, { ways: 1 });
+    for (const [file, pieces] of fedText) {
+      const b = whole.find((x) => x.file === file && x.size > PIECE_OPS);
+      expect(pieces.join('')).toBe(b?.input);
+      expect(pieces).toHaveLength(Math.ceil((b?.size ?? 0) / PIECE_OPS));
+    }
+    expect(fedText.get('bridge')).toHaveLength(3);
+    expect(r.failures).toEqual([
+      `ip: route add 10.100.2.0/24 via 10.100.2.0 dev ${DEV} onlink proto 151: RTNETLINK answers: File exists`,
     ]);
   });
 });

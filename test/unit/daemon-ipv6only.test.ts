@@ -171,9 +171,11 @@ describe('IPv6-only start-up', () => {
       'FLANNEL_IPV6_NETWORK=fd00:10:244::/56\nFLANNEL_IPV6_SUBNET=fd00:10:244:7::1/64\nFLANNEL_MTU=1430\nFLANNEL_IPMASQ=true\n',
     );
     // the IPv6 default route chose the interface; ip6tables is the one asked, as soon as the
-    // config is read (beside the acquisition), and its failure stops start-up once that is done
+    // config is read (beside the acquisition), and its failure stops start-up once that is done;
+    // the IPv6 routes alone are looked at for twill's (a cold start starts `ip monitor` later)
     expect(calls).toEqual([
       'ip6tables --version',
+      'ip -6 route show proto 151',
       'ip -json addr show',
       'ip -json -6 route show default',
       'ip -json link show',

@@ -1,10 +1,12 @@
 // Unit tests of the daemon's health probe facts that read the node: subnet.env compared with the
 // lease, for both families on a dual-stack node and the IPv6 pair alone on an IPv6-only one, and
-// the peer gauges per family.
+// the peer gauges per family, and a pass's ops counted by kind and action (and as drift).
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Op } from '../../src/dataplane/model.ts';
+import type { PassReport } from '../../src/dataplane/pass-report.ts';
 import { DaemonProbe } from '../../src/health/probe.ts';
 import type { Lease } from '../../src/lease/types.ts';
 import { parseCidr, type Cidr } from '../../src/net/ipv4.ts';
@@ -152,5 +154,57 @@ describe('peer gauges', () => {
     const text = await probe.metrics.registry.metrics();
     expect(text).toContain('twill_peers{backend="vxlan"} 2');
     expect(text).toContain('twill_peers_ipv6{backend="vxlan"} 2');
+  });
+});
+
+describe('pass counters', () => {
+  const route = (n: number, action: 'add' | 'delete'): Op => ({
+    kind: 'route',
+    action,
+    phase: 'ip-post',
+    route: { dst: `10.244.${n}.0/24`, via: `10.244.${n}.0`, dev: 'twill.1', onlink: true },
+  });
+  const neigh = (n: number): Op => ({
+    kind: 'neigh',
+    action: 'add',
+    phase: 'ip-post',
+    neigh: { dev: 'twill.1', ip: `10.244.${n}.0`, mac: '02:00:00:00:00:01' },
+  });
+  const report = (ops: Op[], drift: boolean): PassReport => ({
+    at: Date.now(),
+    kind: 'full',
+    durationMs: 12,
+    ops,
+    failures: [],
+    converged: false,
+    drift,
+    stages: { trigger: 'test', waitedMs: 0, observeMs: 1, applyMs: 1, spawns: 1 },
+  });
+
+  it('counts every op by kind and action, and drift by kind, over passes', async () => {
+    const probe = new DaemonProbe({ version: 'test', resyncMs: 60_000 });
+    probe.passDone(report([route(1, 'add'), route(2, 'add'), neigh(1), route(3, 'delete')], false));
+    probe.passDone(report([route(4, 'add'), neigh(4), neigh(5)], true));
+    const text = await probe.metrics.registry.metrics();
+    const of = (prefix: string): string[] =>
+      text
+        .split('\n')
+        .filter((l) => l.startsWith(prefix))
+        .sort();
+    expect(of('twill_dataplane_ops_total{')).toStrictEqual([
+      'twill_dataplane_ops_total{kind="neigh",action="add"} 3',
+      'twill_dataplane_ops_total{kind="route",action="add"} 3',
+      'twill_dataplane_ops_total{kind="route",action="delete"} 1',
+    ]);
+    expect(of('twill_drift_repaired_total{')).toStrictEqual([
+      'twill_drift_repaired_total{kind="fdb"} 0',
+      'twill_drift_repaired_total{kind="link"} 0',
+      'twill_drift_repaired_total{kind="masquerade"} 0',
+      'twill_drift_repaired_total{kind="neigh"} 2',
+      'twill_drift_repaired_total{kind="route"} 1',
+    ]);
+    expect(of('twill_reconcile_passes_total{result="changed"}')).toStrictEqual([
+      'twill_reconcile_passes_total{result="changed"} 2',
+    ]);
   });
 });
