@@ -101,7 +101,7 @@ export class DaemonProbe implements StartupProgress {
     });
     m.passDuration.observe(r.durationMs / 1000);
     // counted first, then one increment a label set: a cold start's 30,000 ops, incremented one by
-    // one, cost the JavaScript thread about 50 ms in label formatting (profiled, 2 cores)
+    // one, cost the JavaScript thread about 60 ms in label formatting (profiled, 2 cores)
     const ops = new Map<string, { kind: ReturnType<typeof opLabel>; action: string; n: number }>();
     const drift = new Map<string, number>();
     for (const op of r.ops) {
