@@ -19,7 +19,7 @@ import type { KeptBatches } from '../exec/kept-batch.ts';
 import { CommandError, type Feeder, type Runner } from '../exec/runner.ts';
 import type { Op, Phase } from './model.ts';
 import { describeNftFailures } from './nft-parse.ts';
-import { renderBatches, type Batch } from './render.ts';
+import { renderBatches, ROUTE_STAGE, type Batch } from './render.ts';
 
 /**
  * How many processes a big plan's ip (post) batch is spread over: one per core, at most 4. Measured
@@ -64,12 +64,12 @@ export async function applyOps(
     /** starts a batch of more than PIECE_OPS ops to be fed in pieces (not for kept processes) */
     readonly feed?: Feeder;
     /**
-     * called once the links' lane has started the batches of its last stage (at once when it has
-     * none): a spread plan's routes, the kernel's longest work, whose processes wait on the kernel
-     * line by line and leave a core room for the caller's next work (the reconciler's masquerade
-     * reads), where the stage before is three processes and the feeding on two cores
+     * called once the links' lane has started its ip (post) stage (ROUTE_STAGE; at once when it
+     * has none): a spread plan's routes, the kernel's longest work, whose processes wait on the
+     * kernel line by line and leave a core room for the caller's next work (the reconciler's
+     * masquerade reads), where the stage before is three processes and the feeding on two cores
      */
-    readonly lastStage?: () => void;
+    readonly routesStarted?: () => void;
   },
 ): Promise<ApplyResult> {
   const { runner, signal } = o;
@@ -82,6 +82,8 @@ export async function applyOps(
       else if (o.feed && b.size > PIECE_OPS) {
         const fed = o.feed(b.file, b.args, { signal, timeoutMs: 60_000 });
         for (const piece of b.pieces(PIECE_OPS)) {
+          // cancelled: end() says so at once
+          if (signal.aborted) break;
           fed.write(piece);
           // the stage's other batches start and get their pieces too
           await nextTurn();
@@ -95,22 +97,39 @@ export async function applyOps(
       failed.set(b, found.length > 0 ? found.map((f) => `${b.file}: ${f}`) : [describeError(err)]);
     }
   };
-  const lane = async (phases: readonly Phase[], lastStage?: () => void): Promise<void> => {
+  const lane = async (phases: readonly Phase[], routesStarted?: () => void): Promise<void> => {
     const mine = batches.filter((b) => phases.includes(b.phase));
     // batches come in stage order; a stage ends when all of its batches have (one aborted still
     // waits for the others, so no batch outlives the pass)
-    const stages = [...new Set(mine.map((b) => b.stage))];
-    if (stages.length === 0) lastStage?.();
-    for (const [i, stage] of stages.entries()) {
-      const running = mine.filter((b) => b.stage === stage).map(runOne);
-      if (i === stages.length - 1) lastStage?.();
-      const ended = await Promise.allSettled(running);
-      for (const e of ended) if (e.status === 'rejected') throw e.reason;
+    if (!mine.some((b) => b.stage >= ROUTE_STAGE)) routesStarted?.();
+    try {
+      for (const stage of new Set(mine.map((b) => b.stage))) {
+        const running = mine.filter((b) => b.stage === stage).map(runOne);
+        if (stage >= ROUTE_STAGE) routesStarted?.();
+        const ended = await Promise.allSettled(running);
+        for (const e of ended) if (e.status === 'rejected') throw e.reason;
+      }
+    } finally {
+      routesStarted?.();
     }
   };
-  const lanes = await Promise.allSettled([lane(LINK_PHASES, o.lastStage), lane(MASQ_PHASES)]);
+  const lanes = await Promise.allSettled([
+    lane(LINK_PHASES, once(o.routesStarted)),
+    lane(MASQ_PHASES),
+  ]);
   for (const l of lanes) if (l.status === 'rejected') throw l.reason;
   return { batches: batches.length, failures: batches.flatMap((b) => failed.get(b) ?? []) };
+}
+
+/** `f` to be called at most once (undefined stays undefined). */
+function once(f: (() => void) | undefined): (() => void) | undefined {
+  if (!f) return undefined;
+  let called = false;
+  return () => {
+    if (called) return;
+    called = true;
+    f();
+  };
 }
 
 /** The lanes' phases; together every phase render.ts makes. */

@@ -7,7 +7,7 @@
 //            verification pass; the state is converged when a pass finds
 //            nothing to do. It runs in two lanes, as apply.ts does: the
 //            entries (links, routes, neighbours, FDB) are read, diffed and
-//            their batches started first; only once their last stage has
+//            their batches started first; only once their routes' stage has
 //            started (a big plan's routes) are the chains (or nft tables)
 //            read, diffed and rewritten, so a cold start's 5,000 routes wait
 //            for no iptables run.
@@ -420,7 +420,7 @@ export class Reconciler {
   }
 
   /**
-   * The entries' lane's reads (the masquerade's wait until the entries' last stage has started, off
+   * The entries' lane's reads (the masquerade's wait until the entries' routes have started, off
    * a cold start's path: its 5,000 routes are the kernel's longest work); undefined when a lease
    * change made the pass give way (`reading` aborted).
    */
@@ -444,7 +444,7 @@ export class Reconciler {
 
   /**
    * Applies the entries' ops, and with `masq` (a full pass) the masquerade's lane once the
-   * entries' last stage has started. A masquerade lane that fails (a chain or table could not be
+   * entries' routes' stage has started. A masquerade lane that fails (a chain or table could not be
    * read) fails the pass, as a failed read always has; when the entries' batches ran first, the
    * pass is reported with their ops and the lane's failure (not converged: the loop backs off and
    * retries a full pass, which finds the entries in place), so what was applied is logged and
@@ -623,7 +623,7 @@ export class Reconciler {
   /**
    * Applies a plan; a big one with the monitors quiet (`quietMonitors`); with `kept` (a pass that
    * read nothing) its ip and bridge batches in the kept processes. `started` is called once the
-   * links' lane has started its last stage (applyOps' `lastStage`).
+   * links' lane has started its routes' stage (applyOps' `routesStarted`).
    */
   private apply(
     ops: readonly Op[],
@@ -636,7 +636,7 @@ export class Reconciler {
       signal,
       ...(kept && this.kept ? { kept: this.kept } : {}),
       ...(this.feed ? { feed: this.feed } : {}),
-      ...(started ? { lastStage: started } : {}),
+      ...(started ? { routesStarted: started } : {}),
     };
     const run = (): Promise<ApplyResult> => applyOps(ops, o);
     const quiet = this.o.quietMonitors;

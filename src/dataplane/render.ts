@@ -22,12 +22,19 @@
 // bridge batch, and its routes, split in `ways` parts, after both (with the
 // other neighbours), so a route still comes after its neighbour and FDB
 // entry, and a changed neighbour after its FDB entry. With routes of both
-// families the IPv4 routes wait only for IPv4's neighbours and FDB entries
-// (`spread`). Each batch carries its stage: a lane runs its stages in order
+// families over two ways the IPv4 routes wait only for IPv4's neighbours
+// and FDB entries (`spread`). Each batch carries its stage: a lane runs its stages in order
 // and the batches of one stage at once (apply.ts). A batch made from ops
 // renders its text only when asked, whole or piece by piece (`Batch`).
 import { FORCE_BATCH_ARGS } from '../exec/batch-errors.ts';
-import { isIpv6Device, ROUTE_PROTOCOL, type Op, type Phase, type RouteSpec } from './model.ts';
+import {
+  DEVICE6_PREFIX,
+  isIpv6Device,
+  ROUTE_PROTOCOL,
+  type Op,
+  type Phase,
+  type RouteSpec,
+} from './model.ts';
 import { nftTableLines } from './nft.ts';
 
 /**
@@ -97,6 +104,9 @@ export class Batch {
  * start costs 5-20 ms.
  */
 export const SPREAD_MIN_OPS = 1_000;
+
+/** The stage of the ip (post) batch, and of a spread plan's routes: after the FDB batch's. */
+export const ROUTE_STAGE = 2;
 
 const NFT_ARGS = ['-f', '-'];
 
@@ -186,9 +196,10 @@ const isIpv6 = (address: string): boolean => address.includes(':');
  * A big plan's bridge and ip (post) batches over `ways` processes (see the header). A neighbour
  * whose route comes in this plan runs beside the FDB batch (the route waits for both); one for a
  * route already there runs after it, as unspread, so its new MAC never meets an FDB entry not yet
- * updated. With routes of both families (a dual-stack cold start) the IPv4 routes, the kernel's
- * longest work, wait only for the IPv4 neighbours and FDB: the IPv6 FDB batch runs beside those,
- * and the IPv6 neighbours and then routes in one process beside the IPv4 routes.
+ * updated. With routes of both families (a dual-stack cold start) over two processes, the IPv4
+ * routes, the kernel's longest work, wait only for the IPv4 neighbours and FDB: the IPv6 FDB batch
+ * runs beside those, and the IPv6 neighbours and then routes in one process beside the IPv4 routes
+ * (measured on 2 cores only; over more, both families' routes are split as one list).
  */
 function spread(bridge: readonly Op[], post: readonly Op[], ways: number, add: AddBatch): void {
   // each device's gateways (no key made per entry: a cold start has 10,000)
@@ -203,40 +214,35 @@ function spread(bridge: readonly Op[], post: readonly Op[], ways: number, add: A
       (isIpv6(op.route.dst) ? routes6 : routes4).push(op);
     }
   const [early4, early6, later, rest]: [Op[], Op[], Op[], Op[]] = [[], [], [], []];
-  // the devices whose neighbours are IPv6: their FDB entries are the IPv6 device's
-  const devs6 = new Set<string>();
   for (const op of post)
     if (op.kind !== 'neigh') {
       if (op.kind !== 'route') rest.push(op);
-    } else {
-      const v6 = isIpv6(op.neigh.ip);
-      if (v6) devs6.add(op.neigh.dev);
-      if (routed.get(op.neigh.dev)?.has(op.neigh.ip) !== true) later.push(op);
-      else (v6 ? early6 : early4).push(op);
-    }
-  const both = routes4.length > 0 && routes6.length > 0;
-  const split = (routes: readonly Op[], parts: number): void => {
-    const part = Math.ceil(routes.length / Math.max(1, parts));
-    for (let i = 0; i < routes.length; i += part)
-      add('ip-post', 'ip', 2, routes.slice(i, i + part));
-  };
-  if (both) {
-    const v6 = (op: Op): boolean => op.kind === 'fdb' && devs6.has(op.fdb.dev);
-    const [fdb4, fdb6] = [bridge.filter((op) => !v6(op)), bridge.filter(v6)];
-    add('bridge', 'bridge', 1, fdb4);
-    add('bridge', 'bridge', 1, fdb6);
-    // the IPv6 process takes a core of its own: the IPv4 routes in one part fewer
+    } else if (routed.get(op.neigh.dev)?.has(op.neigh.ip) !== true) later.push(op);
+    else (isIpv6(op.neigh.ip) ? early6 : early4).push(op);
+  if (ways === 2 && routes4.length > 0 && routes6.length > 0) {
+    const v6 = (op: Op): boolean => op.kind === 'fdb' && op.fdb.dev.startsWith(DEVICE6_PREFIX);
+    add(
+      'bridge',
+      'bridge',
+      1,
+      bridge.filter((op) => !v6(op)),
+    );
+    add('bridge', 'bridge', 1, bridge.filter(v6));
     add('ip-post', 'ip', 1, early4);
-    add('ip-post', 'ip', 2, later);
-    split(routes4, ways - 1);
-    add('ip-post', 'ip', 2, [...early6, ...routes6]);
+    add('ip-post', 'ip', ROUTE_STAGE, later);
+    // the IPv6 process takes the other core: the IPv4 routes in one
+    add('ip-post', 'ip', ROUTE_STAGE, routes4);
+    add('ip-post', 'ip', ROUTE_STAGE, [...early6, ...routes6]);
   } else {
     add('bridge', 'bridge', 1, bridge);
     add('ip-post', 'ip', 1, [...early4, ...early6]);
-    add('ip-post', 'ip', 2, later);
-    split([...routes4, ...routes6], ways);
+    add('ip-post', 'ip', ROUTE_STAGE, later);
+    const routes = [...routes4, ...routes6];
+    const part = Math.ceil(routes.length / ways);
+    for (let i = 0; i < routes.length; i += part)
+      add('ip-post', 'ip', ROUTE_STAGE, routes.slice(i, i + part));
   }
-  add('ip-post', 'ip', 3, rest);
+  add('ip-post', 'ip', ROUTE_STAGE + 1, rest);
 }
 
 /**
@@ -262,7 +268,7 @@ export function renderBatches(ops: readonly Op[], o: { ways?: number } = {}): Ba
   if (ways > 1 && post.length >= SPREAD_MIN_OPS) spread(bridge, post, ways, add);
   else {
     add('bridge', 'bridge', 1, bridge);
-    add('ip-post', 'ip', 2, post);
+    add('ip-post', 'ip', ROUTE_STAGE, post);
   }
   // the masquerade's lane runs one batch at a time, in this order
   let masqStage = 0;
