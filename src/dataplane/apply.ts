@@ -37,6 +37,9 @@ export const SPREAD_WAYS = Math.min(availableParallelism(), 4);
  */
 export const PIECE_OPS = 500;
 
+/** How long one batch's process may run. */
+const BATCH_TIMEOUT_MS = 60_000;
+
 export interface ApplyResult {
   readonly batches: number;
   /** one message per failed line (or per failed batch when no line is known) */
@@ -65,9 +68,10 @@ export async function applyOps(
     readonly feed?: Feeder;
     /**
      * called once the links' lane has started its ip (post) stage (ROUTE_STAGE; at once when it
-     * has none): a spread plan's routes, the kernel's longest work, whose processes wait on the
-     * kernel line by line and leave a core room for the caller's next work (the reconciler's
-     * masquerade reads), where the stage before is three processes and the feeding on two cores
+     * has none; not when the pass is cancelled before): a spread plan's routes, the kernel's
+     * longest work, whose processes wait on the kernel line by line and leave a core room for the
+     * caller's next work (the reconciler's masquerade reads), where the stage before is three
+     * processes and the feeding on two cores
      */
     readonly routesStarted?: () => void;
   },
@@ -78,9 +82,9 @@ export async function applyOps(
   const runOne = async (b: Batch): Promise<void> => {
     try {
       const kept = o.kept?.for(b.file);
-      if (kept) await kept.run(b.lines, { signal, timeoutMs: 60_000 });
+      if (kept) await kept.run(b.lines, { signal, timeoutMs: BATCH_TIMEOUT_MS });
       else if (o.feed && b.size > PIECE_OPS) {
-        const fed = o.feed(b.file, b.args, { signal, timeoutMs: 60_000 });
+        const fed = o.feed(b.file, b.args, { signal, timeoutMs: BATCH_TIMEOUT_MS });
         for (const piece of b.pieces(PIECE_OPS)) {
           // cancelled: end() says so at once
           if (signal.aborted) break;
@@ -89,7 +93,7 @@ export async function applyOps(
           await nextTurn();
         }
         await fed.end();
-      } else await runner(b.file, b.args, { signal, input: b.input, timeoutMs: 60_000 });
+      } else await runner(b.file, b.args, { signal, input: b.input, timeoutMs: BATCH_TIMEOUT_MS });
     } catch (err) {
       if (signal.aborted) throw err;
       const describe = b.phase === 'nft' ? describeNftFailures : describeBatchFailures;
@@ -101,35 +105,19 @@ export async function applyOps(
     const mine = batches.filter((b) => phases.includes(b.phase));
     // batches come in stage order; a stage ends when all of its batches have (one aborted still
     // waits for the others, so no batch outlives the pass)
-    if (!mine.some((b) => b.stage >= ROUTE_STAGE)) routesStarted?.();
-    try {
-      for (const stage of new Set(mine.map((b) => b.stage))) {
-        const running = mine.filter((b) => b.stage === stage).map(runOne);
-        if (stage >= ROUTE_STAGE) routesStarted?.();
-        const ended = await Promise.allSettled(running);
-        for (const e of ended) if (e.status === 'rejected') throw e.reason;
-      }
-    } finally {
-      routesStarted?.();
+    const stages = [...new Set(mine.map((b) => b.stage))];
+    const routeStage = stages.find((s) => s >= ROUTE_STAGE);
+    if (routeStage === undefined) routesStarted?.();
+    for (const stage of stages) {
+      const running = mine.filter((b) => b.stage === stage).map(runOne);
+      if (stage === routeStage) routesStarted?.();
+      const ended = await Promise.allSettled(running);
+      for (const e of ended) if (e.status === 'rejected') throw e.reason;
     }
   };
-  const lanes = await Promise.allSettled([
-    lane(LINK_PHASES, once(o.routesStarted)),
-    lane(MASQ_PHASES),
-  ]);
+  const lanes = await Promise.allSettled([lane(LINK_PHASES, o.routesStarted), lane(MASQ_PHASES)]);
   for (const l of lanes) if (l.status === 'rejected') throw l.reason;
   return { batches: batches.length, failures: batches.flatMap((b) => failed.get(b) ?? []) };
-}
-
-/** `f` to be called at most once (undefined stays undefined). */
-function once(f: (() => void) | undefined): (() => void) | undefined {
-  if (!f) return undefined;
-  let called = false;
-  return () => {
-    if (called) return;
-    called = true;
-    f();
-  };
 }
 
 /** The lanes' phases; together every phase render.ts makes. */

@@ -384,6 +384,19 @@ export function opLabel(op: Op): 'link' | 'addr' | 'route' | 'neigh' | 'fdb' | '
 }
 
 /**
+ * A peer entry op's address family: IPv6 when its route's destination, its neighbour's address or
+ * its FDB entry's tunnel destination has a ':' (an FDB delete without one: IPv6 on the IPv6
+ * device, twill-v6.<VNI>); undefined for links, addresses and the masquerade.
+ */
+export function opFamily(op: Op): 4 | 6 | undefined {
+  if (op.kind === 'route') return op.route.dst.includes(':') ? 6 : 4;
+  if (op.kind === 'neigh') return op.neigh.ip.includes(':') ? 6 : 4;
+  if (op.kind !== 'fdb') return undefined;
+  const { dst, dev } = op.fdb;
+  return (dst === undefined ? dev.startsWith(DEVICE6_PREFIX) : dst.includes(':')) ? 6 : 4;
+}
+
+/**
  * An op's kind as the pass log names it: opLabel's, and a stale bridge gateway's delete as "stale
  * address" (it is not an address of twill's device).
  */

@@ -236,7 +236,7 @@ export class Reconciler {
   private last: PassReport | undefined;
   private spawns = 0;
   private readonly runner: Runner;
-  /** o.feed, counting its spawns: a big batch of a pass that reads the kernel, fed in pieces */
+  /** o.feed, counting its spawns: the kept processes, and a pass's big batches fed in pieces */
   private readonly feed: Feeder | undefined;
   private readonly kept: KeptBatches | undefined;
   /**
@@ -269,13 +269,13 @@ export class Reconciler {
       return o.runner(file, args, opts);
     };
     const feed = o.feed;
-    this.kept = feed && new KeptBatches({ feed, onSpawn: () => this.spawns++ });
     this.feed =
       feed &&
       ((file, args, opts) => {
         this.spawns++;
         return feed(file, args, opts);
       });
+    this.kept = this.feed && new KeptBatches({ feed: this.feed });
     this.forwarding = new ForwardingGuard({
       logger: o.logger,
       ensure: o.ensureForwarding,

@@ -23,13 +23,14 @@
 // other neighbours), so a route still comes after its neighbour and FDB
 // entry, and a changed neighbour after its FDB entry. With routes of both
 // families over two ways the IPv4 routes wait only for IPv4's neighbours
-// and FDB entries (`spread`). Each batch carries its stage: a lane runs its stages in order
-// and the batches of one stage at once (apply.ts). A batch made from ops
-// renders its text only when asked, whole or piece by piece (`Batch`).
+// and FDB entries (`spread`). Each batch carries its stage: a lane runs its
+// stages in order and the batches of one stage at once (apply.ts). A batch
+// made from ops renders its text only when asked, whole or piece by piece
+// (`Batch`).
 import { FORCE_BATCH_ARGS } from '../exec/batch-errors.ts';
 import {
-  DEVICE6_PREFIX,
   isIpv6Device,
+  opFamily,
   ROUTE_PROTOCOL,
   type Op,
   type Phase,
@@ -190,8 +191,6 @@ export function renderRestore(ops: readonly Op[], o: { ipv6?: boolean } = {}): s
 
 type AddBatch = (phase: Phase, file: string, stage: number, these: readonly Op[]) => void;
 
-const isIpv6 = (address: string): boolean => address.includes(':');
-
 /**
  * A big plan's bridge and ip (post) batches over `ways` processes (see the header). A neighbour
  * whose route comes in this plan runs beside the FDB batch (the route waits for both); one for a
@@ -211,23 +210,21 @@ function spread(bridge: readonly Op[], post: readonly Op[], ways: number, add: A
       const vias = routed.get(dev);
       if (vias) vias.add(via);
       else routed.set(dev, new Set([via]));
-      (isIpv6(op.route.dst) ? routes6 : routes4).push(op);
+      (opFamily(op) === 6 ? routes6 : routes4).push(op);
     }
   const [early4, early6, later, rest]: [Op[], Op[], Op[], Op[]] = [[], [], [], []];
   for (const op of post)
     if (op.kind !== 'neigh') {
       if (op.kind !== 'route') rest.push(op);
     } else if (routed.get(op.neigh.dev)?.has(op.neigh.ip) !== true) later.push(op);
-    else (isIpv6(op.neigh.ip) ? early6 : early4).push(op);
+    else (opFamily(op) === 6 ? early6 : early4).push(op);
   if (ways === 2 && routes4.length > 0 && routes6.length > 0) {
-    const v6 = (op: Op): boolean => op.kind === 'fdb' && op.fdb.dev.startsWith(DEVICE6_PREFIX);
-    add(
-      'bridge',
-      'bridge',
-      1,
-      bridge.filter((op) => !v6(op)),
-    );
-    add('bridge', 'bridge', 1, bridge.filter(v6));
+    const [fdb4, fdb6] = [
+      bridge.filter((op) => opFamily(op) !== 6),
+      bridge.filter((op) => opFamily(op) === 6),
+    ];
+    add('bridge', 'bridge', 1, fdb4);
+    add('bridge', 'bridge', 1, fdb6);
     add('ip-post', 'ip', 1, early4);
     add('ip-post', 'ip', ROUTE_STAGE, later);
     // the IPv6 process takes the other core: the IPv4 routes in one

@@ -12,7 +12,7 @@
 import type { NetConfig } from '../config/netconf.ts';
 import { desiredState } from '../dataplane/desired.ts';
 import { diff } from '../dataplane/diff.ts';
-import type { ObservedState, Op } from '../dataplane/model.ts';
+import { opFamily, type ObservedState, type Op } from '../dataplane/model.ts';
 import type { NftTableSeen } from '../dataplane/nft.ts';
 import type { IptablesLeftovers } from '../dataplane/nft-observe.ts';
 import { opLines } from '../dataplane/render.ts';
@@ -131,14 +131,6 @@ function bucket(ops: readonly Op[], chains: readonly ChainDiff[]): StatusReport[
 }
 
 type Family = 4 | 6;
-
-/** An op's address family: IPv6 when its route dst, neighbour or FDB destination has a ':'. */
-function opFamily(op: Op): Family | undefined {
-  if (op.kind === 'route') return op.route.dst.includes(':') ? 6 : 4;
-  if (op.kind === 'neigh') return op.neigh.ip.includes(':') ? 6 : 4;
-  if (op.kind === 'fdb') return (op.fdb.dst ?? '').includes(':') ? 6 : 4;
-  return undefined;
-}
 
 /** Whether an op (re)writes one of this peer's entries of one family. */
 function forPeer(op: Op, lease: Lease, family: Family): boolean {
