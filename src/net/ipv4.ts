@@ -85,8 +85,16 @@ export function parseCidr(
 }
 
 export function formatCidr(c: Cidr): string {
-  // join, not a template: a flat string (formatCidr6 says why)
-  return [formatIpv4(c.base), c.prefix].join('/');
+  return blockText(formatIpv4(c.base), c.prefix);
+}
+
+/**
+ * "addr/len" from an address's text, in either family (a caller that has the network address's
+ * text, as a vxlan peer's gateway, formats it once). join, not a template: one flat string
+ * (formatCidr6 says why).
+ */
+export function blockText(addr: string, prefix: number): string {
+  return [addr, prefix].join('/');
 }
 
 /** Last address of a block (its broadcast address for prefix < 31). */
