@@ -14,6 +14,8 @@ import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { run } from '../src/exec/runner.ts';
 import { ROUTE_PROTOCOL } from '../src/dataplane/model.ts';
+import { routeMetric } from '../src/dataplane/peer-entries.ts';
+import { parseCidr, type Cidr } from '../src/net/ipv4.ts';
 import { NetnsLab, nsRun, sweepStaleNetns } from '../lab/kit/netns.ts';
 import { hasEnded, stopProcess } from '../lab/kit/process.ts';
 import {
@@ -59,6 +61,10 @@ async function rawBatchMs(
   await run('ip', ['-n', ns, 'link', 'set', 'eth0', 'up']);
   await run('ip', ['-n', ns, 'link', 'set', 'eth1', 'up']);
   const peers = Array.from({ length: PEERS }, (_, i) => peer(i));
+  // twill's IPv4 routes carry their destination's block number as metric (peer-entries.ts): the
+  // same entries, so the same metrics
+  const metric = (p: PeerSpec): string =>
+    `metric ${routeMetric(parseCidr(p.subnet, { strict: true }) as Cidr)}`;
   const sh = (file: string, input: string): Promise<unknown> =>
     nsRun(ns, [file, '-batch', '-'], { input, timeoutMs: 60_000 });
   const started = performance.now();
@@ -83,12 +89,12 @@ async function rawBatchMs(
     );
     await sh(
       'ip',
-      `${peers.map((p) => `route add ${p.subnet} via ${p.subnet.replace('/24', '')} dev twill.1 onlink proto ${ROUTE_PROTOCOL}`).join('\n')}\n`,
+      `${peers.map((p) => `route add ${p.subnet} via ${p.subnet.replace('/24', '')} dev twill.1 onlink proto ${ROUTE_PROTOCOL} ${metric(p)}`).join('\n')}\n`,
     );
   } else {
     await sh(
       'ip',
-      `${peers.map((p) => `route add ${p.subnet} via ${p.ip} dev eth0 proto ${ROUTE_PROTOCOL}`).join('\n')}\n`,
+      `${peers.map((p) => `route add ${p.subnet} via ${p.ip} dev eth0 proto ${ROUTE_PROTOCOL} ${metric(p)}`).join('\n')}\n`,
     );
   }
   return { ms: performance.now() - started, ms6 };

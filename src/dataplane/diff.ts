@@ -7,8 +7,8 @@
 // remove what an IPv4 run left). The one exception: a bridge's address in
 // the pod network and outside our subnet, a CNI gateway of an earlier lease
 // of ours (PodRange), is deleted. An unchanged kernel gives an empty plan.
-import { containsAddr, parseIpv4 } from '../net/ipv4.ts';
-import { containsAddr6, parseIpv6 } from '../net/ipv6.ts';
+import { containsAddr, formatCidr, parseCidr, parseIpv4 } from '../net/ipv4.ts';
+import { containsAddr6, formatCidr6, parseCidr6, parseIpv6 } from '../net/ipv6.ts';
 import { joinEntries } from './peer-entries.ts';
 import { chainSpecs, chainSpecs6, diffChain, noChainSpecs, noChainSpecs6 } from './masq.ts';
 import {
@@ -92,19 +92,51 @@ function diffLinks(
 
 /** Whether a route the kernel reports is exactly the desired one. */
 export function sameRoute(a: RouteSpec, b: RouteSpec): boolean {
-  return a.dst === b.dst && a.via === b.via && a.dev === b.dev && a.onlink === b.onlink;
+  return (
+    a.dst === b.dst &&
+    a.via === b.via &&
+    a.dev === b.dev &&
+    a.onlink === b.onlink &&
+    (a.metric ?? 0) === (b.metric ?? 0)
+  );
 }
 
-function diffRoutes(want: readonly RouteSpec[], seen: readonly RouteSpec[]): Op[] {
+/** A route as twill writes it where another program's route holds its destination: metric 0. */
+function atMetric0(r: RouteSpec): RouteSpec {
+  const { metric: _, ...rest } = r;
+  return rest;
+}
+
+const NO_FOREIGN: ReadonlySet<string> = new Set();
+
+function diffRoutes(
+  want: readonly RouteSpec[],
+  seen: readonly RouteSpec[],
+  foreign: ReadonlySet<string>,
+): Op[] {
   const ops: Op[] = [];
-  const have = new Map(seen.map((r) => [r.dst, r]));
+  // twill's routes by destination: one, or while an older twill's metric-0 route is taken over two
+  const have = new Map<string, RouteSpec[]>();
+  for (const r of seen) {
+    const list = have.get(r.dst);
+    if (list) list.push(r);
+    else have.set(r.dst, [r]);
+  }
   const wanted = new Set(want.map((r) => r.dst));
   for (const r of seen) {
     if (!wanted.has(r.dst))
       ops.push({ kind: 'route', action: 'delete', phase: 'ip-pre', route: r });
   }
-  for (const r of want) {
-    const h = have.get(r.dst);
+  for (const w of want) {
+    // Another program's route to the same destination: twill's goes in at metric 0, as it always
+    // did, so a metric-0 one makes the add fail (visibly, on every pass) rather than win over
+    // twill's in silence, and one of a higher metric loses to it; twill's route of its own metric
+    // stays (it does not route while the other is there; it is what the destination needs after).
+    const taken = w.metric !== undefined && foreign.size > 0 && foreign.has(w.dst);
+    const r = taken ? atMetric0(w) : w;
+    const list = have.get(r.dst) ?? [];
+    const metric = r.metric ?? 0;
+    const h = list.find((x) => (x.metric ?? 0) === metric);
     if (!h) ops.push({ kind: 'route', action: 'add', phase: 'ip-post', route: r });
     else if (!sameRoute(h, r) && r.dst.includes(':') && h.dev !== r.dev) {
       // IPv6 refuses to replace a route with an onlink one whose gateway the route being replaced
@@ -116,7 +148,14 @@ function diffRoutes(want: readonly RouteSpec[], seen: readonly RouteSpec[]): Op[
       ops.push({ kind: 'route', action: 'delete', phase: 'ip-pre', route: h });
       ops.push({ kind: 'route', action: 'add', phase: 'ip-post', route: r });
     } else if (!sameRoute(h, r))
+      // a replace matches the metric too: it changes this route, never another's
       ops.push({ kind: 'route', action: 'change', phase: 'ip-post', route: r });
+    if (taken) continue;
+    // twill's routes to it at another metric (an older twill's, at 0) go once the new one is in:
+    // in the same batch, after it, so the destination is never without a route
+    for (const o of list)
+      if ((o.metric ?? 0) !== metric)
+        ops.push({ kind: 'route', action: 'delete', phase: 'ip-post', route: o });
   }
   return ops;
 }
@@ -167,6 +206,31 @@ function diffBridgeAddrs(want: DesiredState, seen: ObservedState): Op[] {
       address: a.address,
       stale: true,
     }));
+}
+
+/** The connected route's destination an address brings ("10.244.216.1/24" → "10.244.216.0/24"). */
+function connectedDst(address: string): string | undefined {
+  if (address.includes(':')) {
+    const c = parseCidr6(address, { strict: false });
+    return c && formatCidr6(c);
+  }
+  const c = parseCidr(address, { strict: false });
+  return c && formatCidr(c);
+}
+
+/**
+ * The other programs' route destinations as they are once this pass's stale gateways are deleted
+ * (in its first batch, before any route is added): a gateway's connected route goes with it.
+ */
+function foreignAfter(seen: ObservedState, gateways: readonly Op[]): ReadonlySet<string> {
+  const foreign = seen.foreignRoutes ?? NO_FOREIGN;
+  if (gateways.length === 0 || foreign.size === 0) return foreign;
+  const left = new Set(foreign);
+  for (const op of gateways) {
+    const dst = op.kind === 'addr' ? connectedDst(op.address) : undefined;
+    if (dst !== undefined) left.delete(dst);
+  }
+  return left;
 }
 
 /** Which devices' entries are compared: twill's wanted devices, unless just (re)created. */
@@ -311,7 +375,8 @@ export function diff(want: DesiredState, seen: ObservedState): Op[] {
   const routes =
     links.fresh.size > 0 ? seen.routes.filter((r) => !links.fresh.has(r.dev)) : seen.routes;
   const scope = { devices: new Set(devices.map((d) => d.name)), fresh: links.fresh };
-  const routeOps = diffRoutes(want.routes, routes);
+  const gateways = diffBridgeAddrs(want, seen);
+  const routeOps = diffRoutes(want.routes, routes, foreignAfter(seen, gateways));
   const neighOps = diffNeighs(want, seen, scope);
   const pre = (o: Op): boolean => o.phase === 'ip-pre';
   const post = (o: Op): boolean => o.phase === 'ip-post';
@@ -321,7 +386,7 @@ export function diff(want: DesiredState, seen: ObservedState): Op[] {
   // goes) costs one bridge and one ip process
   return [
     ...links.ops.filter(pre),
-    ...diffBridgeAddrs(want, seen),
+    ...gateways,
     ...routeOps.filter(pre),
     ...neighOps.filter(pre),
     ...diffFdb(want, seen, scope),

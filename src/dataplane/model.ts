@@ -53,6 +53,15 @@ export interface RouteSpec {
   readonly via: string;
   readonly dev: string;
   readonly onlink: boolean;
+  /**
+   * IPv4: the route's metric (priority), absent for 0. twill gives each of its IPv4 routes its
+   * destination's block number (peer-entries.ts, routeMetric): the kernel shares one structure
+   * between routes whose protocol, scope, source, metric and device match, and finds it through a
+   * hash that leaves the gateway out, so 5,000 routes through one device at one metric make each
+   * add walk every earlier one (quadratic); a metric of its own keeps each add short. IPv6 routes
+   * keep the kernel's default and leave this unset.
+   */
+  readonly metric?: number;
 }
 
 export interface NeighSpec {
@@ -208,6 +217,13 @@ export interface ObservedState {
    * only when IPv4 was)
    */
   readonly routes: readonly RouteSpec[];
+  /**
+   * the destinations of the main table's routes of other programs (any other protocol), of the
+   * families read; absent when not read. A peer's route whose destination is among them goes in
+   * at metric 0 (diff.ts), so another program's metric-0 route makes its add fail, visibly, rather
+   * than win over twill's in silence.
+   */
+  readonly foreignRoutes?: ReadonlySet<string>;
   readonly neighs: readonly ObservedNeigh[];
   readonly fdb: readonly ObservedFdb[];
   /** twill's chains; undefined when the pass did not read them (then they are left as they are) */

@@ -120,20 +120,24 @@ export function ipTouch(line: string): Touch {
   };
   if (after('proto') === String(ROUTE_PROTOCOL)) {
     const dst = first.includes('/') ? first : `${first}/${v6 ? 128 : 32}`;
-    // only "dst via X dev Y proto 151 [onlink]" (IPv6: with the kernel's "metric 1024 pref
-    // medium") is a shape twill writes; anything more is left to a full pass
+    // only "dst via X dev Y proto 151 [onlink] [metric N]" (IPv6: with the kernel's "metric 1024
+    // pref medium") is a shape twill writes; anything more is left to a full pass
     let plain = true;
+    let metric = 0;
     for (let i = 1; i < words.length; i++) {
       const w = words[i] ?? '';
       if (ROUTE_WORDS.has(w)) i++;
       else if (v6 && ROUTE6_DEFAULTS.has(w) && words[i + 1] === ROUTE6_DEFAULTS.get(w)) i++;
-      else if (w !== 'onlink') plain = false;
+      else if (!v6 && w === 'metric' && /^\d+$/.test(words[i + 1] ?? '')) {
+        metric = Number(words[i + 1]);
+        i++;
+      } else if (w !== 'onlink') plain = false;
     }
     const via = after('via');
     const dev = after('dev');
     const route =
       plain && via !== undefined && dev !== undefined
-        ? { dst, via, dev, onlink: words.includes('onlink') }
+        ? { dst, via, dev, onlink: words.includes('onlink'), ...(metric ? { metric } : {}) }
         : undefined;
     return { kind: 'route', deleted, dst, route };
   }

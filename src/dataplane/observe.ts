@@ -106,14 +106,37 @@ export function parseBridgeAddrs(json: unknown): ObservedAddr[] {
     });
 }
 
-/** `ip [-6] -json route show table main proto N` → routes. */
-export function parseRoutes(json: unknown): RouteSpec[] {
-  return arr(json).map((r) => ({
-    dst: canon(str(r.dst)) ?? '',
+/** One route of `ip [-N] [-6] -json route show`. */
+function parseRoute(r: Record<string, unknown>): RouteSpec {
+  const dst = canon(str(r.dst)) ?? '';
+  const metric = num(r.metric);
+  return {
+    dst,
     via: canon(str(r.gateway)) ?? '',
     dev: str(r.dev) ?? '',
     onlink: Array.isArray(r.flags) && r.flags.includes('onlink'),
-  }));
+    // an IPv6 route's metric is the kernel's default (1024), not one of twill's
+    ...(metric && !dst.includes(':') ? { metric } : {}),
+  };
+}
+
+/** `ip [-6] -json route show table main proto N` → routes. */
+export function parseRoutes(json: unknown): RouteSpec[] {
+  return arr(json).map(parseRoute);
+}
+
+/**
+ * `ip [-6] -N -json route show table main` (protocols as numbers) → twill's routes (protocol
+ * ROUTE_PROTOCOL) and the destinations of every other program's.
+ */
+export function splitRoutes(json: unknown): { own: RouteSpec[]; foreign: string[] } {
+  const own: RouteSpec[] = [];
+  const foreign: string[] = [];
+  for (const r of arr(json)) {
+    if (String(r.protocol) === String(ROUTE_PROTOCOL)) own.push(parseRoute(r));
+    else foreign.push(canon(str(r.dst)) ?? str(r.dst) ?? '');
+  }
+  return { own, foreign };
 }
 
 /** `ip -json neigh show dev D` → neighbour entries. */
@@ -303,13 +326,13 @@ export async function observe(
     );
   const fdbOf = (d: string): Promise<ObservedFdb[]> =>
     runJson(runner, 'bridge', ['-json', 'fdb', 'show', 'dev', d], opts).then((j) => parseFdb(j, d));
-  const routesOf = (family: string[]): Promise<RouteSpec[]> =>
-    runJson(
-      runner,
-      'ip',
-      [...family, '-json', 'route', 'show', 'table', 'main', 'proto', String(ROUTE_PROTOCOL)],
-      opts,
-    ).then(parseRoutes);
+  // the whole main table, protocols as numbers: twill's routes, and which destinations other
+  // programs' routes hold (on a node, a handful beside twill's)
+  const routesOf = (family: string[]): Promise<{ own: RouteSpec[]; foreign: string[] }> =>
+    runJson(runner, 'ip', [...family, '-N', '-json', 'route', 'show', 'table', 'main'], opts).then(
+      splitRoutes,
+    );
+  const NONE: { own: RouteSpec[]; foreign: string[] } = { own: [], foreign: [] };
   const dev6 = ipv6 ? o.dev6 : undefined;
   // leftovers: a read that fails is nothing there (a chain not read is left alone)
   const tolerant = <T>(read: Promise<T>, none: T): Promise<T> =>
@@ -320,8 +343,8 @@ export async function observe(
   const read6 = ipv6 || leftovers6;
   const dev4 = ipv4 ? dev : undefined;
   const [routes, routes6, neighs, neighs6, fdb, fdb6, chains] = await Promise.all([
-    ipv4 ? routesOf([]) : leftovers4 ? tolerant(routesOf([]), []) : [],
-    ipv6 ? routesOf(['-6']) : leftovers6 ? tolerant(routesOf(['-6']), []) : [],
+    ipv4 ? routesOf([]) : leftovers4 ? tolerant(routesOf([]), NONE) : NONE,
+    ipv6 ? routesOf(['-6']) : leftovers6 ? tolerant(routesOf(['-6']), NONE) : NONE,
     ofDevice(dev4, neighsOf),
     ofDevice(dev6, neighsOf),
     ofDevice(dev4, fdbOf),
@@ -331,7 +354,8 @@ export async function observe(
   const gone = (x: { dev: string }): boolean => vanished.has(x.dev);
   return {
     links: links.filter((l) => !vanished.has(l.name)),
-    routes: read6 ? [...routes, ...routes6] : routes,
+    routes: read6 ? [...routes.own, ...routes6.own] : routes.own,
+    foreignRoutes: new Set([...routes.foreign, ...routes6.foreign]),
     neighs: [...neighs, ...neighs6].filter((n) => !gone(n)),
     fdb: [...fdb, ...fdb6].filter((f) => !gone(f)),
     ...chains,

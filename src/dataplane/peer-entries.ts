@@ -47,12 +47,23 @@ function peer4Of(peer: Lease): Peer4 | undefined {
     : undefined;
 }
 
+/**
+ * An IPv4 route's metric: its destination's block number at its prefix length (10.244.1.0/24 →
+ * 717825), so no two of twill's routes share one (peers' subnets never overlap) and the kernel's
+ * route adds stay linear (model.ts, RouteSpec.metric). A metric orders only routes to the same
+ * destination, so it changes nothing else: the default route (prefix 0) keeps 0.
+ */
+export function routeMetric(c: Cidr): number {
+  return c.prefix === 0 ? 0 : c.base >>> (32 - c.prefix);
+}
+
 function directRoute(p: Peer4, choice: IfaceChoice): RouteSpec {
   return {
     dst: formatCidr(p.subnet),
     via: p.publicIp,
     dev: choice.iface.name,
     onlink: false,
+    metric: routeMetric(p.subnet),
   };
 }
 
@@ -72,7 +83,13 @@ function peer4Entries(s: EntriesSetup, p: Peer4): Family | undefined {
   return {
     neigh: { dev: dev.name, ip: gw, mac },
     fdb: { dev: dev.name, mac, dst: p.publicIp },
-    route: { dst: blockText(gw, p.subnet.prefix), via: gw, dev: dev.name, onlink: true },
+    route: {
+      dst: blockText(gw, p.subnet.prefix),
+      via: gw,
+      dev: dev.name,
+      onlink: true,
+      metric: routeMetric(p.subnet),
+    },
   };
 }
 

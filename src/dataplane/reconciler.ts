@@ -230,6 +230,11 @@ export class Reconciler {
   private generation = 0;
   private convergedGeneration = -1;
   private known: Known | undefined;
+  /**
+   * the destinations other programs' routes held at the last observed pass: a delta or repair
+   * pass, which reads nothing, writes a peer's route there as an observed one would (diff.ts)
+   */
+  private foreign: ReadonlySet<string> = new Set();
   /** ends an idle wait: any trigger while idle, only a lease change while backing off */
   private wakeAny: (() => void) | undefined;
   private wakeOnLeases: (() => void) | undefined;
@@ -390,6 +395,7 @@ export class Reconciler {
       return undefined;
     }
     const observed = monotonicMs();
+    if (seen.foreignRoutes) this.foreign = seen.foreignRoutes;
     const entryOps = diff(want, seen);
     const lanes = await this.runLanes(want, entryOps, {
       masq: o.chains && !masqFirst ? read.masq : undefined,
@@ -493,7 +499,9 @@ export class Reconciler {
     // only the peers whose leases changed, when both states say which (desired.ts): a new lease
     // among 5,000 costs one peer's entries, not a diff of every peer's
     const delta = peerDelta(k.want, want);
-    const ops = delta ? diff(delta.want, assumedFrom(delta.had)) : diff(want, assumedFrom(k.want));
+    const ops = delta
+      ? diff(delta.want, this.assumed(assumedFrom(delta.had)))
+      : diff(want, this.assumed(assumedFrom(k.want)));
     // a changed route is a `route replace`, which would also replace a foreign route the monitors
     // never saw (it has no proto 151): only an observed pass may decide that
     if (ops.some((op) => op.kind === 'route' && op.action === 'change')) return undefined;
@@ -514,6 +522,11 @@ export class Reconciler {
     return this.known !== undefined && this.convergedGeneration === this.known.generation;
   }
 
+  /** An assumed kernel with the other programs' routes the last observed pass saw. */
+  private assumed(s: ObservedState): ObservedState {
+    return this.foreign.size === 0 ? s : { ...s, foreignRoutes: this.foreign };
+  }
+
   /**
    * Re-applies the drifted entries from the last observed pass's desired state; undefined when that
    * is out of date or the repair fails (then an entries pass).
@@ -528,7 +541,9 @@ export class Reconciler {
     const started = this.begin();
     const ops = diff(
       k.want,
-      assumedWithout(k.want, { routes: p.routes, neighs: p.neighs, fdbDsts: p.fdbDsts }),
+      this.assumed(
+        assumedWithout(k.want, { routes: p.routes, neighs: p.neighs, fdbDsts: p.fdbDsts }),
+      ),
     );
     if (!(await this.appliedAll(ops, signal, 'repair'))) return undefined;
     const converged = this.convergedGeneration === k.generation;

@@ -112,7 +112,8 @@ export const ROUTE_STAGE = 2;
 const NFT_ARGS = ['-f', '-'];
 
 function routeText(r: RouteSpec): string {
-  return `${r.dst} via ${r.via} dev ${r.dev}${r.onlink ? ' onlink' : ''} proto ${ROUTE_PROTOCOL}`;
+  const metric = r.metric ? ` metric ${r.metric}` : '';
+  return `${r.dst} via ${r.via} dev ${r.dev}${r.onlink ? ' onlink' : ''} proto ${ROUTE_PROTOCOL}${metric}`;
 }
 
 /**

@@ -11,12 +11,18 @@ import {
   type MasqSpec,
   type MasqSpec6,
 } from '../../src/dataplane/model.ts';
+import { routeMetric } from '../../src/dataplane/peer-entries.ts';
 import type { Runner } from '../../src/exec/runner.ts';
 import type { Lease } from '../../src/lease/types.ts';
 import { formatIpv4, parseCidr, type Cidr } from '../../src/net/ipv4.ts';
 import { formatIpv6, parseCidr6, type Cidr6 } from '../../src/net/ipv6.ts';
 
 export const SELF_MAC = '02:00:00:00:00:03';
+
+/** The metric twill gives its IPv4 route to `dst` ("10.244.1.0/24"), as `ip route` prints it. */
+export function metricOf(dst: string): string {
+  return `metric ${routeMetric(parseCidr(dst, { strict: true }) as Cidr)}`;
+}
 /** our IPv6 vxlan device's MAC (BackendV6Data's VtepMAC) */
 export const SELF_MAC6 = '02:00:00:06:00:03';
 /** the dual-stack fixtures' IPv6 pod network and underlay */

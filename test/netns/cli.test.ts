@@ -261,7 +261,7 @@ describe('twill run in a network namespace', () => {
       '9a:41:e0:11:6b:03 dst fd00:56::13 self permanent',
     );
     expect(await sh(['ip', 'route', 'show', '10.244.5.0/24'])).toContain(
-      'via 10.244.5.0 dev twill.1 proto 151 onlink',
+      'via 10.244.5.0 dev twill.1 proto 151 metric 717829 onlink',
     );
     expect(await sh(['bridge', 'fdb', 'show', 'dev', 'twill.1'])).toContain(
       '7e:1b:4f:9a:2c:03 dst 192.168.56.13 self permanent',

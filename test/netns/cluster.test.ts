@@ -5,6 +5,7 @@
 // and a node whose lease is deleted disappears from every peer within 1 s.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster, type ClusterNode } from '../helpers/cluster.ts';
+import { metricOf } from '../helpers/dataplane.ts';
 import { sweepStaleNetns } from '../../lab/kit/netns.ts';
 import { slowBound, waitFor } from '../../lab/kit/wait.ts';
 
@@ -63,11 +64,15 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
           const net = s.key.replace(/-\d+$/, '');
           return backend === 'vxlan'
             ? {
-                route: `${net}/24 via ${net} dev twill.1 proto 151 onlink`,
+                route: `${net}/24 via ${net} dev twill.1 proto 151 ${metricOf(`${net}/24`)} onlink`,
                 neigh: net,
                 fdb: `dst ${p.ip} self permanent`,
               }
-            : { route: `${net}/24 via ${p.ip} dev eth0 proto 151`, neigh: '', fdb: '' };
+            : {
+                route: `${net}/24 via ${p.ip} dev eth0 proto 151 ${metricOf(`${net}/24`)}`,
+                neigh: '',
+                fdb: '',
+              };
         });
         await waitFor(async () => (await entries(c, node)).routes.length === 2, {
           timeoutMs: 10_000,

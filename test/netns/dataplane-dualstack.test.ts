@@ -287,7 +287,9 @@ describe('dual-stack dataplane on a real kernel', () => {
     const first = await r.pass(AbortSignal.timeout(20_000));
     expect(first.failures).toEqual([]);
     const view = await kernelView(runner, { ipv6: true });
-    expect(view.routes).toContain('10.244.9.0/24 via 10.244.9.0 dev twill.1 proto 151 onlink');
+    expect(view.routes).toContain(
+      '10.244.9.0/24 via 10.244.9.0 dev twill.1 proto 151 metric 717833 onlink',
+    );
     expect(view.v6?.routes).toContain(
       'fd00:0:0:9::/64 via fd00:0:0:9:: dev twill-v6.1 proto 151 metric 1024 onlink pref medium',
     );
@@ -344,8 +346,8 @@ describe('dual-stack dataplane on a real kernel', () => {
     );
     // the IPv4 side is an IPv4-only node's
     expect(after.routes).toEqual([
-      '10.244.1.0/24 via 10.123.0.1 dev eth0 proto 151',
-      '10.244.5.0/24 via 10.123.0.5 dev eth0 proto 151',
+      '10.244.1.0/24 via 10.123.0.1 dev eth0 proto 151 metric 717825',
+      '10.244.5.0/24 via 10.123.0.5 dev eth0 proto 151 metric 717829',
     ]);
     expect(after.fwd).toContain('-A TWILL-FWD');
     // converged, and the passes after the first spawn what an IPv4-only pass always did

@@ -302,7 +302,7 @@ describe('IPv6-only dataplane on a real kernel', () => {
     expect(after.v6?.fwd).toContain('-A TWILL-FWD');
     // the first pass read IPv4's routes and chains; the converged passes after it, nothing IPv4
     const ipv4Reads = (): string[] =>
-      calls.filter((c) => c.startsWith('iptables ') || c.startsWith('ip -json route'));
+      calls.filter((c) => c.startsWith('iptables ') || c.startsWith('ip -N -json route'));
     expect(ipv4Reads()).toHaveLength(5);
     calls.length = 0;
     expect((await v6.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);

@@ -6,6 +6,7 @@
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster, httpGetIn, ETCD_ENDPOINT, type ClusterNode } from '../helpers/cluster.ts';
+import { metricOf } from '../helpers/dataplane.ts';
 import { sweepStaleNetns } from '../../lab/kit/netns.ts';
 import { waitFor } from '../../lab/kit/wait.ts';
 import { runToExit } from '../../lab/kit/process.ts';
@@ -141,7 +142,7 @@ describe('twill status', () => {
       expect.objectContaining({ subnet: peer, kernel: 'missing route' }),
     ]);
     expect(json.diff.missing).toEqual([
-      `route add ${peer} via ${peer.split('/')[0]} dev twill.1 onlink proto 151`,
+      `route add ${peer} via ${peer.split('/')[0]} dev twill.1 onlink proto 151 ${metricOf(peer)}`,
     ]);
   });
 });

@@ -85,8 +85,8 @@ describe('dual-stack backends', () => {
       { dev: 'twill-v6.1', mac: '02:00:00:06:00:04', dst: 'fd7b::4' },
     ]);
     expect(vxlan6.routes).toEqual([
-      { dst: '10.244.1.0/24', via: '10.244.1.0', dev: 'twill.1', onlink: true },
-      { dst: '10.244.4.0/24', via: '10.244.4.0', dev: 'twill.1', onlink: true },
+      { dst: '10.244.1.0/24', via: '10.244.1.0', dev: 'twill.1', onlink: true, metric: 717825 },
+      { dst: '10.244.4.0/24', via: '10.244.4.0', dev: 'twill.1', onlink: true, metric: 717828 },
       { dst: 'fd00:0:0:1::/64', via: 'fd00:0:0:1::', dev: 'twill-v6.1', onlink: true },
       { dst: 'fd00:0:0:4::/64', via: 'fd00:0:0:4::', dev: 'twill-v6.1', onlink: true },
     ]);
@@ -123,8 +123,8 @@ describe('dual-stack backends', () => {
     );
     expect(d.vxlan6).toBeNull();
     expect(d.routes).toEqual([
-      { dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false },
-      { dst: '10.244.5.0/24', via: '10.123.0.5', dev: 'eth0', onlink: false },
+      { dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false, metric: 717825 },
+      { dst: '10.244.5.0/24', via: '10.123.0.5', dev: 'eth0', onlink: false, metric: 717829 },
       { dst: 'fd00:0:0:1::/64', via: 'fd7b::1', dev: 'eth0', onlink: false },
     ]);
     expect([d.neighs, d.fdb]).toEqual([[], []]);
@@ -211,8 +211,8 @@ describe('dual-stack diff and render', () => {
       'neigh replace 10.244.4.0 lladdr 02:00:00:00:00:04 dev twill.1 nud permanent',
       'neigh replace fd00:0:0:1:: lladdr 02:00:00:06:00:01 dev twill-v6.1 nud permanent',
       'neigh replace fd00:0:0:4:: lladdr 02:00:00:06:00:04 dev twill-v6.1 nud permanent',
-      'route add 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151',
-      'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151',
+      'route add 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151 metric 717825',
+      'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151 metric 717828',
       'route add fd00:0:0:1::/64 via fd00:0:0:1:: dev twill-v6.1 onlink proto 151',
       'route add fd00:0:0:4::/64 via fd00:0:0:4:: dev twill-v6.1 onlink proto 151',
     ]);
@@ -286,12 +286,12 @@ describe('dual-stack diff and render', () => {
       [
         'change',
         'ip-post',
-        'route replace 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151',
+        'route replace 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151 metric 717825',
       ],
       [
         'change',
         'ip-post',
-        'route replace 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151',
+        'route replace 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151 metric 717828',
       ],
       [
         'add',
@@ -575,6 +575,7 @@ describe('reading IPv6 kernel output', () => {
               dst: 'fd00:0:0:1::/64',
               gateway: 'fd00:0:0:1::',
               dev: 'twill-v6.1',
+              protocol: '151',
               flags: ['onlink'],
             },
           ]),
@@ -602,8 +603,8 @@ describe('reading IPv6 kernel output', () => {
     expect(calls.sort()).toEqual(
       [
         'ip -d -json addr show',
-        'ip -json route show table main proto 151',
-        'ip -6 -json route show table main proto 151',
+        'ip -N -json route show table main',
+        'ip -6 -N -json route show table main',
         'ip -json neigh show dev twill.1',
         'ip -json neigh show dev twill-v6.1',
         'bridge -json fdb show dev twill.1',
@@ -627,7 +628,9 @@ describe('reading IPv6 kernel output', () => {
       if (file === 'ip' && args[0] === '-6') {
         if (noIpv6) throw new Error('ip -6: Address family not supported by protocol');
         return {
-          stdout: JSON.stringify([{ dst: 'fd00:0:0:1::/64', gateway: 'fd7b::1', dev: 'eth0' }]),
+          stdout: JSON.stringify([
+            { dst: 'fd00:0:0:1::/64', gateway: 'fd7b::1', dev: 'eth0', protocol: '151' },
+          ]),
           stderr: '',
         };
       }
@@ -649,7 +652,7 @@ describe('reading IPv6 kernel output', () => {
     const o = { chains: true, leftovers6: true };
     const left = await observe(runner, 'twill.1', AbortSignal.timeout(1_000), o);
     expect(calls.filter((c) => c.startsWith('ip6tables') || c.startsWith('ip -6')).sort()).toEqual([
-      'ip -6 -json route show table main proto 151',
+      'ip -6 -N -json route show table main',
       'ip6tables -w 5 -t filter -S FORWARD',
       'ip6tables -w 5 -t filter -S TWILL-FWD',
       'ip6tables -w 5 -t nat -S POSTROUTING',

@@ -229,8 +229,8 @@ describe('IPv6-only diff and render', () => {
     expect(batches.map((b) => [b.file, b.input])).toEqual([
       [
         'ip',
-        'route del 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151\n' +
-          'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\n',
+        'route del 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151 metric 717825\n' +
+          'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151 metric 717828\n',
       ],
       ['ip', 'link del twill.1\n'],
       [
@@ -267,8 +267,8 @@ describe('IPv6-only diff and render', () => {
       opLines,
     );
     expect(lines.filter((l) => l.startsWith('route del'))).toEqual([
-      'route del 10.244.1.0/24 via 10.123.0.1 dev eth0 proto 151',
-      'route del 10.244.4.0/24 via 10.123.0.4 dev eth0 proto 151',
+      'route del 10.244.1.0/24 via 10.123.0.1 dev eth0 proto 151 metric 717825',
+      'route del 10.244.4.0/24 via 10.123.0.4 dev eth0 proto 151 metric 717828',
     ]);
     expect(lines).toContain('-X TWILL-FWD');
     // a steady pass reads neither the IPv4 routes nor the iptables chains: no IPv4 op at all
@@ -298,10 +298,12 @@ describe('IPv6-only reads', () => {
           ]),
           stderr: '',
         };
-      if (cmd === 'ip -json route show table main proto 151') {
+      if (cmd === 'ip -N -json route show table main') {
         if (o.noIpv4) throw new Error('ip: RTNETLINK answers: Address family not supported');
         return {
-          stdout: JSON.stringify([{ dst: '10.244.1.0/24', gateway: '10.123.0.1', dev: 'eth0' }]),
+          stdout: JSON.stringify([
+            { dst: '10.244.1.0/24', gateway: '10.123.0.1', dev: 'eth0', protocol: '151' },
+          ]),
           stderr: '',
         };
       }
@@ -330,7 +332,7 @@ describe('IPv6-only reads', () => {
     return { runner, calls };
   }
   const v4reads = (calls: readonly string[]): string[] =>
-    calls.filter((c) => c.startsWith('iptables') || c.startsWith('ip -json route')).sort();
+    calls.filter((c) => c.startsWith('iptables') || c.startsWith('ip -N -json route')).sort();
   const ipv6Only = { chains: true, ipv6: true, dev6: 'twill-v6.1', ipv4: false } as const;
 
   it('a steady pass reads no IPv4 route, no IPv4 device entry and no iptables chain, and sees twill.1', async () => {
@@ -339,7 +341,7 @@ describe('IPv6-only reads', () => {
     expect(calls.sort()).toEqual(
       [
         'ip -d -json addr show',
-        'ip -6 -json route show table main proto 151',
+        'ip -6 -N -json route show table main',
         'ip -json neigh show dev twill-v6.1',
         'bridge -json fdb show dev twill-v6.1',
         'ip6tables -w 5 -t nat -S POSTROUTING',
@@ -366,7 +368,7 @@ describe('IPv6-only reads', () => {
       leftovers4: true,
     });
     expect(v4reads(calls)).toEqual([
-      'ip -json route show table main proto 151',
+      'ip -N -json route show table main',
       'iptables -w 5 -t filter -S FORWARD',
       'iptables -w 5 -t filter -S TWILL-FWD',
       'iptables -w 5 -t nat -S POSTROUTING',

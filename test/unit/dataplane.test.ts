@@ -15,10 +15,12 @@ import {
   parseBridgeAddrs,
   parseIptablesVersion,
   parseLinks,
+  splitRoutes,
 } from '../../src/dataplane/observe.ts';
 import { CommandError, type Runner } from '../../src/exec/runner.ts';
 import { parseCidr, type Cidr } from '../../src/net/ipv4.ts';
 import { backendInput, masqOf, peerLease } from '../helpers/dataplane.ts';
+import { routeMetric } from '../../src/dataplane/peer-entries.ts';
 
 const EMPTY: ObservedState = {
   links: [],
@@ -92,8 +94,8 @@ describe('backends', () => {
       { dev: 'twill.1', mac: '02:00:00:00:00:04', dst: '10.123.0.4' },
     ]);
     expect(vxlan.routes).toEqual([
-      { dst: '10.244.1.0/24', via: '10.244.1.0', dev: 'twill.1', onlink: true },
-      { dst: '10.244.4.0/24', via: '10.244.4.0', dev: 'twill.1', onlink: true },
+      { dst: '10.244.1.0/24', via: '10.244.1.0', dev: 'twill.1', onlink: true, metric: 717825 },
+      { dst: '10.244.4.0/24', via: '10.244.4.0', dev: 'twill.1', onlink: true, metric: 717828 },
     ]);
   });
 
@@ -117,8 +119,8 @@ describe('backends', () => {
       backendInput({ backend: 'vxlan', peers, extra: ',"DirectRouting":true' }),
     );
     expect(d.routes).toEqual([
-      { dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false },
-      { dst: '10.244.5.0/24', via: '10.244.5.0', dev: 'twill.1', onlink: true },
+      { dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false, metric: 717825 },
+      { dst: '10.244.5.0/24', via: '10.244.5.0', dev: 'twill.1', onlink: true, metric: 717829 },
     ]);
     expect(d.neighs.map((n) => n.ip)).toEqual(['10.244.5.0']);
   });
@@ -198,7 +200,7 @@ describe('backends', () => {
     );
     expect(d.vxlan).toBeNull();
     expect(d.routes).toEqual([
-      { dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false },
+      { dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false, metric: 717825 },
     ]);
     expect(refused).toEqual([
       {
@@ -265,8 +267,8 @@ describe('diff and render', () => {
       [
         'neigh replace 10.244.1.0 lladdr 02:00:00:00:00:01 dev twill.1 nud permanent',
         'neigh replace 10.244.4.0 lladdr 02:00:00:00:00:04 dev twill.1 nud permanent',
-        'route add 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151',
-        'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151',
+        'route add 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151 metric 717825',
+        'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151 metric 717828',
         '',
       ].join('\n'),
       [
@@ -297,8 +299,51 @@ describe('diff and render', () => {
     );
     const batches = renderBatches(diff(one, matching(vxlan)));
     expect(batches.map((b) => b.input)).toEqual([
-      'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\nneigh del 10.244.4.0 dev twill.1\n',
+      'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151 metric 717828\nneigh del 10.244.4.0 dev twill.1\n',
       'fdb del 02:00:00:00:00:04 dev twill.1 dst 10.123.0.4 self\n',
+    ]);
+  });
+
+  it("gives each IPv4 route its destination's block number as metric, and takes over an older twill's metric-0 route after adding its own", () => {
+    const block = (text: string): Cidr => parseCidr(text, { strict: true }) as Cidr;
+    expect(routeMetric(block('10.244.1.0/24'))).toBe(717825);
+    expect(routeMetric(block('10.50.7.0/24'))).toBe(668167);
+    expect(routeMetric(block('192.168.0.0/16'))).toBe(49320);
+    expect(routeMetric(block('0.0.0.0/0'))).toBe(0);
+    const seen = matching(vxlan);
+    // peer 4's route as an older twill wrote it: metric 0
+    const old = seen.routes.map((r) =>
+      r.dst === '10.244.4.0/24' ? { ...r, metric: undefined } : r,
+    );
+    const ops = diff(vxlan, { ...seen, routes: old });
+    expect(ops.map((op) => [op.phase, ...opLines(op)])).toEqual([
+      [
+        'ip-post',
+        'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151 metric 717828',
+      ],
+      ['ip-post', 'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151'],
+    ]);
+    // both there (the delete failed): the old one goes, the new one stays
+    const both = [...seen.routes, { ...seen.routes[1]!, metric: undefined }];
+    expect(diff(vxlan, { ...seen, routes: both }).flatMap(opLines)).toEqual([
+      'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151',
+    ]);
+  });
+
+  it("writes a peer's route at metric 0 where another program's route holds its destination, and keeps its own", () => {
+    const seen = matching(vxlan);
+    const foreignRoutes = new Set(['default', '10.123.0.0/24', '10.244.4.0/24']);
+    // twill's route of its own metric stays; the metric-0 add fails on a metric-0 foreign route
+    // (visibly), and wins over one of a higher metric
+    expect(diff(vxlan, { ...seen, foreignRoutes }).flatMap(opLines)).toEqual([
+      'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151',
+    ]);
+    // once in, nothing more
+    const taken = [...seen.routes, { ...seen.routes[1]!, metric: undefined }];
+    expect(diff(vxlan, { ...seen, routes: taken, foreignRoutes })).toEqual([]);
+    // the other program's route gone: twill's own metric again, and its metric-0 route goes
+    expect(diff(vxlan, { ...seen, routes: taken }).flatMap(opLines)).toEqual([
+      'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151',
     ]);
   });
 
@@ -403,6 +448,9 @@ describe('stale bridge gateways (a CNI gateway of an earlier lease of ours)', ()
         // another bridge, outside the pod network (docker's)
         { dev: 'docker0', address: '172.17.0.1/16' },
       ],
+      // the old gateway's connected route, which goes with it: not another program's route in
+      // the way of twill's (which keeps its own metric)
+      foreignRoutes: new Set(['10.244.216.0/24', '10.244.3.0/24', '172.17.0.0/16']),
     };
     const ops = diff(withPeer, seen);
     expect(ops.filter((o) => o.kind === 'addr')).toEqual([
@@ -422,7 +470,7 @@ describe('stale bridge gateways (a CNI gateway of an earlier lease of ours)', ()
       [
         'ip-post',
         'neigh replace 10.244.216.0 lladdr 02:00:00:00:00:d8 dev twill.1 nud permanent\n' +
-          'route add 10.244.216.0/24 via 10.244.216.0 dev twill.1 onlink proto 151\n',
+          'route add 10.244.216.0/24 via 10.244.216.0 dev twill.1 onlink proto 151 metric 718040\n',
       ],
     ]);
     // the same without the peer: the address goes all the same
@@ -565,6 +613,47 @@ describe('masquerade chains', () => {
 });
 
 describe('kernel output readers', () => {
+  it("splits the main table into twill's routes (protocol 151, IPv4 with their metric) and other programs' destinations", () => {
+    const json = [
+      { dst: 'default', gateway: '10.123.0.1', dev: 'eth0', protocol: '4', flags: [] },
+      { dst: '10.123.0.0/24', dev: 'eth0', protocol: '2', scope: '253', flags: [] },
+      {
+        dst: '10.244.1.0/24',
+        gateway: '10.123.0.1',
+        dev: 'eth0',
+        protocol: '151',
+        metric: 717825,
+        flags: [],
+      },
+      {
+        dst: '10.244.2.0/24',
+        gateway: '10.244.2.0',
+        dev: 'twill.1',
+        protocol: '151',
+        flags: ['onlink'],
+      },
+      { dst: '10.244.3.0/24', gateway: '10.123.0.3', dev: 'eth0', flags: [] },
+      {
+        dst: 'fd00:0:0:1::/64',
+        gateway: 'fd7b::1',
+        dev: 'eth0',
+        protocol: '151',
+        metric: 1024,
+        flags: [],
+      },
+    ];
+    expect(splitRoutes(json)).toEqual({
+      own: [
+        { dst: '10.244.1.0/24', via: '10.123.0.1', dev: 'eth0', onlink: false, metric: 717825 },
+        { dst: '10.244.2.0/24', via: '10.244.2.0', dev: 'twill.1', onlink: true },
+        // an IPv6 route's metric is the kernel's default, not twill's
+        { dst: 'fd00:0:0:1::/64', via: 'fd7b::1', dev: 'eth0', onlink: false },
+      ],
+      // (a route of the boot protocol prints none)
+      foreign: ['default', '10.123.0.0/24', '10.244.3.0/24'],
+    });
+  });
+
   it('observes a vxlan device deleted between its reads as absent, not as a failed pass', async () => {
     const link = [{ ifname: 'twill.1', linkinfo: { info_kind: 'vxlan', info_data: { id: 1 } } }];
     const runner: Runner = async (file, args) => {
@@ -672,23 +761,37 @@ describe('kernel output readers', () => {
 
 describe('what a kernel event touched', () => {
   it("reads routes of twill's protocol, with their shape when it is one twill writes", () => {
-    expect(ipTouch('Deleted 10.244.2.0/24 via 10.244.2.0 dev twill.1 proto 151 onlink ')).toEqual({
+    expect(
+      ipTouch('Deleted 10.244.2.0/24 via 10.244.2.0 dev twill.1 proto 151 metric 717826 onlink '),
+    ).toEqual({
       kind: 'route',
       deleted: true,
       dst: '10.244.2.0/24',
-      route: { dst: '10.244.2.0/24', via: '10.244.2.0', dev: 'twill.1', onlink: true },
+      route: {
+        dst: '10.244.2.0/24',
+        via: '10.244.2.0',
+        dev: 'twill.1',
+        onlink: true,
+        metric: 717826,
+      },
     });
     expect(ipTouch('10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151 ')).toEqual({
       kind: 'route',
       deleted: false,
       dst: '10.244.7.0/24',
+      // (an older twill's, at metric 0)
       route: { dst: '10.244.7.0/24', via: '10.123.0.9', dev: 'eth0', onlink: false },
     });
-    // more than twill writes (a metric): the shape is unknown, so a full pass judges it
     expect(ipTouch('10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151 metric 5')).toMatchObject({
-      kind: 'route',
-      route: undefined,
+      route: { metric: 5 },
     });
+    // more than twill writes (a source): the shape is unknown, so a full pass judges it
+    expect(ipTouch('10.244.7.0/24 via 10.123.0.9 dev eth0 proto 151 src 10.123.0.2')).toMatchObject(
+      {
+        kind: 'route',
+        route: undefined,
+      },
+    );
   });
 
   it("reads neighbour and FDB entries on twill's device (FDB entries show their dst as the address)", () => {
@@ -754,7 +857,7 @@ describe('what a kernel event touched', () => {
       [
         'ip',
         'neigh replace 10.244.4.0 lladdr 02:00:00:00:00:04 dev twill.1 nud permanent\n' +
-          'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151\n',
+          'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151 metric 717828\n',
       ],
     ]);
     expect(

@@ -107,7 +107,8 @@ describe('EarlyRoutes', () => {
     expect(w.fed).toHaveLength(1);
     expect(w.fed[0]?.trim().split('\n')).toEqual([
       ...[10, 11, 12, 20, 21].map(
-        (n) => `route add 10.50.${n}.0/24 via 192.168.50.${n} dev eth0 proto 151`,
+        (n) =>
+          `route add 10.50.${n}.0/24 via 192.168.50.${n} dev eth0 proto 151 metric ${668160 + n}`,
       ),
     ]);
     const lines = w.log.lines.filter((l) => l.msg === 'dataplane written early');
@@ -125,7 +126,9 @@ describe('EarlyRoutes', () => {
     w.early.take(records(10, 1));
     w.early.end();
     await w.early.done();
-    expect(w.fed).toEqual(['route add 10.50.10.0/24 via 192.168.50.10 dev eth0 proto 151\n']);
+    expect(w.fed).toEqual([
+      'route add 10.50.10.0/24 via 192.168.50.10 dev eth0 proto 151 metric 668170\n',
+    ]);
   });
 
   it('in key order, writes the held last record when told the listing ended, and a route told again once', async () => {
@@ -139,7 +142,10 @@ describe('EarlyRoutes', () => {
     w.early.end();
     await w.early.done();
     expect(w.fed[0]?.trim().split('\n')).toEqual(
-      [10, 11, 12].map((n) => `route add 10.50.${n}.0/24 via 192.168.50.${n} dev eth0 proto 151`),
+      [10, 11, 12].map(
+        (n) =>
+          `route add 10.50.${n}.0/24 via 192.168.50.${n} dev eth0 proto 151 metric ${668160 + n}`,
+      ),
     );
     expect(w.log.lines.find((l) => l.msg === 'dataplane written early')?.ops).toEqual({
       'route add': 3,
@@ -178,8 +184,8 @@ describe('EarlyRoutes', () => {
     const deletes = () => w.ran.filter((c) => c.cmd === 'ip -force -batch -');
     expect(deletes().map((c) => c.input?.trim().split('\n'))).toEqual([
       [
-        'route del 10.50.10.0/24 via 192.168.50.10 dev eth0 proto 151',
-        'route del 10.50.11.0/24 via 192.168.50.11 dev eth0 proto 151',
+        'route del 10.50.10.0/24 via 192.168.50.10 dev eth0 proto 151 metric 668170',
+        'route del 10.50.11.0/24 via 192.168.50.11 dev eth0 proto 151 metric 668171',
       ],
     ]);
     // once the lease is ours (done), nothing more is taken back
@@ -198,8 +204,8 @@ describe('EarlyRoutes', () => {
     const deletes = w.ran.filter((c) => c.cmd === 'ip -force -batch -');
     expect(deletes.map((c) => c.input?.trim().split('\n'))).toEqual([
       [
-        'route del 10.50.10.0/24 via 192.168.50.10 dev eth0 proto 151',
-        'route del 10.50.11.0/24 via 192.168.50.11 dev eth0 proto 151',
+        'route del 10.50.10.0/24 via 192.168.50.10 dev eth0 proto 151 metric 668170',
+        'route del 10.50.11.0/24 via 192.168.50.11 dev eth0 proto 151 metric 668171',
       ],
     ]);
     expect(w.log.lines.map((l) => l.msg)).toContain(

@@ -21,15 +21,17 @@ const j = (line: string): unknown => judge(ipTouch(line), known);
 
 describe('judging kernel events', () => {
   it('asks for nothing when the event shows what twill wants (its own changes coming back)', () => {
-    expect(j('10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink ')).toEqual([]);
+    expect(j('10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 metric 717828 onlink ')).toEqual(
+      [],
+    );
     expect(j('10.244.4.0 dev twill.1 lladdr 02:00:00:00:00:04 PERMANENT ')).toEqual([]);
     expect(j('10.123.0.4 dev twill.1 lladdr 02:00:00:00:00:04 NOARP PERMANENT ')).toEqual([]);
   });
 
   it('asks to put back just the entry a drift touched', () => {
-    expect(j('Deleted 10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink ')).toEqual([
-      { kind: 'route', key: '10.244.4.0/24' },
-    ]);
+    expect(
+      j('Deleted 10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 metric 717828 onlink '),
+    ).toEqual([{ kind: 'route', key: '10.244.4.0/24' }]);
     expect(j('Deleted 10.244.4.0 dev twill.1 FAILED ')).toEqual([
       { kind: 'neigh', key: '10.244.4.0' },
     ]);
@@ -43,6 +45,8 @@ describe('judging kernel events', () => {
 
   it("asks for nothing when something twill does not want goes away, or the kernel's own entries come and go", () => {
     expect(j('Deleted 10.244.9.0/24 via 10.244.9.0 dev twill.1 proto 151 onlink ')).toEqual([]);
+    // an older twill's route (metric 0) going once the one of its own metric is in
+    expect(j('Deleted 10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink ')).toEqual([]);
     expect(j('10.244.9.7 dev twill.1 FAILED ')).toEqual([]);
     expect(j('Deleted 10.123.0.4 dev twill.1 lladdr 02:00:00:00:00:77 NOARP PERMANENT ')).toEqual(
       [],
@@ -57,6 +61,7 @@ describe('judging kernel events', () => {
     expect(j('10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink metric 5')).toEqual(
       entries,
     );
+    expect(j('10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink')).toEqual(entries);
     expect(j('10.244.9.7 dev twill.1 lladdr 02:00:00:00:00:09 PERMANENT ')).toEqual(entries);
     expect(j('10.123.0.4 dev twill.1 lladdr 02:00:00:00:00:77 NOARP PERMANENT ')).toEqual(entries);
     // links and addresses; another twill device; nothing known yet

@@ -21,7 +21,7 @@ const SETTLE = 10;
 const RESYNC = 60_000;
 /** the first read of every observed pass */
 const LINKS = 'ip -d -json addr show';
-const ROUTES = 'ip -json route show table main proto 151';
+const ROUTES = 'ip -N -json route show table main';
 const IP_BATCH = 'ip -force -batch -';
 const PEER4_ROUTE = '10.244.4.0/24';
 
@@ -45,6 +45,8 @@ interface Route {
   readonly dev: string;
   readonly onlink: boolean;
   readonly proto: number;
+  /** IPv4: the metric (0 when none is given) */
+  readonly metric: number;
 }
 
 const BUILTIN = new Set(['POSTROUTING', 'FORWARD']);
@@ -116,18 +118,34 @@ class Kernel {
         return undefined;
       }
       case 'route add':
-      case 'route replace':
-        if (verb === 'add' && this.routes.has(name)) return 'RTNETLINK answers: File exists';
-        this.routes.set(name, {
+      case 'route replace': {
+        // the kernel keys a route by destination and metric: a second metric is a second route,
+        // kept here under "dst#metric"
+        const metric = has('metric') ? Number(opt('metric')) : 0;
+        const key =
+          this.routeKey(name, metric) ?? (this.routes.has(name) ? `${name}#${metric}` : name);
+        if (verb === 'add' && this.routes.has(key)) return 'RTNETLINK answers: File exists';
+        this.routes.set(key, {
           dst: name,
           via: opt('via'),
           dev: opt('dev'),
           onlink: has('onlink'),
           proto: Number(opt('proto')),
+          metric,
         });
         return undefined;
-      case 'route del':
-        return this.routes.delete(name) ? undefined : 'RTNETLINK answers: No such process';
+      }
+      case 'route del': {
+        // no metric given: the first of that destination's routes, lowest metric first
+        const key = has('metric')
+          ? this.routeKey(name, Number(opt('metric')))
+          : [...this.routes.entries()]
+              .filter(([, r]) => r.dst === name)
+              .sort(([, a], [, b]) => a.metric - b.metric)[0]?.[0];
+        return key !== undefined && this.routes.delete(key)
+          ? undefined
+          : 'RTNETLINK answers: No such process';
+      }
       case 'neigh replace':
         this.neighs.set(`${opt('dev')} ${name}`, opt('lladdr'));
         return undefined;
@@ -216,15 +234,25 @@ class Kernel {
     }));
   }
 
-  /** The routes of one family (`ip -json route` lists IPv4's, `ip -6 -json route` IPv6's). */
-  routesJson(proto: number, v6 = false): unknown {
+  /** The key a route of this destination and metric is kept under, if there is one. */
+  routeKey(dst: string, metric: number): string | undefined {
+    for (const [k, r] of this.routes) if (r.dst === dst && r.metric === metric) return k;
+    return undefined;
+  }
+
+  /**
+   * The routes of one family (`ip -json route` lists IPv4's, `ip -6 -json route` IPv6's), of one
+   * protocol or (undefined) all.
+   */
+  routesJson(proto: number | undefined, v6 = false): unknown {
     return [...this.routes.values()]
-      .filter((r) => r.proto === proto && r.dst.includes(':') === v6)
+      .filter((r) => (proto === undefined || r.proto === proto) && r.dst.includes(':') === v6)
       .map((r) => ({
         dst: r.dst,
         gateway: r.via,
         dev: r.dev,
         protocol: String(r.proto),
+        ...(r.metric ? { metric: r.metric } : {}),
         flags: r.onlink ? ['onlink'] : [],
       }));
   }
@@ -344,10 +372,16 @@ class FakeHost {
     const a = args.join(' ');
     let m: RegExpExecArray | null;
     if (cmd === LINKS) return json(this.kernel.linksJson());
-    if (file === 'ip' && (m = /^-json route show table main proto (\d+)$/.exec(a)))
-      return json(this.kernel.routesJson(Number(m[1])));
+    // twill's routes (proto N), or with -N the whole table, protocols as numbers
+    const proto = (m: RegExpExecArray): number | undefined =>
+      m[1] === undefined ? undefined : Number(m[1]);
+    if (file === 'ip' && (m = /^(?:-N )?-json route show table main(?: proto (\d+))?$/.exec(a)))
+      return json(this.kernel.routesJson(proto(m)));
     // IPv6: its routes and ip6tables chains (none on an IPv4-only node), or no IPv6 at all
-    if (file === 'ip' && (m = /^-6 -json route show table main proto (\d+)$/.exec(a))) {
+    if (
+      file === 'ip' &&
+      (m = /^-6 (?:-N )?-json route show table main(?: proto (\d+))?$/.exec(a))
+    ) {
       if (this.noIpv6)
         throw new CommandError({
           command,
@@ -355,7 +389,7 @@ class FakeHost {
           stderr: 'RTNETLINK answers: Address family not supported by protocol\n',
           reason: 'exit code 2',
         });
-      return json(this.kernel.routesJson(Number(m[1]), true));
+      return json(this.kernel.routesJson(proto(m), true));
     }
     const notStarted = (tool: string): CommandError =>
       new CommandError({
@@ -668,7 +702,7 @@ describe('IPv6 leftovers on an IPv4-only node', () => {
     loop = l;
     await tick(0);
     expect(ipv6Reads(l.host.calls.map((c) => c.cmd))).toEqual([
-      'ip -6 -json route show table main proto 151',
+      'ip -6 -N -json route show table main',
       'ip6tables -w 5 -t filter -S FORWARD',
       'ip6tables -w 5 -t filter -S TWILL-FWD',
       'ip6tables -w 5 -t nat -S POSTROUTING',
@@ -704,7 +738,7 @@ describe('IPv6 leftovers on an IPv4-only node', () => {
 
 describe('IPv4 leftovers on an IPv6-only node', () => {
   const ipv4Reads = (calls: readonly string[]): string[] =>
-    calls.filter((c) => c.startsWith('ip -json route ') || c.startsWith('iptables ')).sort();
+    calls.filter((c) => c.startsWith('ip -N -json route ') || c.startsWith('iptables ')).sort();
   const IPV4_READS = [
     ROUTES,
     'iptables -w 5 -t filter -S FORWARD',
@@ -1423,7 +1457,14 @@ describe('which pass a trigger asks for', () => {
     // peer 6 comes before the monitor has shown peer 5's route coming back
     l.peers = [...l.peers, peerLease(6, { vxlan: true })];
     l.reconciler.leasesChanged();
-    const route = { dst: '10.244.5.0/24', via: '10.244.5.0', dev: 'twill.1', onlink: true };
+    // (its metric: 10.244.5.0/24's block number)
+    const route = {
+      dst: '10.244.5.0/24',
+      via: '10.244.5.0',
+      dev: 'twill.1',
+      onlink: true,
+      metric: 717829,
+    };
     l.reconciler.touch('ip', { kind: 'route', deleted: false, dst: route.dst, route });
     await tick(SETTLE);
     await tick(RESYNC / 2);

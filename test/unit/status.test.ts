@@ -104,7 +104,7 @@ describe('twill status report', () => {
     expect(r.peers.map((p) => p.kernel)).toEqual(['missing route', 'missing fdb']);
     expect(r.diff.missing).toEqual([
       'fdb append 02:00:00:00:00:04 dev twill.1 dst 10.123.0.4 self permanent',
-      'route add 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151',
+      'route add 10.244.1.0/24 via 10.244.1.0 dev twill.1 onlink proto 151 metric 717825',
     ]);
     expect(r.diff.extra).toEqual(['neigh del 10.244.9.0 dev twill.1']);
     expect(r.inSync).toBe(false);
