@@ -220,8 +220,13 @@ function connectedDst(address: string): string | undefined {
 
 /**
  * The other programs' route destinations as they are once this pass's stale gateways are deleted
- * (in its first batch, before any route is added): a gateway's connected route goes with it.
+ * (in its first batch, before any route is added): a gateway's connected route goes with it. What
+ * a delta or repair pass after an observed one takes as the kernel's.
  */
+export function foreignRoutesAfter(want: DesiredState, seen: ObservedState): ReadonlySet<string> {
+  return foreignAfter(seen, diffBridgeAddrs(want, seen));
+}
+
 function foreignAfter(seen: ObservedState, gateways: readonly Op[]): ReadonlySet<string> {
   const foreign = seen.foreignRoutes ?? NO_FOREIGN;
   if (gateways.length === 0 || foreign.size === 0) return foreign;

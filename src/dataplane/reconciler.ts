@@ -84,7 +84,7 @@ import {
   type Leftovers,
   type MasqReadOptions,
 } from './masq-reads.ts';
-import { assumedFrom, assumedWithout, diff, peerDelta } from './diff.ts';
+import { assumedFrom, assumedWithout, diff, foreignRoutesAfter, peerDelta } from './diff.ts';
 import {
   everything,
   indexDesired,
@@ -395,7 +395,7 @@ export class Reconciler {
       return undefined;
     }
     const observed = monotonicMs();
-    if (seen.foreignRoutes) this.foreign = seen.foreignRoutes;
+    if (seen.foreignRoutes) this.foreign = foreignRoutesAfter(want, seen);
     const entryOps = diff(want, seen);
     const lanes = await this.runLanes(want, entryOps, {
       masq: o.chains && !masqFirst ? read.masq : undefined,

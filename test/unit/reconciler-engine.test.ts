@@ -1483,6 +1483,35 @@ describe('which pass a trigger asks for', () => {
     expect(l.host.kernel.routes.has(PEER4_ROUTE)).toBe(true);
   });
 
+  it("a new peer whose subnet another program's route holds: the delta writes its route at metric 0, as an observed pass would, and the add fails", async () => {
+    const l = new Loop();
+    loop = l;
+    // another program's route to peer 5's subnet, there before the first pass reads the kernel
+    l.host.kernel.routes.set('10.244.5.0/24', {
+      dst: '10.244.5.0/24',
+      via: '10.123.0.55',
+      dev: 'eth0',
+      onlink: false,
+      proto: 4,
+      metric: 0,
+    });
+    await tick(SETTLE);
+    l.mark();
+    l.peers = [...l.peers, peerLease(5, { vxlan: true })];
+    l.reconciler.leasesChanged();
+    await tick(SETTLE);
+    const reports = l.newReports();
+    expect(reports.map(brief)[0]).toEqual({ kind: 'entries', converged: false, trigger: 'leases' });
+    expect(reports[0]?.failures.join('\n')).toContain(
+      'route add 10.244.5.0/24 via 10.244.5.0 dev twill.1 onlink proto 151: RTNETLINK answers: File exists',
+    );
+    // no route of twill's own metric went in beside it, where the other one would win in silence
+    const ours = [...l.host.kernel.routes.values()].filter(
+      (r) => r.dst === '10.244.5.0/24' && r.proto === 151,
+    );
+    expect(ours).toEqual([]);
+  });
+
   it('a lease change whose delta fails: an entries pass decides, in the same turn', async () => {
     const l = await converged();
     l.host.fail(isBatch, 1);
