@@ -102,7 +102,7 @@ export function sameRoute(a: RouteSpec, b: RouteSpec): boolean {
 }
 
 /** A route as twill writes it where another program's route holds its destination: metric 0. */
-function atMetric0(r: RouteSpec): RouteSpec {
+export function atMetric0(r: RouteSpec): RouteSpec {
   const { metric: _, ...rest } = r;
   return rest;
 }
@@ -150,9 +150,10 @@ function diffRoutes(
     } else if (!sameRoute(h, r))
       // a replace matches the metric too: it changes this route, never another's
       ops.push({ kind: 'route', action: 'change', phase: 'ip-post', route: r });
-    if (taken) continue;
-    // twill's routes to it at another metric (an older twill's, at 0) go once the new one is in:
-    // in the same batch, after it, so the destination is never without a route
+    // twill's routes to it at another metric (an older twill's, at 0) go once the new one is seen
+    // in: in the pass after the one that added it (its verification), so the destination is never
+    // without a route, whether the add failed or ran in another of a spread plan's processes
+    if (taken || !h) continue;
     for (const o of list)
       if ((o.metric ?? 0) !== metric)
         ops.push({ kind: 'route', action: 'delete', phase: 'ip-post', route: o });
@@ -228,13 +229,13 @@ export function foreignRoutesAfter(want: DesiredState, seen: ObservedState): Rea
 }
 
 function foreignAfter(seen: ObservedState, gateways: readonly Op[]): ReadonlySet<string> {
-  const foreign = seen.foreignRoutes ?? NO_FOREIGN;
-  if (gateways.length === 0 || foreign.size === 0) return foreign;
-  const left = new Set(foreign);
-  for (const op of gateways) {
-    const dst = op.kind === 'addr' ? connectedDst(op.address) : undefined;
-    if (dst !== undefined) left.delete(dst);
-  }
+  const foreign = seen.foreignRoutes ?? [];
+  if (foreign.length === 0) return NO_FOREIGN;
+  const going = new Set<string>();
+  for (const op of gateways)
+    if (op.kind === 'addr') going.add(`${connectedDst(op.address) ?? ''} ${op.dev}`);
+  const left = new Set<string>();
+  for (const r of foreign) if (!going.has(`${r.dst} ${r.dev}`)) left.add(r.dst);
   return left;
 }
 

@@ -9,7 +9,7 @@
 // does not asks for work, which the pass loop turns into an observed pass while
 // a lease change is pending. Also the pending work itself: what triggers have
 // asked of the next pass, merged.
-import { sameRoute } from './diff.ts';
+import { atMetric0, sameRoute } from './diff.ts';
 import type { DesiredState, FdbSpec, NeighSpec, PeerEntries, RouteSpec } from './model.ts';
 import type { Touch } from './kernel-event.ts';
 import { both } from './peer-entries.ts';
@@ -91,13 +91,23 @@ export type Work =
   | { readonly kind: 'route' | 'neigh' | 'fdb'; readonly key: string };
 
 const ENTRIES: Work[] = [{ kind: 'entries' }];
+const NO_DSTS: ReadonlySet<string> = new Set();
 
-/** The work a kernel event asks for; none when it shows what twill wants. */
-export function judge(t: Touch, k: Known | undefined): Work[] {
+/**
+ * The work a kernel event asks for; none when it shows what twill wants. `foreign`: the
+ * destinations other programs' routes held at the last observed pass, where twill's route is at
+ * metric 0 (diff.ts).
+ */
+export function judge(
+  t: Touch,
+  k: Known | undefined,
+  foreign: ReadonlySet<string> = NO_DSTS,
+): Work[] {
   if (t.kind === 'chains') return [{ kind: 'chains', tables: t.tables }];
   if (t.kind === 'all' || k === undefined) return ENTRIES;
   if (t.kind === 'route') {
-    const want = k.routes.get(t.dst);
+    const wanted = k.routes.get(t.dst);
+    const want = wanted && foreign.size > 0 && foreign.has(t.dst) ? atMetric0(wanted) : wanted;
     if (t.deleted) {
       // a route going that is not the wanted one needs nothing (the old route an IPv6 pass deletes
       // before it adds the new one through another device)

@@ -64,6 +64,12 @@ export interface RouteSpec {
   readonly metric?: number;
 }
 
+/** A main-table route of another program: its destination and device. */
+export interface ForeignRoute {
+  readonly dst: string;
+  readonly dev: string;
+}
+
 export interface NeighSpec {
   readonly dev: string;
   readonly ip: string;
@@ -223,7 +229,7 @@ export interface ObservedState {
    * at metric 0 (diff.ts), so another program's metric-0 route makes its add fail, visibly, rather
    * than win over twill's in silence.
    */
-  readonly foreignRoutes?: ReadonlySet<string>;
+  readonly foreignRoutes?: readonly ForeignRoute[];
   readonly neighs: readonly ObservedNeigh[];
   readonly fdb: readonly ObservedFdb[];
   /** twill's chains; undefined when the pass did not read them (then they are left as they are) */

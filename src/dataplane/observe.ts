@@ -23,6 +23,7 @@ import {
   type ObservedLink,
   type ObservedNeigh,
   type ObservedState,
+  type ForeignRoute,
   type RouteSpec,
 } from './model.ts';
 
@@ -129,12 +130,12 @@ export function parseRoutes(json: unknown): RouteSpec[] {
  * `ip [-6] -N -json route show table main` (protocols as numbers) → twill's routes (protocol
  * ROUTE_PROTOCOL) and the destinations of every other program's.
  */
-export function splitRoutes(json: unknown): { own: RouteSpec[]; foreign: string[] } {
+export function splitRoutes(json: unknown): { own: RouteSpec[]; foreign: ForeignRoute[] } {
   const own: RouteSpec[] = [];
-  const foreign: string[] = [];
+  const foreign: ForeignRoute[] = [];
   for (const r of arr(json)) {
     if (String(r.protocol) === String(ROUTE_PROTOCOL)) own.push(parseRoute(r));
-    else foreign.push(canon(str(r.dst)) ?? str(r.dst) ?? '');
+    else foreign.push({ dst: canon(str(r.dst)) ?? '', dev: str(r.dev) ?? '' });
   }
   return { own, foreign };
 }
@@ -328,11 +329,11 @@ export async function observe(
     runJson(runner, 'bridge', ['-json', 'fdb', 'show', 'dev', d], opts).then((j) => parseFdb(j, d));
   // the whole main table, protocols as numbers: twill's routes, and which destinations other
   // programs' routes hold (on a node, a handful beside twill's)
-  const routesOf = (family: string[]): Promise<{ own: RouteSpec[]; foreign: string[] }> =>
+  const routesOf = (family: string[]): Promise<{ own: RouteSpec[]; foreign: ForeignRoute[] }> =>
     runJson(runner, 'ip', [...family, '-N', '-json', 'route', 'show', 'table', 'main'], opts).then(
       splitRoutes,
     );
-  const NONE: { own: RouteSpec[]; foreign: string[] } = { own: [], foreign: [] };
+  const NONE: { own: RouteSpec[]; foreign: ForeignRoute[] } = { own: [], foreign: [] };
   const dev6 = ipv6 ? o.dev6 : undefined;
   // leftovers: a read that fails is nothing there (a chain not read is left alone)
   const tolerant = <T>(read: Promise<T>, none: T): Promise<T> =>
@@ -355,7 +356,7 @@ export async function observe(
   return {
     links: links.filter((l) => !vanished.has(l.name)),
     routes: read6 ? [...routes.own, ...routes6.own] : routes.own,
-    foreignRoutes: new Set([...routes.foreign, ...routes6.foreign]),
+    foreignRoutes: [...routes.foreign, ...routes6.foreign],
     neighs: [...neighs, ...neighs6].filter((n) => !gone(n)),
     fdb: [...fdb, ...fdb6].filter((f) => !gone(f)),
     ...chains,

@@ -232,7 +232,7 @@ export class Reconciler {
   private known: Known | undefined;
   /**
    * the destinations other programs' routes held at the last observed pass: a delta or repair
-   * pass, which reads nothing, writes a peer's route there as an observed one would (diff.ts)
+   * pass, which reads nothing, leaves a peer's route there to an observed one (diff.ts)
    */
   private foreign: ReadonlySet<string> = new Set();
   /** ends an idle wait: any trigger while idle, only a lease change while backing off */
@@ -309,7 +309,7 @@ export class Reconciler {
    * matches the desired state).
    */
   touch(source: string, t: Touch): void {
-    const work = judge(t, this.known);
+    const work = judge(t, this.known, this.foreign);
     if (work.length > 0)
       this.mark(source, (p) => {
         work.forEach((w) => addWork(p, w));
@@ -499,12 +499,11 @@ export class Reconciler {
     // only the peers whose leases changed, when both states say which (desired.ts): a new lease
     // among 5,000 costs one peer's entries, not a diff of every peer's
     const delta = peerDelta(k.want, want);
-    const ops = delta
-      ? diff(delta.want, this.assumed(assumedFrom(delta.had)))
-      : diff(want, this.assumed(assumedFrom(k.want)));
+    const ops = delta ? diff(delta.want, assumedFrom(delta.had)) : diff(want, assumedFrom(k.want));
     // a changed route is a `route replace`, which would also replace a foreign route the monitors
     // never saw (it has no proto 151): only an observed pass may decide that
     if (ops.some((op) => op.kind === 'route' && op.action === 'change')) return undefined;
+    if (this.nearForeign(ops)) return undefined;
     const started = this.begin();
     this.known = delta
       ? reindexDesired(k, delta, want, generation)
@@ -522,9 +521,16 @@ export class Reconciler {
     return this.known !== undefined && this.convergedGeneration === this.known.generation;
   }
 
-  /** An assumed kernel with the other programs' routes the last observed pass saw. */
-  private assumed(s: ObservedState): ObservedState {
-    return this.foreign.size === 0 ? s : { ...s, foreignRoutes: this.foreign };
+  /**
+   * Whether a route op of a delta or repair pass touches a destination another program's route
+   * held at the last observed pass: twill's route there is at metric 0, not the desired state's,
+   * which these passes assume, so only an observed pass may decide it.
+   */
+  private nearForeign(ops: readonly Op[]): boolean {
+    return (
+      this.foreign.size > 0 &&
+      ops.some((op) => op.kind === 'route' && this.foreign.has(op.route.dst))
+    );
   }
 
   /**
@@ -541,10 +547,9 @@ export class Reconciler {
     const started = this.begin();
     const ops = diff(
       k.want,
-      this.assumed(
-        assumedWithout(k.want, { routes: p.routes, neighs: p.neighs, fdbDsts: p.fdbDsts }),
-      ),
+      assumedWithout(k.want, { routes: p.routes, neighs: p.neighs, fdbDsts: p.fdbDsts }),
     );
+    if (this.nearForeign(ops)) return undefined;
     if (!(await this.appliedAll(ops, signal, 'repair'))) return undefined;
     const converged = this.convergedGeneration === k.generation;
     return this.finish(

@@ -191,7 +191,7 @@ describe('dataplane programmer on a real kernel', () => {
     expect((await r.pass(AbortSignal.timeout(20_000))).ops).toEqual([]);
   });
 
-  it("takes over an older twill's metric-0 routes: its own metric's route added first, then the old one deleted", async () => {
+  it("takes over an older twill's metric-0 routes: its own metric's route added, then the old one deleted by the next pass", async () => {
     // what an older twill (routes at metric 0) left
     for (const n of [1, 5])
       await runner('ip', [
@@ -209,11 +209,18 @@ describe('dataplane programmer on a real kernel', () => {
     const r = reconciler(() => backendInput({ backend: 'host-gw', peers }));
     const report = await r.pass(AbortSignal.timeout(20_000));
     expect(report.failures).toEqual([]);
+    // the new routes first, beside the old ones, which still route
     expect(report.ops.filter((op) => op.kind === 'route').map((op) => op.action)).toEqual([
       'add',
-      'delete',
       'add',
-      'delete',
+    ]);
+    expect((await kernelView(runner)).routes).toHaveLength(4);
+    // the next pass sees them in, and deletes the old ones
+    const next = await r.pass(AbortSignal.timeout(20_000));
+    expect(next.failures).toEqual([]);
+    expect(next.ops.map((op) => [op.kind, op.action])).toEqual([
+      ['route', 'delete'],
+      ['route', 'delete'],
     ]);
     expect((await kernelView(runner)).routes).toEqual([
       '10.244.1.0/24 via 10.123.0.1 dev eth0 proto 151 metric 717825',

@@ -315,15 +315,15 @@ describe('diff and render', () => {
     const old = seen.routes.map((r) =>
       r.dst === '10.244.4.0/24' ? { ...r, metric: undefined } : r,
     );
+    // the new one first, alone: the old one keeps routing until the new one is seen in
     const ops = diff(vxlan, { ...seen, routes: old });
     expect(ops.map((op) => [op.phase, ...opLines(op)])).toEqual([
       [
         'ip-post',
         'route add 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151 metric 717828',
       ],
-      ['ip-post', 'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151'],
     ]);
-    // both there (the delete failed): the old one goes, the new one stays
+    // both there (the next pass): the old one goes, the new one stays
     const both = [...seen.routes, { ...seen.routes[1]!, metric: undefined }];
     expect(diff(vxlan, { ...seen, routes: both }).flatMap(opLines)).toEqual([
       'route del 10.244.4.0/24 via 10.244.4.0 dev twill.1 onlink proto 151',
@@ -332,7 +332,11 @@ describe('diff and render', () => {
 
   it("writes a peer's route at metric 0 where another program's route holds its destination, and keeps its own", () => {
     const seen = matching(vxlan);
-    const foreignRoutes = new Set(['default', '10.123.0.0/24', '10.244.4.0/24']);
+    const foreignRoutes = [
+      { dst: 'default', dev: 'eth0' },
+      { dst: '10.123.0.0/24', dev: 'eth0' },
+      { dst: '10.244.4.0/24', dev: 'eth0' },
+    ];
     // twill's route of its own metric stays; the metric-0 add fails on a metric-0 foreign route
     // (visibly), and wins over one of a higher metric
     expect(diff(vxlan, { ...seen, foreignRoutes }).flatMap(opLines)).toEqual([
@@ -450,7 +454,11 @@ describe('stale bridge gateways (a CNI gateway of an earlier lease of ours)', ()
       ],
       // the old gateway's connected route, which goes with it: not another program's route in
       // the way of twill's (which keeps its own metric)
-      foreignRoutes: new Set(['10.244.216.0/24', '10.244.3.0/24', '172.17.0.0/16']),
+      foreignRoutes: [
+        { dst: '10.244.216.0/24', dev: 'cni0' },
+        { dst: '10.244.3.0/24', dev: 'cni0' },
+        { dst: '172.17.0.0/16', dev: 'docker0' },
+      ],
     };
     const ops = diff(withPeer, seen);
     expect(ops.filter((o) => o.kind === 'addr')).toEqual([
@@ -475,6 +483,14 @@ describe('stale bridge gateways (a CNI gateway of an earlier lease of ours)', ()
     ]);
     // the same without the peer: the address goes all the same
     expect(diff(now, seen).flatMap(opLines)).toEqual(['addr del 10.244.216.1/24 dev cni0']);
+    // another program's route to that subnet on another device stays in the way: metric 0
+    const held = {
+      ...seen,
+      foreignRoutes: [...(seen.foreignRoutes ?? []), { dst: '10.244.216.0/24', dev: 'eth0' }],
+    };
+    expect(diff(withPeer, held).flatMap(opLines)).toContain(
+      'route add 10.244.216.0/24 via 10.244.216.0 dev twill.1 onlink proto 151',
+    );
   });
 
   it('plans nothing when the bridge holds only our gateway, or addresses outside the pod network', () => {
@@ -650,7 +666,11 @@ describe('kernel output readers', () => {
         { dst: 'fd00:0:0:1::/64', via: 'fd7b::1', dev: 'eth0', onlink: false },
       ],
       // (a route of the boot protocol prints none)
-      foreign: ['default', '10.123.0.0/24', '10.244.3.0/24'],
+      foreign: [
+        { dst: 'default', dev: 'eth0' },
+        { dst: '10.123.0.0/24', dev: 'eth0' },
+        { dst: '10.244.3.0/24', dev: 'eth0' },
+      ],
     });
   });
 

@@ -70,6 +70,19 @@ describe('judging kernel events', () => {
     expect(judge(ipTouch('Deleted 10.244.4.0 dev twill.1 FAILED '), undefined)).toEqual(entries);
   });
 
+  it("judges a route another program's route holds the destination of against twill's at metric 0", () => {
+    const foreign = new Set(['10.244.4.0/24']);
+    const jf = (line: string): unknown => judge(ipTouch(line), known, foreign);
+    expect(jf('10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink ')).toEqual([]);
+    expect(jf('Deleted 10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 onlink ')).toEqual([
+      { kind: 'route', key: '10.244.4.0/24' },
+    ]);
+    // its route of its own metric, kept there, going: nothing to put back
+    expect(
+      jf('Deleted 10.244.4.0/24 via 10.244.4.0 dev twill.1 proto 151 metric 717828 onlink '),
+    ).toEqual([]);
+  });
+
   it("passes a rule event on as its tables' chains", () => {
     expect(judge(nftTouch('delete rule ip nat TWILL-POSTRTG handle 2'), known)).toEqual([
       { kind: 'chains', tables: ['nat'] },
