@@ -29,7 +29,7 @@ import {
   type PodRange,
   type VxlanDevice,
 } from './model.ts';
-import { joinEntries, peerEntries, type EntriesMemo, type EntriesSetup } from './peer-entries.ts';
+import { peerEntries, withEntries, type EntriesMemo, type EntriesSetup } from './peer-entries.ts';
 
 export interface BackendInput {
   readonly config: NetConfig;
@@ -216,15 +216,10 @@ export function desiredState(input: BackendInput, memo?: EntriesMemo): DesiredSt
     memo?.entries.set(peer, made);
     return made;
   });
-  return {
-    vxlan,
-    vxlan6,
-    ...joinEntries(peers),
-    masq: masqSpec(input),
-    masq6: masqSpec6(input),
-    podRanges: podRanges(input),
+  return withEntries(
+    { vxlan, vxlan6, masq: masqSpec(input), masq6: masqSpec6(input), podRanges: podRanges(input) },
     peers,
-  };
+  );
 }
 
 /** The daemon's desired state, computed afresh from our current lease and the admitted peers. */

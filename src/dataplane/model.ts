@@ -171,6 +171,14 @@ export interface DesiredState {
   readonly peers?: readonly PeerEntries[];
 }
 
+/** A state's parts other than its entries (peer-entries.ts, withEntries, completes one). */
+export type StateSetup = Omit<DesiredState, 'routes' | 'neighs' | 'fdb' | 'peers'>;
+
+/** Those parts of `s`, and nothing of its entries (which a spread would read). */
+export function setupOf(s: DesiredState): StateSetup {
+  return { vxlan: s.vxlan, vxlan6: s.vxlan6, masq: s.masq, masq6: s.masq6, podRanges: s.podRanges };
+}
+
 export interface ObservedLink {
   readonly name: string;
   readonly vni: number | undefined;

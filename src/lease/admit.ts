@@ -492,38 +492,6 @@ function macConflicts(
 }
 
 /**
- * Whether `lease` (which passed `checkPeer`) can join `others` (a set with no conflict among its
- * members) without a conflict of its own: no subnet of a family in use overlaps another peer's,
- * and with vxlan no VtepMAC is another peer's. Then `withoutConflicts` over the set with it
- * admits every member, so the tracker can skip that stage for a peer that joins (one pass over
- * the set, without sorting or allocating: the cost a new lease must not pay 5,000 times over).
- */
-export function joinsWithoutConflict(
-  lease: Lease,
-  others: readonly Lease[],
-  config: NetConfig,
-): boolean {
-  const vxlan = config.backend.type === 'vxlan';
-  const s4 = config.ipv4 ? lease.subnet : null;
-  const s6 = config.ipv6 ? lease.subnet6 : undefined;
-  const last4 = s4 ? lastAddress(s4) : 0;
-  const last6 = s6 ? lastAddress6(s6) : 0n;
-  const mac4 = s4 && vxlan ? lease.attrs.backendData?.vtepMac?.toLowerCase() : undefined;
-  const mac6 = s6 && vxlan ? lease.attrs.backendData6?.vtepMac?.toLowerCase() : undefined;
-  for (const o of others) {
-    const o4 = s4 ? o.subnet : null;
-    if (o4 && s4 && o4.base <= last4 && s4.base <= lastAddress(o4)) return false;
-    const o6 = s6 ? o.subnet6 : undefined;
-    if (o6 && s6 && o6.base <= last6 && s6.base <= lastAddress6(o6)) return false;
-    if (mac4 !== undefined && o.subnet && o.attrs.backendData?.vtepMac?.toLowerCase() === mac4)
-      return false;
-    if (mac6 !== undefined && o.subnet6 && o.attrs.backendData6?.vtepMac?.toLowerCase() === mac6)
-      return false;
-  }
-  return true;
-}
-
-/**
  * The set-level stage alone, over peers that each passed `checkPeer`: subnet and VtepMAC conflicts.
  */
 export function withoutConflicts(peers: readonly Lease[], config: NetConfig): Admission {

@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { desiredState } from '../../src/dataplane/desired.ts';
 import type { EntriesMemo } from '../../src/dataplane/peer-entries.ts';
-import { assumedFrom, diff, peerDelta } from '../../src/dataplane/diff.ts';
+import { assumedFrom, changedPeers, diff, peerDelta } from '../../src/dataplane/diff.ts';
 import { indexDesired, reindexDesired, type Known } from '../../src/dataplane/judge.ts';
 import type { Lease } from '../../src/lease/types.ts';
 import { backendInput, peerLease } from '../helpers/dataplane.ts';
@@ -101,5 +101,48 @@ describe('delta passes over the peers that changed', () => {
     const { peers: _p, ...bare } = a;
     expect(peerDelta(bare, a)).toBeUndefined();
     expect(peerDelta(a, bare)).toBeUndefined();
+  });
+});
+
+describe('changedPeers', () => {
+  /** The same by two sets over the whole lists. */
+  const bySets = <T>(before: readonly T[], after: readonly T[]): { gone: T[]; came: T[] } => {
+    const [old, now] = [new Set(before), new Set(after)];
+    return { gone: before.filter((p) => !now.has(p)), came: after.filter((p) => !old.has(p)) };
+  };
+
+  it("tells what two sets would, in each list's order, whatever moved", () => {
+    const next = random(7);
+    for (let round = 0; round < 500; round++) {
+      const objects = Array.from({ length: 40 }, (_, i) => ({ i }));
+      const before = objects.filter(() => next() < 0.6);
+      let after = before.filter(() => next() < 0.9);
+      // joins at the end (the tracker's way), or anywhere, or a shuffle of part of the list
+      for (const o of objects) if (!before.includes(o) && next() < 0.1) after.push(o);
+      if (round % 3 === 1) {
+        const o = objects.find((x) => !after.includes(x));
+        if (o) after.splice(Math.floor(next() * (after.length + 1)), 0, o);
+      }
+      if (round % 5 === 2 && after.length > 2) {
+        const a = Math.floor(next() * after.length);
+        const b = Math.floor(next() * after.length);
+        after = after.slice();
+        [after[a], after[b]] = [after[b] as { i: number }, after[a] as { i: number }];
+      }
+      expect(changedPeers(before, after), `round ${round}`).toEqual(bySets(before, after));
+    }
+  });
+
+  it('gives nothing for the same list, and one peer for one join or leave', () => {
+    const ps = Array.from({ length: 5 }, (_, i) => ({ i }));
+    expect(changedPeers(ps, ps.slice())).toEqual({ gone: [], came: [] });
+    const joiner = { i: 9 };
+    expect(changedPeers(ps, [...ps, joiner])).toEqual({ gone: [], came: [joiner] });
+    expect(changedPeers(ps, [...ps.slice(0, 2), ...ps.slice(3)])).toEqual({
+      gone: [ps[2]],
+      came: [],
+    });
+    expect(changedPeers([], ps)).toEqual({ gone: [], came: ps });
+    expect(changedPeers(ps, [])).toEqual({ gone: ps, came: [] });
   });
 });

@@ -125,7 +125,7 @@ describe('PeerTracker admission', () => {
         } else {
           vi.advanceTimersByTime(Math.floor(next() * 80));
           for (const [key, at] of until)
-            if (at + 5 <= Date.now()) {
+            if (at + 1 <= Date.now()) {
               model.delete(key);
               until.delete(key);
             }
