@@ -515,6 +515,8 @@ async function runNode(
       probe.passDone(r);
       publish();
       if (r.converged && r.failures.length === 0) ready.converged();
+      // the next lease event's check, made now that nothing waits (tracker.ts, prepareJoins)
+      if (r.converged) setImmediate(() => peers.prepareJoins());
     },
   });
   peers.subscribe((peersChanged) => {

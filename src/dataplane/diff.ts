@@ -356,10 +356,11 @@ export function peerDelta(
 
 /**
  * The peers of `before` that are not in `after` (in `before`'s order) and those of `after` not in
- * `before` (in its order), by identity; each list holds a peer once. The peer set keeps its order
- * from one change to the next (the tracker appends what joined), so the common head and tail are
- * skipped by a compare each, and only what is between them is set against the other: a lease
- * event among 5,000 peers compares, where two sets of all and two filters cost it 2-3 ms.
+ * `before` (in its order), by identity, for lists that each hold a peer once (a state's peers do,
+ * one per admitted lease; with repeats the answer may differ from two sets'). The peer set keeps
+ * its order from one change to the next (the tracker appends what joined), so the common head and
+ * tail are skipped by a compare each, and only what is between them is set against the other: a
+ * lease event among 5,000 peers compares, where two sets of all and two filters cost it 2-3 ms.
  */
 export function changedPeers<T>(
   before: readonly T[],

@@ -155,6 +155,25 @@ export class PeerTracker {
   }
 
   /**
+   * Makes what joined() checks a join with (the admitted peers by key, and their index) when it is
+   * not made yet: at 5,000 peers that took 20 ms (IPv4) to 90 ms (dual-stack, 2 cores), which the
+   * first lease event after a whole stage paid on top of its own time. The daemon calls it once a
+   * pass has converged, off any event's path. (A stale admission or one with refusals needs none.)
+   */
+  prepareJoins(): void {
+    if (!this.admissionStale && this.admission.refused.size === 0) this.quickOf(this.admission);
+  }
+
+  /** `a`'s quick path, made from its admitted list when it is not. */
+  private quickOf(a: Admission): NonNullable<Admission['quick']> {
+    a.quick ??= {
+      byKey: new Map(a.admitted.map((p) => [p.key, p])),
+      index: new JoinIndex(this.opts.context.config, a.admitted),
+    };
+    return a.quick;
+  }
+
+  /**
    * The admitted set without redoing the set-level stage, when that cannot change its outcome:
    * the last one refused no peer, and since then peers only left, or joined without a conflict
    * of their own (JoinIndex). Undefined when it must be redone.
@@ -167,11 +186,7 @@ export class PeerTracker {
     // the peers that stay, then those that joined (a copy and an indexOf are the engine's, not a
     // loop of ours), which keeps a delta's compare short (diff.ts, changedPeers)
     const list = this.admission.admitted.slice();
-    this.admission.quick ??= {
-      byKey: new Map(list.map((p) => [p.key, p])),
-      index: new JoinIndex(this.opts.context.config, list),
-    };
-    const { byKey: kept, index } = this.admission.quick;
+    const { byKey: kept, index } = this.quickOf(this.admission);
     for (const key of j.keys()) {
       const was = kept.get(key);
       if (was === undefined) continue;

@@ -106,6 +106,9 @@ describe('JoinIndex', () => {
     expect(index.joins(at('f', ten + 5 * 256 + 64, 26, 6))).toBe(true);
     index.remove(at('d', ten + 4 * 256 + 64, 24, 4));
     expect(index.joins(at('e', ten + 5 * 256, 26, 5))).toBe(true);
+    // checked as a range: 10.0.6.192/24 meets 10.0.6.128/25, which starts before it
+    index.add(at('g', ten + 6 * 256 + 128, 25, 7));
+    expect(index.joins(at('h', ten + 6 * 256 + 192, 24, 8))).toBe(false);
   });
 
   it('starts from a set given whole', () => {
