@@ -16,11 +16,11 @@ import type { Lease } from './types.ts';
 /** One family's arithmetic on blocks. */
 interface BlockOps<N> {
   /** the last address of a block */
-  last(c: { readonly base: N; readonly prefix: number }): N;
+  readonly last: (c: { readonly base: N; readonly prefix: number }) => N;
   /** `addr` with its host bits at `prefix` cleared: the base of the block holding it */
-  floor(addr: N, prefix: number): N;
-  /** a base as a Map key that hashes well, one to one */
-  key(base: N): N;
+  readonly floor: (addr: N, prefix: number) => N;
+  /** a base as a Set key that hashes well, one to one, and its own inverse (key(key(b)) is b) */
+  readonly key: (base: N) => N;
 }
 
 const OPS4: BlockOps<number> = {
@@ -39,14 +39,14 @@ const OPS6: BlockOps<bigint> = {
   floor: (addr, prefix) => addr - (addr % size6(prefix)),
   // V8 hashes a bigint by its lowest 64 bits, which /64 bases share (all zero): a Set of 5,000 of
   // them took 380 ms to fill and look up, one bucket. The key's low half is both halves xor'ed,
-  // its high half the base's, so no two bases share a key.
+  // its high half the base's: no two bases share a key, and xor'ing again gives the base back.
   key: (base) => base ^ (base >> 64n),
 };
 
 /** One family's blocks: by prefix length, by base; and those whose base is not a block's. */
 class Blocks<N extends number | bigint> {
-  /** prefix length → base's key → base */
-  private readonly byPrefix = new Map<number, Map<N, N>>();
+  /** prefix length → the keys of its blocks' bases (a Set, not a Map: 5,000 peers' index is RSS) */
+  private readonly byPrefix = new Map<number, Set<N>>();
   private readonly odd = new Map<string, { base: N; last: N }>();
   private readonly ops: BlockOps<N>;
 
@@ -59,8 +59,8 @@ class Blocks<N extends number | bigint> {
       this.odd.set(key, { base: c.base, last: this.ops.last(c) });
       return;
     }
-    const bases = this.byPrefix.get(c.prefix) ?? new Map<N, N>();
-    this.byPrefix.set(c.prefix, bases.set(this.ops.key(c.base), c.base));
+    const keys = this.byPrefix.get(c.prefix) ?? new Set<N>();
+    this.byPrefix.set(c.prefix, keys.add(this.ops.key(c.base)));
   }
 
   remove(key: string, c: { base: N; prefix: number }): void {
@@ -72,39 +72,23 @@ class Blocks<N extends number | bigint> {
   overlaps(c: { base: N; prefix: number }): boolean {
     const last = this.ops.last(c);
     for (const o of this.odd.values()) if (o.base <= last && c.base <= o.last) return true;
-    for (const [prefix, bases] of this.byPrefix) {
-      if (bases.size === 0) continue;
+    const { key } = this.ops;
+    for (const [prefix, keys] of this.byPrefix) {
+      if (keys.size === 0) continue;
       // a block as wide or wider overlaps c only by holding its first or last address (c spans
       // two such blocks at most, when its base is not a block's)
       if (prefix <= c.prefix) {
-        if (bases.has(this.ops.key(this.ops.floor(c.base, prefix)))) return true;
-        if (bases.has(this.ops.key(this.ops.floor(last, prefix)))) return true;
+        if (keys.has(key(this.ops.floor(c.base, prefix)))) return true;
+        if (keys.has(key(this.ops.floor(last, prefix)))) return true;
       } else {
         // narrower blocks: any that meets c's range (rare: peers' subnets of other sizes)
-        for (const b of bases.values())
+        for (const k of keys) {
+          const b = key(k);
           if (b <= last && c.base <= this.ops.last({ base: b, prefix })) return true;
+        }
       }
     }
     return false;
-  }
-}
-
-/** VtepMACs (lower case) and how many admitted peers hold each. */
-class Macs {
-  private readonly count = new Map<string, number>();
-
-  add(mac: string): void {
-    this.count.set(mac, (this.count.get(mac) ?? 0) + 1);
-  }
-
-  remove(mac: string): void {
-    const n = (this.count.get(mac) ?? 0) - 1;
-    if (n > 0) this.count.set(mac, n);
-    else this.count.delete(mac);
-  }
-
-  has(mac: string): boolean {
-    return this.count.has(mac);
   }
 }
 
@@ -120,8 +104,9 @@ export class JoinIndex {
   private readonly config: NetConfig;
   private readonly blocks4 = new Blocks(OPS4);
   private readonly blocks6 = new Blocks(OPS6);
-  private readonly macs4 = new Macs();
-  private readonly macs6 = new Macs();
+  /** VtepMACs in lower case (a set with no conflicts holds each once) */
+  private readonly macs4 = new Set<string>();
+  private readonly macs6 = new Set<string>();
 
   /** `peers`: a set with no conflict among its members (withoutConflicts' admitted). */
   constructor(config: NetConfig, peers: Iterable<Lease>) {
@@ -166,7 +151,7 @@ export class JoinIndex {
     const p = this.parts(lease);
     if (p.s4) this.blocks4.remove(lease.key, p.s4);
     if (p.s6) this.blocks6.remove(lease.key, p.s6);
-    if (p.mac4 !== undefined) this.macs4.remove(p.mac4);
-    if (p.mac6 !== undefined) this.macs6.remove(p.mac6);
+    if (p.mac4 !== undefined) this.macs4.delete(p.mac4);
+    if (p.mac6 !== undefined) this.macs6.delete(p.mac6);
   }
 }
