@@ -515,8 +515,13 @@ async function runNode(
       probe.passDone(r);
       publish();
       if (r.converged && r.failures.length === 0) ready.converged();
-      // the next lease event's check, made now that nothing waits (tracker.ts, prepareJoins)
-      if (r.converged) setImmediate(() => peers.prepareJoins());
+      // the next lease event's check and the next kernel event's indexes, made now that nothing
+      // waits (tracker.ts, prepareJoins; judge.ts, prepareKnown)
+      if (r.converged)
+        setImmediate(() => {
+          peers.prepareJoins();
+          reconciler.prepareIndexes();
+        });
     },
   });
   peers.subscribe((peersChanged) => {

@@ -108,7 +108,7 @@ export function atMetric0(r: RouteSpec): RouteSpec {
   return rest;
 }
 
-const NO_FOREIGN: ReadonlySet<string> = new Set();
+const NO_KEYS: ReadonlySet<string> = new Set();
 
 function diffRoutes(
   want: readonly RouteSpec[],
@@ -123,7 +123,8 @@ function diffRoutes(
     if (list) list.push(r);
     else have.set(r.dst, [r]);
   }
-  const wanted = new Set(want.map((r) => r.dst));
+  // none of twill's routes seen (a cold start: 10,000 wanted): nothing to index or delete
+  const wanted = seen.length > 0 ? new Set(want.map((r) => r.dst)) : NO_KEYS;
   for (const r of seen) {
     if (!wanted.has(r.dst))
       ops.push({ kind: 'route', action: 'delete', phase: 'ip-pre', route: r });
@@ -135,9 +136,9 @@ function diffRoutes(
     // stays (it does not route while the other is there; it is what the destination needs after).
     const taken = w.metric !== undefined && foreign.size > 0 && foreign.has(w.dst);
     const r = taken ? atMetric0(w) : w;
-    const list = have.get(r.dst) ?? [];
+    const list = have.size > 0 ? have.get(r.dst) : undefined;
     const metric = r.metric ?? 0;
-    const h = list.find((x) => (x.metric ?? 0) === metric);
+    const h = list?.find((x) => (x.metric ?? 0) === metric);
     if (!h) ops.push({ kind: 'route', action: 'add', phase: 'ip-post', route: r });
     else if (!sameRoute(h, r) && r.dst.includes(':') && h.dev !== r.dev) {
       // IPv6 refuses to replace a route with an onlink one whose gateway the route being replaced
@@ -154,7 +155,7 @@ function diffRoutes(
     // twill's routes to it at another metric (an older twill's, at 0) go once the new one is seen
     // in: in the pass after the one that added it (its verification), so the destination is never
     // without a route, whether the add failed or ran in another of a spread plan's processes
-    if (taken || !h) continue;
+    if (taken || !h || !list) continue;
     for (const o of list)
       if ((o.metric ?? 0) !== metric)
         ops.push({ kind: 'route', action: 'delete', phase: 'ip-post', route: o });
@@ -231,7 +232,7 @@ export function foreignRoutesAfter(want: DesiredState, seen: ObservedState): Rea
 
 function foreignAfter(seen: ObservedState, gateways: readonly Op[]): ReadonlySet<string> {
   const foreign = seen.foreignRoutes ?? [];
-  if (foreign.length === 0) return NO_FOREIGN;
+  if (foreign.length === 0) return NO_KEYS;
   const going = new Set<string>();
   for (const op of gateways)
     if (op.kind === 'addr') going.add(`${connectedDst(op.address) ?? ''} ${op.dev}`);
@@ -251,6 +252,9 @@ const inScope = (scope: EntryScope, dev: string): boolean =>
 
 function diffNeighs(want: DesiredState, seen: ObservedState, scope: EntryScope): Op[] {
   const observed = seen.neighs.filter((n) => inScope(scope, n.dev));
+  // none seen (a cold start: 10,000 wanted): each is added, with no key made for it
+  if (observed.length === 0)
+    return want.neighs.map((neigh) => ({ kind: 'neigh', action: 'add', phase: 'ip-post', neigh }));
   const key = (n: { dev: string; ip: string }): string => `${n.dev} ${n.ip}`;
   const have = new Map(observed.map((n) => [key(n), n]));
   const wanted = new Set(want.neighs.map(key));
@@ -274,6 +278,9 @@ function diffNeighs(want: DesiredState, seen: ObservedState, scope: EntryScope):
 
 function diffFdb(want: DesiredState, seen: ObservedState, scope: EntryScope): Op[] {
   const observed = seen.fdb.filter((f) => inScope(scope, f.dev) && f.permanent);
+  // none seen (a cold start: 10,000 wanted): each is added, with no key made for it
+  if (observed.length === 0)
+    return want.fdb.map((fdb) => ({ kind: 'fdb', action: 'add', phase: 'bridge', fdb }));
   const key = (dev: string, mac: string, dst: string | undefined): string =>
     `${dev} ${mac} ${dst ?? ''}`;
   const wanted = new Set(want.fdb.map((f) => key(f.dev, f.mac, f.dst)));

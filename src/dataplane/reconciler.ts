@@ -88,6 +88,7 @@ import { assumedFrom, assumedWithout, diff, foreignRoutesAfter, peerDelta } from
 import {
   everything,
   indexDesired,
+  prepareKnown,
   isEmpty,
   reindexDesired,
   judge,
@@ -514,6 +515,14 @@ export class Reconciler {
       { kind: 'delta', ops, failures: [], converged: true, drift: false },
       { started, observed: started, first },
     );
+  }
+
+  /**
+   * Sorts the indexes kernel events are judged by (judge.ts, prepareKnown), when the last pass left
+   * them unsorted: for its caller to run once a pass is done and nothing waits.
+   */
+  prepareIndexes(): void {
+    prepareKnown(this.known);
   }
 
   /** The kernel is known to match the last desired state: a lease change can be a delta. */

@@ -80,21 +80,22 @@ export class Batch {
   }
 
   /**
-   * The input in pieces of at most `max` ops' lines each, each rendered as it is asked for; once
-   * all are given, `lines` holds them without rendering again.
+   * The input in pieces of at most `max` ops' lines each, each rendered as it is asked for and not
+   * kept: `lines` renders them again only for a batch that failed (a cold start's 30,000 lines,
+   * about 2 MiB, would otherwise live as long as its pass, for the collector to copy and promote).
    */
   *pieces(max: number): Generator<string> {
     if (this.#lines) {
       yield this.input;
       return;
     }
-    const lines: string[] = [];
-    for (let i = 0; i < this.#ops.length; i += max) {
-      const piece = this.#ops.slice(i, i + max).flatMap(opLines);
-      lines.push(...piece);
+    const ops = this.#ops;
+    for (let i = 0; i < ops.length; i += max) {
+      const piece: string[] = [];
+      const end = Math.min(i + max, ops.length);
+      for (let j = i; j < end; j++) for (const line of opLines(ops[j] as Op)) piece.push(line);
       yield `${piece.join('\n')}\n`;
     }
-    this.#lines = lines;
   }
 }
 

@@ -391,19 +391,20 @@ function refuseLaterClaims(
   }
 }
 
-/** One family's subnet of a lease as bigints, for the conflict sweep. */
-interface Span {
-  readonly base: bigint;
+/** One family's subnet of a lease as numbers (IPv4) or bigints (IPv6), for the conflict sweep. */
+interface Span<T extends number | bigint = number | bigint> {
+  readonly base: T;
   readonly prefix: number;
-  readonly last: bigint;
+  readonly last: T;
 }
 
-function span4(l: Lease): Span | undefined {
+// IPv4 as numbers: no two bigints made a peer, and the sort compares numbers
+function span4(l: Lease): Span<number> | undefined {
   const c = l.subnet;
-  return c ? { base: BigInt(c.base), prefix: c.prefix, last: BigInt(lastAddress(c)) } : undefined;
+  return c ? { base: c.base, prefix: c.prefix, last: lastAddress(c) } : undefined;
 }
 
-function span6(l: Lease): Span | undefined {
+function span6(l: Lease): Span<bigint> | undefined {
   const c = l.subnet6;
   return c ? { base: c.base, prefix: c.prefix, last: lastAddress6(c) } : undefined;
 }
@@ -415,7 +416,7 @@ function span6(l: Lease): Span | undefined {
 function spanText(s: Span, family: 4 | 6): string {
   return family === 4
     ? formatCidr({ base: Number(s.base), prefix: s.prefix })
-    : formatCidr6({ base: s.base, prefix: s.prefix });
+    : formatCidr6({ base: BigInt(s.base), prefix: s.prefix });
 }
 
 /**
@@ -428,9 +429,9 @@ function spanText(s: Span, family: 4 | 6): string {
  * the very same subnet, the first claim keeps it (all are refused when the
  * store cannot say which came first).
  */
-function subnetConflicts(
+function subnetConflicts<T extends number | bigint>(
   peers: readonly Lease[],
-  spanOf: (l: Lease) => Span | undefined,
+  spanOf: (l: Lease) => Span<T> | undefined,
   family: 4 | 6,
   what: string,
 ): Map<string, Refusal> {
@@ -480,14 +481,22 @@ function macConflicts(
   macOf: (l: Lease) => string | undefined,
   what: string,
 ): Map<string, Refusal> {
+  // each MAC's first claimant, and a list only for a MAC claimed again (no array per peer)
+  const first = new Map<string, Lease>();
   const claimants = new Map<string, Lease[]>();
   for (const p of peers) {
     const mac = macOf(p)?.toLowerCase();
-    if (mac !== undefined) claimants.set(mac, [...(claimants.get(mac) ?? []), p]);
+    if (mac === undefined) continue;
+    const had = first.get(mac);
+    if (had === undefined) first.set(mac, p);
+    else {
+      const owners = claimants.get(mac);
+      if (owners) owners.push(p);
+      else claimants.set(mac, [had, p]);
+    }
   }
   const refused = new Map<string, Refusal>();
-  for (const [mac, owners] of claimants)
-    if (owners.length > 1) refuseLaterClaims(owners, `${what} ${mac}`, refused);
+  for (const [mac, owners] of claimants) refuseLaterClaims(owners, `${what} ${mac}`, refused);
   return refused;
 }
 

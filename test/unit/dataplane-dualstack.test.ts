@@ -182,6 +182,24 @@ describe('dual-stack diff and render', () => {
     expect(diff(vxlan6, matching(vxlan6))).toEqual([]);
   });
 
+  it('plans an empty kernel (no key made per entry) as one holding a stale entry of each kind, but for their deletes', () => {
+    // the devices are there, so the stale entries are in scope and take the general path
+    const devices = assumedFrom(vxlan6).links;
+    const stale: ObservedState = {
+      ...EMPTY,
+      links: devices,
+      routes: [{ dst: '10.244.9.0/24', via: '10.244.9.0', dev: 'twill.1', onlink: true }],
+      neighs: [{ dev: 'twill.1', ip: '10.244.9.0', mac: '02:00:00:00:00:09', permanent: true }],
+      fdb: [{ dev: 'twill-v6.1', mac: '02:00:00:06:00:09', dst: 'fd7c::9', permanent: true }],
+    };
+    const deletes = (o: { action: string }) => o.action === 'delete';
+    const general = diff(vxlan6, stale);
+    expect(general.filter(deletes)).toHaveLength(3);
+    const empty = diff(vxlan6, { ...EMPTY, links: devices });
+    expect(empty.length).toBeGreaterThan(6);
+    expect(empty).toEqual(general.filter((o) => !deletes(o)));
+  });
+
   it('renders a cold start as ip, bridge, ip batches with both families, then iptables-restore and ip6tables-restore (golden)', () => {
     const batches = renderBatches(diff(vxlan6, EMPTY));
     expect(batches.map((b) => [b.file, ...b.args].join(' '))).toEqual([
