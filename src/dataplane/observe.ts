@@ -304,34 +304,16 @@ export async function observe(
   o: ObserveOptions = { chains: true },
 ): Promise<ObservedState> {
   const opts = { signal, timeoutMs: 30_000 };
+  // every link, not just vxlan ones: the bridges' addresses come with the same process. Read
+  // before the routes, not beside them: a device deleted meanwhile (by hand) shows its routes for
+  // a moment as through "if<N>", which a routes read started first caught and the pass then tried
+  // to delete (a netns drift test failed 3 times in 9 so on 2026-12-08)
+  const all = await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show'], opts);
+  const links = parseLinks(all);
   const ipv6 = o.ipv6 === true;
   const leftovers6 = !ipv6 && o.leftovers6 === true;
   const ipv4 = o.ipv4 !== false;
   const leftovers4 = !ipv4 && o.leftovers4 === true;
-  // the whole main table, protocols as numbers: twill's routes, and which destinations other
-  // programs' routes hold (on a node, a handful beside twill's)
-  const routesOf = (family: string[]): Promise<{ own: RouteSpec[]; foreign: ForeignRoute[] }> =>
-    runJson(runner, 'ip', [...family, '-N', '-json', 'route', 'show', 'table', 'main'], opts).then(
-      splitRoutes,
-    );
-  const NONE: { own: RouteSpec[]; foreign: ForeignRoute[] } = { own: [], foreign: [] };
-  // leftovers: a read that fails is nothing there (a chain not read is left alone)
-  const tolerant = <T>(read: Promise<T>, none: T): Promise<T> =>
-    read.catch((err: unknown) => {
-      if (signal.aborted) throw err;
-      return none;
-    });
-  // the routes and chains need no link: read beside the links (one process start fewer in turn)
-  const rest = Promise.all([
-    ipv4 ? routesOf([]) : leftovers4 ? tolerant(routesOf([]), NONE) : NONE,
-    ipv6 ? routesOf(['-6']) : leftovers6 ? tolerant(routesOf(['-6']), NONE) : NONE,
-    o.chains ? observeChains(runner, signal, o) : NOT_READ,
-  ]);
-  // its failure is the pass's, from the await below (the links' read may fail first)
-  rest.catch(() => undefined);
-  // every link, not just vxlan ones: the bridges' addresses come with the same process
-  const all = await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show'], opts);
-  const links = parseLinks(all);
   const vanished = new Set<string>();
   // the device may go between the reads (deleted by hand): then it is absent, not a failed pass
   const ofDevice = <T>(d: string | undefined, read: (d: string) => Promise<T[]>): Promise<T[]> => {
@@ -348,15 +330,30 @@ export async function observe(
     );
   const fdbOf = (d: string): Promise<ObservedFdb[]> =>
     runJson(runner, 'bridge', ['-json', 'fdb', 'show', 'dev', d], opts).then((j) => parseFdb(j, d));
+  // the whole main table, protocols as numbers: twill's routes, and which destinations other
+  // programs' routes hold (on a node, a handful beside twill's)
+  const routesOf = (family: string[]): Promise<{ own: RouteSpec[]; foreign: ForeignRoute[] }> =>
+    runJson(runner, 'ip', [...family, '-N', '-json', 'route', 'show', 'table', 'main'], opts).then(
+      splitRoutes,
+    );
+  const NONE: { own: RouteSpec[]; foreign: ForeignRoute[] } = { own: [], foreign: [] };
   const dev6 = ipv6 ? o.dev6 : undefined;
+  // leftovers: a read that fails is nothing there (a chain not read is left alone)
+  const tolerant = <T>(read: Promise<T>, none: T): Promise<T> =>
+    read.catch((err: unknown) => {
+      if (signal.aborted) throw err;
+      return none;
+    });
   const read6 = ipv6 || leftovers6;
   const dev4 = ipv4 ? dev : undefined;
-  const [neighs, neighs6, fdb, fdb6, [routes, routes6, chains]] = await Promise.all([
+  const [routes, routes6, neighs, neighs6, fdb, fdb6, chains] = await Promise.all([
+    ipv4 ? routesOf([]) : leftovers4 ? tolerant(routesOf([]), NONE) : NONE,
+    ipv6 ? routesOf(['-6']) : leftovers6 ? tolerant(routesOf(['-6']), NONE) : NONE,
     ofDevice(dev4, neighsOf),
     ofDevice(dev6, neighsOf),
     ofDevice(dev4, fdbOf),
     ofDevice(dev6, fdbOf),
-    rest,
+    o.chains ? observeChains(runner, signal, o) : NOT_READ,
   ]);
   const gone = (x: { dev: string }): boolean => vanished.has(x.dev);
   return {
