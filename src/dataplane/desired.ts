@@ -26,6 +26,7 @@ import {
   type DesiredState,
   type MasqSpec,
   type MasqSpec6,
+  type PeerEntries,
   type PodRange,
   type VxlanDevice,
 } from './model.ts';
@@ -209,16 +210,21 @@ export function desiredState(input: BackendInput, memo?: EntriesMemo): DesiredSt
   const setup: EntriesSetup = { choice: input.choice, backend, v4: !!v4, v6: !!v6, vxlan, vxlan6 };
   const key = `${!!v4} ${!!v6} ${vxlan?.name} ${vxlan6?.name}`;
   if (memo && memo.key !== key) [memo.key, memo.entries] = [key, new WeakMap()];
-  const peers = input.peers.map((peer) => {
-    const known = memo?.entries.get(peer);
-    if (known) return known;
-    const made = peerEntries(setup, peer);
-    memo?.entries.set(peer, made);
-    return made;
-  });
+  // the memo of this setup, even if a later state's setup replaces it before these are made
+  const known = memo?.entries;
+  const { peers } = input;
+  // made when first read: an observed pass makes them while its kernel reads run (reconciler.ts)
+  const made = (): PeerEntries[] =>
+    peers.map((peer) => {
+      const had = known?.get(peer);
+      if (had) return had;
+      const entries = peerEntries(setup, peer);
+      known?.set(peer, entries);
+      return entries;
+    });
   return withEntries(
     { vxlan, vxlan6, masq: masqSpec(input), masq6: masqSpec6(input), podRanges: podRanges(input) },
-    peers,
+    made,
   );
 }
 

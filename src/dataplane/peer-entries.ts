@@ -203,18 +203,26 @@ export function both<T>(a: T | undefined, b: T | undefined): T[] {
 }
 
 /**
- * `setup` with `peers` and their entries as lists, joined (joinEntries) when first read: a delta
+ * `setup` with `peers` (or what makes them, called when first read) and their entries as lists,
+ * joined (joinEntries) when first read: a delta
  * pass reads only the peers that changed (diff.ts, peerDelta), so the lists of 5,000 peers' 15,000
  * entries are made for the passes that read them (2-3 ms a lease event, 2 cores).
  */
-export function withEntries(setup: StateSetup, peers: readonly PeerEntries[]): DesiredState {
+export function withEntries(
+  setup: StateSetup,
+  peers: readonly PeerEntries[] | (() => readonly PeerEntries[]),
+): DesiredState {
+  let made = typeof peers === 'function' ? undefined : peers;
+  const peersNow = (): readonly PeerEntries[] =>
+    (made ??= (peers as () => readonly PeerEntries[])());
   let lists: Pick<DesiredState, 'routes' | 'neighs' | 'fdb'> | undefined;
   const joined = (): Pick<DesiredState, 'routes' | 'neighs' | 'fdb'> =>
-    (lists ??= joinEntries(peers));
+    (lists ??= joinEntries(peersNow()));
   // enumerable own accessors: a spread or a deep comparison sees the lists as values
   return Object.defineProperties(
-    { ...setup, peers },
+    { ...setup },
     {
+      peers: { enumerable: true, get: peersNow },
       routes: { enumerable: true, get: () => joined().routes },
       neighs: { enumerable: true, get: () => joined().neighs },
       fdb: { enumerable: true, get: () => joined().fdb },
