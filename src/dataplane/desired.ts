@@ -213,7 +213,8 @@ export function desiredState(input: BackendInput, memo?: EntriesMemo): DesiredSt
   // the memo of this setup, even if a later state's setup replaces it before these are made
   const known = memo?.entries;
   const { peers } = input;
-  // made when first read: an observed pass makes them while its kernel reads run (reconciler.ts)
+  // made when first read: an observed pass makes them while its first kernel read runs
+  // (reconciler.ts)
   const made = (): PeerEntries[] =>
     peers.map((peer) => {
       const had = known?.get(peer);

@@ -377,12 +377,20 @@ export class Reconciler {
     const masqFirst = after && o.chains ? this.masqLane(want, read.masq, signal) : undefined;
     masqFirst?.catch(() => undefined);
     if (after) await abortable(after, signal);
+    const entries = this.readEntries(want, read.masq.families, { signal, reading });
+    // its failure is taken below; a failure of the entries' making must not leave it unheard
+    entries.catch(() => undefined);
+    // the peers' entries (desired.ts makes them when first read) are made while the first read
+    // (`ip addr show`) runs: 5,000 dual-stack vxlan peers' took 50-80 ms. Should making them
+    // throw, the pass fails as a failed desired() did, with the last pass's indexes kept.
+    try {
+      void want.routes;
+    } catch (err) {
+      this.known = before;
+      throw err;
+    }
     let seen: ObservedState | undefined;
     try {
-      const entries = this.readEntries(want, read.masq.families, { signal, reading });
-      // the peers' entries (desired.ts makes them when first read) are made while the reads'
-      // processes run: 5,000 dual-stack vxlan peers' took 50-80 ms, about a cold read's wait
-      void want.routes;
       seen = await entries;
     } catch (err) {
       // what the masquerade lane applied meanwhile is reported, with the read's failure

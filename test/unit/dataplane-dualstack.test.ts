@@ -177,6 +177,25 @@ describe('dual-stack backends', () => {
   });
 });
 
+describe("peers' entries made when first read", () => {
+  it("come from the memo of their own state's setup, whichever state is read first", () => {
+    const peers = [
+      peerLease(1, { vxlan: true, ipv6: true }),
+      peerLease(4, { vxlan: true, ipv6: true }),
+    ];
+    const memo = { entries: new WeakMap() } as Parameters<typeof desiredState>[1] & object;
+    // the same leases under an IPv4-only setup, then a dual-stack one (which replaces the memo)
+    const v4 = desiredState(backendInput({ backend: 'vxlan', peers }), memo);
+    const ds = desiredState(backendInput({ backend: 'vxlan', peers, ipv6: true }), memo);
+    // read the later state first: the earlier one must not take its entries from the new memo
+    expect(ds.peers?.map((p) => p.route6 !== undefined)).toEqual([true, true]);
+    expect(v4.peers?.map((p) => p.route6)).toEqual([undefined, undefined]);
+    // the dual-stack setup's memo holds the dual-stack entries: a next state reuses them
+    const again = desiredState(backendInput({ backend: 'vxlan', peers, ipv6: true }), memo);
+    expect(again.peers?.every((p, i) => p === ds.peers?.[i])).toBe(true);
+  });
+});
+
 describe('dual-stack diff and render', () => {
   it('plans nothing when the kernel already matches', () => {
     expect(diff(vxlan6, matching(vxlan6))).toEqual([]);
