@@ -354,8 +354,8 @@ export function peerDelta(
   if (!before.peers || !after.peers) return undefined;
   const { gone, came } = changedPeers(before.peers, after.peers);
   return {
-    had: withEntries(setupOf(before), gone),
-    want: withEntries(setupOf(after), came),
+    had: withEntries(setupOf(before), () => gone),
+    want: withEntries(setupOf(after), () => came),
     gone,
     came,
   };

@@ -307,7 +307,8 @@ export async function observe(
   // every link, not just vxlan ones: the bridges' addresses come with the same process. Read
   // before the routes, not beside them: a device deleted meanwhile (by hand) shows its routes for
   // a moment as through "if<N>", which a routes read started first caught and the pass then tried
-  // to delete (a netns drift test failed 3 times in 9 so on 2026-12-08)
+  // to delete (test/netns/drift-ipv6only.test.ts caught it; reconciler-engine.test.ts's abort
+  // test pins the order: only this read is in flight when it is held)
   const all = await runJson(runner, 'ip', ['-d', '-json', 'addr', 'show'], opts);
   const links = parseLinks(all);
   const ipv6 = o.ipv6 === true;

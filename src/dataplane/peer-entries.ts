@@ -203,18 +203,17 @@ export function both<T>(a: T | undefined, b: T | undefined): T[] {
 }
 
 /**
- * `setup` with `peers` (or what makes them, called when first read) and their entries as lists,
- * joined (joinEntries) when first read: a delta
- * pass reads only the peers that changed (diff.ts, peerDelta), so the lists of 5,000 peers' 15,000
- * entries are made for the passes that read them (2-3 ms a lease event, 2 cores).
+ * `setup` with the peers `makePeers` gives and their entries as lists, each made when first read:
+ * a delta pass reads only the peers that changed (diff.ts, peerDelta), so the lists of 5,000
+ * peers' 15,000 entries are made for the passes that read them (2-3 ms a lease event, 2 cores),
+ * and an observed pass makes the peers while its first kernel read runs (reconciler.ts).
  */
 export function withEntries(
   setup: StateSetup,
-  peers: readonly PeerEntries[] | (() => readonly PeerEntries[]),
+  makePeers: () => readonly PeerEntries[],
 ): DesiredState {
-  let made = typeof peers === 'function' ? undefined : peers;
-  const peersNow = (): readonly PeerEntries[] =>
-    (made ??= (peers as () => readonly PeerEntries[])());
+  let made: readonly PeerEntries[] | undefined;
+  const peersNow = (): readonly PeerEntries[] => (made ??= makePeers());
   let lists: Pick<DesiredState, 'routes' | 'neighs' | 'fdb'> | undefined;
   const joined = (): Pick<DesiredState, 'routes' | 'neighs' | 'fdb'> =>
     (lists ??= joinEntries(peersNow()));

@@ -82,7 +82,8 @@ export class Batch {
   /**
    * The input in pieces of at most `max` ops' lines each, each rendered as it is asked for and not
    * kept: `lines` renders them again only for a batch that failed (a cold start's 30,000 lines,
-   * about 2 MiB, would otherwise live as long as its pass, for the collector to copy and promote).
+   * 2.3 million characters at 5,000 dual-stack vxlan peers, would otherwise live as long as its
+   * pass, for the collector to copy and promote).
    */
   *pieces(max: number): Generator<string> {
     if (this.#lines) {
